@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The project's set-up and everyday commands, for a fresh Debian machine or a used one:
+#
+#   ./dev.sh test [pytest args]   create/reuse .venv from the lock, then the whole test suite
+#   ./dev.sh demo                 create/reuse .venv, then run syphon on the embedded default
+#   ./dev.sh lint                 ruff and mypy
+#   ./dev.sh lock                 re-resolve pyproject.toml into requirements.lock
+#
+# Each installs what is missing: Python's venv module, a C compiler (python-qpid-proton
+# builds from source), Java (Spark), via apt-get when needed.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+VENV=.venv
+PY=${PYTHON:-python3}
+STAMP=$VENV/.syphon-installed
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+  else say "need root to run: $*"; exit 1
+  fi
+}
+
+apt_install() {
+  say "installing with apt-get: $*"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
+ensure_python() {
+  command -v "$PY" >/dev/null 2>&1 || apt_install python3 python3-venv python3-dev
+  "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
+    say "$PY is older than 3.10; set PYTHON=/path/to/python3.10+"; exit 1; }
+  "$PY" -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
+}
+
+ensure_compiler() {
+  command -v cc >/dev/null 2>&1 || apt_install gcc libc6-dev
+  "$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || apt_install python3-dev
+}
+
+ensure_java() {
+  if [ -z "${JAVA_HOME:-}" ] && ! command -v java >/dev/null 2>&1; then
+    apt_install default-jre-headless
+  fi
+}
+
+ensure_venv() {
+  local want
+  want=$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)
+  if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/python" ]; then
+    return
+  fi
+  ensure_compiler
+  say "installing the locked environment into $VENV"
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
+  echo "$want" > "$STAMP"
+}
+
+setup() { ensure_python; ensure_java; ensure_venv; }
+
+cmd=${1:-help}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  test)
+    setup
+    exec "$VENV/bin/python" -m pytest "$@"
+    ;;
+  demo)
+    setup
+    exec "$VENV/bin/syphon" demo "$@"
+    ;;
+  lint)
+    setup
+    "$VENV/bin/ruff" check .
+    "$VENV/bin/ruff" format --check .
+    exec "$VENV/bin/mypy"
+    ;;
+  lock)
+    ensure_python
+    [ -x "$VENV/bin/pip-compile" ] || { [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"; "$VENV/bin/python" -m pip install -q pip-tools; }
+    "$VENV/bin/pip-compile" -q --all-extras --generate-hashes --allow-unsafe --strip-extras \
+      --no-emit-index-url --output-file requirements.lock pyproject.toml
+    ;;
+  *)
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    [ "$cmd" = help ] || exit 2
+    ;;
+esac

@@ -1,0 +1,94 @@
+"""The ``syphon`` command. It parses arguments, sets up logging and calls the library.
+
+Commands whose implementation has not landed yet are listed with their options but
+exit with code 3 and say so; none pretends to work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+import yaml
+
+from syphon import __version__
+from syphon.config import load_config
+from syphon.errors import NotAvailableError, SyphonError
+
+log = logging.getLogger(__name__)
+
+# The commands still to be built, with the issue that builds each.
+_PENDING = {
+    "plan": ("snapshot, reconcile and audit the backlog; send nothing", 6),
+    "run": ("plan, replay to the primaries, settle the backlog", 7),
+    "replay": ("resume the replay and settle of a planned run", 7),
+    "status": ("backlog depth per queue and the last runs", 7),
+    "provision": ("create the backlog queues of the configured primaries", 5),
+    "demo": ("run the whole outage-and-recovery story on the local Service Bus", 8),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``syphon`` command."""
+    parser = argparse.ArgumentParser(
+        prog="syphon",
+        description="Bring Azure Service Bus messages home from paired-namespace backlog queues.",
+    )
+    parser.add_argument("--version", action="version", version=f"syphon {__version__}")
+    parser.add_argument(
+        "--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default: from config)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    check = sub.add_parser(
+        "config", help="validate a config and print it (secret references only, never values)"
+    )
+    _add_config_option(check)
+
+    for name, (summary, _issue) in _PENDING.items():
+        cmd = sub.add_parser(name, help=f"{summary} (not available yet)")
+        if name != "demo":
+            _add_config_option(cmd)
+        if name == "replay":
+            cmd.add_argument("--run-id", required=True, help="the planned run to resume")
+    return parser
+
+
+def _add_config_option(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--config",
+        default=None,
+        help="YAML config file (default: $SYPHON_CONFIG, else the embedded conf/local.yaml)",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the ``syphon`` command and returns its exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=(args.log_level or "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return _dispatch(args)
+    except SyphonError as exc:
+        print(f"syphon {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "config":
+        config = load_config(args.config)
+        print(yaml.safe_dump(config.as_dict(), sort_keys=False), end="")
+        return 0
+    summary, issue = _PENDING[args.command]
+    raise NotAvailableError(
+        f"not available yet: '{args.command}' ({summary}) is built in issue {issue}"
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,430 @@
+"""Typed configuration, loaded once from a YAML file plus environment overrides.
+
+Every value is checked when the config is built; an error names the file (or the
+environment variable) and the key. Secrets never appear in a config: a connection
+string is a *reference* to an environment variable or a Databricks secret, resolved
+only at the moment a client is built (:func:`resolve_secret`).
+
+Environment overrides: ``SYPHON__<SECTION>__<KEY>=<yaml value>``, with list items by
+index, e.g. ``SYPHON__BACKLOG__QUEUE_COUNT=12`` or ``SYPHON__PRIMARIES__0__TIER=premium``.
+The file's path itself may come from ``SYPHON_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from syphon.backlog import is_namespace_name
+from syphon.errors import ConfigError, SecretError
+
+ENV_PREFIX = "SYPHON__"
+CONFIG_PATH_ENV = "SYPHON_CONFIG"
+TIERS = ("standard", "premium")
+DISCOVERY_MODES = ("management", "probe")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# Text that only a literal secret would contain.
+_LITERAL_SECRET = re.compile(
+    r"SharedAccessKey\s*=|SharedAccessSignature|Endpoint\s*=\s*sb://", re.I
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """Where a secret lives: an environment variable, or a Databricks secret scope/key.
+
+    Exactly one of ``env`` or (``scope``, ``key``) is set. The value is never stored.
+    """
+
+    env: str | None = None
+    scope: str | None = None
+    key: str | None = None
+
+    def describe(self) -> str:
+        """Where the secret comes from, for messages (never the value)."""
+        if self.env is not None:
+            return f"environment variable {self.env}"
+        return f"Databricks secret {self.scope}/{self.key}"
+
+
+@dataclass(frozen=True)
+class NamespaceConfig:
+    """One Service Bus namespace syphon talks to.
+
+    Attributes:
+        namespace: the namespace's name, as it appears in backlog queue paths.
+        connection_string: reference to the namespace's connection string.
+        tier: ``standard`` (256 KB batches) or ``premium`` (1 MB batches).
+    """
+
+    namespace: str
+    connection_string: SecretRef
+    tier: str = "standard"
+
+
+@dataclass(frozen=True)
+class BacklogConfig:
+    """How backlog queues are found.
+
+    Attributes:
+        queue_count: how many backlog queues the senders use (the seed's default 10).
+        discovery: ``management`` lists queues by prefix through the management API;
+            ``probe`` tries indices 0 to ``probe_limit - 1`` over AMQP.
+        probe_limit: the highest index probed, plus one; at least ``queue_count``.
+    """
+
+    queue_count: int = 10
+    discovery: str = "management"
+    probe_limit: int = 64
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """How the Spark session is built.
+
+    Attributes:
+        master: e.g. ``local[2]``; None uses the session the platform provides
+            (Databricks, spark-submit's ``--master``).
+        app_name: the application's name in the Spark UI.
+        conf: extra Spark settings, applied last.
+    """
+
+    master: str | None = "local[2]"
+    app_name: str = "syphon"
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """Where the audit and the run ledger (Delta tables) are kept.
+
+    Attributes:
+        path: a directory (local path or URI delta-rs can write); relative paths are
+            taken from the working directory.
+    """
+
+    path: str = ".syphon/delta"
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """Logging of the entry points.
+
+    Attributes:
+        level: DEBUG, INFO, WARNING or ERROR.
+    """
+
+    level: str = "INFO"
+
+
+@dataclass(frozen=True)
+class SyphonConfig:
+    """The whole configuration of one syphon deployment.
+
+    Attributes:
+        source: the file it was loaded from (for messages).
+        secondary: the namespace that holds the backlog queues.
+        primaries: the primary namespaces whose backlogs are drained.
+    """
+
+    source: str
+    secondary: NamespaceConfig
+    primaries: tuple[NamespaceConfig, ...]
+    backlog: BacklogConfig = field(default_factory=BacklogConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def primary(self, namespace: str) -> NamespaceConfig:
+        """The primary namespace of that name.
+
+        Raises:
+            ConfigError: no primary of that name is configured.
+        """
+        for p in self.primaries:
+            if p.namespace == namespace:
+                return p
+        raise ConfigError(f"{self.source}: no primary namespace {namespace!r} in primaries")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The config as plain data; secret references only, never values."""
+        plain: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        return plain
+
+
+def default_config_path() -> Path:
+    """The embedded default, ``conf/local.yaml`` (shipped inside the wheel as well)."""
+    packaged = resources.files("syphon").joinpath("conf/local.yaml")
+    if packaged.is_file():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[2] / "conf" / "local.yaml"
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> SyphonConfig:
+    """Loads, overrides and validates a config.
+
+    Args:
+        path: a YAML file; None takes ``SYPHON_CONFIG`` or else the embedded default.
+        environ: the environment to read overrides from (``os.environ`` by default).
+
+    Raises:
+        ConfigError: the file is missing or malformed, or a key is unknown or invalid.
+    """
+    env = os.environ if environ is None else environ
+    chosen = Path(path) if path is not None else None
+    if chosen is None and env.get(CONFIG_PATH_ENV):
+        chosen = Path(env[CONFIG_PATH_ENV])
+    chosen = chosen or default_config_path()
+    try:
+        text = chosen.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{chosen}: cannot read the config file ({exc.strerror})") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{chosen}: not valid YAML: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{chosen}: the top level must be a mapping of sections")
+    origins: dict[str, str] = {}
+    _apply_env_overrides(raw, env, origins, str(chosen))
+    return _Builder(str(chosen), origins).config(raw)
+
+
+def _apply_env_overrides(
+    raw: dict[str, Any], env: Mapping[str, str], origins: dict[str, str], source: str
+) -> None:
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
+        if not all(parts):
+            raise ConfigError(f"environment variable {name}: empty key segment")
+        try:
+            value = yaml.safe_load(env[name])
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"environment variable {name}: not a YAML value: {exc}") from exc
+        node: Any = raw
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            dotted = ".".join(parts[: i + 1])
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ConfigError(
+                        f"environment variable {name}: {dotted}: no such list item in {source}"
+                    )
+                if last:
+                    node[int(part)] = value
+                else:
+                    node = node[int(part)]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                else:
+                    node = node.setdefault(part, {})
+            else:
+                raise ConfigError(f"environment variable {name}: {dotted} is not a section")
+        origins[".".join(parts)] = f"environment variable {name}"
+
+
+class _Builder:
+    """Turns the raw mapping into dataclasses, naming file/variable and key on error."""
+
+    def __init__(self, source: str, origins: Mapping[str, str]) -> None:
+        self.source = source
+        self.origins = origins
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        where = self.origins.get(key, self.source)
+        if where != self.source:
+            where = f"{self.source} ({where})"
+        return ConfigError(f"{where}: {key}: {message}")
+
+    def section(self, raw: Any, key: str, known: tuple[str, ...]) -> dict[str, Any]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            raise self.fail(key, "must be a mapping")
+        for name in raw:
+            if name not in known:
+                raise self.fail(
+                    f"{key}.{name}" if key else str(name),
+                    f"unknown key (known: {', '.join(known)})",
+                )
+        return raw
+
+    def typed(self, raw: dict[str, Any], key: str, name: str, kind: type[T], default: T) -> T:
+        value = raw.get(name, default)
+        dotted = f"{key}.{name}"
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise self.fail(dotted, f"must be an integer (got {value!r})")
+        if kind is str and not isinstance(value, str):
+            raise self.fail(dotted, f"must be a string (got {value!r})")
+        if isinstance(value, str) and _LITERAL_SECRET.search(value):
+            raise self.fail(
+                dotted, "looks like a literal secret; reference it instead ({env: NAME})"
+            )
+        return value  # type: ignore[no-any-return]
+
+    def choice(
+        self, raw: dict[str, Any], key: str, name: str, choices: tuple[str, ...], default: str
+    ) -> str:
+        value = self.typed(raw, key, name, str, default)
+        if value not in choices:
+            raise self.fail(f"{key}.{name}", f"must be one of {', '.join(choices)} (got {value!r})")
+        return value
+
+    def required(self, raw: dict[str, Any], key: str, name: str) -> Any:
+        if raw.get(name) is None:
+            raise self.fail(f"{key}.{name}", "is required")
+        return raw[name]
+
+    def secret(self, raw: Any, key: str) -> SecretRef:
+        if isinstance(raw, str):
+            raise self.fail(
+                key,
+                "secrets are references, not values: write {env: VARIABLE} or "
+                "{scope: SCOPE, key: KEY}",
+            )
+        ref = self.section(raw, key, ("env", "scope", "key"))
+        env, scope, skey = ref.get("env"), ref.get("scope"), ref.get("key")
+        if env is not None and (scope is not None or skey is not None):
+            raise self.fail(key, "give either env or scope/key, not both")
+        if env is not None:
+            if not isinstance(env, str) or not _ENV_NAME.match(env):
+                raise self.fail(f"{key}.env", f"must be an environment variable name (got {env!r})")
+            return SecretRef(env=env)
+        if not (isinstance(scope, str) and scope and isinstance(skey, str) and skey):
+            raise self.fail(key, "needs env, or both scope and key")
+        return SecretRef(scope=scope, key=skey)
+
+    def namespace(self, raw: Any, key: str) -> NamespaceConfig:
+        ns = self.section(raw, key, ("namespace", "connection_string", "tier"))
+        name = self.required(ns, key, "namespace")
+        if not isinstance(name, str) or not is_namespace_name(name):
+            raise self.fail(
+                f"{key}.namespace",
+                f"{name!r} is not a namespace name (6-50 letters, digits or hyphens, "
+                "starting with a letter, ending with a letter or digit)",
+            )
+        return NamespaceConfig(
+            namespace=name,
+            connection_string=self.secret(
+                self.required(ns, key, "connection_string"), f"{key}.connection_string"
+            ),
+            tier=self.choice(ns, key, "tier", TIERS, "standard"),
+        )
+
+    def config(self, raw: dict[str, Any]) -> SyphonConfig:
+        top = self.section(
+            raw, "", ("secondary", "primaries", "backlog", "spark", "audit", "logging")
+        )
+        secondary = self.namespace(self.required(top, "", "secondary"), "secondary")
+        primaries_raw = self.required(top, "", "primaries")
+        if not isinstance(primaries_raw, list) or not primaries_raw:
+            raise self.fail("primaries", "must be a non-empty list")
+        primaries = tuple(self.namespace(p, f"primaries.{i}") for i, p in enumerate(primaries_raw))
+        names = [p.namespace for p in primaries]
+        if len(set(names)) != len(names):
+            raise self.fail("primaries", "a namespace is listed twice")
+        if secondary.namespace in names:
+            raise self.fail("secondary.namespace", "must differ from every primary namespace")
+        return SyphonConfig(
+            source=self.source,
+            secondary=secondary,
+            primaries=primaries,
+            backlog=self.backlog(top.get("backlog")),
+            spark=self.spark(top.get("spark")),
+            audit=self.audit(top.get("audit")),
+            logging=self.logging(top.get("logging")),
+        )
+
+    def backlog(self, raw: Any) -> BacklogConfig:
+        b = self.section(raw, "backlog", ("queue_count", "discovery", "probe_limit"))
+        count = self.typed(b, "backlog", "queue_count", int, 10)
+        if not 1 <= count <= 1000:
+            raise self.fail("backlog.queue_count", f"must be between 1 and 1000 (got {count})")
+        limit = self.typed(b, "backlog", "probe_limit", int, max(64, count))
+        if limit < count:
+            raise self.fail("backlog.probe_limit", f"must be at least queue_count ({count})")
+        return BacklogConfig(
+            queue_count=count,
+            discovery=self.choice(b, "backlog", "discovery", DISCOVERY_MODES, "management"),
+            probe_limit=limit,
+        )
+
+    def spark(self, raw: Any) -> SparkConfig:
+        s = self.section(raw, "spark", ("master", "app_name", "conf"))
+        master = s.get("master", "local[2]")
+        if master is not None and not isinstance(master, str):
+            raise self.fail("spark.master", f"must be a string or null (got {master!r})")
+        conf = s.get("conf") or {}
+        if not isinstance(conf, dict):
+            raise self.fail("spark.conf", "must be a mapping of Spark settings")
+        for k, v in conf.items():
+            if isinstance(v, (dict, list)) or v is None:
+                raise self.fail(f"spark.conf.{k}", "must be a scalar")
+        return SparkConfig(
+            master=master,
+            app_name=self.typed(s, "spark", "app_name", str, "syphon"),
+            conf={str(k): _spark_value(v) for k, v in conf.items()},
+        )
+
+    def audit(self, raw: Any) -> AuditConfig:
+        a = self.section(raw, "audit", ("path",))
+        path = self.typed(a, "audit", "path", str, ".syphon/delta")
+        if not path.strip():
+            raise self.fail("audit.path", "must not be empty")
+        return AuditConfig(path=path)
+
+    def logging(self, raw: Any) -> LoggingConfig:
+        lg = self.section(raw, "logging", ("level",))
+        level = self.typed(lg, "logging", "level", str, "INFO").upper()
+        if level not in LOG_LEVELS:
+            raise self.fail("logging.level", f"must be one of {', '.join(LOG_LEVELS)}")
+        return LoggingConfig(level=level)
+
+
+def _spark_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def resolve_secret(
+    ref: SecretRef,
+    environ: Mapping[str, str] | None = None,
+    dbutils_get: Callable[[str, str], str] | None = None,
+) -> str:
+    """Reads the secret a reference points to. Call it right before building a client.
+
+    Args:
+        ref: the reference.
+        environ: where environment references are read (``os.environ`` by default).
+        dbutils_get: ``dbutils.secrets.get`` on Databricks, for scope/key references.
+
+    Raises:
+        SecretError: the variable is unset or empty, or no secret reader is available.
+    """
+    if ref.env is not None:
+        value = (os.environ if environ is None else environ).get(ref.env)
+        if not value:
+            raise SecretError(f"{ref.describe()} is not set")
+        return value
+    if dbutils_get is None:
+        raise SecretError(f"{ref.describe()} can only be read on Databricks (no dbutils here)")
+    return dbutils_get(str(ref.scope), str(ref.key))

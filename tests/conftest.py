@@ -1,0 +1,21 @@
+"""Shared fixtures. One Spark session for the whole run, started only when a test asks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from syphon.config import SparkConfig
+from syphon.spark import build_spark_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = build_spark_session(SparkConfig(master="local[2]", app_name="syphon-tests"))
+    yield session
+    session.stop()
