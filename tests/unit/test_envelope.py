@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from envelope_cases import REASON_CASES
 from sdk_wire import as_received
 from syphon.envelope import (
-    MAX_TIMESTAMP_MS,
     PATH,
     REASONS,
     SCHEDULED_ENQUEUE_TIME,
@@ -104,31 +104,6 @@ def test_ttl_travels_as_dotnet_ticks_and_the_scheduled_time_as_utc() -> None:
 def test_an_original_that_cannot_be_enveloped_is_refused(envelope: Envelope, message: str) -> None:
     with pytest.raises(EnvelopeError, match=message):
         to_backlog_properties(envelope)
-
-
-# One backlog message per reason, as the SDK would hand it over.
-REASON_CASES: dict[str, dict[Any, Any]] = {
-    "property_key_not_utf8": {b"x-ms-path": b"q", b"\xff": 1},
-    "property_key_duplicate": {b"x-ms-path": b"q", "x-ms-path": "q"},
-    "path_missing": {b"other": b"q"},
-    "path_holds_timestamp": {b"x-ms-path": 1_700_000_000_000},
-    "path_wrong_type": {b"x-ms-path": 1.5},
-    "path_not_utf8": {b"x-ms-path": b"\xc3\x28"},
-    "path_empty": {b"x-ms-path": b""},
-    "path_too_long": {b"x-ms-path": b"q" * 261},
-    "path_is_backlog_queue": {b"x-ms-path": b"contoso/x-servicebus-transfer/0"},
-    "session_id_wrong_type": {b"x-ms-path": b"q", b"x-ms-sessionid": 7},
-    "session_id_not_utf8": {b"x-ms-path": b"q", b"x-ms-sessionid": b"\xff"},
-    "session_id_empty": {b"x-ms-path": b"q", b"x-ms-sessionid": b""},
-    "session_id_too_long": {b"x-ms-path": b"q", b"x-ms-sessionid": b"s" * 129},
-    "time_to_live_wrong_type": {b"x-ms-path": b"q", b"x-ms-timetolive": b"00:01:00"},
-    "time_to_live_not_positive": {b"x-ms-path": b"q", b"x-ms-timetolive": 0},
-    "scheduled_time_wrong_type": {b"x-ms-path": b"q", b"x-ms-scheduledenqueuetimeutc": True},
-    "scheduled_time_out_of_range": {
-        b"x-ms-path": b"q",
-        b"x-ms-scheduledenqueuetimeutc": MAX_TIMESTAMP_MS + 1,
-    },
-}
 
 
 def test_every_reason_has_a_case() -> None:

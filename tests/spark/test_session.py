@@ -1,0 +1,29 @@
+import pytest
+from pyspark.sql import SparkSession
+
+from syphon.config import SparkConfig
+from syphon.errors import SparkSetupError
+from syphon.spark import build_spark_session
+
+
+@pytest.mark.spark
+def test_the_session_runs_in_utc_with_microsecond_parquet_timestamps(spark: SparkSession) -> None:
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "TIMESTAMP_MICROS"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert spark.range(3).count() == 3
+
+
+@pytest.mark.spark
+def test_a_second_build_joins_the_running_session(spark: SparkSession) -> None:
+    again = build_spark_session(SparkConfig(master="local[2]", conf={"spark.app.id.x": "1"}))
+    assert again.sparkContext is spark.sparkContext
+
+
+def test_a_local_session_without_java_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SparkSetupError, match="apt-get install -y default-jre-headless"):
+        build_spark_session(SparkConfig(master="local[1]"))
