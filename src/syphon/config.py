@@ -7,6 +7,7 @@ only at the moment a client is built (:func:`resolve_secret`).
 
 Environment overrides: ``SYPHON__<SECTION>__<KEY>=<yaml value>``, with list items by
 index, e.g. ``SYPHON__BACKLOG__QUEUE_COUNT=12`` or ``SYPHON__PRIMARIES__0__TIER=premium``.
+Key segments are case-insensitive, except Spark settings under ``SYPHON__SPARK__CONF__``.
 The file's path itself may come from ``SYPHON_CONFIG``.
 """
 
@@ -211,7 +212,10 @@ def _apply_env_overrides(
     for name in sorted(env):
         if not name.startswith(ENV_PREFIX):
             continue
-        parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
+        segments = name[len(ENV_PREFIX) :].split("__")
+        parts = [p.lower() for p in segments]
+        if parts[:2] == ["spark", "conf"]:  # Spark settings are case-sensitive
+            parts[2:] = segments[2:]
         if not all(parts):
             raise ConfigError(f"environment variable {name}: empty key segment")
         try:

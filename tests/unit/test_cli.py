@@ -1,0 +1,89 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from syphon.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SYPHON = Path(sys.executable).parent / "syphon"
+PENDING = {"plan": 6, "run": 7, "status": 7, "provision": 5, "demo": 8}
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SYPHON), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_help_lists_every_command() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    for command in ["config", "replay", *PENDING]:
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize(("command", "issue"), PENDING.items())
+def test_commands_not_built_yet_say_so_and_fail(
+    command: str, issue: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command]) == 3
+    err = capsys.readouterr().err
+    assert f"syphon {command}: not available yet" in err
+    assert f"issue {issue}" in err
+
+
+def test_replay_needs_a_run_id_before_anything_else(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["replay"])
+    assert info.value.code == 2
+    assert "--run-id" in capsys.readouterr().err
+    assert main(["replay", "--run-id", "r1"]) == 3
+
+
+def test_config_prints_references_and_never_the_secret() -> None:
+    secret = "Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=SAS_KEY_VALUE"
+    result = run(
+        "config",
+        "--config",
+        str(ROOT / "conf" / "example.yaml"),
+        env={"SYPHON_SECONDARY_CONNECTION_STRING": secret},
+    )
+    assert result.returncode == 0, result.stderr
+    printed = yaml.safe_load(result.stdout)
+    assert printed["secondary"]["connection_string"] == {
+        "env": "SYPHON_SECONDARY_CONNECTION_STRING",
+        "scope": None,
+        "key": None,
+    }
+    assert "SAS_KEY_VALUE" not in result.stdout + result.stderr
+
+
+def test_a_bad_config_is_one_line_naming_the_key_and_exit_code_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "conf" / "example.yaml").read_text() + "\nextra: 1\n")
+    result = run("config", "--config", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"syphon config: {bad}: extra: unknown key " + (
+        "(known: secondary, primaries, backlog, spark, audit, logging)"
+    )
+
+
+def test_the_spark_submit_entry_is_the_same_command() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "syphon_submit.py"), "plan"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 3
+    assert "not available yet" in result.stderr

@@ -1,0 +1,173 @@
+from pathlib import Path
+
+import pytest
+
+from syphon.config import (
+    SecretRef,
+    default_config_path,
+    load_config,
+    resolve_secret,
+)
+from syphon.errors import ConfigError, SecretError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MINIMAL = """
+secondary:
+  namespace: contoso-secondary
+  connection_string: {env: SECONDARY_CS}
+primaries:
+  - namespace: contoso
+    connection_string: {scope: syphon, key: contoso}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "syphon.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_shipped_configs_load() -> None:
+    example = load_config(ROOT / "conf" / "example.yaml", environ={})
+    assert example.primaries[0].namespace == "contoso"
+    assert example.primaries[0].connection_string == SecretRef(
+        scope="syphon", key="contoso-primary"
+    )
+    local = load_config(None, environ={})
+    assert Path(local.source) == default_config_path()
+    assert local.spark.master == "local[2]"
+    assert local.secondary.connection_string.env == "SYPHON_SECONDARY_CONNECTION_STRING"
+
+
+def test_example_yaml_documents_every_key_the_code_knows() -> None:
+    text = (ROOT / "conf" / "example.yaml").read_text()
+    config = load_config(ROOT / "conf" / "example.yaml", environ={})
+    for section, values in config.as_dict().items():
+        if section == "source":
+            continue
+        assert f"{section}:" in text
+        entries = values[0] if isinstance(values, list) else values
+        for key in entries:
+            assert f"{key}:" in text, f"{section}.{key} is not documented in conf/example.yaml"
+
+
+def test_defaults_fill_what_a_minimal_file_leaves_out(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, MINIMAL), environ={})
+    assert config.backlog.queue_count == 10
+    assert config.backlog.discovery == "management"
+    assert config.primaries[0].tier == "standard"
+    assert config.audit.path == ".syphon/delta"
+
+
+def test_environment_overrides_win_and_are_typed(tmp_path: Path) -> None:
+    env = {
+        "SYPHON__BACKLOG__QUEUE_COUNT": "12",
+        "SYPHON__PRIMARIES__0__TIER": "premium",
+        "SYPHON__SPARK__MASTER": "null",
+        "SYPHON__SPARK__CONF__spark.sql.adaptive.coalescePartitions.enabled": "false",
+        "UNRELATED": "x",
+    }
+    config = load_config(write(tmp_path, MINIMAL), environ=env)
+    assert config.backlog.queue_count == 12
+    assert config.primaries[0].tier == "premium"
+    assert config.spark.master is None
+    assert config.spark.conf == {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
+
+
+def test_the_config_file_can_come_from_the_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL)
+    assert load_config(None, environ={"SYPHON_CONFIG": str(path)}).source == str(path)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("backlog: {queue_count: zero}", r"backlog\.queue_count: must be an integer"),
+        ("backlog: {queue_count: 0}", r"backlog\.queue_count: must be between 1 and 1000"),
+        ("backlog: {queue_count: 20, probe_limit: 5}", r"backlog\.probe_limit: must be at least"),
+        ("backlog: {discovery: guess}", r"backlog\.discovery: must be one of management, probe"),
+        ("backlog: {colour: red}", r"backlog\.colour: unknown key"),
+        ("audit: {path: ''}", r"audit\.path: must not be empty"),
+        ("logging: {level: LOUD}", r"logging\.level: must be one of"),
+        ("spark: {conf: {a: [1]}}", r"spark\.conf\.a: must be a scalar"),
+        ("extra: 1", r"extra: unknown key"),
+    ],
+)
+def test_an_invalid_value_names_the_file_and_the_key(
+    tmp_path: Path, extra: str, message: str
+) -> None:
+    path = write(tmp_path, MINIMAL + extra + "\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path, environ={})
+    assert str(info.value).startswith(str(path))
+
+
+def test_an_invalid_override_names_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"SYPHON__BACKLOG__QUEUE_COUNT.*backlog\.queue_count"):
+        load_config(write(tmp_path, MINIMAL), environ={"SYPHON__BACKLOG__QUEUE_COUNT": "many"})
+    with pytest.raises(ConfigError, match=r"SYPHON__PRIMARIES__3__TIER: primaries\.3: no such"):
+        load_config(write(tmp_path, MINIMAL), environ={"SYPHON__PRIMARIES__3__TIER": "premium"})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", r"secondary: is required"),
+        ("- a\n- b\n", r"top level must be a mapping"),
+        ("secondary: [\n", r"not valid YAML"),
+        (
+            MINIMAL.replace("contoso-secondary", "contoso"),
+            r"secondary\.namespace: must differ from every primary",
+        ),
+        (MINIMAL.replace("namespace: contoso\n", "namespace: c\n"), r"primaries\.0\.namespace"),
+        (MINIMAL.replace("{env: SECONDARY_CS}", "{env: 'not a name'}"), r"connection_string\.env"),
+        (MINIMAL.replace("{env: SECONDARY_CS}", "{scope: s}"), r"needs env, or both scope and key"),
+        (
+            MINIMAL.replace("{env: SECONDARY_CS}", "{env: A, scope: s, key: k}"),
+            "either env or scope/key",
+        ),
+    ],
+)
+def test_malformed_files_are_refused_with_a_reason(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text), environ={})
+
+
+def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the config file"):
+        load_config(tmp_path / "nope.yaml", environ={})
+
+
+LITERAL = (
+    "Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=SAS_KEY_VALUE"
+)
+
+
+def test_a_literal_connection_string_is_refused_and_not_echoed(tmp_path: Path) -> None:
+    text = MINIMAL.replace("{env: SECONDARY_CS}", f'"{LITERAL}"')
+    with pytest.raises(ConfigError, match="secrets are references") as info:
+        load_config(write(tmp_path, text), environ={})
+    assert "SAS_KEY_VALUE" not in str(info.value)
+
+
+def test_a_literal_secret_hidden_in_another_key_is_refused_and_not_echoed(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="looks like a literal secret") as info:
+        load_config(write(tmp_path, MINIMAL), environ={"SYPHON__AUDIT__PATH": LITERAL})
+    assert "SAS_KEY_VALUE" not in str(info.value)
+
+
+def test_secrets_resolve_only_when_asked() -> None:
+    assert resolve_secret(SecretRef(env="CS"), environ={"CS": "value"}) == "value"
+    with pytest.raises(SecretError, match="environment variable CS is not set"):
+        resolve_secret(SecretRef(env="CS"), environ={})
+    ref = SecretRef(scope="s", key="k")
+    with pytest.raises(SecretError, match="only be read on Databricks"):
+        resolve_secret(ref)
+    assert resolve_secret(ref, dbutils_get=lambda scope, key: f"{scope}:{key}") == "s:k"
+
+
+def test_the_config_holds_references_never_values(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, MINIMAL), environ={"SECONDARY_CS": "SECRET-VALUE"})
+    assert "SECRET-VALUE" not in repr(config)
+    assert "SECRET-VALUE" not in repr(config.as_dict())
