@@ -6,12 +6,17 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 from syphon.config import SparkConfig
 from syphon.spark import build_spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# Property tests judge answers, not speed: no per-example deadline on a busy 2-core CI.
+settings.register_profile("syphon", deadline=None, print_blob=True)
+settings.load_profile("syphon")
 
 
 @pytest.fixture(scope="session")
