@@ -14,6 +14,8 @@ from syphon.spark import build_spark_session
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+pytest_plugins = ["servicebus_emulator.pytest_plugin"]
+
 # Property tests judge answers, not speed: no per-example deadline on a busy 2-core CI.
 settings.register_profile("syphon", deadline=None, print_blob=True)
 settings.load_profile("syphon")

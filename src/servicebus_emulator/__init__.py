@@ -1,6 +1,11 @@
 """A local Azure Service Bus that the unmodified ``azure-servicebus`` SDK talks to.
 
-Test and demo infrastructure only: the ``syphon`` package never imports it. The AMQP
-data plane and the management API are built in later steps (see the project's issues);
-this package is deliberately empty until then.
+Test and demo infrastructure: the ``syphon`` package never imports it. AMQP 1.0 on
+Apache Qpid Proton, plain TCP on loopback, reached with an emulator connection string
+(``UseDevelopmentEmulator=true``). See this package's README for what it implements.
 """
+
+from servicebus_emulator.entities import QueueSpec, load_entities
+from servicebus_emulator.server import Emulator
+
+__all__ = ["Emulator", "QueueSpec", "load_entities"]

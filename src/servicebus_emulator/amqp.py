@@ -1,0 +1,589 @@
+"""The AMQP 1.0 side of the local Service Bus, on Apache Qpid Proton.
+
+Translates what the ``azure-servicebus`` SDK does on the wire (claims-based auth on
+``$cbs``, entity links, ``$management`` requests, dispositions) into calls on the
+:class:`~servicebus_emulator.broker.Broker`. Every handler is guarded: an exception is
+logged and closes the affected link or connection with an AMQP error; the server keeps
+running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from proton import (
+    Condition,
+    Data,
+    Delivery,
+    Described,
+    Endpoint,
+    Link,
+    Message,
+    Terminus,
+    symbol,
+    timestamp,
+    ulong,
+)
+from proton import int32 as amqp_int
+
+from servicebus_emulator.broker import (
+    Broker,
+    BrokerError,
+    StoredMessage,
+)
+from servicebus_emulator.codec import (
+    AMQP_VALUE,
+    MessageFormatError,
+    ParsedMessage,
+    encode_annotations,
+    encode_header,
+    parse_sections,
+    split_batch,
+    split_sections,
+)
+
+log = logging.getLogger(__name__)
+
+CBS = "$cbs"
+MANAGEMENT_SUFFIX = "/$management"
+SESSION_FILTER = symbol("com.microsoft:session-filter")
+LOCKED_UNTIL_UTC = symbol("com.microsoft:locked-until-utc")
+DOTNET_EPOCH_TICKS = 621_355_968_000_000_000
+SEND_CREDIT = 500
+TICK_SECONDS = 0.02
+
+
+def dotnet_ticks(epoch_ms: int) -> int:
+    return DOTNET_EPOCH_TICKS + epoch_ms * 10_000
+
+
+def entity_from_address(address: str | None) -> str:
+    """``amqps://host:port/queue`` -> ``queue``; a bare path is kept."""
+    if not address:
+        return ""
+    if "://" in address:
+        return urlparse(address).path.lstrip("/")
+    return address.lstrip("/")
+
+
+@dataclass
+class LinkState:
+    kind: str  # cbs | mgmt | in (client sends) | out (client receives)
+    entity: str = ""
+    peek_lock: bool = True
+    session_id: str | None = None
+    unsettled: dict[bytes, StoredMessage] = field(default_factory=dict)
+    owner: object = field(default_factory=object)
+
+
+def guarded(method: Callable[..., None]) -> Callable[..., None]:
+    """Keeps the server alive whatever one handler does."""
+
+    @functools.wraps(method)
+    def wrapper(self: AmqpHandler, event: Any) -> None:
+        try:
+            method(self, event)
+        except Exception as exc:
+            log.exception("handler %s failed", method.__name__)
+            self.fail_endpoint(event, exc)
+
+    return wrapper
+
+
+class AmqpHandler:
+    """Proton event handler serving one namespace."""
+
+    def __init__(self, broker: Broker, host: str) -> None:
+        self.broker = broker
+        self.host = host
+        self.connections: set[Any] = set()
+        self.out_links: set[Any] = set()
+        self.drop_requested = False
+        self.container: Any = None
+
+    # ------------------------------------------------------------ plumbing
+
+    def fail_endpoint(self, event: Any, exc: Exception) -> None:
+        condition = Condition("amqp:internal-error", str(exc)[:500])
+        try:
+            link = event.link
+            if link is not None and link.state & Endpoint.LOCAL_ACTIVE:
+                link.condition = condition
+                link.close()
+                return
+            conn = event.connection
+            if conn is not None and not conn.state & Endpoint.LOCAL_CLOSED:
+                conn.condition = condition
+                conn.close()
+        except Exception:
+            log.exception("could not close the failing endpoint")
+
+    @guarded
+    def on_emulator_stop(self, event: Any) -> None:
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close_tail()
+                conn.transport.close_head()
+        self.container.stop()
+
+    def on_reactor_init(self, event: Any) -> None:
+        self.container = event.container
+        event.container.schedule(TICK_SECONDS, self)
+
+    @guarded
+    def on_timer_task(self, event: Any) -> None:
+        if self.drop_requested:
+            self.drop_requested = False
+            for conn in list(self.connections):
+                transport = conn.transport
+                if transport is not None:
+                    transport.close_tail()
+                    transport.close_head()
+                self.connections.discard(conn)
+        for link in list(self.out_links):
+            self.pump(link)
+        event.container.schedule(TICK_SECONDS, self)
+
+    @guarded
+    def on_connection_bound(self, event: Any) -> None:
+        sasl = event.transport.sasl()
+        sasl.allowed_mechs("ANONYMOUS PLAIN MSSBCBS")
+        event.transport.require_auth(False)
+
+    @guarded
+    def on_connection_remote_open(self, event: Any) -> None:
+        conn = event.connection
+        self.connections.add(conn)
+        if conn.state & Endpoint.LOCAL_UNINIT:
+            conn.container = "servicebus-emulator"
+            conn.open()
+
+    @guarded
+    def on_connection_remote_close(self, event: Any) -> None:
+        self._forget_connection(event.connection)
+        if not event.connection.state & Endpoint.LOCAL_CLOSED:
+            event.connection.close()
+
+    @guarded
+    def on_transport_closed(self, event: Any) -> None:
+        if event.connection is not None:
+            self._forget_connection(event.connection)
+
+    def _forget_connection(self, conn: Any) -> None:
+        self.connections.discard(conn)
+        link = conn.link_head(0)
+        while link is not None:
+            self._release_link(link)
+            link = link.next(0)
+
+    @guarded
+    def on_session_remote_open(self, event: Any) -> None:
+        if event.session.state & Endpoint.LOCAL_UNINIT:
+            event.session.open()
+
+    @guarded
+    def on_session_remote_close(self, event: Any) -> None:
+        if not event.session.state & Endpoint.LOCAL_CLOSED:
+            event.session.close()
+
+    # ------------------------------------------------------------ links
+
+    @guarded
+    def on_link_remote_open(self, event: Any) -> None:
+        link = event.link
+        if not link.state & Endpoint.LOCAL_UNINIT:
+            return
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+        if link.is_receiver:
+            address = link.remote_target.address
+            entity = entity_from_address(address)
+            if entity == CBS or entity.endswith(MANAGEMENT_SUFFIX):
+                link.state_info = LinkState("cbs" if entity == CBS else "mgmt", entity)
+                link.open()
+                link.flow(SEND_CREDIT)
+                return
+            link.state_info = LinkState("in", entity)
+            error = self._entity_error(entity)
+            if error is None:
+                spec = self.broker.entity(entity).spec
+                link.max_message_size = spec.max_message_bytes
+                link.properties = {
+                    symbol("com.microsoft:max-message-batch-size"): ulong(spec.max_message_bytes)
+                }
+            if error is not None:
+                # the service answers an attach to a missing entity with a null terminus
+                link.target.type = Terminus.UNSPECIFIED
+                link.open()
+                self._close_link(link, error)
+            else:
+                link.open()
+                link.flow(SEND_CREDIT)
+            return
+        # the client receives on this link
+        address = link.remote_source.address
+        entity = entity_from_address(address)
+        if entity == CBS or entity.endswith(MANAGEMENT_SUFFIX):
+            link.state_info = LinkState("cbs" if entity == CBS else "mgmt", entity)
+            link.open()
+            return
+        peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
+        state = LinkState("out", entity, peek_lock=peek_lock)
+        link.state_info = state
+        error = self._entity_error(entity)
+        session_requested, wanted = _session_filter(link.remote_source)
+        if error is None and session_requested:
+            try:
+                sid, locked_until = self.broker.lock_session(entity, wanted, state.owner)
+                state.session_id = sid
+                link.source.filter.clear()
+                link.source.filter.put_dict({SESSION_FILTER: sid})
+                link.properties = {LOCKED_UNTIL_UTC: dotnet_ticks(locked_until)}
+            except BrokerError as exc:
+                error = exc
+        elif error is None and self.broker.entity(entity).requires_session:
+            error = BrokerError(
+                "amqp:not-allowed",
+                f"It is not possible for an entity that requires sessions to create a "
+                f"non-sessionful message receiver. TrackingId:{uuid.uuid4()}",
+            )
+        if error is not None:
+            link.source.type = Terminus.UNSPECIFIED
+            link.open()
+            self._close_link(link, error)
+            return
+        if state.peek_lock:
+            link.snd_settle_mode = Link.SND_UNSETTLED
+        else:
+            link.snd_settle_mode = Link.SND_SETTLED
+        link.open()
+        self.out_links.add(link)
+
+    def _entity_error(self, entity: str) -> BrokerError | None:
+        try:
+            self.broker.entity(entity)
+        except BrokerError as exc:
+            return exc
+        return None
+
+    def _close_link(self, link: Any, error: BrokerError) -> None:
+        link.condition = Condition(error.condition, error.description)
+        link.close()
+
+    @guarded
+    def on_link_remote_close(self, event: Any) -> None:
+        self._release_link(event.link)
+        if not event.link.state & Endpoint.LOCAL_CLOSED:
+            event.link.close()
+
+    def _release_link(self, link: Any) -> None:
+        self.out_links.discard(link)
+        state: LinkState | None = getattr(link, "state_info", None)
+        if state is None or state.kind != "out":
+            return
+        for msg in state.unsettled.values():
+            with contextlib.suppress(BrokerError):
+                self.broker.release_unsent(state.entity, msg)
+        state.unsettled.clear()
+        if state.session_id is not None:
+            with contextlib.suppress(BrokerError):
+                self.broker.release_session(state.entity, state.session_id, state.owner)
+
+    @guarded
+    def on_link_flow(self, event: Any) -> None:
+        link = event.link
+        if link.is_sender and link in self.out_links:
+            self.pump(link)
+        elif link.is_sender and link.drain_mode:
+            link.drained()
+
+    # ------------------------------------------------------------ deliveries
+
+    @guarded
+    def on_delivery(self, event: Any) -> None:
+        delivery = event.delivery
+        link = delivery.link
+        state: LinkState | None = getattr(link, "state_info", None)
+        if state is None:
+            return
+        if link.is_receiver:
+            if not delivery.readable or delivery.partial:
+                return
+            payload = bytes(link.recv(delivery.pending))
+            link.advance()
+            if state.kind == "in":
+                self._on_send(link, state, delivery, payload)
+            else:
+                self._on_request(link, state, delivery, payload)
+            if link.credit < SEND_CREDIT // 2:
+                link.flow(SEND_CREDIT - link.credit)
+        elif delivery.updated and state.kind == "out":
+            self._on_disposition(state, delivery)
+
+    def _on_send(self, link: Any, state: LinkState, delivery: Any, payload: bytes) -> None:
+        delay = self.broker.fault_for(state.entity).delay_s
+        if delay > 0 and self.container is not None:
+            self.container.schedule(
+                delay, _Later(lambda: self._accept_send(state, delivery, payload))
+            )
+            return
+        self._accept_send(state, delivery, payload)
+
+    def _accept_send(self, state: LinkState, delivery: Any, payload: bytes) -> None:
+        try:
+            messages = _parse_transfer(payload)
+            self.broker.send(state.entity, messages)
+        except BrokerError as exc:
+            _reject(delivery, exc.condition, exc.description)
+        except MessageFormatError as exc:
+            _reject(delivery, "amqp:decode-error", str(exc))
+        else:
+            delivery.update(Delivery.ACCEPTED)
+            self.wake(state.entity)
+        delivery.settle()
+
+    def wake(self, entity: str) -> None:
+        """Delivers what became available on ``entity`` to its receivers."""
+        key = entity.lower()
+        for link in list(self.out_links):
+            if link.state_info.entity.lower() == key:
+                self.pump(link)
+
+    def pump(self, link: Any) -> None:
+        """Sends available messages while the link has credit."""
+        state: LinkState = link.state_info
+        if link.state & Endpoint.LOCAL_CLOSED or link.state & Endpoint.REMOTE_CLOSED:
+            self.out_links.discard(link)
+            return
+        credit = link.credit
+        if credit <= 0:
+            return
+        if self.broker.fault_for(state.entity).unavailable:
+            self._close_link(
+                link,
+                BrokerError("com.microsoft:entity-disabled", f"'{state.entity}' is unavailable."),
+            )
+            self.out_links.discard(link)
+            return
+        try:
+            messages = self.broker.receive(
+                state.entity, credit, peek_lock=state.peek_lock, session_id=state.session_id
+            )
+        except BrokerError as exc:
+            if exc.condition == "com.microsoft:server-busy":
+                return
+            self._close_link(link, exc)
+            self.out_links.discard(link)
+            return
+        for msg in messages:
+            token = msg.lock_token or uuid.uuid4()
+            tag = token.bytes_le
+            delivery = link.delivery(tag)
+            link.send(render_message(msg, self.broker.entity(state.entity).path))
+            link.advance()
+            if state.peek_lock:
+                state.unsettled[tag] = msg
+                delivery.state_tag = tag
+            else:
+                delivery.settle()
+        if link.drain_mode and link.credit > 0:
+            link.drained()
+
+    def _on_disposition(self, state: LinkState, delivery: Any) -> None:
+        tag = getattr(delivery, "state_tag", None)
+        msg = state.unsettled.pop(tag, None) if tag is not None else None
+        remote = delivery.remote
+        outcome = delivery.remote_state
+        if msg is None or msg.lock_token is None:
+            _lock_lost(delivery)
+            return
+        token = msg.lock_token
+        try:
+            if outcome == Delivery.ACCEPTED:
+                self.broker.settle(state.entity, token, "complete")
+            elif outcome == Delivery.REJECTED:
+                cond = remote.condition
+                info = dict(cond.info or {}) if cond is not None else {}
+                self.broker.settle(
+                    state.entity,
+                    token,
+                    "dead-letter",
+                    reason=_text(info.get("DeadLetterReason")),
+                    description=_text(info.get("DeadLetterErrorDescription")),
+                )
+            elif outcome == Delivery.MODIFIED and remote.undeliverable:
+                self.broker.settle(state.entity, token, "defer")
+            elif outcome in (Delivery.MODIFIED, Delivery.RELEASED):
+                self.broker.settle(state.entity, token, "abandon")
+            else:
+                return
+        except BrokerError as exc:
+            _reject(delivery, exc.condition, exc.description)
+            delivery.settle()
+            return
+        # The service echoes the applied outcome; a rejected echo carries no error (an
+        # error there would tell the SDK that the dead-lettering failed).
+        if outcome == Delivery.MODIFIED:
+            delivery.local.failed = remote.failed
+            delivery.local.undeliverable = remote.undeliverable
+        delivery.update(outcome)
+        delivery.settle()
+        self.wake(state.entity)
+
+    # ------------------------------------------------------------ requests
+
+    def _on_request(self, link: Any, state: LinkState, delivery: Any, payload: bytes) -> None:
+        delivery.update(Delivery.ACCEPTED)
+        delivery.settle()
+        request = parse_sections(split_sections(payload))
+        request_id = request.message_id
+        reply_to = request.prop(4)
+        app = {str(k): v for k, v in request.application_properties.items()}
+        reply: Any = Message()
+        reply.correlation_id = request_id
+        if state.kind == "cbs":
+            reply.properties = {"status-code": amqp_int(202), "status-description": "Accepted"}
+        else:
+            from servicebus_emulator.management import handle_management
+
+            entity = state.entity[: -len(MANAGEMENT_SUFFIX)]
+            operation = _text(app.get("operation")) or ""
+            status, description, body, condition = handle_management(
+                self, entity, operation, _request_body(payload)
+            )
+            props: dict[str, Any] = {
+                "statusCode": amqp_int(status),
+                "statusDescription": description,
+            }
+            if condition is not None:
+                props["errorCondition"] = symbol(condition)
+            reply.properties = props
+            reply.body = body
+        self._reply(link, state, reply, _text(reply_to))
+
+    def _reply(self, link: Any, state: LinkState, reply: Message, reply_to: str | None) -> None:
+        conn = link.connection
+        candidate = conn.link_head(Endpoint.LOCAL_ACTIVE)
+        fallback = None
+        while candidate is not None:
+            info: LinkState | None = getattr(candidate, "state_info", None)
+            if candidate.is_sender and info is not None and info.kind == state.kind:
+                target = candidate.remote_target.address
+                if reply_to and target == reply_to:
+                    fallback = candidate
+                    break
+                if entity_from_address(candidate.remote_source.address) == state.entity:
+                    fallback = fallback or candidate
+            candidate = candidate.next(Endpoint.LOCAL_ACTIVE)
+        if fallback is None:
+            log.warning("no reply link for a %s request on %s", state.kind, state.entity)
+            return
+        delivery = fallback.delivery(uuid.uuid4().bytes)
+        fallback.send(reply.encode())
+        fallback.advance()
+        delivery.settle()
+
+
+class _Later:
+    """A timer task that runs a callback in the reactor thread."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+
+    def on_timer_task(self, event: Any) -> None:
+        try:
+            self.callback()
+        except Exception:
+            log.exception("a delayed reply failed")
+
+
+def _request_body(payload: bytes) -> Any:
+    for section in split_sections(payload):
+        if section.code == AMQP_VALUE:
+            return section.value
+    return None
+
+
+def _session_filter(source: Any) -> tuple[bool, str | None]:
+    data: Data = source.filter
+    data.rewind()
+    if data.next() is None:
+        return False, None
+    try:
+        filters = data.get_object()
+    except Exception:
+        return False, None
+    if not isinstance(filters, dict):
+        return False, None
+    for key, value in filters.items():
+        if str(key) == str(SESSION_FILTER):
+            if isinstance(value, Described):
+                value = value.value
+            if isinstance(value, memoryview):
+                value = bytes(value)
+            if isinstance(value, bytes):
+                value = value.decode("utf-8")
+            return True, None if value is None else str(value)
+    return False, None
+
+
+def _parse_transfer(payload: bytes) -> list[tuple[ParsedMessage, int]]:
+    sections = split_sections(payload)
+    inner = split_batch(sections)
+    if inner is None:
+        return [(parse_sections(sections), len(payload))]
+    return [(parse_sections(split_sections(raw)), len(raw)) for raw in inner]
+
+
+def render_message(msg: StoredMessage, entity_path: str) -> bytes:
+    """The bytes a receiver gets: a fresh header and annotations, then the bare message."""
+    parsed = msg.parsed
+    annotations: dict[Any, Any] = {str(k): v for k, v in parsed.annotations.items()}
+    annotations["x-opt-sequence-number"] = msg.seq
+    annotations["x-opt-enqueue-sequence-number"] = msg.seq
+    annotations["x-opt-enqueued-time"] = timestamp(msg.enqueued_ms)
+    annotations["x-opt-message-state"] = amqp_int(msg.state)
+    if msg.locked_until_ms is not None:
+        annotations["x-opt-locked-until"] = timestamp(msg.locked_until_ms)
+    if msg.dead_letter_source is not None:
+        annotations["x-opt-deadletter-source"] = msg.dead_letter_source
+    durable = bool(parsed.header[0]) if parsed.header else False
+    priority = parsed.header[1] if len(parsed.header) > 1 else None
+    header = encode_header(durable, priority, parsed.ttl_ms, msg.delivery_count)
+    return header + encode_annotations(annotations) + parsed.bare
+
+
+def _tracking_info() -> dict[Any, Any]:
+    # The SDK indexes a rejection's info unconditionally, and Proton leaves an empty
+    # map off the wire: always send one entry, as the service does.
+    return {symbol("com.microsoft:tracking-id"): str(uuid.uuid4())}
+
+
+def _reject(delivery: Any, condition: str, description: str) -> None:
+    delivery.local.condition = Condition(condition, description, _tracking_info())
+    delivery.update(Delivery.REJECTED)
+
+
+def _lock_lost(delivery: Any) -> None:
+    _reject(
+        delivery,
+        "com.microsoft:message-lock-lost",
+        "The lock supplied is invalid. Either the lock expired, or the message has already "
+        "been removed from the queue.",
+    )
+    delivery.settle()
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (bytes, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)

@@ -1,0 +1,132 @@
+"""The local Service Bus as a context manager running in a background thread."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Iterable
+from types import TracebackType
+
+from proton.reactor import ApplicationEvent, Container, EventInjector
+
+from servicebus_emulator.amqp import AmqpHandler
+from servicebus_emulator.broker import Broker
+from servicebus_emulator.entities import QueueSpec
+
+log = logging.getLogger(__name__)
+
+#: The key in emulator connection strings; the emulator ignores it (no TLS, no auth).
+EMULATOR_KEY_NAME = "RootManageSharedAccessKey"
+EMULATOR_KEY = "SAS_KEY_VALUE"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class Emulator:
+    """A local Service Bus on loopback.
+
+    Example::
+
+        with Emulator(queues=[QueueSpec("orders")]) as sb:
+            client = ServiceBusClient.from_connection_string(sb.connection_string)
+
+    Args:
+        queues: the queues that exist from the start.
+        port: the AMQP port; 0 picks a free one.
+        host: the address to listen on (loopback by default).
+        auto_create: create unknown queues on first use instead of failing like the
+            service does.
+    """
+
+    def __init__(
+        self,
+        queues: Iterable[QueueSpec] = (),
+        port: int = 0,
+        host: str = "127.0.0.1",
+        auto_create: bool = False,
+    ) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.broker = Broker(queues, auto_create=auto_create)
+        self.handler = AmqpHandler(self.broker, host)
+        self._injector = EventInjector()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def connection_string(self) -> str:
+        """An emulator connection string the SDK accepts (plain TCP, any key)."""
+        return (
+            f"Endpoint=sb://{self.host}:{self.port};SharedAccessKeyName={EMULATOR_KEY_NAME};"
+            f"SharedAccessKey={EMULATOR_KEY};UseDevelopmentEmulator=true;"
+        )
+
+    def start(self) -> Emulator:
+        """Starts serving; returns once the port accepts connections."""
+        self._thread = threading.Thread(target=self._run, name="servicebus-emulator", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the local Service Bus did not start within 10 s")
+        if self._error is not None:
+            raise RuntimeError(f"the local Service Bus failed to start: {self._error}")
+        return self
+
+    def _run(self) -> None:
+        try:
+            container = Container(self.handler)
+            container.selectable(self._injector)
+            container.listen(f"{self.host}:{self.port}")
+            self._container = container
+            self._ready.set()
+            container.run()
+        except BaseException as exc:  # reported to start() or logged
+            self._error = exc
+            self._ready.set()
+            log.exception("the local Service Bus stopped with an error")
+
+    def stop(self) -> None:
+        """Closes every connection and stops the server thread."""
+        if self._thread is None:
+            return
+        self._injector.trigger(ApplicationEvent("emulator_stop", subject=None))
+        self._thread.join(10)
+        self._thread = None
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ fault API
+
+    def make_unavailable(self, entity: str = "*", unavailable: bool = True) -> None:
+        """Sends and receives on ``entity`` fail with a non-transient error."""
+        self.broker.set_fault(entity, unavailable=unavailable)
+
+    def throttle(self, entity: str = "*", busy: bool = True) -> None:
+        """Requests on ``entity`` fail with server busy (transient)."""
+        self.broker.set_fault(entity, busy=busy)
+
+    def slow_down(self, seconds: float, entity: str = "*") -> None:
+        """Delays replies by ``seconds``."""
+        self.broker.set_fault(entity, delay_s=seconds)
+
+    def drop_connections(self) -> None:
+        """Drops every open connection now."""
+        self.handler.drop_requested = True
+
+    def clear_faults(self) -> None:
+        """Restores normal service."""
+        self.broker.clear_faults()
