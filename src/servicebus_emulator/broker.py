@@ -21,6 +21,7 @@ from servicebus_emulator.entities import QueueSpec
 PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 DLQ_SUFFIX = "/$DeadLetterQueue"
 PEEK_MAX_COUNT = 250
+MAX_DATETIME_MS = 253_402_300_800_000  # DateTime.MaxValue, rounded up, in epoch ms
 PEEK_MAX_BYTES = 256 * 1024
 
 ACTIVE, DEFERRED, SCHEDULED = 0, 1, 2
@@ -160,8 +161,6 @@ class Entity:
             heapq.heappush(self.scheduled, (scheduled_ms, seq))
         else:
             self.make_available(msg)
-        if msg.session_id is not None and self.requires_session:
-            self.sessions.setdefault(msg.session_id, SessionState()).updated_ms = now
         return msg
 
     def remove(self, msg: StoredMessage) -> None:
@@ -671,15 +670,18 @@ class Broker:
             s.state = state
             s.updated_ms = now_ms()
 
-    def list_sessions(self, path: str, updated_since_ms: int) -> list[str]:
+    def list_sessions(self, path: str, last_updated_ms: int) -> list[str]:
+        """Session ids, as ``get-message-sessions`` lists them.
+
+        With the DateTime.MaxValue sentinel (the SDK's default) the sessions that hold
+        messages; with a time, the sessions whose state was set at or after it.
+        """
         with self.lock:
             entity = self.entity(path)
-            with_messages = {m.session_id for m in entity.messages.values() if m.session_id}
+            if last_updated_ms >= MAX_DATETIME_MS:
+                return sorted({m.session_id for m in entity.messages.values() if m.session_id})
             return sorted(
-                sid
-                for sid, s in entity.sessions.items()
-                if (sid in with_messages or s.state is not None)
-                and s.updated_ms >= updated_since_ms
+                sid for sid, s in entity.sessions.items() if s.updated_ms >= last_updated_ms
             )
 
     def session_of_token(self, path: str, token: uuid.UUID) -> str | None:

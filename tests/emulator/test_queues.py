@@ -191,7 +191,7 @@ def test_deferred_messages_come_back_by_sequence_number(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec("q"))
-    with client_for(sb) as client:
+    with client_for(sb, retry_total=0) as client:
         client.get_queue_sender("q").send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
         with client.get_queue_receiver("q") as receiver:
             (a,) = receiver.receive_messages(1, max_wait_time=2)

@@ -1,0 +1,91 @@
+"""The async SDK (azure.servicebus.aio) against the local Service Bus."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus.aio import ServiceBusClient
+from azure.servicebus.exceptions import MessagingEntityNotFoundError
+
+from servicebus_emulator import QueueSpec
+from servicebus_emulator.pytest_plugin import EmulatorFactory
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_async_send_receive_and_settle(servicebus_emulator: EmulatorFactory) -> None:
+    sb = servicebus_emulator(QueueSpec("q"))
+
+    async def scenario() -> None:
+        async with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+            async with client.get_queue_sender("q") as sender:
+                batch = await sender.create_message_batch()
+                for body in "abcd":
+                    batch.add_message(ServiceBusMessage(body, application_properties={"k": body}))
+                await sender.send_messages(batch)
+            async with client.get_queue_receiver("q") as receiver:
+                got = await receiver.receive_messages(4, max_wait_time=2)
+                while len(got) < 4:
+                    got += await receiver.receive_messages(4, max_wait_time=1)
+                assert [str(m) for m in got] == list("abcd")
+                assert got[0].application_properties == {b"k": b"a"}
+                await receiver.complete_message(got[0])
+                await receiver.abandon_message(got[1])
+                await receiver.dead_letter_message(got[2], reason="r", error_description="d")
+                await receiver.defer_message(got[3])
+                (again,) = await receiver.receive_messages(1, max_wait_time=2)
+                assert (str(again), again.delivery_count) == ("b", 1)
+                await receiver.complete_message(again)
+                (deferred,) = await receiver.receive_deferred_messages([got[3].sequence_number])
+                await receiver.complete_message(deferred)
+                peeked = await receiver.peek_messages(10, sequence_number=1)
+                assert peeked == []
+            async with client.get_queue_receiver(
+                "q", sub_queue=ServiceBusSubQueue.DEAD_LETTER
+            ) as dlq:
+                (dead,) = await dlq.receive_messages(1, max_wait_time=2)
+                assert (str(dead), dead.dead_letter_reason) == ("c", "r")
+                await dlq.complete_message(dead)
+
+    asyncio.run(scenario())
+
+
+def test_async_sessions_and_scheduling(servicebus_emulator: EmulatorFactory) -> None:
+    sb = servicebus_emulator(QueueSpec("s", requires_session=True))
+
+    async def scenario() -> None:
+        async with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+            async with client.get_queue_sender("s") as sender:
+                await sender.send_messages(
+                    [ServiceBusMessage(str(i), session_id="x") for i in range(3)]
+                )
+                later = datetime.now(timezone.utc) + timedelta(hours=1)
+                (seq,) = await sender.schedule_messages(
+                    ServiceBusMessage("later", session_id="x"), later
+                )
+            async with client.get_queue_receiver("s", session_id="x") as receiver:
+                await receiver.session.set_state(b"st")
+                assert await receiver.session.get_state() == b"st"
+                got = await receiver.receive_messages(10, max_wait_time=1)
+                assert [str(m) for m in got] == ["0", "1", "2"]
+                peeked = await receiver.peek_messages(10, sequence_number=seq)
+                assert [str(m) for m in peeked] == ["later"]
+
+    asyncio.run(scenario())
+
+
+def test_async_missing_entity(servicebus_emulator: EmulatorFactory) -> None:
+    sb = servicebus_emulator()
+
+    async def scenario() -> None:
+        async with ServiceBusClient.from_connection_string(
+            sb.connection_string, retry_total=0
+        ) as client:
+            with pytest.raises(MessagingEntityNotFoundError):
+                async with client.get_queue_sender("nope") as sender:
+                    await sender.send_messages(ServiceBusMessage("x"))
+
+    asyncio.run(scenario())
