@@ -45,6 +45,7 @@ from servicebus_emulator.codec import (
     encode_annotations,
     encode_header,
     parse_sections,
+    read_value,
     split_batch,
     split_sections,
 )
@@ -445,7 +446,7 @@ class AmqpHandler:
         request = parse_sections(split_sections(payload))
         request_id = request.message_id
         reply_to = request.prop(4)
-        app = {str(k): v for k, v in request.application_properties.items()}
+        app = {str(k): v for k, v in request.get_application_properties().items()}
         reply: Any = Message()
         reply.correlation_id = request_id
         if state.kind == "cbs":
@@ -517,7 +518,7 @@ def _session_filter(source: Any) -> tuple[bool, str | None]:
     if data.next() is None:
         return False, None
     try:
-        filters = data.get_object()
+        filters = read_value(data)
     except Exception:
         return False, None
     if not isinstance(filters, dict):
@@ -539,7 +540,7 @@ def _parse_transfer(payload: bytes) -> list[tuple[ParsedMessage, int]]:
     inner = split_batch(sections)
     if inner is None:
         return [(parse_sections(sections), len(payload))]
-    return [(parse_sections(split_sections(raw)), len(raw)) for raw in inner]
+    return [(parse_sections(parts), len(raw)) for raw, parts in inner]
 
 
 def render_message(msg: StoredMessage, entity_path: str) -> bytes:

@@ -391,7 +391,7 @@ class Broker:
         entity.remove(msg)
         if entity.dlq is None:  # already a dead-letter queue: a completed move
             return
-        props = dict(msg.parsed.application_properties)
+        props = dict(msg.parsed.get_application_properties())
         if reason is not None:
             props["DeadLetterReason"] = reason
         if description is not None:

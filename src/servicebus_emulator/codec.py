@@ -40,13 +40,27 @@ class MessageFormatError(ValueError):
     """The payload is not a sequence of AMQP message sections."""
 
 
-@dataclass
 class Section:
-    """One section: its descriptor code, decoded value and exact bytes."""
+    """One section: its descriptor code and exact bytes; its value is decoded on demand
+    (a batch of hundreds of messages needs the bodies' bytes, never their values)."""
 
-    code: int
-    value: Any
-    raw: bytes
+    __slots__ = ("_value", "code", "raw")
+
+    def __init__(self, code: int, raw: bytes, value: Any = None, decoded: bool = False) -> None:
+        self.code = code
+        self.raw = raw
+        self._value = value if decoded else _UNDECODED
+
+    @property
+    def value(self) -> Any:
+        if self._value is _UNDECODED:
+            described = decode_value(self.raw)
+            self._value = described.value if isinstance(described, Described) else None
+        return self._value
+
+
+_UNDECODED = object()
+_LAZY = (APPLICATION_PROPERTIES, AMQP_SEQUENCE, AMQP_VALUE, FOOTER)
 
 
 def split_sections(payload: bytes) -> list[Section]:
@@ -64,19 +78,69 @@ def split_sections(payload: bytes) -> list[Section]:
             consumed = data.decode(view[offset:])
             data.rewind()
             data.next()
-            described = _detach(data.get_object())
+            if data.type() != Data.DESCRIBED or consumed <= 0:
+                raise MessageFormatError(f"byte {offset} does not start a described section")
+            data.enter()
+            data.next()
+            code = _section_code(read_value(data))
+            if code is None:
+                raise MessageFormatError(f"unknown section descriptor at byte {offset}")
+            raw = view[offset : offset + consumed]
+            if code in _LAZY:
+                section = Section(code, raw)
+            else:
+                data.next()
+                section = Section(code, raw, read_value(data), decoded=True)
+        except MessageFormatError:
+            raise
         except Exception as exc:
             raise MessageFormatError(f"undecodable section at byte {offset}: {exc}") from exc
-        if not isinstance(described, Described) or consumed <= 0:
-            raise MessageFormatError(f"byte {offset} does not start a described section")
-        code = _section_code(described.descriptor)
-        if code is None:
-            raise MessageFormatError(f"unknown section descriptor {described.descriptor!r}")
-        sections.append(Section(code, described.value, view[offset : offset + consumed]))
+        sections.append(section)
         offset += consumed
     if not sections:
         raise MessageFormatError("empty message")
     return sections
+
+
+def read_value(data: Data) -> Any:
+    """Reads the current value of ``data`` into plain Python objects.
+
+    Proton's own ``get_object`` returns binaries as memoryviews into memory it frees,
+    and fails on maps with binary keys (memoryviews do not hash); this walks the value
+    and copies binaries out at once.
+    """
+    kind = data.type()
+    if kind == Data.BINARY:
+        return bytes(data.get_binary())
+    if kind == Data.MAP:
+        count = data.get_map()
+        out: dict[Any, Any] = {}
+        data.enter()
+        for _ in range(count // 2):
+            data.next()
+            key = read_value(data)
+            data.next()
+            out[key] = read_value(data)
+        data.exit()
+        return out
+    if kind == Data.LIST:
+        count = data.get_list()
+        items = []
+        data.enter()
+        for _ in range(count):
+            data.next()
+            items.append(read_value(data))
+        data.exit()
+        return items
+    if kind == Data.DESCRIBED:
+        data.enter()
+        data.next()
+        descriptor = read_value(data)
+        data.next()
+        value = read_value(data)
+        data.exit()
+        return Described(descriptor, value)
+    return _detach(data.get_object())
 
 
 def _detach(value: Any) -> Any:
@@ -98,7 +162,7 @@ def decode_value(encoded: bytes) -> Any:
     data.decode(bytes(encoded))
     data.rewind()
     data.next()
-    return _detach(data.get_object())
+    return read_value(data)
 
 
 def _section_code(descriptor: Any) -> int | None:
@@ -109,8 +173,9 @@ def _section_code(descriptor: Any) -> int | None:
     return None
 
 
-def split_batch(sections: list[Section]) -> list[bytes] | None:
-    """The inner messages of a batch (Microsoft's batch format), or None for a plain one.
+def split_batch(sections: list[Section]) -> list[tuple[bytes, list[Section]]] | None:
+    """The inner messages of a batch (Microsoft's batch format), each as its bytes and
+    sections, or None for a plain message.
 
     Proton does not tell the transfer's message format, so a payload counts as a batch
     when it has no application properties and every one of its data sections is itself
@@ -130,7 +195,7 @@ def split_batch(sections: list[Section]) -> list[bytes] | None:
             return None
         if not any(p.code in _BARE for p in parts):
             return None
-        inner.append(bytes(body))
+        inner.append((bytes(body), parts))
     return inner
 
 
@@ -142,8 +207,16 @@ class ParsedMessage:
     header: list[Any] = field(default_factory=list)
     annotations: dict[Any, Any] = field(default_factory=dict)
     properties: list[Any] = field(default_factory=list)
-    application_properties: dict[Any, Any] = field(default_factory=dict)
+    application_properties: dict[Any, Any] | None = None
     body_size: int = 0
+    app_section: Section | None = None
+
+    def get_application_properties(self) -> dict[Any, Any]:
+        """The application properties, decoded on first use."""
+        if self.application_properties is None:
+            section = self.app_section
+            self.application_properties = dict(section.value or {}) if section else {}
+        return self.application_properties
 
     def prop(self, index: int) -> Any:
         """A field of the properties section (0 message-id … 12 reply-to-group-id)."""
@@ -192,7 +265,7 @@ def parse_sections(sections: list[Section]) -> ParsedMessage:
         elif s.code == PROPERTIES:
             parsed.properties = list(s.value or [])
         elif s.code == APPLICATION_PROPERTIES:
-            parsed.application_properties = dict(s.value or {})
+            parsed.app_section = s
         elif s.code in (DATA, AMQP_SEQUENCE, AMQP_VALUE):
             parsed.body_size += len(s.raw)
     return parsed

@@ -1,0 +1,85 @@
+"""Runs one official azure-servicebus sample against the local Service Bus.
+
+    python sample_harness.py PATH_TO_SAMPLE.py
+
+The samples authenticate with Azure AD (``DefaultAzureCredential``) against a fully
+qualified namespace. Azure AD cannot run here, so this harness stands in for it, and
+only for it: ``azure.identity``'s credentials become a dummy, and both
+``ServiceBusClient`` classes (sync and async) are pointed at the emulator named by
+``SAMPLE_EMULATOR_ENDPOINT`` (host:port) with its shared key and without TLS, exactly
+what ``from_connection_string`` does for an emulator connection string. Everything
+else in the sample runs unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import time
+from typing import Any
+
+import azure.identity
+import azure.identity.aio
+import azure.servicebus
+import azure.servicebus.aio
+from azure.core.credentials import AccessToken
+from azure.servicebus import ServiceBusClient as SyncClient
+from azure.servicebus._base_handler import ServiceBusSharedKeyCredential
+from azure.servicebus.aio import ServiceBusClient as AsyncClient
+from azure.servicebus.aio._base_handler_async import (
+    ServiceBusSharedKeyCredential as AsyncSharedKeyCredential,
+)
+
+ENDPOINT = os.environ["SAMPLE_EMULATOR_ENDPOINT"]
+KEY_NAME = "RootManageSharedAccessKey"
+KEY = "SAS_KEY_VALUE"
+
+
+class DummyCredential:
+    """Stands in for an Azure AD credential; never used to sign anything."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        return AccessToken("emulator", 2**31 - 1)
+
+    async def __aenter__(self) -> DummyCredential:
+        return self
+
+    async def __aexit__(self, *args: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class EmulatorClient(SyncClient):
+    def __init__(self, fully_qualified_namespace: str, credential: Any, **kwargs: Any) -> None:
+        kwargs["use_tls"] = False
+        super().__init__(ENDPOINT, ServiceBusSharedKeyCredential(KEY_NAME, KEY), **kwargs)
+
+
+class AsyncEmulatorClient(AsyncClient):
+    def __init__(self, fully_qualified_namespace: str, credential: Any, **kwargs: Any) -> None:
+        kwargs["use_tls"] = False
+        super().__init__(ENDPOINT, AsyncSharedKeyCredential(KEY_NAME, KEY), **kwargs)
+
+
+for module in (azure.identity, azure.identity.aio):
+    module.DefaultAzureCredential = DummyCredential  # type: ignore[misc,assignment]
+azure.servicebus.ServiceBusClient = EmulatorClient  # type: ignore[misc]
+azure.servicebus.aio.ServiceBusClient = AsyncEmulatorClient  # type: ignore[misc]
+
+# Samples that sleep for minutes "to simulate long processing" run with their clock
+# scaled down (SAMPLE_TIME_SCALE=0.1 makes time.sleep(100) last 10 s).
+_scale = float(os.environ.get("SAMPLE_TIME_SCALE", "1"))
+if _scale != 1:
+    _real_sleep = time.sleep
+    time.sleep = lambda seconds: _real_sleep(seconds * _scale)  # type: ignore[assignment]
+
+if __name__ == "__main__":
+    sample = sys.argv[1]
+    sys.argv = [sample]
+    runpy.run_path(sample, run_name="__main__")
