@@ -170,6 +170,22 @@ class Entity:
             self.locks.pop(msg.lock_token, None)
             msg.lock_token = None
 
+    @property
+    def lock_ms(self) -> int:
+        return int(self.spec.lock_duration.total_seconds() * 1000)
+
+    def take(self, msg: StoredMessage, now: int, peek_lock: bool) -> StoredMessage:
+        """Hands a message to a receiver: locked (peek-lock) or removed."""
+        if peek_lock:
+            token = uuid.uuid4()
+            msg.lock_token = token
+            msg.locked_until_ms = now + self.lock_ms
+            self.locks[token] = msg.seq
+            heapq.heappush(self.lock_expiry, (msg.locked_until_ms, token))
+        else:
+            self.remove(msg)
+        return msg
+
     def is_lockable(self, msg: StoredMessage) -> bool:
         return msg.seq in self.messages and msg.state == ACTIVE and msg.lock_token is None
 
@@ -450,25 +466,8 @@ class Broker:
                     continue
                 if self._expire_if_due(entity, msg, now):
                     continue
-                if peek_lock:
-                    token = uuid.uuid4()
-                    msg.lock_token = token
-                    msg.locked_until_ms = now + int(
-                        entity.spec.lock_duration.total_seconds() * 1000
-                    )
-                    entity.locks[token] = seq
-                    heapq.heappush(entity.lock_expiry, (msg.locked_until_ms, token))
-                else:
-                    entity.remove(msg)
-                out.append(msg)
+                out.append(entity.take(msg, now, peek_lock))
             return out
-
-    def has_available(self, path: str, session_id: str | None = None) -> bool:
-        with self.lock:
-            entity = self.entity(path)
-            self.housekeep(entity, now_ms())
-            heap = entity.available.get(session_id if entity.requires_session else None)
-            return bool(heap)
 
     def release_unsent(self, path: str, msg: StoredMessage) -> None:
         """Puts back a message whose delivery never reached the client (link closed)."""
@@ -528,7 +527,7 @@ class Broker:
             out = []
             for token in tokens:
                 msg = self._locked(entity, token, now)
-                msg.locked_until_ms = now + int(entity.spec.lock_duration.total_seconds() * 1000)
+                msg.locked_until_ms = now + entity.lock_ms
                 heapq.heappush(entity.lock_expiry, (msg.locked_until_ms, token))
                 out.append(msg.locked_until_ms)
             return out
@@ -580,17 +579,7 @@ class Broker:
                         MESSAGE_NOT_FOUND,
                         f"Failed to retrieve the deferred message with sequence number {seq}.",
                     )
-                if peek_lock:
-                    token = uuid.uuid4()
-                    msg.lock_token = token
-                    msg.locked_until_ms = now + int(
-                        entity.spec.lock_duration.total_seconds() * 1000
-                    )
-                    entity.locks[token] = seq
-                    heapq.heappush(entity.lock_expiry, (msg.locked_until_ms, token))
-                else:
-                    entity.remove(msg)
-                out.append(msg)
+                out.append(entity.take(msg, now, peek_lock))
             return out
 
     # ---------------------------------------------------------------- sessions
@@ -608,7 +597,7 @@ class Broker:
                 raise BrokerError(NOT_ALLOWED, f"'{entity.path}' does not require sessions.")
             now = now_ms()
             self.housekeep(entity, now)
-            lock_ms = int(entity.spec.lock_duration.total_seconds() * 1000)
+            lock_ms = entity.lock_ms
             if session_id is None:
                 for sid, heap in sorted(entity.available.items(), key=lambda kv: min(kv[1] or [0])):
                     if not heap or sid is None:
@@ -655,7 +644,7 @@ class Broker:
         with self.lock:
             entity = self.entity(path)
             state = self._session(entity, session_id, owner)
-            state.locked_until_ms = now_ms() + int(entity.spec.lock_duration.total_seconds() * 1000)
+            state.locked_until_ms = now_ms() + entity.lock_ms
             return state.locked_until_ms
 
     def get_session_state(self, path: str, session_id: str, owner: object | None) -> bytes | None:
@@ -683,13 +672,6 @@ class Broker:
             return sorted(
                 sid for sid, s in entity.sessions.items() if s.updated_ms >= last_updated_ms
             )
-
-    def session_of_token(self, path: str, token: uuid.UUID) -> str | None:
-        with self.lock:
-            entity = self.entity(path)
-            seq = entity.locks.get(token)
-            msg = entity.messages.get(seq) if seq is not None else None
-            return msg.session_id if msg else None
 
 
 def _effective_ttl(message_ttl_ms: int | None, spec: QueueSpec) -> int | None:

@@ -420,3 +420,16 @@ def test_a_message_id_is_kept_as_given(servicebus_emulator: EmulatorFactory) -> 
         client.get_queue_sender("q").send_messages(ServiceBusMessage("a", message_id=mid))
         (m,) = drain(client, "q")
     assert m.message_id == mid
+
+
+def test_a_full_entity_refuses_more_with_quota_exceeded(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    from azure.servicebus.exceptions import ServiceBusQuotaExceededError
+
+    sb = servicebus_emulator(QueueSpec("q", max_size_in_megabytes=1))
+    with client_for(sb, retry_total=0) as client, client.get_queue_sender("q") as sender:
+        for _ in range(5):  # 1,000,000 bytes of bodies: fits in 1 MiB
+            sender.send_messages(ServiceBusMessage(b"x" * 200_000))
+        with pytest.raises(ServiceBusQuotaExceededError):
+            sender.send_messages(ServiceBusMessage(b"x" * 200_000))
