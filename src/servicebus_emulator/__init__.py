@@ -5,7 +5,27 @@ Apache Qpid Proton, plain TCP on loopback, reached with an emulator connection s
 (``UseDevelopmentEmulator=true``). See this package's README for what it implements.
 """
 
-from servicebus_emulator.entities import QueueSpec, load_entities
+from servicebus_emulator.entities import QueueSpec, SubscriptionSpec, TopicSpec, load_entities
+from servicebus_emulator.filters import (
+    CorrelationFilter,
+    FalseFilter,
+    RuleSpec,
+    SqlAction,
+    SqlFilter,
+    TrueFilter,
+)
 from servicebus_emulator.server import Emulator
 
-__all__ = ["Emulator", "QueueSpec", "load_entities"]
+__all__ = [
+    "CorrelationFilter",
+    "Emulator",
+    "FalseFilter",
+    "QueueSpec",
+    "RuleSpec",
+    "SqlAction",
+    "SqlFilter",
+    "SubscriptionSpec",
+    "TopicSpec",
+    "TrueFilter",
+    "load_entities",
+]

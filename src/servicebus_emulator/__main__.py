@@ -3,6 +3,7 @@
     python -m servicebus_emulator [--port 5672] [--config entities.yaml] [--auto-create]
                                   [--control-port 0]
     python -m servicebus_emulator fault --control URL ACTION [ENTITY] [--seconds S]
+                                        [--partition P]
 
 The first form prints the connection string and the control URL, then serves until
 interrupted (Ctrl-C or SIGTERM). The second talks to a running emulator's control URL.
@@ -18,7 +19,7 @@ import threading
 from collections.abc import Sequence
 
 from servicebus_emulator.control import ACTIONS, ControlServer, send_fault
-from servicebus_emulator.entities import EntityConfigError, load_entities
+from servicebus_emulator.entities import EntityConfigError, NamespaceSpec, load_entities
 from servicebus_emulator.server import Emulator
 
 
@@ -26,14 +27,14 @@ def _serve(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m servicebus_emulator")
     parser.add_argument("--port", type=int, default=5672, help="AMQP port; 0 picks a free one")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--config", help="YAML file declaring the queues")
+    parser.add_argument("--config", help="YAML file declaring the queues and topics")
     parser.add_argument("--auto-create", action="store_true", help="create unknown queues on use")
     parser.add_argument("--control-port", type=int, default=0, help="fault endpoint port")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
-        queues = load_entities(args.config).queues if args.config else []
+        declared = load_entities(args.config) if args.config else NamespaceSpec()
     except (OSError, EntityConfigError) as exc:
         print(f"servicebus_emulator: {exc}", file=sys.stderr)
         return 2
@@ -41,7 +42,11 @@ def _serve(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     with Emulator(
-        queues=queues, port=args.port, host=args.host, auto_create=args.auto_create
+        queues=declared.queues,
+        topics=declared.topics,
+        port=args.port,
+        host=args.host,
+        auto_create=args.auto_create,
     ) as sb:
         control = ControlServer(sb, args.control_port).start()
         print(f"connection string: {sb.connection_string}", flush=True)
@@ -60,9 +65,10 @@ def _fault(argv: Sequence[str]) -> int:
     parser.add_argument("action", choices=ACTIONS)
     parser.add_argument("entity", nargs="?", default="*", help="queue name (default: all)")
     parser.add_argument("--seconds", type=float, default=0.0, help="delay, for 'slow'")
+    parser.add_argument("--partition", type=int, help="partition, for 'partition-down/up'")
     args = parser.parse_args(argv)
     try:
-        send_fault(args.control, args.action, args.entity, args.seconds)
+        send_fault(args.control, args.action, args.entity, args.seconds, args.partition)
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"servicebus_emulator fault: {exc}", file=sys.stderr)
         return 1

@@ -212,9 +212,9 @@ class AmqpHandler:
                 link.flow(SEND_CREDIT)
                 return
             link.state_info = LinkState("in", entity)
-            error = self._entity_error(entity)
+            error = self._entity_error(entity, sending=True)
             if error is None:
-                spec = self.broker.entity(entity).spec
+                spec = self.broker.send_target(entity).spec
                 link.max_message_size = spec.max_message_bytes
                 link.properties = {
                     symbol("com.microsoft:max-message-batch-size"): ulong(spec.max_message_bytes)
@@ -267,9 +267,12 @@ class AmqpHandler:
         link.open()
         self.out_links.add(link)
 
-    def _entity_error(self, entity: str) -> BrokerError | None:
+    def _entity_error(self, entity: str, sending: bool = False) -> BrokerError | None:
         try:
-            self.broker.entity(entity)
+            if sending:
+                self.broker.send_target(entity)
+            else:
+                self.broker.entity(entity)
         except BrokerError as exc:
             return exc
         return None
@@ -340,14 +343,16 @@ class AmqpHandler:
     def _accept_send(self, state: LinkState, delivery: Any, payload: bytes) -> None:
         try:
             messages = _parse_transfer(payload)
-            self.broker.send(state.entity, messages)
+            touched: set[str] = set()
+            self.broker.send(state.entity, messages, touched)
         except BrokerError as exc:
             _reject(delivery, exc.condition, exc.description)
         except MessageFormatError as exc:
             _reject(delivery, "amqp:decode-error", str(exc))
         else:
             delivery.update(Delivery.ACCEPTED)
-            self.wake(state.entity)
+            for path in touched:
+                self.wake(path)
         delivery.settle()
 
     def wake(self, entity: str) -> None:

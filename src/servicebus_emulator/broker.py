@@ -11,15 +11,30 @@ import heapq
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servicebus_emulator.codec import ParsedMessage, replace_application_properties
-from servicebus_emulator.entities import QueueSpec
+from servicebus_emulator.entities import QueueSpec, SubscriptionSpec, TopicSpec
+from servicebus_emulator.filters import (
+    DEFAULT_RULE,
+    Action,
+    FilterSyntaxError,
+    MessageView,
+    Predicate,
+    RuleSpec,
+    compile_action,
+    compile_filter,
+)
 
 PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 DLQ_SUFFIX = "/$DeadLetterQueue"
+SUBSCRIPTIONS = "/Subscriptions/"
+PARTITION_COUNT = 16
+PARTITION_SHIFT = 48  # a partitioned entity's sequence number: partition id in the top bits
+MAX_FORWARD_HOPS = 4
 PEEK_MAX_COUNT = 250
 MAX_DATETIME_MS = 253_402_300_800_000  # DateTime.MaxValue, rounded up, in epoch ms
 PEEK_MAX_BYTES = 256 * 1024
@@ -39,6 +54,7 @@ SERVER_BUSY = "com.microsoft:server-busy"
 ENTITY_DISABLED = "com.microsoft:entity-disabled"
 TIMEOUT = "com.microsoft:timeout"
 ARGUMENT_ERROR = "com.microsoft:argument-error"
+ALREADY_EXISTS = "com.microsoft:entity-already-exists"
 
 
 class BrokerError(Exception):
@@ -93,21 +109,65 @@ class Faults:
     unavailable: bool = False
     busy: bool = False
     delay_s: float = 0.0
+    partitions_down: set[int] = field(default_factory=set)
 
     def any(self) -> bool:
-        return self.unavailable or self.busy or self.delay_s > 0
+        return self.unavailable or self.busy or self.delay_s > 0 or bool(self.partitions_down)
+
+
+def partition_of(seq: int) -> int:
+    """The partition a sequence number belongs to (0 for unpartitioned entities)."""
+    return seq >> PARTITION_SHIFT
+
+
+def partition_for_key(key: str) -> int:
+    """The partition a partition key maps to: stable across runs and processes."""
+    return zlib.crc32(key.encode("utf-8")) % PARTITION_COUNT
+
+
+class SequenceSource:
+    """Sequence numbers of an entity: one counter per partition.
+
+    Unpartitioned entities count 1, 2, 3…; partitioned ones put the partition id in the
+    top 16 bits, as the service does, so numbers are unique across partitions and a
+    peek by sequence number walks one partition after another.
+    """
+
+    def __init__(self, partitioned: bool) -> None:
+        self.partitioned = partitioned
+        self.counters = [1] * (PARTITION_COUNT if partitioned else 1)
+        self.round_robin = 0
+
+    def next(self, partition: int) -> int:
+        local = self.counters[partition]
+        self.counters[partition] += 1
+        return (partition << PARTITION_SHIFT) | local if self.partitioned else local
 
 
 class Entity:
-    """A queue or a dead-letter queue: its store and its rules."""
+    """A queue, a subscription or a dead-letter queue: its store and its rules."""
 
-    def __init__(self, spec: QueueSpec, path: str, dead_letter: bool = False) -> None:
+    def __init__(
+        self,
+        spec: QueueSpec,
+        path: str,
+        dead_letter: bool = False,
+        subscription: SubscriptionSpec | None = None,
+        topic: Topic | None = None,
+    ) -> None:
         self.spec = spec
         self.path = path
         self.is_dead_letter = dead_letter
+        self.subscription = subscription
+        self.topic = topic
+        self.rules: list[CompiledRule] = []
         self.messages: dict[int, StoredMessage] = {}
-        self.next_seq = 1
+        self.sequence = SequenceSource(spec.enable_partitioning and not dead_letter)
         self.size_bytes = 0
+        self.partition_bytes = [0] * PARTITION_COUNT
+        self.created_ms = now_ms()
+        self.updated_ms = self.created_ms
+        self.accessed_ms = self.created_ms
         # available messages by session id (None for a session-less entity): seq heaps
         self.available: dict[str | None, list[int]] = {}
         self.scheduled: list[tuple[int, int]] = []  # (due ms, seq)
@@ -118,6 +178,14 @@ class Entity:
         self.dlq: Entity | None = (
             None if dead_letter else Entity(spec, path + DLQ_SUFFIX, dead_letter=True)
         )
+
+    @property
+    def partitioned(self) -> bool:
+        return self.sequence.partitioned
+
+    def partition_quota_bytes(self) -> int:
+        """Each partition holds up to the entity's declared size (seed 001)."""
+        return self.spec.max_size_in_megabytes * 1024 * 1024
 
     @property
     def requires_session(self) -> bool:
@@ -139,9 +207,11 @@ class Entity:
         ttl_ms: int | None,
         dead_letter_source: str | None = None,
         delivery_count: int = 0,
+        seq: int | None = None,
+        partition: int = 0,
     ) -> StoredMessage:
-        seq = self.next_seq
-        self.next_seq += 1
+        if seq is None:
+            seq = self.sequence.next(partition if self.partitioned else 0)
         visible_from = scheduled_ms if scheduled_ms and scheduled_ms > now else now
         msg = StoredMessage(
             seq=seq,
@@ -155,6 +225,7 @@ class Entity:
         )
         self.messages[seq] = msg
         self.size_bytes += size
+        self.partition_bytes[partition_of(seq) % PARTITION_COUNT] += size
         if scheduled_ms is not None and scheduled_ms > now:
             msg.state = SCHEDULED
             msg.scheduled_ms = scheduled_ms
@@ -166,6 +237,7 @@ class Entity:
     def remove(self, msg: StoredMessage) -> None:
         if self.messages.pop(msg.seq, None) is not None:
             self.size_bytes -= msg.size
+            self.partition_bytes[partition_of(msg.seq) % PARTITION_COUNT] -= msg.size
         if msg.lock_token is not None:
             self.locks.pop(msg.lock_token, None)
             msg.lock_token = None
@@ -190,16 +262,114 @@ class Entity:
         return msg.seq in self.messages and msg.state == ACTIVE and msg.lock_token is None
 
 
+@dataclass
+class CompiledRule:
+    """A subscription rule, ready to evaluate."""
+
+    spec: RuleSpec
+    predicate: Predicate
+    action: Action | None
+    created_ms: int = field(default_factory=lambda: now_ms())
+
+
+def compile_rule(spec: RuleSpec) -> CompiledRule:
+    """Compiles a rule's filter and action.
+
+    Raises:
+        BrokerError: the SQL does not parse (the service's argument error).
+    """
+    try:
+        action = compile_action(spec.action) if spec.action is not None else None
+        return CompiledRule(spec, compile_filter(spec.filter), action)
+    except FilterSyntaxError as exc:
+        raise BrokerError(ARGUMENT_ERROR, str(exc)) from None
+
+
+class Topic:
+    """A topic: its subscriptions, its sequence numbers and duplicate detection."""
+
+    def __init__(self, spec: TopicSpec) -> None:
+        self.spec = spec
+        self.path = spec.name
+        self.subscriptions: dict[str, Entity] = {}
+        self.sequence = SequenceSource(spec.enable_partitioning)
+        self.dedup: dict[Any, int] = {}
+        self.created_ms = now_ms()
+        self.updated_ms = self.created_ms
+        self.accessed_ms = self.created_ms
+
+    @property
+    def partitioned(self) -> bool:
+        return self.sequence.partitioned
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self.subscriptions.values())
+
+    def partition_quota_bytes(self) -> int:
+        return self.spec.max_size_in_megabytes * 1024 * 1024
+
+
+def subscription_queue_spec(topic: TopicSpec, sub: SubscriptionSpec) -> QueueSpec:
+    """How a subscription behaves as a store: its own settings within its topic's limits."""
+    ttls = [
+        t
+        for t in (topic.default_message_time_to_live, sub.default_message_time_to_live)
+        if t is not None
+    ]
+    return QueueSpec(
+        name=f"{topic.name}{SUBSCRIPTIONS}{sub.name}",
+        lock_duration=sub.lock_duration,
+        max_delivery_count=sub.max_delivery_count,
+        default_message_time_to_live=min(ttls) if ttls else None,
+        dead_lettering_on_message_expiration=sub.dead_lettering_on_message_expiration,
+        requires_session=sub.requires_session,
+        max_size_in_megabytes=topic.max_size_in_megabytes,
+        max_message_size_in_kilobytes=topic.max_message_size_in_kilobytes,
+        enable_partitioning=topic.enable_partitioning,
+        forward_to=sub.forward_to,
+        forward_dead_lettered_messages_to=sub.forward_dead_lettered_messages_to,
+    )
+
+
+def _conflict(name: str) -> BrokerError:
+    return BrokerError(ALREADY_EXISTS, f"The messaging entity '{name}' already exists.")
+
+
+def _not_found(name: str) -> BrokerError:
+    return BrokerError(NOT_FOUND, f"The messaging entity '{name}' could not be found.")
+
+
+def _with_properties(parsed: ParsedMessage, props: dict[Any, Any]) -> ParsedMessage:
+    return ParsedMessage(
+        bare=replace_application_properties(parsed.bare, props),
+        header=parsed.header,
+        annotations=parsed.annotations,
+        properties=parsed.properties,
+        application_properties=props,
+        body_size=parsed.body_size,
+    )
+
+
 class Broker:
     """All entities of one namespace and the operations on them."""
 
-    def __init__(self, queues: Iterable[QueueSpec] = (), auto_create: bool = False) -> None:
+    def __init__(
+        self,
+        queues: Iterable[QueueSpec] = (),
+        auto_create: bool = False,
+        topics: Iterable[TopicSpec] = (),
+    ) -> None:
         self.lock = threading.RLock()
         self.auto_create = auto_create
-        self.entities: dict[str, Entity] = {}
+        self.entities: dict[str, Entity] = {}  # queues by lower-case name
+        self.topics: dict[str, Topic] = {}
         self.faults: dict[str, Faults] = {}
+        self.created_ms = now_ms()
         for spec in queues:
             self.declare(spec)
+        for topic in topics:
+            self.declare_topic(topic)
 
     # ---------------------------------------------------------------- entities
 
@@ -207,33 +377,194 @@ class Broker:
         """Adds a queue (replacing nothing: declaring twice is an error)."""
         with self.lock:
             key = spec.name.lower()
-            if key in self.entities:
-                raise BrokerError("com.microsoft:entity-already-exists", f"{spec.name} exists")
+            if key in self.entities or key in self.topics:
+                raise _conflict(spec.name)
             entity = Entity(spec, spec.name)
             self.entities[key] = entity
             return entity
 
+    def declare_topic(self, spec: TopicSpec) -> Topic:
+        """Adds a topic with the subscriptions its spec lists."""
+        with self.lock:
+            key = spec.name.lower()
+            if key in self.entities or key in self.topics:
+                raise _conflict(spec.name)
+            topic = Topic(replace(spec, subscriptions=()))
+            self.topics[key] = topic
+            for sub in spec.subscriptions:
+                self.declare_subscription(spec.name, sub)
+            return topic
+
+    def declare_subscription(self, topic_name: str, spec: SubscriptionSpec) -> Entity:
+        """Adds a subscription; without rules it gets the default true-filter rule."""
+        with self.lock:
+            topic = self.topic(topic_name)
+            key = spec.name.lower()
+            if key in topic.subscriptions:
+                raise _conflict(f"{topic.path}{SUBSCRIPTIONS}{spec.name}")
+            rules = spec.rules or (RuleSpec(DEFAULT_RULE),)
+            compiled = [compile_rule(r) for r in rules]
+            stored = replace(spec, rules=())
+            qspec = subscription_queue_spec(topic.spec, stored)
+            entity = Entity(qspec, qspec.name, subscription=stored, topic=topic)
+            entity.rules = compiled
+            topic.subscriptions[key] = entity
+            return entity
+
+    def topic(self, name: str) -> Topic:
+        with self.lock:
+            topic = self.topics.get(name.lower())
+            if topic is None:
+                raise _not_found(name)
+            return topic
+
+    def subscription(self, topic_name: str, name: str) -> Entity:
+        with self.lock:
+            topic = self.topic(topic_name)
+            entity = topic.subscriptions.get(name.lower())
+            if entity is None:
+                raise _not_found(f"{topic.path}{SUBSCRIPTIONS}{name}")
+            return entity
+
+    def update_queue(self, spec: QueueSpec) -> Entity:
+        """Replaces a queue's settings (partitioning cannot change, as in the service)."""
+        with self.lock:
+            entity = self.entity(spec.name)
+            if spec.enable_partitioning != entity.spec.enable_partitioning:
+                raise BrokerError(
+                    NOT_ALLOWED, "Partitioning cannot be changed on an existing entity."
+                )
+            spec = replace(spec, name=entity.path)
+            entity.spec = spec
+            if entity.dlq is not None:
+                entity.dlq.spec = spec
+            entity.updated_ms = now_ms()
+            return entity
+
+    def update_topic(self, spec: TopicSpec) -> Topic:
+        with self.lock:
+            topic = self.topic(spec.name)
+            if spec.enable_partitioning != topic.spec.enable_partitioning:
+                raise BrokerError(
+                    NOT_ALLOWED, "Partitioning cannot be changed on an existing entity."
+                )
+            topic.spec = replace(spec, name=topic.path, subscriptions=())
+            topic.updated_ms = now_ms()
+            for sub in topic.subscriptions.values():
+                assert sub.subscription is not None
+                self._respec_subscription(topic, sub, sub.subscription)
+            return topic
+
+    def update_subscription(self, topic_name: str, spec: SubscriptionSpec) -> Entity:
+        with self.lock:
+            topic = self.topic(topic_name)
+            sub = self.subscription(topic_name, spec.name)
+            assert sub.subscription is not None
+            self._respec_subscription(topic, sub, replace(spec, name=sub.subscription.name))
+            sub.updated_ms = now_ms()
+            return sub
+
+    @staticmethod
+    def _respec_subscription(topic: Topic, sub: Entity, spec: SubscriptionSpec) -> None:
+        sub.subscription = replace(spec, rules=())
+        sub.spec = subscription_queue_spec(topic.spec, sub.subscription)
+        if sub.dlq is not None:
+            sub.dlq.spec = sub.spec
+
+    def delete_queue(self, name: str) -> None:
+        with self.lock:
+            if self.entities.pop(name.lower(), None) is None:
+                raise _not_found(name)
+
+    def delete_topic(self, name: str) -> None:
+        with self.lock:
+            if self.topics.pop(name.lower(), None) is None:
+                raise _not_found(name)
+
+    def delete_subscription(self, topic_name: str, name: str) -> None:
+        with self.lock:
+            topic = self.topic(topic_name)
+            if topic.subscriptions.pop(name.lower(), None) is None:
+                raise _not_found(f"{topic.path}{SUBSCRIPTIONS}{name}")
+
+    def rules(self, topic_name: str, sub_name: str) -> list[CompiledRule]:
+        with self.lock:
+            return list(self.subscription(topic_name, sub_name).rules)
+
+    def add_rule(self, topic_name: str, sub_name: str, rule: RuleSpec) -> CompiledRule:
+        with self.lock:
+            sub = self.subscription(topic_name, sub_name)
+            if any(r.spec.name.lower() == rule.name.lower() for r in sub.rules):
+                raise _conflict(rule.name)
+            compiled = compile_rule(rule)
+            sub.rules.append(compiled)
+            return compiled
+
+    def update_rule(self, topic_name: str, sub_name: str, rule: RuleSpec) -> CompiledRule:
+        with self.lock:
+            sub = self.subscription(topic_name, sub_name)
+            for i, existing in enumerate(sub.rules):
+                if existing.spec.name.lower() == rule.name.lower():
+                    compiled = compile_rule(replace(rule, name=existing.spec.name))
+                    compiled.created_ms = existing.created_ms
+                    sub.rules[i] = compiled
+                    return compiled
+            raise _not_found(rule.name)
+
+    def remove_rule(self, topic_name: str, sub_name: str, rule_name: str) -> None:
+        with self.lock:
+            sub = self.subscription(topic_name, sub_name)
+            kept = [r for r in sub.rules if r.spec.name.lower() != rule_name.lower()]
+            if len(kept) == len(sub.rules):
+                raise _not_found(rule_name)
+            sub.rules = kept
+
     def entity(self, path: str) -> Entity:
-        """The entity (or dead-letter queue) at ``path``.
+        """The queue, subscription or dead-letter queue at ``path``.
 
         Raises:
-            BrokerError: not found (unless auto-create is on for a plain name).
+            BrokerError: not found (unless auto-create is on for a plain queue name).
         """
         with self.lock:
             base, dead = path, False
             if path.lower().endswith(DLQ_SUFFIX.lower()):
                 base, dead = path[: -len(DLQ_SUFFIX)], True
-            entity = self.entities.get(base.lower())
-            if entity is None and self.auto_create:
+            entity = self._subscription_at(base) or self.entities.get(base.lower())
+            if entity is None and self.auto_create and base.lower() not in self.topics:
                 entity = self.declare(QueueSpec(name=base))
             if entity is None:
-                raise BrokerError(NOT_FOUND, f"The messaging entity '{base}' could not be found.")
+                raise _not_found(base)
             if dead:
                 assert entity.dlq is not None
                 return entity.dlq
             return entity
 
-    # ---------------------------------------------------------------- faults
+    def _subscription_at(self, base: str) -> Entity | None:
+        lowered = base.lower()
+        cut = lowered.find(SUBSCRIPTIONS.lower())
+        if cut < 0:
+            return None
+        topic = self.topics.get(lowered[:cut])
+        if topic is None:
+            return None
+        return topic.subscriptions.get(lowered[cut + len(SUBSCRIPTIONS) :])
+
+    def send_target(self, path: str) -> Entity | Topic:
+        """Where a sender's messages go: a queue or a topic.
+
+        Raises:
+            BrokerError: not found, or not something one sends to.
+        """
+        with self.lock:
+            topic = self.topics.get(path.lower())
+            if topic is not None:
+                return topic
+            entity = self.entity(path)
+            if entity.topic is not None or entity.is_dead_letter:
+                raise BrokerError(
+                    NOT_ALLOWED, f"Cannot send to '{path}': it is not a queue or a topic."
+                )
+            return entity
 
     def set_fault(
         self,
@@ -242,10 +573,23 @@ class Broker:
         unavailable: bool | None = None,
         busy: bool | None = None,
         delay_s: float | None = None,
+        partition: int | None = None,
     ) -> None:
-        """Injects faults on ``path`` (an entity name, or ``*`` for all)."""
+        """Injects faults on ``path`` (an entity name, or ``*`` for all).
+
+        With ``partition``, ``unavailable`` applies to that partition of a partitioned
+        entity only: keyed sends to it fail, keyless sends go to another partition.
+        """
         with self.lock:
             f = self.faults.setdefault(path.lower(), Faults())
+            if partition is not None:
+                if not 0 <= partition < PARTITION_COUNT:
+                    raise BrokerError(ARGUMENT_ERROR, f"no partition {partition}")
+                if unavailable:
+                    f.partitions_down.add(partition)
+                else:
+                    f.partitions_down.discard(partition)
+                return
             if unavailable is not None:
                 f.unavailable = unavailable
             if busy is not None:
@@ -267,6 +611,7 @@ class Broker:
                     out.unavailable |= f.unavailable
                     out.busy |= f.busy
                     out.delay_s = max(out.delay_s, f.delay_s)
+                    out.partitions_down |= f.partitions_down
             return out
 
     def check_faults(self, path: str) -> None:
@@ -279,82 +624,257 @@ class Broker:
                 SERVER_BUSY, "The request was terminated because the entity is being throttled."
             )
 
+    # ---------------------------------------------------------------- partitions
+
+    @staticmethod
+    def partition_key(target: Entity | Topic, parsed: ParsedMessage) -> str | None:
+        """The key that pins a message to a partition (seed 001): SessionId, else
+        PartitionKey, else MessageId when the entity detects duplicates, else none.
+
+        Raises:
+            BrokerError: PartitionKey and SessionId both set and different.
+        """
+        session = parsed.session_id
+        key = parsed.annotation("x-opt-partition-key")
+        key = None if key is None else str(key)
+        if session is not None and key is not None and key != session:
+            raise BrokerError(
+                NOT_ALLOWED,
+                f"The PartitionKey '{key}' of the message differs from its SessionId "
+                f"'{session}'. PartitionKey must be the same as SessionId when both are set.",
+            )
+        if session is not None:
+            return session
+        if key is not None:
+            return key
+        if target.spec.requires_duplicate_detection and parsed.message_id is not None:
+            return str(parsed.message_id)
+        return None
+
+    def _choose_partition(
+        self, target: Entity | Topic, keys: set[str | None], faults: Faults
+    ) -> int:
+        """The partition one transfer goes to.
+
+        Raises:
+            BrokerError: messages with different keys in one batch, or the key's
+                partition is unavailable.
+        """
+        if not target.partitioned:
+            return 0
+        if len(keys) > 1:
+            detail = (
+                "SessionId, PartitionKey, or MessageId"
+                if target.spec.requires_duplicate_detection
+                else "SessionId or PartitionKey"
+            )
+            raise BrokerError(
+                NOT_ALLOWED,
+                f"Batching brokered messages with distinct {detail} is not supported for an "
+                "entity with partitioning enabled.",
+            )
+        key = next(iter(keys), None)
+        if key is not None:
+            partition = partition_for_key(key)
+            if partition in faults.partitions_down:
+                raise BrokerError(
+                    TIMEOUT,
+                    f"Partition {partition} of '{target.path}' is unavailable; the operation "
+                    "did not complete within the allotted time.",
+                )
+            return partition
+        source = target.sequence
+        for _ in range(PARTITION_COUNT):
+            partition = source.round_robin % PARTITION_COUNT
+            source.round_robin += 1
+            if partition not in faults.partitions_down:
+                return partition
+        raise BrokerError(TIMEOUT, f"No partition of '{target.path}' is available.")
+
     # ---------------------------------------------------------------- send
 
-    def send(self, path: str, messages: list[tuple[ParsedMessage, int]]) -> list[int]:
+    def send(
+        self,
+        path: str,
+        messages: list[tuple[ParsedMessage, int]],
+        touched: set[str] | None = None,
+    ) -> list[int]:
         """Enqueues messages (one transfer: all or nothing). Returns sequence numbers
-        (0 for pings and detected duplicates, which are accepted but not stored)."""
+        (0 for pings and detected duplicates, which are accepted but not stored).
+
+        ``touched`` collects the paths of the queues and subscriptions that received
+        a message, so the caller can wake their receivers.
+        """
         with self.lock:
-            entity = self.entity(path)
+            target = self.send_target(path)
             self.check_faults(path)
             now = now_ms()
-            spec = entity.spec
+            spec = target.spec
             for parsed, size in messages:
                 if size > spec.max_message_bytes:
                     raise BrokerError(
                         SIZE_EXCEEDED,
                         f"The received message (size {size} bytes) exceeds the limit "
-                        f"({spec.max_message_bytes} bytes) of '{entity.path}'.",
+                        f"({spec.max_message_bytes} bytes) of '{target.path}'.",
                     )
                 if (
-                    entity.requires_session
+                    isinstance(target, Entity)
+                    and target.requires_session
                     and parsed.session_id is None
                     and parsed.content_type != PING_CONTENT_TYPE
                 ):
                     raise BrokerError(
                         NOT_ALLOWED,
                         f"The SessionId was not set on a message, and it cannot be sent to the "
-                        f"entity '{entity.path}'. Entities that have session support enabled can "
+                        f"entity '{target.path}'. Entities that have session support enabled can "
                         "only receive messages that have the SessionId set to a valid value.",
                     )
-            incoming = sum(size for _, size in messages)
-            if entity.size_bytes + incoming > spec.max_size_in_megabytes * 1024 * 1024:
-                raise BrokerError(QUOTA_EXCEEDED, f"The entity '{entity.path}' is full.")
-            seqs = []
-            for parsed, size in messages:
-                seqs.append(self._enqueue(entity, parsed, size, now))
-            return seqs
+            keys = {
+                self.partition_key(target, parsed)
+                for parsed, _ in messages
+                if parsed.content_type != PING_CONTENT_TYPE
+            }
+            partition = self._choose_partition(target, keys, self.fault_for(path))
+            self._check_quota(target, partition, sum(size for _, size in messages))
+            sink = touched if touched is not None else set()
+            return [
+                self._accept(target, parsed, size, now, partition, None, sink)
+                for parsed, size in messages
+            ]
 
-    def _enqueue(
+    @staticmethod
+    def _check_quota(target: Entity | Topic, partition: int, incoming: int) -> None:
+        if isinstance(target, Entity) and target.partitioned:
+            used = target.partition_bytes[partition]
+        else:
+            used = target.size_bytes
+        if used + incoming > target.partition_quota_bytes():
+            raise BrokerError(QUOTA_EXCEEDED, f"The entity '{target.path}' is full.")
+
+    def _duplicate(self, target: Entity | Topic, parsed: ParsedMessage, now: int) -> bool:
+        spec = target.spec
+        if not spec.requires_duplicate_detection or parsed.message_id is None:
+            return False
+        window = int(spec.duplicate_detection_history_window.total_seconds() * 1000)
+        seen = target.dedup.get(parsed.message_id)
+        if seen is not None and now - seen < window:
+            return True
+        target.dedup[parsed.message_id] = now
+        if len(target.dedup) > 10_000:
+            target.dedup = {k: v for k, v in target.dedup.items() if now - v < window}
+        return False
+
+    def _accept(
+        self,
+        target: Entity | Topic,
+        parsed: ParsedMessage,
+        size: int,
+        now: int,
+        partition: int,
+        scheduled: int | None,
+        touched: set[str],
+        hops: int = 0,
+    ) -> int:
+        """One message arriving at a queue or topic: pings, duplicates, fan-out."""
+        if parsed.content_type == PING_CONTENT_TYPE:
+            return 0  # accepted, never delivered
+        if self._duplicate(target, parsed, now):
+            return 0
+        target.accessed_ms = now
+        if isinstance(target, Entity):
+            return self._arrive(target, parsed, size, now, partition, scheduled, touched, hops)
+        seq = target.sequence.next(partition if target.partitioned else 0)
+        view = MessageView(parsed)
+        for sub in target.subscriptions.values():
+            for copy in self._route(sub, parsed, view):
+                copy_size = size + len(copy.bare) - len(parsed.bare)
+                self._arrive(sub, copy, copy_size, now, partition, scheduled, touched, hops, seq)
+        return seq
+
+    @staticmethod
+    def _route(sub: Entity, parsed: ParsedMessage, view: MessageView) -> list[ParsedMessage]:
+        """The copies a subscription gets: one if any rule without an action matches,
+        plus one per matching rule with an action (with ``RuleName`` set)."""
+        plain = False
+        copies: list[ParsedMessage] = []
+        for rule in sub.rules:
+            try:
+                matched = rule.predicate(view)
+            except Exception:  # a filter that fails on this message does not select it
+                matched = False
+            if not matched:
+                continue
+            if rule.action is None:
+                plain = True
+                continue
+            props = rule.action(view)
+            props["RuleName"] = rule.spec.name
+            copies.append(_with_properties(parsed, props))
+        return ([parsed] if plain else []) + copies
+
+    def _arrive(
         self,
         entity: Entity,
         parsed: ParsedMessage,
         size: int,
         now: int,
-        scheduled_override: int | None = None,
+        partition: int,
+        scheduled: int | None,
+        touched: set[str],
+        hops: int,
+        seq: int | None = None,
     ) -> int:
-        spec = entity.spec
-        if parsed.content_type == PING_CONTENT_TYPE:
-            return 0  # accepted, never delivered
-        if spec.requires_duplicate_detection and parsed.message_id is not None:
-            window = int(spec.duplicate_detection_history_window.total_seconds() * 1000)
-            seen = entity.dedup.get(parsed.message_id)
-            if seen is not None and now - seen < window:
-                return 0
-            entity.dedup[parsed.message_id] = now
-            if len(entity.dedup) > 10_000:
-                entity.dedup = {k: v for k, v in entity.dedup.items() if now - v < window}
-        ttl = _effective_ttl(parsed.ttl_ms, spec)
-        scheduled = scheduled_override
+        """Stores a message in a queue or subscription, or forwards it."""
+        forward = entity.spec.forward_to
+        if forward and hops < MAX_FORWARD_HOPS:
+            target = self._resolve_forward(forward)
+            if target is not None:
+                pid = self._choose_partition(
+                    target, {self.partition_key(target, parsed)}, self.fault_for(target.path)
+                )
+                return self._accept(target, parsed, size, now, pid, scheduled, touched, hops + 1)
+        if entity.requires_session and parsed.session_id is None:
+            return 0  # a subscription that requires sessions cannot hold it
         if scheduled is None:
             scheduled = _as_ms(parsed.annotation("x-opt-scheduled-enqueue-time"))
-        return entity.add(parsed, size, now, scheduled_ms=scheduled, ttl_ms=ttl).seq
+        ttl = _effective_ttl(parsed.ttl_ms, entity.spec)
+        msg = entity.add(
+            parsed, size, now, scheduled_ms=scheduled, ttl_ms=ttl, seq=seq, partition=partition
+        )
+        touched.add(entity.path)
+        return msg.seq
+
+    def _resolve_forward(self, name: str) -> Entity | Topic | None:
+        """The entity a forward-to setting names (a name or the service's full URL)."""
+        if "://" in name:
+            name = name.split("://", 1)[1].split("/", 1)[-1]
+        try:
+            return self.send_target(name)
+        except BrokerError:
+            return None
 
     def schedule(self, path: str, messages: list[tuple[ParsedMessage, int, int]]) -> list[int]:
         """Schedules messages (parsed, size, due ms); returns their sequence numbers."""
         with self.lock:
-            entity = self.entity(path)
+            target = self.send_target(path)
             self.check_faults(path)
             now = now_ms()
-            return [self._enqueue(entity, p, size, now, due) for p, size, due in messages]
+            faults = self.fault_for(path)
+            out = []
+            for parsed, size, due in messages:
+                pid = self._choose_partition(target, {self.partition_key(target, parsed)}, faults)
+                out.append(self._accept(target, parsed, size, now, pid, due, set()))
+            return out
 
     def cancel_scheduled(self, path: str, seqs: list[int]) -> None:
         with self.lock:
-            entity = self.entity(path)
-            for seq in seqs:
-                msg = entity.messages.get(seq)
-                if msg is not None and msg.state == SCHEDULED:
-                    entity.remove(msg)
+            target = self.send_target(path)
+            stores = list(target.subscriptions.values()) if isinstance(target, Topic) else [target]
+            for entity in stores:
+                for seq in seqs:
+                    msg = entity.messages.get(seq)
+                    if msg is not None and msg.state == SCHEDULED:
+                        entity.remove(msg)
 
     # ---------------------------------------------------------------- housekeeping
 
@@ -413,14 +933,15 @@ class Broker:
         if description is not None:
             props["DeadLetterErrorDescription"] = description
         props.update(extra or {})
-        parsed = ParsedMessage(
-            bare=replace_application_properties(msg.parsed.bare, props),
-            header=msg.parsed.header,
-            annotations=msg.parsed.annotations,
-            properties=msg.parsed.properties,
-            application_properties=props,
-            body_size=msg.parsed.body_size,
-        )
+        parsed = _with_properties(msg.parsed, props)
+        forward = entity.spec.forward_dead_lettered_messages_to
+        target = self._resolve_forward(forward) if forward else None
+        if target is not None:
+            pid = self._choose_partition(
+                target, {self.partition_key(target, parsed)}, self.fault_for(target.path)
+            )
+            self._accept(target, parsed, len(parsed.bare), now, pid, None, set(), 1)
+            return
         entity.dlq.add(
             parsed,
             len(parsed.bare),
@@ -547,8 +1068,15 @@ class Broker:
             out: list[StoredMessage] = []
             size = 0
             limit = min(count, PEEK_MAX_COUNT)
+            partition: int | None = None
             for seq in sorted(s for s in entity.messages if s >= from_seq):
                 msg = entity.messages[seq]
+                if entity.partitioned:
+                    # the service answers a peek from one partition at a time (seed 001)
+                    if partition is None:
+                        partition = partition_of(seq)
+                    elif partition_of(seq) != partition:
+                        break
                 if session_id is not None and msg.session_id != session_id:
                     continue
                 if (

@@ -1,8 +1,9 @@
 """A loopback HTTP endpoint that lets another process inject faults.
 
-``POST /faults`` with JSON ``{"action": A, "entity": E, "seconds": S}`` where A is one
-of ``unavailable``, ``available``, ``throttle``, ``unthrottle``, ``slow``, ``drop``
-(drop every connection) or ``clear``. Answers ``{"ok": true}`` or 400 with a reason.
+``POST /faults`` with JSON ``{"action": A, "entity": E, "seconds": S, "partition": P}``
+where A is one of ``unavailable``, ``available``, ``throttle``, ``unthrottle``, ``slow``,
+``drop`` (drop every connection), ``partition-down`` and ``partition-up`` (partition P of
+a partitioned entity) or ``clear``. Answers ``{"ok": true}`` or 400 with a reason.
 """
 
 from __future__ import annotations
@@ -13,19 +14,41 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from servicebus_emulator.broker import BrokerError
+
 if TYPE_CHECKING:
     from servicebus_emulator.server import Emulator
 
-ACTIONS = ("unavailable", "available", "throttle", "unthrottle", "slow", "drop", "clear")
+ACTIONS = (
+    "unavailable",
+    "available",
+    "throttle",
+    "unthrottle",
+    "slow",
+    "drop",
+    "partition-down",
+    "partition-up",
+    "clear",
+)
 
 
-def apply_fault(emulator: Emulator, action: str, entity: str = "*", seconds: float = 0.0) -> None:
+def apply_fault(
+    emulator: Emulator,
+    action: str,
+    entity: str = "*",
+    seconds: float = 0.0,
+    partition: int | None = None,
+) -> None:
     """Applies one fault action (see the module docstring).
 
     Raises:
-        ValueError: an unknown action.
+        ValueError: an unknown action, or a partition action without a partition.
     """
-    if action == "unavailable":
+    if action in ("partition-down", "partition-up"):
+        if partition is None:
+            raise ValueError(f"{action} needs a partition number")
+        emulator.make_partition_unavailable(entity, partition, action == "partition-down")
+    elif action == "unavailable":
         emulator.make_unavailable(entity)
     elif action == "available":
         emulator.make_unavailable(entity, unavailable=False)
@@ -81,8 +104,9 @@ def _handler_for(emulator: Emulator) -> type[BaseHTTPRequestHandler]:
                     str(body.get("action")),
                     str(body.get("entity") or "*"),
                     float(body.get("seconds") or 0.0),
+                    None if body.get("partition") is None else int(body["partition"]),
                 )
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, BrokerError) as exc:
                 self._answer(400, {"ok": False, "error": str(exc)})
                 return
             self._answer(200, {"ok": True})
@@ -101,7 +125,13 @@ def _handler_for(emulator: Emulator) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def send_fault(url: str, action: str, entity: str = "*", seconds: float = 0.0) -> None:
+def send_fault(
+    url: str,
+    action: str,
+    entity: str = "*",
+    seconds: float = 0.0,
+    partition: int | None = None,
+) -> None:
     """Asks a running emulator's control endpoint to apply a fault.
 
     Raises:
@@ -109,7 +139,8 @@ def send_fault(url: str, action: str, entity: str = "*", seconds: float = 0.0) -
     """
     if not url.startswith("http://127.0.0.1:") and not url.startswith("http://localhost:"):
         raise ValueError("the control endpoint is only served on loopback")
-    data = json.dumps({"action": action, "entity": entity, "seconds": seconds}).encode()
+    payload = {"action": action, "entity": entity, "seconds": seconds, "partition": partition}
+    data = json.dumps(payload).encode()
     request = urllib.request.Request(  # noqa: S310 (loopback http only, checked above)
         url.rstrip("/") + "/faults", data=data, headers={"Content-Type": "application/json"}
     )

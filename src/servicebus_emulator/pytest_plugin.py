@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from servicebus_emulator.entities import QueueSpec
+from servicebus_emulator.entities import QueueSpec, TopicSpec
 from servicebus_emulator.server import Emulator
 
 EmulatorFactory = Callable[..., Emulator]
@@ -17,12 +17,15 @@ EmulatorFactory = Callable[..., Emulator]
 
 @pytest.fixture
 def servicebus_emulator() -> Iterator[EmulatorFactory]:
-    """A factory: ``servicebus_emulator(QueueSpec("q"), ...)`` starts a fresh local
-    Service Bus with those queues; every one started is stopped after the test."""
+    """A factory: ``servicebus_emulator(QueueSpec("q"), TopicSpec("t", …), ...)`` starts
+    a fresh local Service Bus with those entities; every one started is stopped after
+    the test. Keyword arguments go to :class:`Emulator`."""
     started: list[Emulator] = []
 
-    def start(*queues: QueueSpec, auto_create: bool = False) -> Emulator:
-        emulator = Emulator(queues=queues, auto_create=auto_create).start()
+    def start(*entities: QueueSpec | TopicSpec, **kwargs: object) -> Emulator:
+        queues = [e for e in entities if isinstance(e, QueueSpec)]
+        topics = [e for e in entities if isinstance(e, TopicSpec)]
+        emulator = Emulator(queues=queues, topics=topics, **kwargs).start()  # type: ignore[arg-type]
         started.append(emulator)
         return emulator
 

@@ -12,7 +12,7 @@ from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from servicebus_emulator.amqp import AmqpHandler
 from servicebus_emulator.broker import Broker
-from servicebus_emulator.entities import QueueSpec
+from servicebus_emulator.entities import QueueSpec, TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ class Emulator:
 
     Args:
         queues: the queues that exist from the start.
+        topics: the topics (with their subscriptions and rules) that exist from the start.
         port: the AMQP port; 0 picks a free one.
         host: the address to listen on (loopback by default).
         auto_create: create unknown queues on first use instead of failing like the
@@ -49,10 +50,11 @@ class Emulator:
         port: int = 0,
         host: str = "127.0.0.1",
         auto_create: bool = False,
+        topics: Iterable[TopicSpec] = (),
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
-        self.broker = Broker(queues, auto_create=auto_create)
+        self.broker = Broker(queues, auto_create=auto_create, topics=topics)
         self.handler = AmqpHandler(self.broker, host)
         self._injector = EventInjector()
         self._thread: threading.Thread | None = None
@@ -122,6 +124,13 @@ class Emulator:
     def slow_down(self, seconds: float, entity: str = "*") -> None:
         """Delays replies by ``seconds``."""
         self.broker.set_fault(entity, delay_s=seconds)
+
+    def make_partition_unavailable(
+        self, entity: str, partition: int, unavailable: bool = True
+    ) -> None:
+        """One partition of a partitioned entity fails: keyed sends to it fail (the
+        service's timeout), keyless sends go to another partition."""
+        self.broker.set_fault(entity, unavailable=unavailable, partition=partition)
 
     def drop_connections(self) -> None:
         """Drops every open connection now."""
