@@ -1,12 +1,12 @@
 """``python -m servicebus_emulator``: run the local Service Bus, or inject a fault.
 
     python -m servicebus_emulator [--port 5672] [--config entities.yaml] [--auto-create]
-                                  [--control-port 0]
+                                  [--control-port 0] [--admin-port 0]
     python -m servicebus_emulator fault --control URL ACTION [ENTITY] [--seconds S]
                                         [--partition P]
 
-The first form prints the connection string and the control URL, then serves until
-interrupted (Ctrl-C or SIGTERM). The second talks to a running emulator's control URL.
+The first form prints the connection string, the management API's connection string
+and CA bundle, and the control URL, then serves until interrupted (Ctrl-C or SIGTERM). The second talks to a running emulator's control URL.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ def _serve(argv: Sequence[str]) -> int:
     parser.add_argument("--config", help="YAML file declaring the queues and topics")
     parser.add_argument("--auto-create", action="store_true", help="create unknown queues on use")
     parser.add_argument("--control-port", type=int, default=0, help="fault endpoint port")
+    parser.add_argument(
+        "--admin-port", type=int, default=0, help="HTTPS management API port; 0 picks a free one"
+    )
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
@@ -47,10 +50,14 @@ def _serve(argv: Sequence[str]) -> int:
         port=args.port,
         host=args.host,
         auto_create=args.auto_create,
+        admin_port=args.admin_port,
     ) as sb:
         control = ControlServer(sb, args.control_port).start()
         print(f"connection string: {sb.connection_string}", flush=True)
         print(f"port: {sb.port}", flush=True)
+        print(f"admin connection string: {sb.admin_connection_string}", flush=True)
+        print(f"admin port: {sb.admin_port}", flush=True)
+        print(f"ca bundle: {sb.ca_bundle}", flush=True)
         print(f"control: {control.url}", flush=True)
         try:
             stop.wait()

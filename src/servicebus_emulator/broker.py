@@ -614,6 +614,21 @@ class Broker:
                     out.partitions_down |= f.partitions_down
             return out
 
+    @staticmethod
+    def check_status(target: Entity | Topic, sending: bool) -> None:
+        """Raises entity-disabled when the entity's status refuses the operation."""
+        status = target.spec.status.lower()
+        topic = getattr(target, "topic", None)
+        if topic is not None and topic.spec.status.lower() == "disabled":
+            status = "disabled"
+        refused = ("disabled", "senddisabled") if sending else ("disabled", "receivedisabled")
+        if status in refused:
+            raise BrokerError(
+                ENTITY_DISABLED,
+                f"Messaging entity '{target.path}' is currently disabled "
+                f"(status {target.spec.status}).",
+            )
+
     def check_faults(self, path: str) -> None:
         """Raises the error an entity under fault answers with."""
         f = self.fault_for(path)
@@ -708,6 +723,7 @@ class Broker:
         with self.lock:
             target = self.send_target(path)
             self.check_faults(path)
+            self.check_status(target, sending=True)
             now = now_ms()
             spec = target.spec
             for parsed, size in messages:
@@ -858,6 +874,7 @@ class Broker:
         with self.lock:
             target = self.send_target(path)
             self.check_faults(path)
+            self.check_status(target, sending=True)
             now = now_ms()
             faults = self.fault_for(path)
             out = []
@@ -975,7 +992,9 @@ class Broker:
         with self.lock:
             entity = self.entity(path)
             self.check_faults(path)
+            self.check_status(entity, sending=False)
             now = now_ms()
+            entity.accessed_ms = now
             self.housekeep(entity, now)
             key = session_id if entity.requires_session else None
             heap = entity.available.get(key)

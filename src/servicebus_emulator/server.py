@@ -10,9 +10,11 @@ from types import TracebackType
 
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
+from servicebus_emulator.admin import AdminServer
 from servicebus_emulator.amqp import AmqpHandler
 from servicebus_emulator.broker import Broker
 from servicebus_emulator.entities import QueueSpec, TopicSpec
+from servicebus_emulator.tls import TlsMaterial, generate
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ class Emulator:
         host: the address to listen on (loopback by default).
         auto_create: create unknown queues on first use instead of failing like the
             service does.
+        admin_port: the HTTPS management API's port; 0 picks a free one. Its
+            certificate is generated at start; trust :attr:`ca_bundle` to reach it.
     """
 
     def __init__(
@@ -51,9 +55,13 @@ class Emulator:
         host: str = "127.0.0.1",
         auto_create: bool = False,
         topics: Iterable[TopicSpec] = (),
+        admin_port: int = 0,
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
+        self._admin_port_wanted = admin_port
+        self._tls: TlsMaterial | None = None
+        self._admin: AdminServer | None = None
         self.broker = Broker(queues, auto_create=auto_create, topics=topics)
         self.handler = AmqpHandler(self.broker, host)
         self._injector = EventInjector()
@@ -69,8 +77,39 @@ class Emulator:
             f"SharedAccessKey={EMULATOR_KEY};UseDevelopmentEmulator=true;"
         )
 
+    @property
+    def admin_port(self) -> int:
+        """The HTTPS management API's port (after start)."""
+        if self._admin is None:
+            raise RuntimeError("the emulator is not started")
+        return self._admin.port
+
+    @property
+    def admin_endpoint(self) -> str:
+        """``host:port`` of the management API, the "namespace" an admin client takes."""
+        return f"{self.host}:{self.admin_port}"
+
+    @property
+    def admin_connection_string(self) -> str:
+        """A connection string for ``ServiceBusAdministrationClient.from_connection_string``
+        (pass ``connection_verify=emulator.ca_bundle`` with it)."""
+        return (
+            f"Endpoint=sb://{self.admin_endpoint};SharedAccessKeyName={EMULATOR_KEY_NAME};"
+            f"SharedAccessKey={EMULATOR_KEY};"
+        )
+
+    @property
+    def ca_bundle(self) -> str:
+        """Path of the PEM file with the CA that signed the management API's certificate."""
+        if self._tls is None:
+            raise RuntimeError("the emulator is not started")
+        return str(self._tls.ca_bundle)
+
     def start(self) -> Emulator:
         """Starts serving; returns once the port accepts connections."""
+        self._tls = generate([self.host])
+        self._admin = AdminServer(self.broker, self.host, self._admin_port_wanted, self._tls)
+        self._admin.start()
         self._thread = threading.Thread(target=self._run, name="servicebus-emulator", daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
@@ -94,6 +133,12 @@ class Emulator:
 
     def stop(self) -> None:
         """Closes every connection and stops the server thread."""
+        if self._admin is not None:
+            self._admin.stop()
+            self._admin = None
+        if self._tls is not None:
+            self._tls.cleanup()
+            self._tls = None
         if self._thread is None:
             return
         self._injector.trigger(ApplicationEvent("emulator_stop", subject=None))

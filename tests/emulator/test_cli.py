@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
-from azure.servicebus.exceptions import MessagingEntityDisabledError
+from azure.servicebus.exceptions import MessagingEntityDisabledError, OperationTimeoutError
+from azure.servicebus.management import ServiceBusAdministrationClient
+
+from servicebus_emulator.broker import partition_for_key
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,7 +31,11 @@ def test_the_command_serves_declared_queues_and_takes_faults_from_another_proces
     tmp_path: Path,
 ) -> None:
     config = tmp_path / "entities.yaml"
-    config.write_text("queues:\n  - name: orders\n    lock_duration: 5\n")
+    config.write_text(
+        "queues:\n  - name: orders\n    lock_duration: 5\n"
+        "  - name: parts\n    enable_partitioning: true\n"
+        "topics:\n  - name: events\n    subscriptions: [{name: all}]\n"
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "servicebus_emulator", "--port", "0", "--config", str(config)],
         stdout=subprocess.PIPE,
@@ -38,12 +45,18 @@ def test_the_command_serves_declared_queues_and_takes_faults_from_another_proces
     try:
         assert proc.stdout is not None
         lines = {}
-        for _ in range(3):
+        for _ in range(6):
             key, _, value = proc.stdout.readline().strip().partition(": ")
             lines[key] = value
         conn, control = lines["connection string"], lines["control"]
         assert f"127.0.0.1:{lines['port']}" in conn
         assert "UseDevelopmentEmulator=true" in conn
+        admin = ServiceBusAdministrationClient.from_connection_string(
+            lines["admin connection string"], connection_verify=lines["ca bundle"]
+        )
+        assert sorted(q.name for q in admin.list_queues()) == ["orders", "parts"]
+        assert [s.name for s in admin.list_subscriptions("events")] == ["all"]
+        assert lines["admin port"] in lines["admin connection string"]
 
         with ServiceBusClient.from_connection_string(conn, retry_total=0) as client:
             client.get_queue_sender("orders").send_messages(ServiceBusMessage("one"))
@@ -55,8 +68,18 @@ def test_the_command_serves_declared_queues_and_takes_faults_from_another_proces
             with client.get_queue_receiver("orders") as receiver:
                 got = receiver.receive_messages(5, max_wait_time=2)
                 assert [str(m) for m in got] == ["one", "three"]
+            down = partition_for_key("k")
+            assert (
+                fault(control, "partition-down", "parts", "--partition", str(down)).returncode == 0
+            )
+            with pytest.raises(OperationTimeoutError):
+                client.get_queue_sender("parts").send_messages(
+                    ServiceBusMessage("x", partition_key="k")
+                )
+            client.get_queue_sender("parts").send_messages(ServiceBusMessage("keyless"))
         bad = fault(control, "explode")
         assert bad.returncode != 0
+        assert fault(control, "partition-down", "parts").returncode != 0  # needs --partition
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=15) == 0
