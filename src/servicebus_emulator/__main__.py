@@ -6,7 +6,8 @@
                                         [--partition P]
 
 The first form prints the connection string, the management API's connection string
-and CA bundle, and the control URL, then serves until interrupted (Ctrl-C or SIGTERM). The second talks to a running emulator's control URL.
+and CA bundle, and the control URL, then serves until interrupted (Ctrl-C or SIGTERM).
+The second talks to a running emulator's control URL.
 """
 
 from __future__ import annotations

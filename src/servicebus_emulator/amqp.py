@@ -173,6 +173,12 @@ class AmqpHandler:
             event.connection.close()
 
     @guarded
+    def on_transport_error(self, event: Any) -> None:
+        condition = event.transport.condition
+        if condition is not None:
+            log.warning("connection closed: %s: %s", condition.name, condition.description)
+
+    @guarded
     def on_transport_closed(self, event: Any) -> None:
         if event.connection is not None:
             self._forget_connection(event.connection)

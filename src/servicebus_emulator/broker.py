@@ -340,6 +340,11 @@ def _not_found(name: str) -> BrokerError:
     return BrokerError(NOT_FOUND, f"The messaging entity '{name}' could not be found.")
 
 
+def _keep_partitioning(before: bool, after: bool) -> None:
+    if before != after:
+        raise BrokerError(NOT_ALLOWED, "Partitioning cannot be changed on an existing entity.")
+
+
 def _with_properties(parsed: ParsedMessage, props: dict[Any, Any]) -> ParsedMessage:
     return ParsedMessage(
         bare=replace_application_properties(parsed.bare, props),
@@ -430,10 +435,7 @@ class Broker:
         """Replaces a queue's settings (partitioning cannot change, as in the service)."""
         with self.lock:
             entity = self.entity(spec.name)
-            if spec.enable_partitioning != entity.spec.enable_partitioning:
-                raise BrokerError(
-                    NOT_ALLOWED, "Partitioning cannot be changed on an existing entity."
-                )
+            _keep_partitioning(entity.spec.enable_partitioning, spec.enable_partitioning)
             spec = replace(spec, name=entity.path)
             entity.spec = spec
             if entity.dlq is not None:
@@ -444,10 +446,7 @@ class Broker:
     def update_topic(self, spec: TopicSpec) -> Topic:
         with self.lock:
             topic = self.topic(spec.name)
-            if spec.enable_partitioning != topic.spec.enable_partitioning:
-                raise BrokerError(
-                    NOT_ALLOWED, "Partitioning cannot be changed on an existing entity."
-                )
+            _keep_partitioning(topic.spec.enable_partitioning, spec.enable_partitioning)
             topic.spec = replace(spec, name=topic.path, subscriptions=())
             topic.updated_ms = now_ms()
             for sub in topic.subscriptions.values():

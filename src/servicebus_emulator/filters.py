@@ -225,14 +225,14 @@ class _Parser:
         left = self.and_expr()
         while self.accept("kw", "or"):
             right = self.and_expr()
-            left = _or(left, right)
+            left = _connective(True, left, right)
         return left
 
     def and_expr(self) -> Getter:
         left = self.not_expr()
         while self.accept("kw", "and"):
             right = self.not_expr()
-            left = _and(left, right)
+            left = _connective(False, left, right)
         return left
 
     def not_expr(self) -> Getter:
@@ -350,22 +350,14 @@ def _is_number(v: Value) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _or(a: Getter, b: Getter) -> Getter:
+def _connective(decisive: bool, a: Getter, b: Getter) -> Getter:
+    """OR (decisive True) or AND (decisive False) in SQL's three-valued logic."""
+
     def run(m: MessageView) -> Value:
         x, y = a(m), b(m)
-        if x is True or y is True:
-            return True
-        return None if x is None or y is None else False
-
-    return run
-
-
-def _and(a: Getter, b: Getter) -> Getter:
-    def run(m: MessageView) -> Value:
-        x, y = a(m), b(m)
-        if x is False or y is False:
-            return False
-        return None if x is None or y is None else True
+        if x is decisive or y is decisive:
+            return decisive
+        return None if x is None or y is None else not decisive
 
     return run
 

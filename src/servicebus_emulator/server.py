@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import threading
@@ -58,6 +59,7 @@ class Emulator:
         admin_port: int = 0,
     ) -> None:
         self.host = host
+        self._auto_port = port == 0
         self.port = port or free_port(host)
         self._admin_port_wanted = admin_port
         self._tls: TlsMaterial | None = None
@@ -110,12 +112,27 @@ class Emulator:
         self._tls = generate([self.host])
         self._admin = AdminServer(self.broker, self.host, self._admin_port_wanted, self._tls)
         self._admin.start()
-        self._thread = threading.Thread(target=self._run, name="servicebus-emulator", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the local Service Bus did not start within 10 s")
+        for _ in range(5):
+            self._ready.clear()
+            self._error = None
+            self._injector = EventInjector()
+            self._thread = threading.Thread(
+                target=self._run, name="servicebus-emulator", daemon=True
+            )
+            self._thread.start()
+            if not self._ready.wait(10):
+                self.stop()
+                raise RuntimeError("the local Service Bus did not start within 10 s")
+            in_use = isinstance(self._error, OSError) and self._error.errno == errno.EADDRINUSE
+            if not (in_use and self._auto_port):
+                break
+            # another process took the free port between the pick and the bind: pick again
+            self._thread.join(5)
+            self.port = free_port(self.host)
         if self._error is not None:
-            raise RuntimeError(f"the local Service Bus failed to start: {self._error}")
+            error = self._error
+            self.stop()
+            raise RuntimeError(f"the local Service Bus failed to start: {error}")
         return self
 
     def _run(self) -> None:
@@ -127,9 +144,10 @@ class Emulator:
             self._ready.set()
             container.run()
         except BaseException as exc:  # reported to start() or logged
+            if self._ready.is_set():
+                log.exception("the local Service Bus stopped with an error")
             self._error = exc
             self._ready.set()
-            log.exception("the local Service Bus stopped with an error")
 
     def stop(self) -> None:
         """Closes every connection and stops the server thread."""

@@ -7,8 +7,11 @@ qualified namespace. Azure AD cannot run here, so this harness stands in for it,
 only for it: ``azure.identity``'s credentials become a dummy, and both
 ``ServiceBusClient`` classes (sync and async) are pointed at the emulator named by
 ``SAMPLE_EMULATOR_ENDPOINT`` (host:port) with its shared key and without TLS, exactly
-what ``from_connection_string`` does for an emulator connection string. Everything
-else in the sample runs unchanged.
+what ``from_connection_string`` does for an emulator connection string. Both
+``ServiceBusAdministrationClient`` classes are pointed at the emulator's HTTPS
+management API (``SAMPLE_EMULATOR_ADMIN_ENDPOINT``) with the same key, trusting the
+emulator's CA (``SAMPLE_EMULATOR_CA``): the service would be on port 443 with a
+public certificate. Everything else in the sample runs unchanged.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-import time
 from typing import Any
 
 import azure.identity
 import azure.identity.aio
 import azure.servicebus
 import azure.servicebus.aio
+import azure.servicebus.aio.management
+import azure.servicebus.management
 from azure.core.credentials import AccessToken
 from azure.servicebus import ServiceBusClient as SyncClient
 from azure.servicebus._base_handler import ServiceBusSharedKeyCredential
@@ -30,8 +34,14 @@ from azure.servicebus.aio import ServiceBusClient as AsyncClient
 from azure.servicebus.aio._base_handler_async import (
     ServiceBusSharedKeyCredential as AsyncSharedKeyCredential,
 )
+from azure.servicebus.aio.management import (
+    ServiceBusAdministrationClient as AsyncAdminClient,
+)
+from azure.servicebus.management import ServiceBusAdministrationClient as SyncAdminClient
 
 ENDPOINT = os.environ["SAMPLE_EMULATOR_ENDPOINT"]
+ADMIN_ENDPOINT = os.environ["SAMPLE_EMULATOR_ADMIN_ENDPOINT"]
+CA_BUNDLE = os.environ["SAMPLE_EMULATOR_CA"]
 KEY_NAME = "RootManageSharedAccessKey"
 KEY = "SAS_KEY_VALUE"
 
@@ -51,6 +61,12 @@ class DummyCredential:
     async def __aexit__(self, *args: Any) -> None:
         return None
 
+    def __enter__(self) -> DummyCredential:
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        return None
+
     def close(self) -> None:
         return None
 
@@ -67,17 +83,25 @@ class AsyncEmulatorClient(AsyncClient):
         super().__init__(ENDPOINT, AsyncSharedKeyCredential(KEY_NAME, KEY), **kwargs)
 
 
+class EmulatorAdminClient(SyncAdminClient):
+    def __init__(self, fully_qualified_namespace: str, credential: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("connection_verify", CA_BUNDLE)
+        super().__init__(ADMIN_ENDPOINT, ServiceBusSharedKeyCredential(KEY_NAME, KEY), **kwargs)
+
+
+class AsyncEmulatorAdminClient(AsyncAdminClient):
+    def __init__(self, fully_qualified_namespace: str, credential: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("connection_verify", CA_BUNDLE)
+        super().__init__(ADMIN_ENDPOINT, AsyncSharedKeyCredential(KEY_NAME, KEY), **kwargs)
+
+
+azure.servicebus.management.ServiceBusAdministrationClient = EmulatorAdminClient  # type: ignore[misc]
+azure.servicebus.aio.management.ServiceBusAdministrationClient = AsyncEmulatorAdminClient  # type: ignore[misc]
+
 for module in (azure.identity, azure.identity.aio):
     module.DefaultAzureCredential = DummyCredential  # type: ignore[misc,assignment]
 azure.servicebus.ServiceBusClient = EmulatorClient  # type: ignore[misc]
 azure.servicebus.aio.ServiceBusClient = AsyncEmulatorClient  # type: ignore[misc]
-
-# Samples that sleep for minutes "to simulate long processing" run with their clock
-# scaled down (SAMPLE_TIME_SCALE=0.1 makes time.sleep(100) last 10 s).
-_scale = float(os.environ.get("SAMPLE_TIME_SCALE", "1"))
-if _scale != 1:
-    _real_sleep = time.sleep
-    time.sleep = lambda seconds: _real_sleep(seconds * _scale)  # type: ignore[assignment]
 
 if __name__ == "__main__":
     sample = sys.argv[1]

@@ -89,3 +89,32 @@ def test_async_missing_entity(servicebus_emulator: EmulatorFactory) -> None:
                     await sender.send_messages(ServiceBusMessage("x"))
 
     asyncio.run(scenario())
+
+
+def test_async_auto_lock_renewer_on_a_topic_subscription(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    from azure.servicebus.aio import AutoLockRenewer
+
+    from servicebus_emulator import SubscriptionSpec, TopicSpec
+
+    sb = servicebus_emulator(
+        TopicSpec("t", subscriptions=(SubscriptionSpec("s", lock_duration=timedelta(seconds=3)),))
+    )
+
+    async def scenario() -> None:
+        renewer = AutoLockRenewer()
+        async with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+            async with client.get_topic_sender("t") as sender:
+                await sender.send_messages(ServiceBusMessage("held"))
+            async with client.get_subscription_receiver("t", "s") as receiver:
+                (msg,) = await receiver.receive_messages(1, max_wait_time=2)
+                first_lock = msg.locked_until_utc
+                renewer.register(receiver, msg, max_lock_renewal_duration=30)
+                await asyncio.sleep(7)  # more than two lock durations
+                assert msg.locked_until_utc > first_lock
+                await receiver.complete_message(msg)
+        await renewer.close()
+
+    asyncio.run(scenario())
+    assert sb.broker.subscription("t", "s").messages == {}

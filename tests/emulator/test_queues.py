@@ -433,3 +433,24 @@ def test_a_full_entity_refuses_more_with_quota_exceeded(
             sender.send_messages(ServiceBusMessage(b"x" * 200_000))
         with pytest.raises(ServiceBusQuotaExceededError):
             sender.send_messages(ServiceBusMessage(b"x" * 200_000))
+
+
+def test_auto_lock_renewer_keeps_a_message_past_its_lock(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    from azure.servicebus import AutoLockRenewer
+
+    sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=3)))
+    renewer = AutoLockRenewer()
+    with client_for(sb, retry_total=0) as client:
+        with client.get_queue_sender("q") as sender:
+            sender.send_messages(ServiceBusMessage("held"))
+        with client.get_queue_receiver("q") as receiver:
+            (msg,) = receiver.receive_messages(1, max_wait_time=2)
+            first_lock = msg.locked_until_utc
+            renewer.register(receiver, msg, max_lock_renewal_duration=30)
+            time.sleep(7)  # more than two lock durations
+            assert msg.locked_until_utc > first_lock
+            receiver.complete_message(msg)
+    renewer.close()
+    assert sb.broker.entity("q").messages == {}

@@ -47,3 +47,24 @@ def test_garbage_on_the_socket_does_not_stop_the_server(
         client.get_queue_sender("q").send_messages(ServiceBusMessage("still here"))
         with client.get_queue_receiver("q") as receiver:
             assert [str(m) for m in receiver.receive_messages(1, max_wait_time=2)] == ["still here"]
+
+
+def test_a_taken_free_port_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    from servicebus_emulator import server
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = taken.getsockname()[1]
+    picks = iter([busy])
+    real = server.free_port
+    monkeypatch.setattr(
+        server, "free_port", lambda host="127.0.0.1": next(picks, None) or real(host)
+    )
+    try:
+        with server.Emulator() as sb:
+            assert sb.port != busy
+        with pytest.raises(RuntimeError, match="in use"):
+            server.Emulator(port=busy).start()
+    finally:
+        taken.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from servicebus_emulator import Emulator, QueueSpec
+from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
 
 SDK = "azure-servicebus==7.15.0"
 HARNESS = Path(__file__).with_name("sample_harness.py")
@@ -42,6 +42,16 @@ SAMPLES = [
         "authenticate_using_azure_named_key_credential",
         "authenticate_using_azure_sas_credential",
         "client_identity_authentication",
+        "send_topic",
+        "receive_subscription",
+        "schedule_topic_messages_and_cancellation",
+        "topic_subscription_with_rule_operations",
+        "list_sessions",
+        "sample_code_servicebus",
+        "mgmt_queue",
+        "mgmt_topic",
+        "mgmt_subscription",
+        "mgmt_rule",
     )
 ] + ["sync_samples/generate_sas_token_and_authenticate_client.py"]
 
@@ -77,22 +87,39 @@ def _samples_dir() -> Path:
     return root
 
 
-def _run(root: Path, sample: str) -> tuple[int, str]:
+def _run(root: Path, sample: str) -> tuple[int, str, str]:
+    lock = timedelta(seconds=30)
     queues = [
-        QueueSpec("samples-queue"),
-        QueueSpec(
-            "samples-session-queue", requires_session=True, lock_duration=timedelta(seconds=30)
-        ),
+        QueueSpec("samples-queue", lock_duration=lock),
+        QueueSpec("samples-session-queue", requires_session=True, lock_duration=lock),
     ]
-    with Emulator(queues=queues) as sb:
+    topics = [
+        TopicSpec(
+            "samples-topic",
+            # list_sessions lists a session subscription's sessions; the other samples
+            # receive from the subscription without a session
+            subscriptions=(
+                SubscriptionSpec(
+                    "samples-subscription",
+                    requires_session="list_sessions" in sample,
+                    lock_duration=lock,
+                ),
+            ),
+        )
+    ]
+    with Emulator(queues=queues, topics=topics) as sb:
         env = {
             **os.environ,
             "SAMPLE_EMULATOR_ENDPOINT": f"127.0.0.1:{sb.port}",
+            "SAMPLE_EMULATOR_ADMIN_ENDPOINT": sb.admin_endpoint,
+            "SAMPLE_EMULATOR_CA": sb.ca_bundle,
             "SERVICEBUS_FULLY_QUALIFIED_NAMESPACE": "example.servicebus.windows.net",
             "SERVICEBUS_CONNECTION_STR": sb.connection_string,
             "SERVICEBUS_QUEUE_NAME": "samples-queue",
             "SERVICEBUS_SESSION_QUEUE_NAME": "samples-session-queue",
             "SERVICEBUS_SESSION_ID": "samples-session",
+            "SERVICEBUS_TOPIC_NAME": "samples-topic",
+            "SERVICEBUS_SUBSCRIPTION_NAME": "samples-subscription",
             "SERVICEBUS_SAS_POLICY": "RootManageSharedAccessKey",
             "SERVICEBUS_SAS_KEY": "SAS_KEY_VALUE",
         }
@@ -106,12 +133,12 @@ def _run(root: Path, sample: str) -> tuple[int, str]:
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return -1, "timed out after 120 s"
-        return result.returncode, result.stderr[-3000:]
+            return -1, "timed out after 120 s", ""
+        return result.returncode, result.stderr[-3000:], result.stdout
 
 
 @pytest.fixture(scope="module")
-def sample_results() -> dict[str, tuple[int, str]]:
+def sample_results() -> dict[str, tuple[int, str, str]]:
     root = _samples_dir()
     # Samples mostly wait on their receive timeouts: run several at once.
     with ThreadPoolExecutor(max_workers=6) as pool:
@@ -122,7 +149,20 @@ def sample_results() -> dict[str, tuple[int, str]]:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("sample", SAMPLES)
 def test_the_official_sample_runs_green(
-    sample_results: dict[str, tuple[int, str]], sample: str
+    sample_results: dict[str, tuple[int, str, str]], sample: str
 ) -> None:
-    code, stderr = sample_results[sample]
+    code, stderr, _ = sample_results[sample]
     assert code == 0, stderr
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", ["sync_samples/{}.py", "async_samples/{}_async.py"])
+def test_the_rule_sample_selects_what_its_comments_promise(
+    sample_results: dict[str, tuple[int, str, str]], kind: str
+) -> None:
+    """The sample's own comments say which subscription gets how many messages."""
+    _, _, stdout = sample_results[kind.format("topic_subscription_with_rule_operations")]
+    for count, sub in ((9, "sb-allmsgs-sub"), (3, "sb-sqlfilteronly-sub"),
+                       (3, "sb-sqlfilteraction-sub"), (1, "sb-corrfiltersub")):  # fmt: skip
+        assert f"'{count}' Messages From Subscription: {sub}" in stdout
+    assert stdout.count("Color Property = BlueProcessed") == 3
