@@ -37,6 +37,7 @@ _LITERAL_SECRET = re.compile(
     r"SharedAccessKey\s*=|SharedAccessSignature|Endpoint\s*=\s*sb://", re.I
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENDPOINT = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$")
 
 T = TypeVar("T")
 
@@ -67,11 +68,18 @@ class NamespaceConfig:
         namespace: the namespace's name, as it appears in backlog queue paths.
         connection_string: reference to the namespace's connection string.
         tier: ``standard`` (256 KB batches) or ``premium`` (1 MB batches).
+        management_endpoint: ``host:port`` of the HTTPS management API; None means the
+            connection string's host on port 443, as on Azure. The local Service Bus
+            serves it on a port of its own.
+        ca_bundle: a PEM file of CAs to trust for the management API (the local
+            Service Bus's generated CA); None trusts the system's CAs.
     """
 
     namespace: str
     connection_string: SecretRef
     tier: str = "standard"
+    management_endpoint: str | None = None
+    ca_bundle: str | None = None
 
 
 @dataclass(frozen=True)
@@ -317,7 +325,11 @@ class _Builder:
         return SecretRef(scope=scope, key=skey)
 
     def namespace(self, raw: Any, key: str) -> NamespaceConfig:
-        ns = self.section(raw, key, ("namespace", "connection_string", "tier"))
+        ns = self.section(
+            raw,
+            key,
+            ("namespace", "connection_string", "tier", "management_endpoint", "ca_bundle"),
+        )
         name = self.required(ns, key, "namespace")
         if not isinstance(name, str) or not is_namespace_name(name):
             raise self.fail(
@@ -331,7 +343,25 @@ class _Builder:
                 self.required(ns, key, "connection_string"), f"{key}.connection_string"
             ),
             tier=self.choice(ns, key, "tier", TIERS, "standard"),
+            management_endpoint=self.endpoint(ns, key),
+            ca_bundle=self.optional_str(ns, key, "ca_bundle"),
         )
+
+    def optional_str(self, raw: dict[str, Any], key: str, name: str) -> str | None:
+        if raw.get(name) is None:
+            return None
+        value = self.typed(raw, key, name, str, "")
+        if not value:
+            raise self.fail(f"{key}.{name}", "must not be empty")
+        return value
+
+    def endpoint(self, raw: dict[str, Any], key: str) -> str | None:
+        value = self.optional_str(raw, key, "management_endpoint")
+        if value is not None and not _ENDPOINT.match(value):
+            raise self.fail(
+                f"{key}.management_endpoint", f"must be host:port, no scheme (got {value!r})"
+            )
+        return value
 
     def config(self, raw: dict[str, Any]) -> SyphonConfig:
         top = self.section(

@@ -1,0 +1,321 @@
+"""The paired-namespace sender against two local Service Bus namespaces (seed 004)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus.exceptions import MessagingEntityDisabledError, ServiceBusServerBusyError
+from azure.servicebus.management import ServiceBusAdministrationClient
+
+from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
+from servicebus_emulator.pytest_plugin import EmulatorFactory
+from syphon.envelope import (
+    PATH,
+    SCHEDULED_ENQUEUE_TIME,
+    SESSION_ID,
+    TIME_TO_LIVE,
+    restore_from_backlog,
+)
+from syphon.provision import provision_backlog
+from syphon.sender import (
+    BacklogMessageTooLargeError,
+    PairedClientClosedError,
+    PairedNamespaceClient,
+    SendAvailabilityOptions,
+)
+from syphon.timespan import timedelta_to_ticks
+
+pytestmark = pytest.mark.timeout(120)
+PRIMARY = "contoso-primary"
+
+
+@dataclass
+class Pair:
+    primary: Emulator
+    secondary: Emulator
+
+    def client(self, **options: Any) -> PairedNamespaceClient:
+        return PairedNamespaceClient(
+            ServiceBusClient.from_connection_string(self.primary.connection_string, retry_total=0),
+            ServiceBusClient.from_connection_string(
+                self.secondary.connection_string, retry_total=0
+            ),
+            PRIMARY,
+            SendAvailabilityOptions(backlog_queue_count=4, **options),
+            rng=random.Random(7),
+        )
+
+    def backlog(self) -> dict[str, list[Any]]:
+        """Every backlog message, peeked, by queue."""
+        out = {}
+        with ServiceBusClient.from_connection_string(self.secondary.connection_string) as sb:
+            for i in range(4):
+                path = f"{PRIMARY}/x-servicebus-transfer/{i}"
+                with sb.get_queue_receiver(path) as receiver:
+                    out[path] = receiver.peek_messages(250)
+        return out
+
+
+@pytest.fixture
+def pair(servicebus_emulator: EmulatorFactory) -> Iterator[Pair]:
+    primary = servicebus_emulator(
+        QueueSpec("orders"),
+        QueueSpec("sessions", requires_session=True),
+        TopicSpec("events", subscriptions=(SubscriptionSpec("all"),)),
+    )
+    secondary = servicebus_emulator()
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        secondary.admin_connection_string, connection_verify=secondary.ca_bundle
+    )
+    provision_backlog(admin, PRIMARY, count=4)
+    return Pair(primary, secondary)
+
+
+def receive_all(sb: Emulator, queue: str, **kwargs: Any) -> list[Any]:
+    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+        with client.get_queue_receiver(queue, **kwargs) as receiver:
+            got = receiver.receive_messages(100, max_wait_time=1)
+            for m in got:
+                receiver.complete_message(m)
+            return got
+
+
+def backlog_count(pair: Pair) -> int:
+    return sum(len(v) for v in pair.backlog().values())
+
+
+def test_healthy_primary_is_an_ordinary_send(pair: Pair) -> None:
+    with pair.client() as paired, paired.get_queue_sender("orders") as sender:
+        route = sender.send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
+        assert (route.target, route.count) == ("primary", 2)
+        counters = paired.counters
+    assert [str(m) for m in receive_all(pair.primary, "orders")] == ["a", "b"]
+    assert backlog_count(pair) == 0
+    assert (counters.primary_sends, counters.backlog_sends, counters.failovers) == (2, 0, 0)
+
+
+def test_fails_over_only_after_the_interval(pair: Pair) -> None:
+    pair.primary.make_unavailable("orders")
+    with pair.client(failover_interval=timedelta(seconds=1.5)) as paired:
+        sender = paired.get_queue_sender("orders")
+        with pytest.raises(MessagingEntityDisabledError):
+            sender.send_messages(ServiceBusMessage("first"))
+        with pytest.raises(MessagingEntityDisabledError):  # inside the interval
+            sender.send_messages(ServiceBusMessage("second"))
+        assert not paired.is_failed_over("orders")
+        time.sleep(1.6)
+        route = sender.send_messages(ServiceBusMessage("third", message_id="m3"))
+        assert route.target == "backlog"
+        assert route.queue == sender.backlog_queue
+        assert paired.is_failed_over("orders")
+        # a second sender of the same entity goes straight to the backlog
+        other = paired.get_queue_sender("orders")
+        assert other.send_messages(ServiceBusMessage("fourth")).target == "backlog"
+        counters = paired.counters
+        sender.close()
+        other.close()
+    assert counters.failovers == 1
+    assert counters.primary_failures == 3
+    assert counters.backlog_sends == 2
+    assert backlog_count(pair) == 2
+
+
+def test_a_success_resets_the_timer(pair: Pair) -> None:
+    with pair.client(failover_interval=timedelta(seconds=1)) as paired:
+        sender = paired.get_queue_sender("orders")
+        pair.primary.make_unavailable("orders")
+        with pytest.raises(MessagingEntityDisabledError):
+            sender.send_messages(ServiceBusMessage("x"))
+        pair.primary.make_unavailable("orders", unavailable=False)
+        assert sender.send_messages(ServiceBusMessage("ok")).target == "primary"
+        time.sleep(1.1)
+        pair.primary.make_unavailable("orders")
+        with pytest.raises(MessagingEntityDisabledError):  # a new timer, not the old one
+            sender.send_messages(ServiceBusMessage("y"))
+        sender.close()
+
+
+def test_transient_errors_never_fail_over(pair: Pair) -> None:
+    pair.primary.throttle("orders")
+    with pair.client(failover_interval=timedelta(0)) as paired:
+        sender = paired.get_queue_sender("orders")
+        for _ in range(3):
+            with pytest.raises(ServiceBusServerBusyError):
+                sender.send_messages(ServiceBusMessage("x"))
+        assert not paired.is_failed_over("orders")
+        assert paired.counters.failovers == 0
+        sender.close()
+    assert backlog_count(pair) == 0
+
+
+def test_backlog_choice_is_random_per_sender(pair: Pair) -> None:
+    with pair.client() as paired:
+        chosen = [paired.get_queue_sender("orders").backlog_queue for _ in range(6)]
+    expected_rng = random.Random(7)
+    expected = [
+        f"{PRIMARY}/x-servicebus-transfer/{expected_rng.choice(range(4))}" for _ in range(6)
+    ]
+    assert chosen == expected
+    assert len(set(chosen)) > 1
+
+
+def test_a_failing_backlog_queue_leaves_the_rotation_for_every_sender(pair: Pair) -> None:
+    pair.primary.make_unavailable("orders")
+    with pair.client(failover_interval=timedelta(0)) as paired:
+        first = paired.get_queue_sender("orders")
+        second = paired.get_queue_sender("orders")
+        while second.backlog_queue != first.backlog_queue:  # two senders sharing a queue
+            second = paired.get_queue_sender("orders")
+        broken = first.backlog_queue
+        pair.secondary.make_unavailable(broken)
+        route = first.send_messages(ServiceBusMessage("x", message_id="x"))
+        assert route.target == "backlog"
+        assert route.queue != broken
+        assert broken not in paired.rotation
+        assert second.backlog_queue != broken  # learned from the client
+        assert second.send_messages(ServiceBusMessage("y")).queue != broken
+        assert paired.counters.backlog_queues_removed == 1
+        first.close()
+        second.close()
+
+
+def test_pings_until_the_primary_is_back_then_recovers(pair: Pair) -> None:
+    pair.primary.make_unavailable("orders")
+    options = {"failover_interval": timedelta(0), "ping_primary_interval": timedelta(seconds=0.3)}
+    with pair.client(**options) as paired:
+        sender = paired.get_queue_sender("orders")
+        assert sender.send_messages(ServiceBusMessage("during")).target == "backlog"
+        deadline = time.monotonic() + 10
+        while paired.counters.pings_failed < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert paired.counters.pings_failed >= 2
+        assert paired.is_failed_over("orders")
+        pair.primary.make_unavailable("orders", unavailable=False)
+        deadline = time.monotonic() + 5
+        while paired.is_failed_over("orders") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not paired.is_failed_over("orders")
+        assert sender.send_messages(ServiceBusMessage("after")).target == "primary"
+        pings = paired.counters.pings_sent
+        time.sleep(0.8)
+        assert paired.counters.pings_sent == pings  # pings stopped
+        assert paired.counters.recoveries == 1
+        sender.close()
+    # consumers of the primary never see a ping
+    assert [str(m) for m in receive_all(pair.primary, "orders")] == ["after"]
+
+
+def test_backlog_envelope_field_by_field(pair: Pair) -> None:
+    pair.primary.make_unavailable("sessions")
+    pair.primary.make_unavailable("events")
+    when = datetime(2031, 5, 6, 7, 8, 9, 123000, tzinfo=timezone.utc)
+    original = ServiceBusMessage(
+        b"\x00body\xff",
+        session_id="s-1",
+        partition_key="s-1",
+        message_id="m-1",
+        time_to_live=timedelta(minutes=5),
+        scheduled_enqueue_time_utc=when,
+        content_type="application/json",
+        correlation_id="c-1",
+        subject="subj",
+        to="to-x",
+        reply_to="reply-x",
+        application_properties={"k": "v", b"bk": b"bv", "n": 7},
+    )
+    with pair.client(failover_interval=timedelta(0)) as paired:
+        with paired.get_queue_sender("sessions") as sender:
+            assert sender.send_messages(original).target == "backlog"
+        with paired.get_topic_sender("events") as sender:
+            assert sender.send_messages(ServiceBusMessage("plain", message_id="p")).target == (
+                "backlog"
+            )
+    stored = {m.message_id: m for msgs in pair.backlog().values() for m in msgs}
+    copy, plain = stored["m-1"], stored["p"]
+    props = copy.application_properties
+    assert props[PATH.encode()] == b"sessions"
+    assert props[SESSION_ID.encode()] == b"s-1"
+    assert props[TIME_TO_LIVE.encode()] == timedelta_to_ticks(timedelta(minutes=5))
+    # an AMQP timestamp (the SDK hands it back as epoch milliseconds)
+    assert props[SCHEDULED_ENQUEUE_TIME.encode()] == int(when.timestamp() * 1000)
+    assert props[b"k"] == b"v"
+    assert props[b"bk"] == b"bv"
+    assert props[b"n"] == 7
+    assert copy.session_id is None
+    assert copy.time_to_live is None  # the backlog copy never expires
+    assert copy.scheduled_enqueue_time_utc is None  # visible in the backlog at once
+    assert copy.partition_key == "s-1"
+    assert (copy.content_type, copy.correlation_id, copy.subject) == (
+        "application/json", "c-1", "subj")  # fmt: skip
+    assert (copy.to, copy.reply_to) == ("to-x", "reply-x")
+    assert b"".join(copy.body) == b"\x00body\xff"
+    restored = restore_from_backlog(props)
+    assert (restored.destination, restored.session_id) == ("sessions", "s-1")
+    assert restored.time_to_live == timedelta(minutes=5)
+    assert restored.scheduled_enqueue_time_utc == when
+    assert set(plain.application_properties) == {PATH.encode()}
+    assert plain.application_properties[PATH.encode()] == b"events"
+
+
+def largest_body_that_fits(sb: Emulator, queue: str) -> int:
+    """The largest body a message to ``queue`` may have, as the SDK measures it."""
+    from azure.servicebus.exceptions import MessageSizeExceededError
+
+    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+        with client.get_queue_sender(queue) as sender:
+            size = 256 * 1024
+            while True:
+                try:
+                    sender.create_message_batch().add_message(ServiceBusMessage(b"x" * size))
+                    return size
+                except MessageSizeExceededError:
+                    size -= 8
+
+
+def test_a_message_too_large_for_the_backlog_form_fails_clearly(pair: Pair) -> None:
+    body = b"x" * largest_body_that_fits(pair.primary, "orders")  # fits the primary
+    pair.primary.make_unavailable("orders")
+    with pair.client(failover_interval=timedelta(0)) as paired:
+        sender = paired.get_queue_sender("orders")
+        with pytest.raises(BacklogMessageTooLargeError, match=r"exceeds the 262144 bytes"):
+            sender.send_messages(ServiceBusMessage(body))
+        sender.close()
+    assert backlog_count(pair) == 0
+
+
+def test_a_closed_side_closes_its_partner_within_the_grace_period(pair: Pair) -> None:
+    paired = pair.client()
+    sender = paired.get_queue_sender("orders")
+    sender.send_messages(ServiceBusMessage("before"))
+    started = time.monotonic()
+    paired.close_primary()
+    with pytest.raises(PairedClientClosedError, match="primary side"):
+        sender.send_messages(ServiceBusMessage("x"))
+    while paired.counters and time.monotonic() - started < 8:
+        try:
+            paired.check_open()
+        except PairedClientClosedError as exc:
+            if "did not close within 5 s" in str(exc):
+                break
+        time.sleep(0.1)
+    elapsed = time.monotonic() - started
+    assert 4.5 <= elapsed <= 6.5
+    with pytest.raises(PairedClientClosedError, match="secondary side did not close within 5 s"):
+        paired.get_queue_sender("orders")
+
+
+def test_closing_both_sides_in_time_is_a_clean_close(pair: Pair) -> None:
+    paired = pair.client(partner_close_timeout=timedelta(seconds=0.5))
+    paired.close_primary()
+    paired.close_secondary()
+    time.sleep(0.8)
+    with pytest.raises(PairedClientClosedError) as info:
+        paired.check_open()
+    assert "did not close" not in str(info.value)
