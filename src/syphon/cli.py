@@ -25,7 +25,6 @@ _PENDING = {
     "run": ("plan, replay to the primaries, settle the backlog", 7),
     "replay": ("resume the replay and settle of a planned run", 7),
     "status": ("backlog depth per queue and the last runs", 7),
-    "provision": ("create the backlog queues of the configured primaries", 5),
     "demo": ("run the whole outage-and-recovery story on the local Service Bus", 8),
 }
 
@@ -46,6 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
         "config", help="validate a config and print it (secret references only, never values)"
     )
     _add_config_option(check)
+
+    provision = sub.add_parser(
+        "provision",
+        help="create the missing backlog queues of every configured primary in the secondary "
+        "namespace; report extra and differing ones (never changes or deletes)",
+    )
+    _add_config_option(provision)
+    provision.add_argument(
+        "--count", type=int, default=None, help="backlog queue count (default: backlog.queue_count)"
+    )
 
     for name, (summary, _issue) in _PENDING.items():
         cmd = sub.add_parser(name, help=f"{summary} (not available yet)")
@@ -84,10 +93,41 @@ def _dispatch(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         print(yaml.safe_dump(config.as_dict(), sort_keys=False), end="")
         return 0
+    if args.command == "provision":
+        return _provision(args)
     summary, issue = _PENDING[args.command]
     raise NotAvailableError(
         f"not available yet: '{args.command}' ({summary}) is built in issue {issue}"
     )
+
+
+def _provision(args: argparse.Namespace) -> int:
+    from azure.core.exceptions import AzureError
+
+    from syphon.clients import admin_client
+    from syphon.provision import provision_backlog
+
+    config = load_config(args.config)
+    count = args.count if args.count is not None else config.backlog.queue_count
+    admin = admin_client(config.secondary)
+    warnings = 0
+    try:
+        with admin:
+            for primary in config.primaries:
+                result = provision_backlog(admin, primary.namespace, count=count)
+                print(result.summary())
+                for path in result.created:
+                    print(f"  created {path}")
+                for line in result.warnings:
+                    print(f"  warning: {line}")
+                warnings += len(result.warnings)
+    except AzureError as exc:
+        raise SyphonError(
+            f"the management API of {config.secondary.namespace} failed: "
+            f"{type(exc).__name__}: {exc.message if hasattr(exc, 'message') else exc}"
+        ) from None
+    print(f"done: {warnings} warning(s)")
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,7 +10,7 @@ from syphon.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SYPHON = Path(sys.executable).parent / "syphon"
-PENDING = {"plan": 6, "run": 7, "status": 7, "provision": 5, "demo": 8}
+PENDING = {"plan": 6, "run": 7, "status": 7, "demo": 8}
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
