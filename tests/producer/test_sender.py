@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -192,6 +193,11 @@ def test_pings_until_the_primary_is_back_then_recovers(pair: Pair) -> None:
     with pair.client(**options) as paired:
         sender = paired.get_queue_sender("orders")
         assert sender.send_messages(ServiceBusMessage("during")).target == "backlog"
+        other = paired.get_queue_sender("orders")
+        assert other.send_messages(ServiceBusMessage("during 2")).target == "backlog"
+        pingers = [t for t in threading.enumerate() if t.name == "syphon-ping-orders"]
+        assert len(pingers) == 1  # one ping task per entity per client
+        other.close()
         deadline = time.monotonic() + 10
         while paired.counters.pings_failed < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -210,6 +216,7 @@ def test_pings_until_the_primary_is_back_then_recovers(pair: Pair) -> None:
         sender.close()
     # consumers of the primary never see a ping
     assert [str(m) for m in receive_all(pair.primary, "orders")] == ["after"]
+    assert backlog_count(pair) == 2
 
 
 def test_backlog_envelope_field_by_field(pair: Pair) -> None:
@@ -319,3 +326,17 @@ def test_closing_both_sides_in_time_is_a_clean_close(pair: Pair) -> None:
     with pytest.raises(PairedClientClosedError) as info:
         paired.check_open()
     assert "did not close" not in str(info.value)
+
+
+def test_a_faulted_side_takes_its_partner_down(pair: Pair) -> None:
+    paired = pair.client(partner_close_timeout=timedelta(seconds=0.5))
+    paired.fault("secondary", RuntimeError("lost"))
+    with pytest.raises(
+        PairedClientClosedError, match=r"secondary side of the paired client is faulted"
+    ):
+        paired.check_open()
+    time.sleep(0.8)
+    with pytest.raises(
+        PairedClientClosedError, match=r"secondary side was faulted \(RuntimeError\)"
+    ):
+        paired.get_queue_sender("orders")
