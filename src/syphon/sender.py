@@ -8,8 +8,9 @@ queues and topics on the primary:
 - A non-transient failure (anything but server-busy and message-level errors such as
   size, including timeouts and connection failures) starts a timer for the entity. The
   send that failed raises the primary's error, as does every send inside the
-  ``failover_interval``. The first send that fails once the interval has passed with
-  no successful send in between *fails the entity over*, and it goes to the backlog.
+  ``failover_interval``. When the interval passes with no successful send in between,
+  the entity *fails over* (at the timer's expiry, or at a send that fails after it),
+  and its sends go to the backlog.
 - Failed over, an entity's messages go to a backlog queue of the secondary namespace
   in the backlog form (``x-ms-path`` always; ``x-ms-sessionid``, ``x-ms-timetolive`` in
   .NET ticks and ``x-ms-scheduledenqueuetimeutc`` only when set; MessageId and
@@ -296,14 +297,25 @@ class PairedNamespaceClient:
             if state.failed_over:
                 return True
             now = self._clock()
+            interval = self.options.failover_interval.total_seconds()
             if state.first_failure is None:
                 state.first_failure = now
                 log.warning("send to %s failed (%s); failover timer started", entity,
                             type(exc).__name__)  # fmt: skip
-            if now - state.first_failure < self.options.failover_interval.total_seconds():
+                # the timer fails the entity over at expiry even if nobody sends again
+                timer = threading.Timer(interval, self._timer_expired, (entity, state, now))
+                timer.daemon = True
+                timer.start()
+            if now - state.first_failure < interval:
                 return False
             self._fail_over(entity, state)
             return True
+
+    def _timer_expired(self, entity: str, state: _EntityState, started: float) -> None:
+        with self._lock:
+            if state.failed_over or state.first_failure != started or self._closed:
+                return  # a send succeeded meanwhile (or a new timer runs, or closed)
+            self._fail_over(entity, state)
 
     def _fail_over(self, entity: str, state: _EntityState) -> None:
         state.failed_over = True
