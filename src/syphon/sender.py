@@ -32,6 +32,7 @@ threads share its state. Messages are ``ServiceBusMessage`` objects with data bo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -468,7 +469,11 @@ class PairedSender:
         self._primary: Any = None
         self._backlog: Any = None
         self._backlog_at: int | None = None
-        self._choice = client._backlog_index(None)  # one random pick per sender
+        # one random pick per sender, so that unrelated clients spread their load
+        # (with none in the rotation, sends say so; the pick happens when one is back)
+        self._choice: int | None = None
+        with contextlib.suppress(BacklogUnavailableError):
+            self._choice = client._backlog_index(None)
 
     @property
     def backlog_queue(self) -> str:

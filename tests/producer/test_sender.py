@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -108,7 +109,8 @@ def test_healthy_primary_is_an_ordinary_send(pair: Pair) -> None:
     assert (counters.primary_sends, counters.backlog_sends, counters.failovers) == (2, 0, 0)
 
 
-def test_fails_over_only_after_the_interval(pair: Pair) -> None:
+def test_fails_over_only_after_the_interval(pair: Pair, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="syphon")
     pair.primary.make_unavailable("orders")
     with pair.client(failover_interval=timedelta(seconds=1.5)) as paired:
         sender = paired.get_queue_sender("orders")
@@ -133,6 +135,11 @@ def test_fails_over_only_after_the_interval(pair: Pair) -> None:
     assert counters.primary_failures == 2  # failed over: the primary is not tried again
     assert counters.backlog_sends == 2
     assert backlog_count(pair) == 2
+    assert "failed over" in caplog.text
+    # the log names entities and error types, never a key or a message body
+    assert "SAS_KEY_VALUE" not in caplog.text
+    assert "third" not in caplog.text
+    assert "fourth" not in caplog.text
 
 
 def test_the_timer_fails_over_without_another_send(pair: Pair) -> None:
