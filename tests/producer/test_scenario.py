@@ -5,43 +5,23 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from azure.servicebus import ServiceBusClient
-from azure.servicebus.management import ServiceBusAdministrationClient
 
-from servicebus_emulator import QueueSpec, SubscriptionSpec, TopicSpec
-from servicebus_emulator.pytest_plugin import EmulatorFactory
+from paired_env import Pair
 from syphon.envelope import restore_from_backlog
-from syphon.provision import provision_backlog
 from syphon.scenario import Destination, run_outage_scenario
-from syphon.sender import PairedNamespaceClient, SendAvailabilityOptions
+from syphon.sender import PairedNamespaceClient
 
 pytestmark = pytest.mark.timeout(180)
-PRIMARY = "contoso-primary"
 
 
-def test_outage_scenario(servicebus_emulator: EmulatorFactory) -> None:
-    primary = servicebus_emulator(
-        QueueSpec("orders"),
-        QueueSpec("sessions", requires_session=True),
-        TopicSpec("events", subscriptions=(SubscriptionSpec("all"),)),
-    )
-    secondary = servicebus_emulator()
-    admin = ServiceBusAdministrationClient.from_connection_string(
-        secondary.admin_connection_string, connection_verify=secondary.ca_bundle
-    )
-    provision_backlog(admin, PRIMARY, count=3)
-    options = SendAvailabilityOptions(
-        backlog_queue_count=3,
-        failover_interval=timedelta(seconds=0.3),
-        ping_primary_interval=timedelta(seconds=0.2),
-    )
+def test_outage_scenario(pair: Pair) -> None:
+    primary, secondary = pair.primary, pair.secondary
 
     def make_client() -> PairedNamespaceClient:
-        return PairedNamespaceClient(
-            ServiceBusClient.from_connection_string(primary.connection_string, retry_total=0),
-            ServiceBusClient.from_connection_string(secondary.connection_string, retry_total=0),
-            PRIMARY,
-            options,
+        return pair.client(
+            rng_seed=None,
+            failover_interval=timedelta(seconds=0.3),
+            ping_primary_interval=timedelta(seconds=0.2),
         )
 
     result = run_outage_scenario(

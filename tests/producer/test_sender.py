@@ -6,18 +6,15 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import MessagingEntityDisabledError, ServiceBusServerBusyError
-from azure.servicebus.management import ServiceBusAdministrationClient
 
-from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
-from servicebus_emulator.pytest_plugin import EmulatorFactory
+from paired_env import BACKLOG_QUEUES, PRIMARY, Pair
+from servicebus_emulator import Emulator
 from syphon.envelope import (
     PATH,
     SCHEDULED_ENQUEUE_TIME,
@@ -25,61 +22,13 @@ from syphon.envelope import (
     TIME_TO_LIVE,
     restore_from_backlog,
 )
-from syphon.provision import provision_backlog
 from syphon.sender import (
     BacklogMessageTooLargeError,
     PairedClientClosedError,
-    PairedNamespaceClient,
-    SendAvailabilityOptions,
 )
 from syphon.timespan import timedelta_to_ticks
 
 pytestmark = pytest.mark.timeout(120)
-PRIMARY = "contoso-primary"
-
-
-@dataclass
-class Pair:
-    primary: Emulator
-    secondary: Emulator
-
-    def client(self, **options: Any) -> PairedNamespaceClient:
-        return PairedNamespaceClient(
-            ServiceBusClient.from_connection_string(self.primary.connection_string, retry_total=0),
-            ServiceBusClient.from_connection_string(
-                self.secondary.connection_string, retry_total=0
-            ),
-            PRIMARY,
-            SendAvailabilityOptions(backlog_queue_count=4, **options),
-            rng=random.Random(7),
-        )
-
-    def backlog(self) -> dict[str, list[Any]]:
-        """Every backlog message, peeked through the SDK, by (non-empty) queue."""
-        out = {}
-        with ServiceBusClient.from_connection_string(self.secondary.connection_string) as sb:
-            for i in range(4):
-                path = f"{PRIMARY}/x-servicebus-transfer/{i}"
-                if not self.secondary.broker.entity(path).messages:
-                    continue
-                with sb.get_queue_receiver(path) as receiver:
-                    out[path] = receiver.peek_messages(250)
-        return out
-
-
-@pytest.fixture
-def pair(servicebus_emulator: EmulatorFactory) -> Iterator[Pair]:
-    primary = servicebus_emulator(
-        QueueSpec("orders"),
-        QueueSpec("sessions", requires_session=True),
-        TopicSpec("events", subscriptions=(SubscriptionSpec("all"),)),
-    )
-    secondary = servicebus_emulator()
-    admin = ServiceBusAdministrationClient.from_connection_string(
-        secondary.admin_connection_string, connection_verify=secondary.ca_bundle
-    )
-    provision_backlog(admin, PRIMARY, count=4)
-    return Pair(primary, secondary)
 
 
 def receive_all(sb: Emulator, queue: str, **kwargs: Any) -> list[Any]:
@@ -95,7 +44,7 @@ def backlog_count(pair: Pair) -> int:
     """Messages stored in the backlog queues (read from the emulator's state)."""
     return sum(
         len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/{i}").messages)
-        for i in range(4)
+        for i in range(BACKLOG_QUEUES)
     )
 
 
