@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
 
+from paired_env import Pair, make_pair
 from syphon.config import SparkConfig
 from syphon.spark import build_spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from servicebus_emulator import Emulator
 
 pytest_plugins = ["servicebus_emulator.pytest_plugin"]
 
@@ -26,3 +29,10 @@ def spark() -> Iterator[SparkSession]:
     session = build_spark_session(SparkConfig(master="local[2]", app_name="syphon-tests"))
     yield session
     session.stop()
+
+
+@pytest.fixture
+def pair(servicebus_emulator: Callable[..., Emulator]) -> Pair:
+    """A primary namespace (queues orders and sessions, topic events) and a secondary one
+    with provisioned backlog queues, each a local Service Bus (see paired_env.py)."""
+    return make_pair(servicebus_emulator)

@@ -4,6 +4,7 @@ queues, for the producer-side tests (the fixture ``pair`` in tests/producer/conf
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,6 @@ from azure.servicebus import ServiceBusClient
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
-from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.provision import provision_backlog
 from syphon.sender import PairedNamespaceClient, SendAvailabilityOptions
 
@@ -49,7 +49,7 @@ class Pair:
         return out
 
 
-def make_pair(servicebus_emulator: EmulatorFactory) -> Pair:
+def make_pair(servicebus_emulator: Callable[..., Emulator]) -> Pair:
     primary = servicebus_emulator(
         QueueSpec("orders"),
         QueueSpec("sessions", requires_session=True),

@@ -1,0 +1,110 @@
+"""Finding every backlog queue of the configured primaries in the secondary namespace.
+
+Two ways, chosen by ``backlog.discovery``:
+
+- ``management``: one listing of the namespace's queues with their runtime counts
+  (``list_queues_runtime_properties``), kept when the name is a backlog queue path of a
+  configured primary. Extras (an index at or beyond ``queue_count``, such as ``/7`` when
+  five are used) are found too, and empty queues are known without a peek.
+- ``probe``: for namespaces where the caller may not list (no Manage right): peek one
+  message at each index below ``probe_limit``; a missing queue is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from syphon.backlog import backlog_queue_path, match_backlog_queue_path
+
+
+@dataclass(frozen=True, order=True)
+class DiscoveredQueue:
+    """A backlog queue found in the secondary namespace.
+
+    Attributes:
+        primary: the primary namespace it serves.
+        index: its index.
+        path: its path.
+        message_count: messages in it when the discovery knew (None: unknown), dead
+            letters excluded.
+        extra: its index is at or beyond the configured queue count.
+    """
+
+    primary: str
+    index: int
+    path: str
+    message_count: int | None
+    extra: bool
+
+    @property
+    def empty(self) -> bool:
+        return self.message_count == 0
+
+
+def _wanted(primaries: Iterable[str]) -> dict[str, str]:
+    return {p.lower(): p for p in primaries}
+
+
+def discover_by_management(
+    admin: Any, primaries: Sequence[str], queue_count: int
+) -> list[DiscoveredQueue]:
+    """Backlog queues of ``primaries`` from one listing of the namespace's queues.
+
+    Args:
+        admin: a ``ServiceBusAdministrationClient`` for the secondary namespace.
+        primaries: the primary namespace names.
+        queue_count: the configured backlog queue count (to flag extras).
+    """
+    wanted = _wanted(primaries)
+    found = []
+    for runtime in admin.list_queues_runtime_properties():
+        parsed = match_backlog_queue_path(runtime.name)
+        if parsed is None or parsed.primary.lower() not in wanted:
+            continue
+        count = runtime.active_message_count + runtime.scheduled_message_count
+        found.append(
+            DiscoveredQueue(
+                primary=wanted[parsed.primary.lower()],
+                index=parsed.index,
+                path=runtime.name,
+                message_count=count,
+                extra=parsed.index >= queue_count,
+            )
+        )
+    return sorted(found)
+
+
+def discover_by_probe(
+    client: Any, primaries: Sequence[str], queue_count: int, probe_limit: int
+) -> list[DiscoveredQueue]:
+    """Backlog queues of ``primaries`` found by peeking indices ``0 .. probe_limit-1``.
+
+    Args:
+        client: a ``ServiceBusClient`` for the secondary namespace.
+        primaries: the primary namespace names.
+        queue_count: the configured backlog queue count (to flag extras).
+        probe_limit: how many indices to try per primary.
+    """
+    from azure.servicebus.exceptions import MessagingEntityNotFoundError
+
+    found = []
+    for primary in primaries:
+        for index in range(probe_limit):
+            path = backlog_queue_path(primary, index)
+            try:
+                with client.get_queue_receiver(path) as receiver:
+                    peeked = receiver.peek_messages(1)
+            except MessagingEntityNotFoundError:
+                continue
+            found.append(
+                DiscoveredQueue(
+                    primary=primary,
+                    index=index,
+                    path=path,
+                    message_count=None if peeked else 0,
+                    extra=index >= queue_count,
+                )
+            )
+    return sorted(found)

@@ -1,0 +1,140 @@
+"""Backlog discovery and the peek walk, against local Service Bus namespaces."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus.management import ServiceBusAdministrationClient
+
+from paired_env import PRIMARY, Pair
+from servicebus_emulator import QueueSpec
+from syphon.discovery import discover_by_management, discover_by_probe
+from syphon.sender import to_backlog_message
+from syphon.snapshot import SNAPSHOT_COLUMNS, peek_rows, snapshot_schema
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def queue(i: int, primary: str = PRIMARY) -> str:
+    return f"{primary}/x-servicebus-transfer/{i}"
+
+
+def fill(pair: Pair, path: str, messages: list[Any]) -> None:
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        with client.get_queue_sender(path) as sender:
+            batch = sender.create_message_batch()
+            for m in messages:
+                try:
+                    batch.add_message(m)
+                except ValueError:
+                    sender.send_messages(batch)
+                    batch = sender.create_message_batch()
+                    batch.add_message(m)
+            sender.send_messages(batch)
+
+
+def backlog_messages(n: int, destination: str = "orders") -> list[Any]:
+    return [
+        to_backlog_message(
+            ServiceBusMessage(
+                f"m{i}".encode() * 20, message_id=f"m{i}", application_properties={"i": i}
+            ),
+            destination,
+        )
+        for i in range(n)
+    ]
+
+
+def test_management_discovery_finds_extras_and_counts(pair: Pair) -> None:
+    broker = pair.secondary.broker
+    broker.declare(QueueSpec(queue(7)))
+    broker.declare(QueueSpec(queue(2, "another-primary")))
+    broker.declare(QueueSpec("orders"))
+    fill(pair, queue(1), backlog_messages(3))
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        pair.secondary.admin_connection_string, connection_verify=pair.secondary.ca_bundle
+    )
+    found = discover_by_management(admin, [PRIMARY], queue_count=4)
+    assert [q.path for q in found] == [queue(i) for i in (0, 1, 2, 3, 7)]
+    assert [q.extra for q in found] == [False, False, False, False, True]
+    assert [q.message_count for q in found] == [0, 3, 0, 0, 0]
+    assert [q.empty for q in found] == [True, False, True, True, True]
+
+
+def test_probe_discovery(pair: Pair) -> None:
+    pair.secondary.broker.declare(QueueSpec(queue(6)))
+    fill(pair, queue(2), backlog_messages(1))
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        found = discover_by_probe(client, [PRIMARY], queue_count=4, probe_limit=8)
+    assert [(q.index, q.message_count, q.extra) for q in found] == [
+        (0, 0, False), (1, 0, False), (2, None, False), (3, 0, False), (6, 0, True)]  # fmt: skip
+
+
+def test_peek_walk_reads_everything_and_changes_nothing(pair: Pair) -> None:
+    path = queue(0)
+    fill(pair, path, backlog_messages(620))
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        # one message locked by a receiver, as a crashed earlier run could leave it
+        with client.get_queue_receiver(path) as receiver:
+            (locked,) = receiver.receive_messages(1, max_wait_time=2)
+            entity = pair.secondary.broker.entity(path)
+            before = {
+                seq: (m.state, m.lock_token, m.delivery_count) for seq, m in entity.messages.items()
+            }
+            with client.get_queue_receiver(path) as peeker:
+                rows = list(peek_rows(peeker, path))
+                tail = list(peek_rows(peeker, path, from_sequence_number=600))
+                window = list(peek_rows(peeker, path, 10, until_sequence_number=19))
+            after = {
+                seq: (m.state, m.lock_token, m.delivery_count) for seq, m in entity.messages.items()
+            }
+            receiver.abandon_message(locked)
+    assert before == after  # nothing locked, removed or counted by the walk
+    assert [r["sequence_number"] for r in rows] == list(range(1, 621))
+    assert [r["message_id"] for r in rows] == [f"m{i}" for i in range(620)]
+    assert [r["sequence_number"] for r in tail] == list(range(600, 621))
+    assert [r["sequence_number"] for r in window] == list(range(10, 20))
+
+
+def test_rows_keep_what_the_replay_needs(pair: Pair, spark: Any) -> None:
+    path = queue(3)
+    original = ServiceBusMessage(
+        b"\x00\xffbody",
+        message_id="id-1",
+        session_id="s",
+        partition_key="s",
+        time_to_live=timedelta(minutes=3),
+        content_type="ct",
+        correlation_id="c",
+        subject="sub",
+        to="t",
+        reply_to="r",
+        reply_to_session_id="rs",
+        application_properties={"k": "v", "n": 5, b"raw": b"bytes-value"},
+    )
+    fill(pair, path, [to_backlog_message(original, "sessions")])
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        with client.get_queue_receiver(path) as peeker:
+            (row,) = list(peek_rows(peeker, path))
+    assert tuple(row) == SNAPSHOT_COLUMNS
+    assert row["body"] == b"\x00\xffbody"
+    assert row["body_size"] == 6
+    assert row["body_type"] == "data"
+    assert (row["message_id"], row["partition_key"], row["session_id"]) == ("id-1", "s", None)
+    assert (row["content_type"], row["correlation_id"], row["subject"]) == ("ct", "c", "sub")
+    assert (row["to"], row["reply_to"], row["reply_to_session_id"]) == ("t", "r", "rs")
+    assert row["time_to_live_ms"] is None  # the backlog copy's own TTL is infinite
+    assert row["enqueued_time"].tzinfo is not None
+    props = row["application_properties"]
+    assert props["x-ms-path"]["kind"] == "bytes"
+    assert props["x-ms-path"]["bytes"] == b"sessions"
+    assert props["x-ms-timetolive"]["int"] == 3 * 60 * 10_000_000
+    assert props["raw"]["bytes"] == b"bytes-value"
+    assert props["n"]["int"] == 5
+    df = spark.createDataFrame([row], snapshot_schema())
+    back = df.collect()[0]
+    assert back["body"] == b"\x00\xffbody"
+    assert back["application_properties"]["x-ms-path"]["bytes"] == b"sessions"
