@@ -138,3 +138,51 @@ def test_rows_keep_what_the_replay_needs(pair: Pair, spark: Any) -> None:
     back = df.collect()[0]
     assert back["body"] == b"\x00\xffbody"
     assert back["application_properties"]["x-ms-path"]["bytes"] == b"sessions"
+
+
+def test_the_data_source_reads_what_the_peek_walk_reads(
+    pair: Pair, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from syphon.config import NamespaceConfig, SecretRef
+    from syphon.datasource import register_backlog_source
+
+    fill(pair, queue(0), backlog_messages(300))
+    fill(pair, queue(2), backlog_messages(5, destination="sessions"))
+    secret = pair.secondary.connection_string
+    monkeypatch.setenv("SNAPSHOT_TEST_SECONDARY", secret)
+    secondary = NamespaceConfig("contoso-secondary", SecretRef(env="SNAPSHOT_TEST_SECONDARY"))
+    name = register_backlog_source(spark, secondary)
+    monkeypatch.delenv("SNAPSHOT_TEST_SECONDARY")  # read once, on the driver
+
+    queues = [queue(0), queue(2), {"queue": queue(0), "from": 100, "until": 149}]
+    df = spark.read.format(name).option("queues", json.dumps(queues)).load()
+    assert df.rdd.getNumPartitions() == 3
+    rows = df.collect()
+    assert len(rows) == 300 + 5 + 50
+    got = sorted((r["backlog_queue"], r["sequence_number"]) for r in rows)
+    expected = sorted(
+        [(queue(0), s) for s in range(1, 301)]
+        + [(queue(2), s) for s in range(1, 6)]
+        + [(queue(0), s) for s in range(100, 150)]
+    )
+    assert got == expected
+    sample = next(r for r in rows if r["backlog_queue"] == queue(2))
+    assert sample["application_properties"]["x-ms-path"]["bytes"] == b"sessions"
+    assert sample["body"].startswith(b"m")
+    # the connection string is in no plan
+    plan = df._jdf.queryExecution().toString()
+    assert "SharedAccessKey" not in plan
+    assert secret not in plan
+    assert pair.secondary.broker.entity(queue(0)).messages[1].delivery_count == 0
+
+
+def test_the_data_source_refuses_bad_options(pair: Pair, spark: Any) -> None:
+    from syphon.datasource import parse_queues_option
+    from syphon.errors import ConfigError
+
+    for bad in (None, "", "{", '{"a": 1}', "[1]", '[{"queue": "q", "from": "x"}]'):
+        with pytest.raises(ConfigError):
+            parse_queues_option(bad)
+    assert parse_queues_option('["q", {"queue": "r", "from": 5}]')[1].first == 5
