@@ -1,0 +1,228 @@
+"""Reconcile: pure DataFrame transforms from a snapshot to verdicts and replay order.
+
+Every snapshot row gets exactly one verdict, in this order of precedence:
+
+1. ``ping`` — content type ``application/vnd.ms-servicebus-ping`` (nothing to replay);
+2. ``invalid`` — with a machine-readable reason: the envelope's (missing or malformed
+   aliases, property key problems), ``body_not_data`` (a value or sequence body),
+   ``destination_unknown`` (the destination does not exist, when known),
+   ``partition_key_differs_from_session_id`` and the other partition-key reasons,
+   ``too_large`` (the restored message exceeds the destination's limit);
+3. ``expired`` — the original TTL has passed, counted from the original enqueue time
+   (the backlog copy's enqueue time: the sender wrote it when the original was sent);
+4. ``duplicate`` — the same destination and MessageId with the same body hash was seen
+   earlier in this snapshot (``duplicate_in_snapshot``) or replayed by an earlier run
+   (``already_replayed``);
+5. ``conflict`` — the same destination and MessageId with a different body
+   (``message_id_reused_in_snapshot`` or ``message_id_reused_after_replay``);
+6. ``replay``.
+
+"Earlier" is the replay order: original enqueue time, then backlog queue, then sequence
+number. Messages without a MessageId are never duplicates.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from syphon.envelope import PING_CONTENT_TYPE, restore_envelope_col
+from syphon.partitioning import effective_partition_key_col
+from syphon.timespan import TICKS_PER_SECOND
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+VERDICTS = ("replay", "duplicate", "conflict", "expired", "ping", "invalid")
+
+#: Columns of a destinations frame (one row per primary entity, when known).
+DESTINATION_COLUMNS = (
+    "destination",
+    "exists",
+    "requires_duplicate_detection",
+    "requires_session",
+    "max_message_bytes",
+)
+
+#: Columns of an earlier-replays frame (what earlier runs sent).
+REPLAYED_COLUMNS = ("destination", "message_id", "body_sha256")
+
+#: The order of messages within a (destination, partition key) group.
+ORDER_COLUMNS = ("original_enqueued_time", "backlog_queue", "sequence_number")
+
+
+def restore(snapshot: DataFrame) -> DataFrame:
+    """Adds the restored envelope and the body hash to snapshot rows."""
+    from pyspark.sql import functions as F
+
+    env = restore_envelope_col(F.col("application_properties"), F.col("property_problem"))
+    return (
+        snapshot.withColumn("_env", env)
+        .withColumn("destination", F.col("_env.destination"))
+        .withColumn("original_session_id", F.col("_env.session_id"))
+        .withColumn("original_time_to_live_ticks", F.col("_env.time_to_live_ticks"))
+        .withColumn("original_scheduled_enqueue_time", F.col("_env.scheduled_enqueue_time_utc"))
+        .withColumn("original_application_properties", F.col("_env.application_properties"))
+        .withColumn("envelope_reason", F.col("_env.reason"))
+        .withColumn("original_enqueued_time", F.col("enqueued_time"))
+        .withColumn("body_sha256", F.sha2(F.col("body"), 256))
+        .drop("_env")
+    )
+
+
+def classify(
+    restored: DataFrame,
+    now: Column,
+    destinations: DataFrame | None = None,
+    replayed: DataFrame | None = None,
+    default_max_message_bytes: int = 256 * 1024,
+) -> DataFrame:
+    """Gives every restored row its verdict, reason and effective partition key.
+
+    Args:
+        restored: the output of :func:`restore`.
+        now: the run's reference time (a timestamp column or literal).
+        destinations: :data:`DESTINATION_COLUMNS` per primary entity, when the
+            management API told them; missing destinations count as unknown settings
+            (duplicate detection assumed, existence not checked).
+        replayed: :data:`REPLAYED_COLUMNS` of earlier runs' replays.
+        default_max_message_bytes: the limit when a destination's is unknown.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    df = restored
+    if destinations is not None:
+        df = df.join(
+            destinations.select(*DESTINATION_COLUMNS).withColumnRenamed(
+                "destination", "_dest_known"
+            ),
+            F.col("destination") == F.col("_dest_known"),
+            "left",
+        ).drop("_dest_known")
+    else:
+        for name, kind in (
+            ("exists", "boolean"),
+            ("requires_duplicate_detection", "boolean"),
+            ("requires_session", "boolean"),
+            ("max_message_bytes", "long"),
+        ):
+            df = df.withColumn(name, F.lit(None).cast(kind))
+
+    key = effective_partition_key_col(
+        F.col("original_session_id"),
+        F.col("partition_key"),
+        F.col("message_id"),
+        F.col("requires_duplicate_detection"),
+        F.col("requires_session"),
+    )
+    df = df.withColumn("_key", key)
+    limit = F.coalesce(F.col("max_message_bytes"), F.lit(default_max_message_bytes))
+    invalid_reason = F.coalesce(
+        F.col("envelope_reason"),
+        F.when(F.col("body_type") != "data", F.lit("body_not_data")),
+        F.when(F.col("exists") == F.lit(False), F.lit("destination_unknown")),
+        F.col("_key.reason"),
+        F.when(F.col("body_size") > limit, F.lit("too_large")),
+    )
+    ttl_seconds = F.col("original_time_to_live_ticks") / F.lit(TICKS_PER_SECOND)
+    expires = F.col("original_enqueued_time") + F.make_dt_interval(secs=ttl_seconds)
+    expired = F.col("original_time_to_live_ticks").isNotNull() & (expires <= now)
+
+    order = [F.col(c) for c in ORDER_COLUMNS]
+    by_id = Window.partitionBy("destination", "message_id").orderBy(*order)
+    first_hash = F.first("body_sha256").over(by_id)
+    rank = F.row_number().over(by_id)
+    df = df.withColumn(
+        "_is_ping", F.coalesce(F.col("content_type") == PING_CONTENT_TYPE, F.lit(False))
+    )
+    df = df.withColumn("_invalid", invalid_reason).withColumn("_expired", expired)
+    # duplicates are judged among the messages that could be replayed
+    candidate = ~F.col("_is_ping") & F.col("_invalid").isNull() & ~F.col("_expired")
+    has_id = F.col("message_id").isNotNull()
+    cand = df.where(candidate & has_id).select(
+        "backlog_queue", "sequence_number", "destination", "message_id", "body_sha256",
+        *ORDER_COLUMNS[:1],
+    )  # fmt: skip
+    cand = cand.withColumn("_rank", rank).withColumn("_first_hash", first_hash)
+    if replayed is not None:
+        earlier = replayed.select(
+            F.col("destination").alias("_r_dest"),
+            F.col("message_id").alias("_r_id"),
+            F.col("body_sha256").alias("_r_hash"),
+        ).dropDuplicates(["_r_dest", "_r_id", "_r_hash"])
+        earlier_agg = earlier.groupBy("_r_dest", "_r_id").agg(
+            F.collect_set("_r_hash").alias("_r_hashes")
+        )
+        cand = cand.join(
+            earlier_agg,
+            (F.col("destination") == F.col("_r_dest")) & (F.col("message_id") == F.col("_r_id")),
+            "left",
+        ).drop("_r_dest", "_r_id")
+    else:
+        cand = cand.withColumn("_r_hashes", F.lit(None).cast("array<string>"))
+    same_as_replayed = F.array_contains(F.col("_r_hashes"), F.col("body_sha256"))
+    dup_reason = (
+        F.when(F.col("_r_hashes").isNotNull() & same_as_replayed, F.lit("already_replayed"))
+        .when(F.col("_r_hashes").isNotNull(), F.lit("message_id_reused_after_replay"))
+        .when(
+            (F.col("_rank") > 1) & (F.col("body_sha256") == F.col("_first_hash")),
+            F.lit("duplicate_in_snapshot"),
+        )
+        .when(F.col("_rank") > 1, F.lit("message_id_reused_in_snapshot"))
+    )
+    cand = cand.select("backlog_queue", "sequence_number", dup_reason.alias("_dup_reason"))
+    df = df.join(cand, ["backlog_queue", "sequence_number"], "left")
+
+    verdict = (
+        F.when(F.col("_is_ping"), F.lit("ping"))
+        .when(F.col("_invalid").isNotNull(), F.lit("invalid"))
+        .when(F.col("_expired"), F.lit("expired"))
+        .when(
+            F.col("_dup_reason").isin("already_replayed", "duplicate_in_snapshot"),
+            F.lit("duplicate"),
+        )
+        .when(F.col("_dup_reason").isNotNull(), F.lit("conflict"))
+        .otherwise(F.lit("replay"))
+    )
+    reason = (
+        F.when(F.col("_is_ping"), F.lit(None).cast("string"))
+        .when(F.col("_invalid").isNotNull(), F.col("_invalid"))
+        .when(F.col("_expired"), F.lit("time_to_live_passed"))
+        .otherwise(F.col("_dup_reason"))
+    )
+    return (
+        df.withColumn("verdict", verdict)
+        .withColumn("reason", reason)
+        .withColumn("partition_key_effective", F.col("_key.key"))
+        .withColumn("partition_key_source", F.col("_key.source"))
+        .drop("_key", "_is_ping", "_invalid", "_expired", "_dup_reason")
+    )
+
+
+def order_groups(classified: DataFrame) -> DataFrame:
+    """Adds the replay order within (destination, partition key), the group's size,
+    whether it is spread over several backlog queues, and its time span (seconds).
+
+    Keyless messages of a destination form one group (their order is kept, though the
+    service does not promise it to receivers).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    replay = F.col("verdict") == "replay"
+    group = ["destination", "partition_key_effective"]
+    ordered = Window.partitionBy(*group).orderBy(*[F.col(c) for c in ORDER_COLUMNS])
+    whole = Window.partitionBy(*group)
+    df = classified.withColumn("_in_replay", replay)
+    only = df.where(F.col("_in_replay")).select(
+        "backlog_queue",
+        "sequence_number",
+        F.row_number().over(ordered).alias("replay_order"),
+        F.count(F.lit(1)).over(whole).alias("group_size"),
+        (F.size(F.collect_set("backlog_queue").over(whole)) > 1).alias("group_spread"),
+        (
+            F.max("original_enqueued_time").over(whole).cast("double")
+            - F.min("original_enqueued_time").over(whole).cast("double")
+        ).alias("group_span_seconds"),
+    )
+    return df.join(only, ["backlog_queue", "sequence_number"], "left").drop("_in_replay")
