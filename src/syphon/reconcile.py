@@ -23,7 +23,7 @@ number. Messages without a MessageId are never duplicates.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from syphon.envelope import PING_CONTENT_TYPE, restore_envelope_col
 from syphon.partitioning import effective_partition_key_col
@@ -226,3 +226,110 @@ def order_groups(classified: DataFrame) -> DataFrame:
         ).alias("group_span_seconds"),
     )
     return df.join(only, ["backlog_queue", "sequence_number"], "left").drop("_in_replay")
+
+
+#: Columns the batch plan reads to rebuild each message.
+_MESSAGE_COLUMNS = (
+    "backlog_queue", "sequence_number", "destination", "partition_key_effective",
+    "replay_order", "body", "message_id", "partition_key", "original_session_id",
+    "original_time_to_live_ticks", "original_scheduled_enqueue_time",
+    "original_application_properties", "content_type", "correlation_id", "subject", "to",
+    "reply_to", "reply_to_session_id", "max_message_bytes",
+)  # fmt: skip
+
+
+def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024) -> DataFrame:
+    """Packs each (destination, partition key) group's ``replay`` rows, in replay order,
+    into batches within the destination's byte limit, measured as the SDK measures a
+    ``ServiceBusMessageBatch``. Adds ``message_bytes``, ``batch_id`` (destination, key
+    and batch number) and ``batch_position``. A message that alone exceeds the limit
+    becomes ``invalid`` / ``too_large``.
+    """
+    from pyspark.sql import functions as F
+
+    limit_default = default_max_message_bytes
+
+    def pack(pdf: Any) -> Any:
+        import pandas as pd  # type: ignore[import-untyped]
+
+        from syphon.messages import batch_cost, restored_message
+
+        pdf = pdf.sort_values("replay_order")
+        sizes: list[int] = []
+        numbers: list[int | None] = []
+        positions: list[int | None] = []
+        oversize: list[bool] = []
+        batch, used, position = 0, 0, 0
+        for raw in pdf.to_dict("records"):
+            rec = {k: _plain(v) for k, v in raw.items()}
+            props = rec["original_application_properties"]
+            rec["original_application_properties"] = dict(props) if props is not None else {}
+            limit = int(rec["max_message_bytes"] or limit_default)
+            cost = batch_cost(restored_message(rec))
+            sizes.append(cost)
+            if cost > limit:
+                numbers.append(None)
+                positions.append(None)
+                oversize.append(True)
+                continue
+            if position and used + cost > limit:
+                batch, used, position = batch + 1, 0, 0
+            numbers.append(batch)
+            positions.append(position)
+            oversize.append(False)
+            used += cost
+            position += 1
+        return pd.DataFrame(
+            {
+                "backlog_queue": pdf["backlog_queue"].to_numpy(),
+                "sequence_number": pdf["sequence_number"].to_numpy(),
+                "message_bytes": sizes,
+                "_batch_no": pd.array(numbers, dtype="Int64"),
+                "batch_position": pd.array(positions, dtype="Int64"),
+                "_oversize": oversize,
+            }
+        )
+
+    plan = (
+        ordered.where(F.col("verdict") == "replay")
+        .select(*_MESSAGE_COLUMNS)
+        .groupBy("destination", "partition_key_effective")
+        .applyInPandas(
+            pack,
+            "backlog_queue string, sequence_number long, message_bytes long, "
+            "_batch_no long, batch_position long, _oversize boolean",
+        )
+    )
+    out = ordered.join(plan, ["backlog_queue", "sequence_number"], "left")
+    oversize = F.coalesce(F.col("_oversize"), F.lit(False))
+    batch_id = F.when(
+        F.col("_batch_no").isNotNull(),
+        F.concat_ws(
+            "#",
+            F.col("destination"),
+            F.coalesce(F.col("partition_key_effective"), F.lit("")),
+            F.col("_batch_no").cast("string"),
+        ),
+    )
+    return (
+        out.withColumn("verdict", F.when(oversize, F.lit("invalid")).otherwise(F.col("verdict")))
+        .withColumn("reason", F.when(oversize, F.lit("too_large")).otherwise(F.col("reason")))
+        .withColumn("batch_id", batch_id)
+        .drop("_batch_no", "_oversize")
+    )
+
+
+def _plain(value: Any) -> Any:
+    """A pandas cell as a plain Python value: NaN/NaT/NA become None, whole floats of
+    nullable long columns become ints, Timestamps become datetimes."""
+    import pandas as pd
+
+    if value is None or isinstance(value, (bytes, bytearray, dict, list, tuple, str)):
+        return value
+    if pd.isna(value):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.to_pydatetime()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value

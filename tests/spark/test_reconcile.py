@@ -141,3 +141,55 @@ def test_groups_are_ordered_by_original_enqueue_time_and_spread_is_flagged(spark
     # same enqueue time: the backlog queue then the sequence number decide
     assert got["k-1"] == ("k", 1, False, 2, 0.0)
     assert got["k-2"] == ("k", 2, False, 2, 0.0)
+
+
+def sdk_packing(messages: list[Any], limit: int) -> list[int]:
+    """Batch numbers as the SDK's own ServiceBusMessageBatch would fill them."""
+    from azure.servicebus import ServiceBusMessageBatch
+    from azure.servicebus.exceptions import MessageSizeExceededError
+
+    numbers, batch, n = [], ServiceBusMessageBatch(max_size_in_bytes=limit), 0
+    for m in messages:
+        try:
+            batch.add_message(m)
+        except MessageSizeExceededError:
+            n += 1
+            batch = ServiceBusMessageBatch(max_size_in_bytes=limit)
+            batch.add_message(m)
+        numbers.append(n)
+    return numbers
+
+
+def test_batches_follow_the_sdk_measure_and_keep_keys_apart(spark: Any) -> None:
+    from syphon.messages import restored_message
+    from syphon.reconcile import plan_batches
+
+    rows = [
+        row(0, i, message_id=f"k-{i}", partition_key="k", minutes=i, body=bytes([i]) * 90_000,
+            extra={"n": i, "tag": "x"})
+        for i in range(1, 8)
+    ] + [
+        row(1, i, message_id=None, minutes=i, body=b"small") for i in range(1, 4)
+    ] + [row(2, 1, message_id="huge", partition_key="h", body=b"x" * 262_100)]  # fmt: skip
+    out = plan_batches(order_groups(classified(spark, rows))).collect()
+    by_id = {r["message_id"] or f"keyless-{r['sequence_number']}": r for r in out}
+
+    keyed = sorted((r for r in out if r["partition_key_effective"] == "k"),
+                   key=lambda r: r["replay_order"])  # fmt: skip
+    expected = sdk_packing([restored_message(r.asDict()) for r in keyed], 256 * 1024)
+    assert [int(r["batch_id"].rsplit("#", 1)[1]) for r in keyed] == expected
+    assert expected[-1] > 0  # the group needed several batches
+    assert all(r["batch_id"].startswith("orders#k#") for r in keyed)
+    positions = [(r["batch_id"], r["batch_position"]) for r in keyed]
+    for batch_id in {b for b, _ in positions}:
+        assert sorted(p for b, p in positions if b == batch_id) == list(
+            range(sum(1 for b, _ in positions if b == batch_id))
+        )
+    # keyless messages (no MessageId, so no key even with duplicate detection): own batches
+    keyless = [by_id[f"keyless-{i}"] for i in range(1, 4)]
+    assert {r["batch_id"] for r in keyless} == {"orders##0"}
+    assert [r["batch_position"] for r in keyless] == [0, 1, 2]
+    # a body under the limit whose message is over it
+    assert (by_id["huge"]["verdict"], by_id["huge"]["reason"]) == ("invalid", "too_large")
+    assert by_id["huge"]["batch_id"] is None
+    assert all(r["message_bytes"] > 0 for r in keyed + keyless)
