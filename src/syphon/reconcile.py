@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from syphon.backlog import backlog_primary_col
 from syphon.envelope import PING_CONTENT_TYPE, restore_envelope_col
 from syphon.partitioning import effective_partition_key_col
 from syphon.timespan import TICKS_PER_SECOND
@@ -36,6 +37,7 @@ VERDICTS = ("replay", "duplicate", "conflict", "expired", "ping", "invalid")
 
 #: Columns of a destinations frame (one row per primary entity, when known).
 DESTINATION_COLUMNS = (
+    "primary",
     "destination",
     "exists",
     "requires_duplicate_detection",
@@ -44,7 +46,10 @@ DESTINATION_COLUMNS = (
 )
 
 #: Columns of an earlier-replays frame (what earlier runs sent).
-REPLAYED_COLUMNS = ("destination", "message_id", "body_sha256")
+REPLAYED_COLUMNS = ("primary", "destination", "message_id", "body_sha256")
+
+#: A destination: the primary namespace and the entity path in it.
+DESTINATION_KEY = ("primary", "destination")
 
 #: The order of messages within a (destination, partition key) group.
 ORDER_COLUMNS = ("original_enqueued_time", "backlog_queue", "sequence_number")
@@ -57,6 +62,7 @@ def restore(snapshot: DataFrame) -> DataFrame:
     env = restore_envelope_col(F.col("application_properties"), F.col("property_problem"))
     return (
         snapshot.withColumn("_env", env)
+        .withColumn("primary", backlog_primary_col(F.col("backlog_queue")))
         .withColumn("destination", F.col("_env.destination"))
         .withColumn("original_session_id", F.col("_env.session_id"))
         .withColumn("original_time_to_live_ticks", F.col("_env.time_to_live_ticks"))
@@ -92,13 +98,15 @@ def classify(
 
     df = restored
     if destinations is not None:
+        known = destinations.select(*DESTINATION_COLUMNS)
+        known = known.withColumnRenamed("primary", "_k_primary").withColumnRenamed(
+            "destination", "_k_dest"
+        )
         df = df.join(
-            destinations.select(*DESTINATION_COLUMNS).withColumnRenamed(
-                "destination", "_dest_known"
-            ),
-            F.col("destination") == F.col("_dest_known"),
+            known,
+            (F.col("primary") == F.col("_k_primary")) & (F.col("destination") == F.col("_k_dest")),
             "left",
-        ).drop("_dest_known")
+        ).drop("_k_primary", "_k_dest")
     else:
         for name, kind in (
             ("exists", "boolean"),
@@ -129,7 +137,7 @@ def classify(
     expired = F.col("original_time_to_live_ticks").isNotNull() & (expires <= now)
 
     order = [F.col(c) for c in ORDER_COLUMNS]
-    by_id = Window.partitionBy("destination", "message_id").orderBy(*order)
+    by_id = Window.partitionBy(*DESTINATION_KEY, "message_id").orderBy(*order)
     first_hash = F.first("body_sha256").over(by_id)
     rank = F.row_number().over(by_id)
     df = df.withColumn(
@@ -140,24 +148,27 @@ def classify(
     candidate = ~F.col("_is_ping") & F.col("_invalid").isNull() & ~F.col("_expired")
     has_id = F.col("message_id").isNotNull()
     cand = df.where(candidate & has_id).select(
-        "backlog_queue", "sequence_number", "destination", "message_id", "body_sha256",
+        "backlog_queue", "sequence_number", *DESTINATION_KEY, "message_id", "body_sha256",
         *ORDER_COLUMNS[:1],
     )  # fmt: skip
     cand = cand.withColumn("_rank", rank).withColumn("_first_hash", first_hash)
     if replayed is not None:
         earlier = replayed.select(
+            F.col("primary").alias("_r_primary"),
             F.col("destination").alias("_r_dest"),
             F.col("message_id").alias("_r_id"),
             F.col("body_sha256").alias("_r_hash"),
-        ).dropDuplicates(["_r_dest", "_r_id", "_r_hash"])
-        earlier_agg = earlier.groupBy("_r_dest", "_r_id").agg(
+        ).dropDuplicates(["_r_primary", "_r_dest", "_r_id", "_r_hash"])
+        earlier_agg = earlier.groupBy("_r_primary", "_r_dest", "_r_id").agg(
             F.collect_set("_r_hash").alias("_r_hashes")
         )
         cand = cand.join(
             earlier_agg,
-            (F.col("destination") == F.col("_r_dest")) & (F.col("message_id") == F.col("_r_id")),
+            (F.col("primary") == F.col("_r_primary"))
+            & (F.col("destination") == F.col("_r_dest"))
+            & (F.col("message_id") == F.col("_r_id")),
             "left",
-        ).drop("_r_dest", "_r_id")
+        ).drop("_r_primary", "_r_dest", "_r_id")
     else:
         cand = cand.withColumn("_r_hashes", F.lit(None).cast("array<string>"))
     same_as_replayed = F.array_contains(F.col("_r_hashes"), F.col("body_sha256"))
@@ -210,7 +221,7 @@ def order_groups(classified: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     replay = F.col("verdict") == "replay"
-    group = ["destination", "partition_key_effective"]
+    group = [*DESTINATION_KEY, "partition_key_effective"]
     ordered = Window.partitionBy(*group).orderBy(*[F.col(c) for c in ORDER_COLUMNS])
     whole = Window.partitionBy(*group)
     df = classified.withColumn("_in_replay", replay)
@@ -230,7 +241,7 @@ def order_groups(classified: DataFrame) -> DataFrame:
 
 #: Columns the batch plan reads to rebuild each message.
 _MESSAGE_COLUMNS = (
-    "backlog_queue", "sequence_number", "destination", "partition_key_effective",
+    "backlog_queue", "sequence_number", "primary", "destination", "partition_key_effective",
     "replay_order", "body", "message_id", "partition_key", "original_session_id",
     "original_time_to_live_ticks", "original_scheduled_enqueue_time",
     "original_application_properties", "content_type", "correlation_id", "subject", "to",
@@ -241,9 +252,9 @@ _MESSAGE_COLUMNS = (
 def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024) -> DataFrame:
     """Packs each (destination, partition key) group's ``replay`` rows, in replay order,
     into batches within the destination's byte limit, measured as the SDK measures a
-    ``ServiceBusMessageBatch``. Adds ``message_bytes``, ``batch_id`` (destination, key
-    and batch number) and ``batch_position``. A message that alone exceeds the limit
-    becomes ``invalid`` / ``too_large``.
+    ``ServiceBusMessageBatch``. Adds ``message_bytes``, ``batch_id`` (primary,
+    destination, key and batch number) and ``batch_position``. A message that alone
+    exceeds the limit becomes ``invalid`` / ``too_large``.
     """
     from pyspark.sql import functions as F
 
@@ -293,7 +304,7 @@ def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024
     plan = (
         ordered.where(F.col("verdict") == "replay")
         .select(*_MESSAGE_COLUMNS)
-        .groupBy("destination", "partition_key_effective")
+        .groupBy(*DESTINATION_KEY, "partition_key_effective")
         .applyInPandas(
             pack,
             "backlog_queue string, sequence_number long, message_bytes long, "
@@ -306,6 +317,7 @@ def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024
         F.col("_batch_no").isNotNull(),
         F.concat_ws(
             "#",
+            F.col("primary"),
             F.col("destination"),
             F.coalesce(F.col("partition_key_effective"), F.lit("")),
             F.col("_batch_no").cast("string"),

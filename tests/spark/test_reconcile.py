@@ -95,13 +95,22 @@ CASES: list[tuple[dict[str, Any], str, str | None]] = [
 def classified(spark: Any, rows: list[dict[str, Any]]) -> Any:
     snapshot = spark.createDataFrame(rows, snapshot_schema())
     destinations = spark.createDataFrame(
-        [("orders", True, True, False, 256 * 1024), ("nowhere", False, None, None, None)],
-        "destination string, exists boolean, requires_duplicate_detection boolean, "
+        [
+            ("contoso-primary", "orders", True, True, False, 256 * 1024),
+            ("contoso-primary", "nowhere", False, None, None, None),
+            ("other-primary", "orders", True, True, False, 1024),  # not this primary's
+        ],
+        "primary string, destination string, exists boolean, "
+        "requires_duplicate_detection boolean, "
         "requires_session boolean, max_message_bytes long",
     )
     replayed = spark.createDataFrame(
-        [("orders", "done", _sha(b"body")), ("orders", "reused", _sha(b"earlier body"))],
-        "destination string, message_id string, body_sha256 string",
+        [
+            ("contoso-primary", "orders", "done", _sha(b"body")),
+            ("contoso-primary", "orders", "reused", _sha(b"earlier body")),
+            ("other-primary", "orders", "a", _sha(b"body")),  # another namespace's orders
+        ],
+        "primary string, destination string, message_id string, body_sha256 string",
     )
     return classify(restore(snapshot), F.lit(NOW), destinations, replayed)
 
@@ -179,7 +188,7 @@ def test_batches_follow_the_sdk_measure_and_keep_keys_apart(spark: Any) -> None:
     expected = sdk_packing([restored_message(r.asDict()) for r in keyed], 256 * 1024)
     assert [int(r["batch_id"].rsplit("#", 1)[1]) for r in keyed] == expected
     assert expected[-1] > 0  # the group needed several batches
-    assert all(r["batch_id"].startswith("orders#k#") for r in keyed)
+    assert all(r["batch_id"].startswith("contoso-primary#orders#k#") for r in keyed)
     positions = [(r["batch_id"], r["batch_position"]) for r in keyed]
     for batch_id in {b for b, _ in positions}:
         assert sorted(p for b, p in positions if b == batch_id) == list(
@@ -187,7 +196,7 @@ def test_batches_follow_the_sdk_measure_and_keep_keys_apart(spark: Any) -> None:
         )
     # keyless messages (no MessageId, so no key even with duplicate detection): own batches
     keyless = [by_id[f"keyless-{i}"] for i in range(1, 4)]
-    assert {r["batch_id"] for r in keyless} == {"orders##0"}
+    assert {r["batch_id"] for r in keyless} == {"contoso-primary#orders##0"}
     assert [r["batch_position"] for r in keyless] == [0, 1, 2]
     # a body under the limit whose message is over it
     assert (by_id["huge"]["verdict"], by_id["huge"]["reason"]) == ("invalid", "too_large")
