@@ -14,14 +14,13 @@ from collections.abc import Sequence
 import yaml
 
 from syphon import __version__
-from syphon.config import load_config
+from syphon.config import load_config, resolve_secret
 from syphon.errors import NotAvailableError, SyphonError
 
 log = logging.getLogger(__name__)
 
 # The commands still to be built, with the issue that builds each.
 _PENDING = {
-    "plan": ("snapshot, reconcile and audit the backlog; send nothing", 6),
     "run": ("plan, replay to the primaries, settle the backlog", 7),
     "replay": ("resume the replay and settle of a planned run", 7),
     "status": ("backlog depth per queue and the last runs", 7),
@@ -45,6 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
         "config", help="validate a config and print it (secret references only, never values)"
     )
     _add_config_option(check)
+
+    plan = sub.add_parser(
+        "plan",
+        help="snapshot, reconcile and audit the backlog: record a verdict for every message; "
+        "send nothing, remove nothing",
+    )
+    _add_config_option(plan)
+    plan.add_argument("--run-id", default=None, help="the run id (default: time and random)")
 
     provision = sub.add_parser(
         "provision",
@@ -95,10 +102,32 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "provision":
         return _provision(args)
+    if args.command == "plan":
+        return _plan(args)
     summary, issue = _PENDING[args.command]
     raise NotAvailableError(
         f"not available yet: '{args.command}' ({summary}) is built in issue {issue}"
     )
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from azure.core.exceptions import AzureError
+
+    from syphon.plan import format_summary, run_plan
+    from syphon.spark import build_spark_session
+
+    config = load_config(args.config)
+    for namespace in (config.secondary, *config.primaries):  # fail before Spark starts
+        if namespace.connection_string.env is not None:
+            resolve_secret(namespace.connection_string)
+    spark = build_spark_session(config.spark)
+    try:
+        result = run_plan(spark, config, run_id=args.run_id)
+    except AzureError as exc:
+        raise SyphonError(f"Service Bus failed: {type(exc).__name__}") from None
+    print(format_summary(result))
+    print(f"audit: {config.audit.path}")
+    return 0
 
 
 def _provision(args: argparse.Namespace) -> int:

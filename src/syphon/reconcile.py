@@ -81,6 +81,7 @@ def classify(
     destinations: DataFrame | None = None,
     replayed: DataFrame | None = None,
     default_max_message_bytes: int = 256 * 1024,
+    listed_primaries: tuple[str, ...] = (),
 ) -> DataFrame:
     """Gives every restored row its verdict, reason and effective partition key.
 
@@ -92,6 +93,8 @@ def classify(
             (duplicate detection assumed, existence not checked).
         replayed: :data:`REPLAYED_COLUMNS` of earlier runs' replays.
         default_max_message_bytes: the limit when a destination's is unknown.
+        listed_primaries: primaries whose every entity is in ``destinations`` (their
+            management API listed them all): a destination missing there does not exist.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -116,6 +119,9 @@ def classify(
         ):
             df = df.withColumn(name, F.lit(None).cast(kind))
 
+    if listed_primaries:
+        missing = F.col("exists").isNull() & F.col("primary").isin(*listed_primaries)
+        df = df.withColumn("exists", F.when(missing, F.lit(False)).otherwise(F.col("exists")))
     key = effective_partition_key_col(
         F.col("original_session_id"),
         F.col("partition_key"),

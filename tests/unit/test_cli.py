@@ -10,7 +10,7 @@ from syphon.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SYPHON = Path(sys.executable).parent / "syphon"
-PENDING = {"plan": 6, "run": 7, "status": 7, "demo": 8}
+PENDING = {"run": 7, "status": 7, "demo": 8}
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -79,7 +79,7 @@ def test_a_bad_config_is_one_line_naming_the_key_and_exit_code_2(tmp_path: Path)
 
 def test_the_spark_submit_entry_is_the_same_command() -> None:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "syphon_submit.py"), "plan"],
+        [sys.executable, str(ROOT / "jobs" / "syphon_submit.py"), "run"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -87,3 +87,11 @@ def test_the_spark_submit_entry_is_the_same_command() -> None:
     )
     assert result.returncode == 3
     assert "not available yet" in result.stderr
+
+
+def test_plan_checks_its_secrets_before_starting_spark(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("SYPHON_SECONDARY_CONNECTION_STRING", raising=False)
+    assert main(["plan"]) == 2
+    assert "SYPHON_SECONDARY_CONNECTION_STRING" in capsys.readouterr().err

@@ -1,0 +1,223 @@
+"""``syphon plan``: snapshot → reconcile → audit, sending nothing, removing nothing.
+
+1. discover the backlog queues of every configured primary (management listing or
+   probing), skipping empty ones;
+2. learn each primary's entities and their settings from its management API (when it
+   answers; otherwise settings are unknown and the safe defaults of the reconcile
+   apply);
+3. peek every non-empty backlog queue through the ``syphon-backlog`` data source;
+4. restore, classify, order and plan batches;
+5. append the audit rows and a ``planned`` row to the run ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from syphon.audit import RunRecord, append_run, config_fingerprint, write_audit
+from syphon.clients import admin_client, servicebus_client
+from syphon.config import NamespaceConfig, SyphonConfig
+from syphon.discovery import DiscoveredQueue, discover_by_management, discover_by_probe
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+DbutilsGet = Callable[[str, str], str] | None
+
+
+@dataclass
+class PlanResult:
+    """What a plan found."""
+
+    run_id: str
+    queues: list[DiscoveredQueue]
+    counts: dict[str, int]
+    per_destination: list[dict[str, Any]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    audit_rows: int = 0
+
+
+def new_run_id(now: datetime) -> str:
+    return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+
+
+def discover(config: SyphonConfig, dbutils_get: DbutilsGet = None) -> list[DiscoveredQueue]:
+    primaries = [p.namespace for p in config.primaries]
+    count = config.backlog.queue_count
+    if config.backlog.discovery == "management":
+        with admin_client(config.secondary, dbutils_get) as admin:
+            return discover_by_management(admin, primaries, count)
+    with servicebus_client(config.secondary, dbutils_get) as client:
+        return discover_by_probe(client, primaries, count, config.backlog.probe_limit)
+
+
+def destination_settings(
+    spark: SparkSession, config: SyphonConfig, dbutils_get: DbutilsGet = None
+) -> tuple[DataFrame | None, tuple[str, ...]]:
+    """Every entity of every primary that answers, with the settings the reconcile uses.
+
+    Returns:
+        (the destinations frame or None, the primaries that were listed completely).
+    """
+    from azure.core.exceptions import AzureError
+
+    rows: list[tuple[Any, ...]] = []
+    listed: list[str] = []
+    for primary in config.primaries:
+        try:
+            rows.extend(_entities(primary, dbutils_get))
+        except (AzureError, OSError) as exc:
+            log.warning(
+                "the management API of %s did not answer (%s): its destinations' settings "
+                "are unknown", primary.namespace, type(exc).__name__,
+            )  # fmt: skip
+            continue
+        listed.append(primary.namespace)
+    if not listed:
+        return None, ()
+    schema = (
+        "primary string, destination string, exists boolean, "
+        "requires_duplicate_detection boolean, requires_session boolean, max_message_bytes long"
+    )
+    return spark.createDataFrame(rows, schema), tuple(listed)
+
+
+def _entities(primary: NamespaceConfig, dbutils_get: DbutilsGet) -> list[tuple[Any, ...]]:
+    limit = (1024 if primary.tier == "premium" else 256) * 1024
+    out = []
+    with admin_client(primary, dbutils_get) as admin:
+        for q in admin.list_queues():
+            size = (q.max_message_size_in_kilobytes or 0) * 1024 or limit
+            out.append((primary.namespace, q.name, True, bool(q.requires_duplicate_detection),
+                        bool(q.requires_session), size))  # fmt: skip
+        for t in admin.list_topics():
+            size = (t.max_message_size_in_kilobytes or 0) * 1024 or limit
+            out.append((primary.namespace, t.name, True, bool(t.requires_duplicate_detection),
+                        False, size))  # fmt: skip
+    return out
+
+
+def run_plan(
+    spark: SparkSession,
+    config: SyphonConfig,
+    *,
+    run_id: str | None = None,
+    now: datetime | None = None,
+    dbutils_get: DbutilsGet = None,
+) -> PlanResult:
+    """Plans a run (see the module docstring) and records it as ``planned``."""
+    from pyspark.sql import functions as F
+
+    from syphon.datasource import register_backlog_source
+    from syphon.reconcile import classify, order_groups, plan_batches, restore
+    from syphon.snapshot import snapshot_schema
+
+    started = now or datetime.now(timezone.utc)
+    run_id = run_id or new_run_id(started)
+    timings: dict[str, float] = {}
+    clock = time.monotonic()
+
+    queues = discover(config, dbutils_get)
+    non_empty = [q for q in queues if not q.empty]
+    timings["discover"] = time.monotonic() - clock
+
+    clock = time.monotonic()
+    destinations, listed = destination_settings(spark, config, dbutils_get)
+    timings["destinations"] = time.monotonic() - clock
+
+    clock = time.monotonic()
+    if non_empty:
+        name = register_backlog_source(spark, config.secondary, dbutils_get)
+        paths = json.dumps([q.path for q in non_empty])
+        snapshot = spark.read.format(name).option("queues", paths).load()
+    else:
+        snapshot = spark.createDataFrame([], snapshot_schema())
+    default_limit = (1024 if config.secondary.tier == "premium" else 256) * 1024
+    classified = classify(
+        restore(snapshot),
+        F.lit(started),
+        destinations,
+        None,  # earlier runs' replays: recorded from the replay stage on (issue 7)
+        default_max_message_bytes=default_limit,
+        listed_primaries=listed,
+    )
+    planned = plan_batches(order_groups(classified), default_limit).persist()
+    try:
+        rows = write_audit(planned, config.audit.path, run_id, "plan", started)
+        timings["snapshot_reconcile_audit"] = time.monotonic() - clock
+        counts = {
+            r["verdict"]: int(r["count"]) for r in planned.groupBy("verdict").count().collect()
+        }
+        per_destination = _summary(planned)
+    finally:
+        planned.unpersist()
+    append_run(
+        RunRecord(
+            run_id=run_id,
+            status="planned",
+            started_at=started,
+            finished_at=datetime.now(timezone.utc),
+            config_fingerprint=config_fingerprint(config),
+            counts=counts,
+            operations={
+                "backlog_queues": len(queues),
+                "queues_peeked": len(non_empty),
+                "messages_peeked": rows,
+            },
+            timings=timings,
+        ),
+        config.audit.path,
+    )
+    return PlanResult(run_id, queues, counts, per_destination, timings, rows)
+
+
+def _summary(planned: DataFrame) -> list[dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    replay = F.col("verdict") == "replay"
+    spread_groups = F.when(replay & F.col("group_spread") & (F.col("replay_order") == 1), 1)
+    rows = (
+        planned.groupBy("primary", "destination")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            *[
+                F.count(F.when(F.col("verdict") == v, 1)).alias(v)
+                for v in ("replay", "duplicate", "conflict", "expired", "ping", "invalid")
+            ],
+            F.count(spread_groups).alias("spread_groups"),
+            F.min("original_enqueued_time").alias("first"),
+            F.max("original_enqueued_time").alias("last"),
+        )
+        .orderBy("primary", "destination")
+        .collect()
+    )
+    return [r.asDict() for r in rows]
+
+
+def format_summary(result: PlanResult) -> str:
+    """The plan's summary table, as ``syphon plan`` prints it."""
+    lines = [
+        f"run {result.run_id}: {sum(result.counts.values())} messages in "
+        f"{sum(1 for q in result.queues if not q.empty)} of {len(result.queues)} backlog queues",
+        f"{'primary':<20} {'destination':<28} {'replay':>7} {'dup':>5} {'confl':>5} "
+        f"{'exp':>5} {'ping':>5} {'inval':>5} {'spread':>6}  outage span",
+    ]
+    for d in result.per_destination:
+        span = "-"
+        if d["first"] is not None and d["last"] is not None:
+            span = f"{d['first']:%Y-%m-%d %H:%M:%S} .. {d['last']:%H:%M:%S}"
+        lines.append(
+            f"{d['primary'] or '?':<20} {d['destination'] or '(no destination)':<28} "
+            f"{d['replay']:>7} {d['duplicate']:>5} {d['conflict']:>5} {d['expired']:>5} "
+            f"{d['ping']:>5} {d['invalid']:>5} {d['spread_groups']:>6}  {span}"
+        )
+    return "\n".join(lines)
