@@ -176,7 +176,8 @@ class AmqpHandler:
     def on_transport_error(self, event: Any) -> None:
         condition = event.transport.condition
         if condition is not None:
-            log.warning("connection closed: %s: %s", condition.name, condition.description)
+            # clients often end with a frame on a just-ended session: worth a debug line only
+            log.debug("connection closed: %s: %s", condition.name, condition.description)
 
     @guarded
     def on_transport_closed(self, event: Any) -> None:
