@@ -29,35 +29,23 @@ if TYPE_CHECKING:
 AUDIT_TABLE = "audit"
 RUNS_TABLE = "runs"
 
+#: Audit columns taken from a planned row under another name (the rest keep theirs).
+_RENAMED = {
+    "backlog_enqueued_time": "enqueued_time",
+    "session_id": "original_session_id",
+    "time_to_live_ticks": "original_time_to_live_ticks",
+    "scheduled_enqueue_time": "original_scheduled_enqueue_time",
+}
+
 #: The audit table's columns, in order (see the README for their meaning).
 AUDIT_COLUMNS = (
-    "run_id",
-    "stage",
-    "recorded_at",
-    "backlog_queue",
-    "sequence_number",
-    "backlog_enqueued_time",
-    "primary",
-    "destination",
-    "message_id",
-    "session_id",
-    "partition_key",
-    "partition_key_effective",
-    "partition_key_source",
-    "verdict",
-    "reason",
-    "body_size",
-    "body_sha256",
-    "message_bytes",
-    "time_to_live_ticks",
-    "scheduled_enqueue_time",
-    "replay_order",
-    "group_size",
-    "group_spread",
-    "group_span_seconds",
-    "batch_id",
-    "batch_position",
-)
+    "run_id", "stage", "recorded_at", "backlog_queue", "sequence_number",
+    "backlog_enqueued_time", "primary", "destination", "message_id", "session_id",
+    "partition_key", "partition_key_effective", "partition_key_source", "verdict", "reason",
+    "body_size", "body_sha256", "message_bytes", "time_to_live_ticks",
+    "scheduled_enqueue_time", "replay_order", "group_size", "group_spread",
+    "group_span_seconds", "batch_id", "batch_position",
+)  # fmt: skip
 
 
 def audit_path(root: str | os.PathLike[str], table: str) -> Path:
@@ -68,33 +56,13 @@ def audit_frame(planned: DataFrame, run_id: str, stage: str, recorded_at: dateti
     """The audit rows of a planned snapshot (the output of ``plan_batches``)."""
     from pyspark.sql import functions as F
 
+    run = {
+        "run_id": F.lit(run_id),
+        "stage": F.lit(stage),
+        "recorded_at": F.lit(recorded_at).cast("timestamp"),
+    }
     return planned.select(
-        F.lit(run_id).alias("run_id"),
-        F.lit(stage).alias("stage"),
-        F.lit(recorded_at).cast("timestamp").alias("recorded_at"),
-        "backlog_queue",
-        "sequence_number",
-        F.col("enqueued_time").alias("backlog_enqueued_time"),
-        "primary",
-        "destination",
-        "message_id",
-        F.col("original_session_id").alias("session_id"),
-        "partition_key",
-        "partition_key_effective",
-        "partition_key_source",
-        "verdict",
-        "reason",
-        "body_size",
-        "body_sha256",
-        "message_bytes",
-        F.col("original_time_to_live_ticks").alias("time_to_live_ticks"),
-        F.col("original_scheduled_enqueue_time").alias("scheduled_enqueue_time"),
-        "replay_order",
-        "group_size",
-        "group_spread",
-        "group_span_seconds",
-        "batch_id",
-        "batch_position",
+        *[(run[c] if c in run else F.col(_RENAMED.get(c, c))).alias(c) for c in AUDIT_COLUMNS]
     )
 
 
