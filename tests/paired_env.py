@@ -6,12 +6,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from azure.servicebus import ServiceBusClient
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
+from syphon.config import SyphonConfig, load_config
 from syphon.provision import provision_backlog
 from syphon.sender import PairedNamespaceClient, SendAvailabilityOptions
 
@@ -47,6 +49,51 @@ class Pair:
                 with sb.get_queue_receiver(path) as receiver:
                     out[path] = receiver.peek_messages(250)
         return out
+
+
+def job_config(
+    pair: Pair,
+    tmp_path: Path,
+    monkeypatch: Any,
+    *,
+    queue_count: int = BACKLOG_QUEUES,
+    split_messages: int = 50_000,
+    extra: str = "",
+) -> SyphonConfig:
+    """A syphon config for the pair (secrets in environment variables set through
+    ``monkeypatch``), with Delta tables under ``tmp_path``."""
+    monkeypatch.setenv("PAIR_TEST_SECONDARY", pair.secondary.connection_string)
+    monkeypatch.setenv("PAIR_TEST_PRIMARY", pair.primary.connection_string)
+    path = tmp_path / "syphon.yaml"
+    path.write_text(
+        f"""
+secondary:
+  namespace: contoso-secondary
+  connection_string: {{env: PAIR_TEST_SECONDARY}}
+  management_endpoint: "{pair.secondary.admin_endpoint}"
+  ca_bundle: "{pair.secondary.ca_bundle}"
+primaries:
+  - namespace: {PRIMARY}
+    connection_string: {{env: PAIR_TEST_PRIMARY}}
+    management_endpoint: "{pair.primary.admin_endpoint}"
+    ca_bundle: "{pair.primary.ca_bundle}"
+backlog:
+  queue_count: {queue_count}
+  split_messages: {split_messages}
+audit:
+  path: "{tmp_path / "delta"}"
+{extra}""",
+        encoding="utf-8",
+    )
+    return load_config(path, environ={})
+
+
+def send_raw(pair: Pair, queue: int | str, messages: list[Any]) -> None:
+    """Sends messages as they are to a backlog queue (an index or a full path)."""
+    path = queue if isinstance(queue, str) else f"{PRIMARY}/x-servicebus-transfer/{queue}"
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        with client.get_queue_sender(path) as sender:
+            sender.send_messages(messages)
 
 
 def make_pair(servicebus_emulator: Callable[..., Emulator]) -> Pair:

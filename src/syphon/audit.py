@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from syphon.delta import append_arrow, append_dataframe
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from syphon.config import SyphonConfig
 
@@ -44,8 +44,20 @@ AUDIT_COLUMNS = (
     "partition_key", "partition_key_effective", "partition_key_source", "verdict", "reason",
     "body_size", "body_sha256", "message_bytes", "time_to_live_ticks",
     "scheduled_enqueue_time", "replay_order", "group_size", "group_spread",
-    "group_span_seconds", "batch_id", "batch_position",
+    "group_span_seconds", "batch_id", "batch_position", "outcome", "detail",
 )  # fmt: skip
+
+#: Outcomes recorded per stage: the plan records ``planned``; the replay ``sent``,
+#: ``failed``, ``skipped`` or ``in_doubt`` (a crash hid whether the send happened);
+#: the settle ``completed``, ``dead_lettered`` or ``left``.
+OUTCOMES = {
+    "plan": ("planned",),
+    "replay": ("sent", "failed", "skipped", "in_doubt"),
+    "settle": ("completed", "dead_lettered", "left"),
+}
+
+#: Outcomes after which a destination may hold the message.
+REPLAYED_OUTCOMES = ("sent", "in_doubt")
 
 
 def audit_path(root: str | os.PathLike[str], table: str) -> Path:
@@ -60,6 +72,8 @@ def audit_frame(planned: DataFrame, run_id: str, stage: str, recorded_at: dateti
         "run_id": F.lit(run_id),
         "stage": F.lit(stage),
         "recorded_at": F.lit(recorded_at).cast("timestamp"),
+        "outcome": F.lit(OUTCOMES[stage][0]),
+        "detail": F.lit(None).cast("string"),
     }
     return planned.select(
         *[(run[c] if c in run else F.col(_RENAMED.get(c, c))).alias(c) for c in AUDIT_COLUMNS]
@@ -71,6 +85,30 @@ def write_audit(planned: DataFrame, root: str | os.PathLike[str], run_id: str, s
     """Appends a planned snapshot's audit rows; returns how many."""
     frame = audit_frame(planned, run_id, stage, recorded_at)
     return append_dataframe(frame, audit_path(root, AUDIT_TABLE), f"{stage}-{run_id}")
+
+
+def replayed_frame(spark: SparkSession, root: str | os.PathLike[str]) -> DataFrame | None:
+    """What earlier runs' replays may have delivered: ``primary``, ``destination``,
+    ``message_id``, ``body_sha256`` of the audit rows of stage ``replay`` with a
+    :data:`REPLAYED_OUTCOMES` outcome and a MessageId. Read by Spark from the table's
+    current files (the audit grows with every run); None before the first audit."""
+    from deltalake import DeltaTable
+    from pyspark.sql import functions as F
+
+    from syphon.delta import table_exists
+
+    path = audit_path(root, AUDIT_TABLE)
+    if not table_exists(path):
+        return None
+    files = DeltaTable(str(path)).file_uris()
+    if not files:
+        return None
+    rows = spark.read.parquet(*files)
+    return rows.where(
+        (F.col("stage") == "replay")
+        & F.col("outcome").isin(*REPLAYED_OUTCOMES)
+        & F.col("message_id").isNotNull()
+    ).select("primary", "destination", "message_id", "body_sha256")
 
 
 def config_fingerprint(config: SyphonConfig) -> str:

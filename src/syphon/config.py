@@ -91,11 +91,14 @@ class BacklogConfig:
         discovery: ``management`` lists queues by prefix through the management API;
             ``probe`` tries indices 0 to ``probe_limit - 1`` over AMQP.
         probe_limit: the highest index probed, plus one; at least ``queue_count``.
+        split_messages: a queue known to hold more messages than this is peeked as
+            several Spark input partitions (sequence-number ranges of this size).
     """
 
     queue_count: int = 10
     discovery: str = "management"
     probe_limit: int = 64
+    split_messages: int = 50_000
 
 
 @dataclass(frozen=True)
@@ -388,17 +391,23 @@ class _Builder:
         )
 
     def backlog(self, raw: Any) -> BacklogConfig:
-        b = self.section(raw, "backlog", ("queue_count", "discovery", "probe_limit"))
+        b = self.section(
+            raw, "backlog", ("queue_count", "discovery", "probe_limit", "split_messages")
+        )
         count = self.typed(b, "backlog", "queue_count", int, 10)
         if not 1 <= count <= 1000:
             raise self.fail("backlog.queue_count", f"must be between 1 and 1000 (got {count})")
         limit = self.typed(b, "backlog", "probe_limit", int, max(64, count))
         if limit < count:
             raise self.fail("backlog.probe_limit", f"must be at least queue_count ({count})")
+        split = self.typed(b, "backlog", "split_messages", int, 50_000)
+        if split < 100:
+            raise self.fail("backlog.split_messages", f"must be at least 100 (got {split})")
         return BacklogConfig(
             queue_count=count,
             discovery=self.choice(b, "backlog", "discovery", DISCOVERY_MODES, "management"),
             probe_limit=limit,
+            split_messages=split,
         )
 
     def spark(self, raw: Any) -> SparkConfig:

@@ -41,6 +41,32 @@ class QueueRange:
     last: int | None = None
 
 
+def split_ranges(queue: str, first: int, count: int, size: int) -> list[QueueRange]:
+    """A queue's sequence numbers cut into ranges of ``size``, the last one open.
+
+    ``first`` is the queue's lowest sequence number and ``count`` how many messages it
+    holds. Sequence numbers have gaps (removed messages), so the ranges only balance the
+    work; the open last range makes sure nothing is missed however large the gaps.
+    """
+    if size < 1:
+        raise ValueError("size must be positive")
+    parts = max(1, -(-count // size))
+    ranges = [QueueRange(queue, first + i * size, first + (i + 1) * size - 1) for i in
+              range(parts - 1)]  # fmt: skip
+    ranges.append(QueueRange(queue, first + (parts - 1) * size, None))
+    return ranges
+
+
+def queues_option(ranges: list[QueueRange]) -> str:
+    """The ``queues`` option for ranges (whole queues as plain paths)."""
+    items: list[Any] = [
+        r.queue if (r.first, r.last) == (1, None)
+        else {"queue": r.queue, "from": r.first, "until": r.last}
+        for r in ranges
+    ]  # fmt: skip
+    return json.dumps(items)
+
+
 def parse_queues_option(text: str | None) -> list[QueueRange]:
     """The ``queues`` option as ranges.
 

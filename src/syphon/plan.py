@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -21,9 +20,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon.audit import RunRecord, append_run, config_fingerprint, write_audit
+from syphon.audit import (
+    RunRecord,
+    append_run,
+    config_fingerprint,
+    replayed_frame,
+    write_audit,
+)
 from syphon.clients import admin_client, servicebus_client
 from syphon.config import NamespaceConfig, SyphonConfig
+from syphon.datasource import QueueRange, queues_option, split_ranges
 from syphon.discovery import DiscoveredQueue, discover_by_management, discover_by_probe
 
 if TYPE_CHECKING:
@@ -106,6 +112,52 @@ def _entities(primary: NamespaceConfig, dbutils_get: DbutilsGet) -> list[tuple[A
     return out
 
 
+def snapshot_ranges(
+    config: SyphonConfig, queues: list[DiscoveredQueue], dbutils_get: DbutilsGet = None
+) -> list[QueueRange]:
+    """The snapshot's input partitions: one per queue, several for a queue known to hold
+    more than ``backlog.split_messages`` (its first sequence number costs one peek)."""
+    size = config.backlog.split_messages
+    large = [q for q in queues if (q.message_count or 0) > size]
+    firsts: dict[str, int] = {}
+    if large:
+        with servicebus_client(config.secondary, dbutils_get) as client:
+            for q in large:
+                with client.get_queue_receiver(q.path) as receiver:
+                    peeked = receiver.peek_messages(1, sequence_number=1)
+                if peeked:
+                    firsts[q.path] = peeked[0].sequence_number
+    ranges: list[QueueRange] = []
+    for q in queues:
+        if q.path in firsts:
+            ranges.extend(split_ranges(q.path, firsts[q.path], q.message_count or 0, size))
+        else:
+            ranges.append(QueueRange(q.path))
+    return ranges
+
+
+def read_snapshot(
+    spark: SparkSession,
+    config: SyphonConfig,
+    queues: list[DiscoveredQueue],
+    dbutils_get: DbutilsGet = None,
+) -> DataFrame:
+    """Peeks ``queues`` into a DataFrame, read exactly once.
+
+    The rows are kept by Spark (``localCheckpoint``) so that every later use sees the
+    same snapshot: a second read of the source would peek again and could see messages
+    that arrived since.
+    """
+    from syphon.datasource import register_backlog_source
+    from syphon.snapshot import snapshot_schema
+
+    if not queues:
+        return spark.createDataFrame([], snapshot_schema())
+    name = register_backlog_source(spark, config.secondary, dbutils_get)
+    option = queues_option(snapshot_ranges(config, queues, dbutils_get))
+    return spark.read.format(name).option("queues", option).load().localCheckpoint(eager=True)
+
+
 def run_plan(
     spark: SparkSession,
     config: SyphonConfig,
@@ -117,9 +169,7 @@ def run_plan(
     """Plans a run (see the module docstring) and records it as ``planned``."""
     from pyspark.sql import functions as F
 
-    from syphon.datasource import register_backlog_source
     from syphon.reconcile import classify, order_groups, plan_batches, restore
-    from syphon.snapshot import snapshot_schema
 
     started = now or datetime.now(timezone.utc)
     run_id = run_id or new_run_id(started)
@@ -135,31 +185,32 @@ def run_plan(
     timings["destinations"] = time.monotonic() - clock
 
     clock = time.monotonic()
-    if non_empty:
-        name = register_backlog_source(spark, config.secondary, dbutils_get)
-        paths = json.dumps([q.path for q in non_empty])
-        snapshot = spark.read.format(name).option("queues", paths).load()
-    else:
-        snapshot = spark.createDataFrame([], snapshot_schema())
+    snapshot = read_snapshot(spark, config, non_empty, dbutils_get)
+    snapshot_rows = snapshot.count()
+    timings["snapshot"] = time.monotonic() - clock
+
+    clock = time.monotonic()
     default_limit = (1024 if config.secondary.tier == "premium" else 256) * 1024
     classified = classify(
         restore(snapshot),
         F.lit(started),
         destinations,
-        None,  # earlier runs' replays: recorded from the replay stage on (issue 7)
+        replayed_frame(spark, config.audit.path),
         default_max_message_bytes=default_limit,
         listed_primaries=listed,
     )
-    planned = plan_batches(order_groups(classified), default_limit).persist()
-    try:
-        rows = write_audit(planned, config.audit.path, run_id, "plan", started)
-        timings["snapshot_reconcile_audit"] = time.monotonic() - clock
-        counts = {
-            r["verdict"]: int(r["count"]) for r in planned.groupBy("verdict").count().collect()
-        }
-        per_destination = _summary(planned)
-    finally:
-        planned.unpersist()
+    # checkpointed without the bodies: the audit, the counts and the summary read it
+    planned = plan_batches(order_groups(classified), default_limit).drop("body")
+    planned = planned.localCheckpoint(eager=True)
+    timings["reconcile"] = time.monotonic() - clock
+
+    clock = time.monotonic()
+    rows = write_audit(planned, config.audit.path, run_id, "plan", started)
+    timings["audit"] = time.monotonic() - clock
+    if rows != snapshot_rows:  # pragma: no cover - a broken invariant, not an input
+        raise RuntimeError(f"the audit has {rows} rows for {snapshot_rows} peeked messages")
+    counts = {r["verdict"]: int(r["count"]) for r in planned.groupBy("verdict").count().collect()}
+    per_destination = _summary(planned)
     append_run(
         RunRecord(
             run_id=run_id,

@@ -4,10 +4,13 @@ Every snapshot row gets exactly one verdict, in this order of precedence:
 
 1. ``ping`` — content type ``application/vnd.ms-servicebus-ping`` (nothing to replay);
 2. ``invalid`` — with a machine-readable reason: the envelope's (missing or malformed
-   aliases, property key problems), ``body_not_data`` (a value or sequence body),
+   aliases, property key problems), ``property_value_not_utf8`` (the Python SDK sends
+   only UTF-8 text as a bytes property value, so the message cannot be rebuilt),
+   ``body_not_data`` (a value or sequence body),
    ``destination_unknown`` (the destination does not exist, when known),
    ``partition_key_differs_from_session_id`` and the other partition-key reasons,
-   ``too_large`` (the restored message exceeds the destination's limit);
+   ``too_large`` (the restored message exceeds the destination's limit),
+   ``not_sendable`` (the SDK refused to build the restored message);
 3. ``expired`` — the original TTL has passed, counted from the original enqueue time
    (the backlog copy's enqueue time: the sender wrote it when the original was sent);
 4. ``duplicate`` — the same destination and MessageId with the same body hash was seen
@@ -131,8 +134,13 @@ def classify(
     )
     df = df.withColumn("_key", key)
     limit = F.coalesce(F.col("max_message_bytes"), F.lit(default_max_message_bytes))
+    not_text = F.exists(
+        F.map_values(F.col("original_application_properties")),
+        lambda v: (v["kind"] == "bytes") & ~F.is_valid_utf8(v["bytes"]),
+    )
     invalid_reason = F.coalesce(
         F.col("envelope_reason"),
+        F.when(not_text, F.lit("property_value_not_utf8")),
         F.when(F.col("body_type") != "data", F.lit("body_not_data")),
         F.when(F.col("exists") == F.lit(False), F.lit("destination_unknown")),
         F.col("_key.reason"),
@@ -260,7 +268,8 @@ def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024
     into batches within the destination's byte limit, measured as the SDK measures a
     ``ServiceBusMessageBatch``. Adds ``message_bytes``, ``batch_id`` (primary,
     destination, key and batch number) and ``batch_position``. A message that alone
-    exceeds the limit becomes ``invalid`` / ``too_large``.
+    exceeds the limit becomes ``invalid`` / ``too_large``; one the SDK refuses to build
+    becomes ``invalid`` / ``not_sendable``.
     """
     from pyspark.sql import functions as F
 
@@ -272,38 +281,41 @@ def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024
         from syphon.messages import batch_cost, restored_message
 
         pdf = pdf.sort_values("replay_order")
-        sizes: list[int] = []
+        sizes: list[int | None] = []
         numbers: list[int | None] = []
         positions: list[int | None] = []
-        oversize: list[bool] = []
+        rejected: list[str | None] = []
         batch, used, position = 0, 0, 0
         for raw in pdf.to_dict("records"):
             rec = {k: _plain(v) for k, v in raw.items()}
             props = rec["original_application_properties"]
             rec["original_application_properties"] = dict(props) if props is not None else {}
             limit = int(rec["max_message_bytes"] or limit_default)
-            cost = batch_cost(restored_message(rec))
+            try:
+                cost = batch_cost(restored_message(rec))
+            except Exception:
+                cost = None
             sizes.append(cost)
-            if cost > limit:
+            if cost is None or cost > limit:
                 numbers.append(None)
                 positions.append(None)
-                oversize.append(True)
+                rejected.append("not_sendable" if cost is None else "too_large")
                 continue
             if position and used + cost > limit:
                 batch, used, position = batch + 1, 0, 0
             numbers.append(batch)
             positions.append(position)
-            oversize.append(False)
+            rejected.append(None)
             used += cost
             position += 1
         return pd.DataFrame(
             {
                 "backlog_queue": pdf["backlog_queue"].to_numpy(),
                 "sequence_number": pdf["sequence_number"].to_numpy(),
-                "message_bytes": sizes,
+                "message_bytes": pd.array(sizes, dtype="Int64"),
                 "_batch_no": pd.array(numbers, dtype="Int64"),
                 "batch_position": pd.array(positions, dtype="Int64"),
-                "_oversize": oversize,
+                "_rejected": pd.array(rejected, dtype="string"),
             }
         )
 
@@ -314,11 +326,11 @@ def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024
         .applyInPandas(
             pack,
             "backlog_queue string, sequence_number long, message_bytes long, "
-            "_batch_no long, batch_position long, _oversize boolean",
+            "_batch_no long, batch_position long, _rejected string",
         )
     )
     out = ordered.join(plan, ["backlog_queue", "sequence_number"], "left")
-    oversize = F.coalesce(F.col("_oversize"), F.lit(False))
+    rejected = F.col("_rejected").isNotNull()
     batch_id = F.when(
         F.col("_batch_no").isNotNull(),
         F.concat_ws(
@@ -330,10 +342,10 @@ def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024
         ),
     )
     return (
-        out.withColumn("verdict", F.when(oversize, F.lit("invalid")).otherwise(F.col("verdict")))
-        .withColumn("reason", F.when(oversize, F.lit("too_large")).otherwise(F.col("reason")))
+        out.withColumn("verdict", F.when(rejected, F.lit("invalid")).otherwise(F.col("verdict")))
+        .withColumn("reason", F.when(rejected, F.col("_rejected")).otherwise(F.col("reason")))
         .withColumn("batch_id", batch_id)
-        .drop("_batch_no", "_oversize")
+        .drop("_batch_no", "_rejected")
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from paired_env import PRIMARY, Pair
+from paired_env import PRIMARY, Pair, job_config
 from servicebus_emulator import QueueSpec
 from syphon.discovery import discover_by_management, discover_by_probe
 from syphon.sender import to_backlog_message
@@ -176,6 +176,35 @@ def test_the_data_source_reads_what_the_peek_walk_reads(
     assert "SharedAccessKey" not in plan
     assert secret not in plan
     assert pair.secondary.broker.entity(queue(0)).messages[1].delivery_count == 0
+
+
+def test_a_large_queue_is_read_in_ranges_exactly_once(
+    pair: Pair, spark: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from syphon.datasource import QueueRange, split_ranges
+    from syphon.plan import discover, read_snapshot, snapshot_ranges
+
+    fill(pair, queue(1), backlog_messages(620))
+    fill(pair, queue(3), backlog_messages(7))
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        with client.get_queue_receiver(queue(1), receive_mode="receiveanddelete") as r:
+            removed = 0
+            while removed < 100:  # a settled head: the queue now starts at 101
+                removed += len(r.receive_messages(100 - removed, max_wait_time=2))
+    config = job_config(pair, tmp_path, monkeypatch, split_messages=200)
+    queues = [q for q in discover(config) if not q.empty]
+    assert [(q.index, q.message_count) for q in queues] == [(1, 520), (3, 7)]
+    ranges = snapshot_ranges(config, queues)
+    assert ranges == [
+        QueueRange(queue(1), 101, 300), QueueRange(queue(1), 301, 500),
+        QueueRange(queue(1), 501, None), QueueRange(queue(3)),
+    ]  # fmt: skip
+    df = read_snapshot(spark, config, queues)
+    got = sorted((r["backlog_queue"], r["sequence_number"]) for r in df.collect())
+    assert got == sorted([(queue(1), s) for s in range(101, 621)] +
+                         [(queue(3), s) for s in range(1, 8)])  # fmt: skip
+    assert split_ranges("q", 1, 0, 10) == [QueueRange("q", 1, None)]
+    assert split_ranges("q", 5, 25, 10)[-1] == QueueRange("q", 25, None)
 
 
 def test_the_data_source_refuses_bad_options(pair: Pair, spark: Any) -> None:

@@ -87,6 +87,9 @@ CASES: list[tuple[dict[str, Any], str, str | None]] = [
     (row(0, 14, message_id="badkey", extra={b"\xff": 1}), "invalid", "property_key_not_utf8"),
     (row(0, 15, message_id="self", path="contoso-primary/x-servicebus-transfer/3"), "invalid",
      "path_is_backlog_queue"),
+    (row(0, 18, message_id="binary", extra={b"k": b"\xff"}), "invalid",
+     "property_value_not_utf8"),
+    (row(0, 19, message_id="text", extra={b"k": b"\xc3\xa9"}), "replay", None),
     (row(0, 16, message_id=None), "replay", None),
     (row(0, 17, message_id=None), "replay", None),
 ]  # fmt: skip
