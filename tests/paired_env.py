@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,32 @@ class Pair:
                 with sb.get_queue_receiver(path) as receiver:
                     out[path] = receiver.peek_messages(250)
         return out
+
+
+def park_outage(pair: Pair, *, producers: int = 2, messages_per_phase: int = 6) -> Any:
+    """Runs the outage scenario on the pair (queue orders, session queue sessions, topic
+    events) and returns its ``ScenarioResult``: what reached the primary and what was
+    parked in the backlog."""
+    from syphon.scenario import Destination, run_outage_scenario
+
+    primary = pair.primary
+    return run_outage_scenario(
+        lambda: pair.client(
+            rng_seed=None,
+            failover_interval=timedelta(seconds=0.3),
+            ping_primary_interval=timedelta(seconds=0.2),
+        ),
+        [
+            Destination("orders"),
+            Destination("sessions", sessions=True),
+            Destination("events", kind="topic"),
+        ],
+        start_outage=lambda: primary.make_unavailable("*"),
+        end_outage=primary.clear_faults,
+        producers=producers,
+        messages_per_phase=messages_per_phase,
+        outage_seconds=0.5,
+    )
 
 
 def job_config(

@@ -15,7 +15,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +56,9 @@ OUTCOMES = {
     "settle": ("completed", "dead_lettered", "left"),
 }
 
-#: Outcomes after which a destination may hold the message.
-REPLAYED_OUTCOMES = ("sent", "in_doubt")
+#: Outcomes after which the destination holds the message. ``in_doubt`` is not one: such
+#: a message is sent again by the next run (and marked so), never settled unsent.
+REPLAYED_OUTCOMES = ("sent",)
 
 
 def audit_path(root: str | os.PathLike[str], table: str) -> Path:
@@ -111,6 +112,76 @@ def replayed_frame(spark: SparkSession, root: str | os.PathLike[str]) -> DataFra
     ).select("primary", "destination", "message_id", "body_sha256")
 
 
+def read_audit(spark: SparkSession, root: str | os.PathLike[str]) -> DataFrame | None:
+    """The audit table's current rows as a Spark DataFrame (None before the first run)."""
+    from deltalake import DeltaTable
+
+    from syphon.delta import table_exists
+
+    path = audit_path(root, AUDIT_TABLE)
+    if not table_exists(path):
+        return None
+    files = DeltaTable(str(path)).file_uris()
+    if not files:
+        return None
+    return spark.read.parquet(*files)
+
+
+def plan_rows(spark: SparkSession, root: str | os.PathLike[str], run_id: str) -> DataFrame:
+    """A run's plan rows from the audit.
+
+    Raises:
+        SyphonError: the run has no plan rows.
+    """
+    from pyspark.sql import functions as F
+
+    from syphon.errors import SyphonError
+
+    audit = read_audit(spark, root)
+    if audit is None:
+        raise SyphonError(f"no audit table under {root}: no run was planned there")
+    rows = audit.where((F.col("run_id") == run_id) & (F.col("stage") == "plan"))
+    return rows
+
+
+def outcome_frame(
+    results: DataFrame, planned: DataFrame, run_id: str, stage: str, recorded_at: datetime
+) -> DataFrame:
+    """Audit rows for a stage's results (``backlog_queue``, ``sequence_number``,
+    ``outcome``, ``detail``): the message's keys come from its plan row (``planned``, the
+    run's plan rows from the audit); a message the plan never saw keeps only its place."""
+    from pyspark.sql import functions as F
+
+    if stage not in OUTCOMES or stage == "plan":
+        raise ValueError(f"not an outcome stage: {stage}")
+    keys = planned.drop("run_id", "stage", "recorded_at", "outcome", "detail")
+    joined = results.select("backlog_queue", "sequence_number", "outcome", "detail").join(
+        keys, ["backlog_queue", "sequence_number"], "left"
+    )
+    types = dict(planned.dtypes)
+    run = {
+        "run_id": F.lit(run_id),
+        "stage": F.lit(stage),
+        "recorded_at": F.lit(recorded_at).cast("timestamp"),
+    }
+    return joined.select(
+        *[(run[c] if c in run else F.col(c)).cast(types[c]).alias(c) for c in AUDIT_COLUMNS]
+    )
+
+
+def append_outcomes(
+    results: DataFrame,
+    planned: DataFrame,
+    root: str | os.PathLike[str],
+    run_id: str,
+    stage: str,
+    recorded_at: datetime,
+) -> int:
+    """Appends a stage's results to the audit in one commit; returns how many rows."""
+    frame = outcome_frame(results, planned, run_id, stage, recorded_at)
+    return append_dataframe(frame, audit_path(root, AUDIT_TABLE), f"{stage}-{run_id}")
+
+
 def config_fingerprint(config: SyphonConfig) -> str:
     """A short hash of the configuration (references only: no secret is in it)."""
     text = json.dumps(config.as_dict(), sort_keys=True, default=str)
@@ -141,6 +212,7 @@ def append_run(record: RunRecord, root: str | os.PathLike[str]) -> None:
         [
             ("run_id", pa.string()),
             ("status", pa.string()),
+            ("recorded_at", pa.timestamp("us", tz="UTC")),
             ("started_at", pa.timestamp("us", tz="UTC")),
             ("finished_at", pa.timestamp("us", tz="UTC")),
             ("config_fingerprint", pa.string()),
@@ -153,6 +225,7 @@ def append_run(record: RunRecord, root: str | os.PathLike[str]) -> None:
     row: dict[str, Any] = {
         "run_id": [record.run_id],
         "status": [record.status],
+        "recorded_at": [datetime.now(timezone.utc)],
         "started_at": [record.started_at],
         "finished_at": [record.finished_at],
         "config_fingerprint": [record.config_fingerprint],

@@ -14,16 +14,13 @@ from collections.abc import Sequence
 import yaml
 
 from syphon import __version__
-from syphon.config import load_config, resolve_secret
+from syphon.config import SyphonConfig, load_config, resolve_secret
 from syphon.errors import NotAvailableError, SyphonError
 
 log = logging.getLogger(__name__)
 
 # The commands still to be built, with the issue that builds each.
 _PENDING = {
-    "run": ("plan, replay to the primaries, settle the backlog", 7),
-    "replay": ("resume the replay and settle of a planned run", 7),
-    "status": ("backlog depth per queue and the last runs", 7),
     "demo": ("run the whole outage-and-recovery story on the local Service Bus", 8),
 }
 
@@ -63,12 +60,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--count", type=int, default=None, help="backlog queue count (default: backlog.queue_count)"
     )
 
+    run = sub.add_parser(
+        "run",
+        help="plan, replay to the primaries, settle the backlog (exit 0 done, 5 work left "
+        "for a later run, 1 failed)",
+    )
+    _add_config_option(run)
+    run.add_argument("--run-id", default=None, help="the run id (default: time and random)")
+
+    replay = sub.add_parser(
+        "replay", help="resume the replay and settle of a planned run (same exit codes as run)"
+    )
+    _add_config_option(replay)
+    replay.add_argument("--run-id", required=True, help="the planned run to resume")
+
+    status = sub.add_parser("status", help="backlog depth per queue and the last runs")
+    _add_config_option(status)
+    status.add_argument("--runs", type=int, default=10, help="how many runs to show (default 10)")
+
     for name, (summary, _issue) in _PENDING.items():
-        cmd = sub.add_parser(name, help=f"{summary} (not available yet)")
-        if name != "demo":
-            _add_config_option(cmd)
-        if name == "replay":
-            cmd.add_argument("--run-id", required=True, help="the planned run to resume")
+        sub.add_parser(name, help=f"{summary} (not available yet)")
     return parser
 
 
@@ -104,10 +115,50 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _provision(args)
     if args.command == "plan":
         return _plan(args)
+    if args.command in ("run", "replay"):
+        return _run(args)
+    if args.command == "status":
+        return _status(args)
     summary, issue = _PENDING[args.command]
     raise NotAvailableError(
         f"not available yet: '{args.command}' ({summary}) is built in issue {issue}"
     )
+
+
+def _checked_config(args: argparse.Namespace) -> SyphonConfig:
+    config = load_config(args.config)
+    for namespace in (config.secondary, *config.primaries):  # fail before Spark starts
+        if namespace.connection_string.env is not None:
+            resolve_secret(namespace.connection_string)
+    return config
+
+
+def _run(args: argparse.Namespace) -> int:
+    from syphon.run import format_run, replay_run, run
+    from syphon.spark import build_spark_session
+
+    config = _checked_config(args)
+    if args.command == "run":
+        result = run(config, lambda: build_spark_session(config.spark), run_id=args.run_id)
+    else:
+        result = replay_run(build_spark_session(config.spark), config, args.run_id)
+    print(format_run(result))
+    print(f"audit: {config.audit.path}")
+    return result.exit_code
+
+
+def _status(args: argparse.Namespace) -> int:
+    from azure.core.exceptions import AzureError
+
+    from syphon.run import format_status, status
+
+    config = load_config(args.config)
+    try:
+        report = status(config, last_runs=args.runs)
+    except AzureError as exc:
+        raise SyphonError(f"Service Bus failed: {type(exc).__name__}") from None
+    print(format_status(report))
+    return 0
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -116,10 +167,7 @@ def _plan(args: argparse.Namespace) -> int:
     from syphon.plan import format_summary, run_plan
     from syphon.spark import build_spark_session
 
-    config = load_config(args.config)
-    for namespace in (config.secondary, *config.primaries):  # fail before Spark starts
-        if namespace.connection_string.env is not None:
-            resolve_secret(namespace.connection_string)
+    config = _checked_config(args)
     spark = build_spark_session(config.spark)
     try:
         result = run_plan(spark, config, run_id=args.run_id)

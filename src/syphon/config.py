@@ -130,6 +130,18 @@ class AuditConfig:
 
 
 @dataclass(frozen=True)
+class RunConfig:
+    """How runs coordinate.
+
+    Attributes:
+        lease_seconds: how long a run's lease holds without a renewal (the run renews it
+            every third of this); a crashed run blocks others for at most this long.
+    """
+
+    lease_seconds: int = 3600
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     """Logging of the entry points.
 
@@ -156,6 +168,7 @@ class SyphonConfig:
     backlog: BacklogConfig = field(default_factory=BacklogConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    run: RunConfig = field(default_factory=RunConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def primary(self, namespace: str) -> NamespaceConfig:
@@ -368,7 +381,7 @@ class _Builder:
 
     def config(self, raw: dict[str, Any]) -> SyphonConfig:
         top = self.section(
-            raw, "", ("secondary", "primaries", "backlog", "spark", "audit", "logging")
+            raw, "", ("secondary", "primaries", "backlog", "spark", "audit", "run", "logging")
         )
         secondary = self.namespace(self.required(top, "", "secondary"), "secondary")
         primaries_raw = self.required(top, "", "primaries")
@@ -387,6 +400,7 @@ class _Builder:
             backlog=self.backlog(top.get("backlog")),
             spark=self.spark(top.get("spark")),
             audit=self.audit(top.get("audit")),
+            run=self.run(top.get("run")),
             logging=self.logging(top.get("logging")),
         )
 
@@ -433,6 +447,13 @@ class _Builder:
         if not path.strip():
             raise self.fail("audit.path", "must not be empty")
         return AuditConfig(path=path)
+
+    def run(self, raw: Any) -> RunConfig:
+        r = self.section(raw, "run", ("lease_seconds",))
+        lease = self.typed(r, "run", "lease_seconds", int, 3600)
+        if lease < 1:
+            raise self.fail("run.lease_seconds", f"must be at least 1 (got {lease})")
+        return RunConfig(lease_seconds=lease)
 
     def logging(self, raw: Any) -> LoggingConfig:
         lg = self.section(raw, "logging", ("level",))

@@ -50,6 +50,7 @@ class PlanResult:
     per_destination: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     audit_rows: int = 0
+    snapshot: Any = None  # the checkpointed snapshot DataFrame (bodies included)
 
 
 def new_run_id(now: datetime) -> str:
@@ -165,8 +166,13 @@ def run_plan(
     run_id: str | None = None,
     now: datetime | None = None,
     dbutils_get: DbutilsGet = None,
+    queues: list[DiscoveredQueue] | None = None,
 ) -> PlanResult:
-    """Plans a run (see the module docstring) and records it as ``planned``."""
+    """Plans a run (see the module docstring) and records it as ``planned``.
+
+    Args:
+        queues: the backlog queues when the caller discovered them already.
+    """
     from pyspark.sql import functions as F
 
     from syphon.reconcile import classify, order_groups, plan_batches, restore
@@ -176,7 +182,8 @@ def run_plan(
     timings: dict[str, float] = {}
     clock = time.monotonic()
 
-    queues = discover(config, dbutils_get)
+    if queues is None:
+        queues = discover(config, dbutils_get)
     non_empty = [q for q in queues if not q.empty]
     timings["discover"] = time.monotonic() - clock
 
@@ -228,7 +235,7 @@ def run_plan(
         ),
         config.audit.path,
     )
-    return PlanResult(run_id, queues, counts, per_destination, timings, rows)
+    return PlanResult(run_id, queues, counts, per_destination, timings, rows, snapshot)
 
 
 def _summary(planned: DataFrame) -> list[dict[str, Any]]:

@@ -287,7 +287,7 @@ def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024
         rejected: list[str | None] = []
         batch, used, position = 0, 0, 0
         for raw in pdf.to_dict("records"):
-            rec = {k: _plain(v) for k, v in raw.items()}
+            rec = {k: plain_cell(v) for k, v in raw.items()}
             props = rec["original_application_properties"]
             rec["original_application_properties"] = dict(props) if props is not None else {}
             limit = int(rec["max_message_bytes"] or limit_default)
@@ -349,7 +349,7 @@ def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024
     )
 
 
-def _plain(value: Any) -> Any:
+def plain_cell(value: Any) -> Any:
     """A pandas cell as a plain Python value: NaN/NaT/NA become None, whole floats of
     nullable long columns become ints, Timestamps become datetimes."""
     import pandas as pd

@@ -26,13 +26,12 @@ from proton import Message, timestamp
 from proton.utils import BlockingConnection
 from pyspark.sql import functions as F
 
-from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, send_raw
+from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, park_outage, send_raw
 from servicebus_emulator import QueueSpec
 from syphon.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.delta import append_dataframe, read_table
 from syphon.envelope import PING_CONTENT_TYPE
 from syphon.plan import format_summary, run_plan
-from syphon.scenario import Destination, run_outage_scenario
 from syphon.sender import to_backlog_message
 
 pytestmark = pytest.mark.timeout(420)
@@ -210,25 +209,8 @@ def test_plan_verdicts_for_an_outage_and_every_kind_of_trouble(
     pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
     pair.primary.broker.declare(QueueSpec("small", max_message_size_in_kilobytes=1))
     pair.secondary.broker.declare(QueueSpec(EXTRA_QUEUE))
-    primary = pair.primary
 
-    result = run_outage_scenario(
-        lambda: pair.client(
-            rng_seed=None,
-            failover_interval=timedelta(seconds=0.3),
-            ping_primary_interval=timedelta(seconds=0.2),
-        ),
-        [
-            Destination("orders"),
-            Destination("sessions", sessions=True),
-            Destination("events", kind="topic"),
-        ],
-        start_outage=lambda: primary.make_unavailable("*"),
-        end_outage=primary.clear_faults,
-        producers=2,
-        messages_per_phase=6,
-        outage_seconds=0.5,
-    )
+    result = park_outage(pair, messages_per_phase=6)
     assert result.to_backlog()
 
     table = cases()

@@ -10,7 +10,7 @@ from syphon.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SYPHON = Path(sys.executable).parent / "syphon"
-PENDING = {"run": 7, "status": 7, "demo": 8}
+PENDING = {"demo": 8}
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -27,7 +27,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def test_help_lists_every_command() -> None:
     result = run("--help")
     assert result.returncode == 0
-    for command in ["config", "replay", *PENDING]:
+    for command in ["config", "plan", "run", "replay", "status", "provision", *PENDING]:
         assert command in result.stdout
 
 
@@ -41,12 +41,16 @@ def test_commands_not_built_yet_say_so_and_fail(
     assert f"issue {issue}" in err
 
 
-def test_replay_needs_a_run_id_before_anything_else(capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_needs_a_run_id_before_anything_else(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(SystemExit) as info:
         main(["replay"])
     assert info.value.code == 2
     assert "--run-id" in capsys.readouterr().err
-    assert main(["replay", "--run-id", "r1"]) == 3
+    monkeypatch.delenv("SYPHON_SECONDARY_CONNECTION_STRING", raising=False)
+    assert main(["replay", "--run-id", "r1"]) == 2  # then the secrets, before Spark
+    assert "SYPHON_SECONDARY_CONNECTION_STRING" in capsys.readouterr().err
 
 
 def test_config_prints_references_and_never_the_secret() -> None:
@@ -73,25 +77,29 @@ def test_a_bad_config_is_one_line_naming_the_key_and_exit_code_2(tmp_path: Path)
     result = run("config", "--config", str(bad))
     assert result.returncode == 2
     assert result.stderr.strip() == f"syphon config: {bad}: extra: unknown key " + (
-        "(known: secondary, primaries, backlog, spark, audit, logging)"
+        "(known: secondary, primaries, backlog, spark, audit, run, logging)"
     )
 
 
 def test_the_spark_submit_entry_is_the_same_command() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SYPHON_SECONDARY_CONNECTION_STRING"}
     result = subprocess.run(
         [sys.executable, str(ROOT / "jobs" / "syphon_submit.py"), "run"],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        env=env,
     )
-    assert result.returncode == 3
-    assert "not available yet" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.startswith("syphon run: ")
+    assert "SYPHON_SECONDARY_CONNECTION_STRING" in result.stderr
 
 
 def test_plan_checks_its_secrets_before_starting_spark(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("SYPHON_SECONDARY_CONNECTION_STRING", raising=False)
-    assert main(["plan"]) == 2
-    assert "SYPHON_SECONDARY_CONNECTION_STRING" in capsys.readouterr().err
+    for command in (["plan"], ["run"]):
+        assert main(command) == 2
+        assert "SYPHON_SECONDARY_CONNECTION_STRING" in capsys.readouterr().err

@@ -1,0 +1,183 @@
+"""A lease in Delta, so that two runs never replay at once.
+
+The lease lives in the commit log of a small Delta table, ``leases``, under the audit
+path. Every action is one commit whose metadata names the holder, the action
+(``acquire``, ``renew``, ``release``) and the expiry. Delta numbers commits one after
+another and never gives two writers the same version, so every reader replays the same
+history in the same order and comes to the same answer:
+
+- an ``acquire`` wins when nobody holds the lease at that commit (never taken, released,
+  or expired by the commit's time); otherwise it loses, for good;
+- a ``renew`` extends the lease only if its writer still holds it at that commit (a
+  holder that let the lease expire cannot take it back from a newer holder);
+- a ``release`` by the holder frees it.
+
+A crashed holder stops renewing; its lease expires after ``ttl`` and the next run takes
+it. Commit times come from the writers' clocks: skew between machines shifts when a
+lease counts as expired, never who holds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+LEASES_TABLE = "leases"
+
+_HOLDER = "syphon.lease.holder"
+_ACTION = "syphon.lease.action"
+_EXPIRES = "syphon.lease.expires"
+
+
+class LeaseLostError(RuntimeError):
+    """The lease expired and someone else may hold it now."""
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """Who holds the lease after the last commit, and until when."""
+
+    holder: str | None
+    expires_at: datetime | None
+
+    def held_by(self, holder: str, now: datetime) -> bool:
+        return self.holder == holder and self.expires_at is not None and self.expires_at > now
+
+
+def _utc_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def replay_history(commits: list[dict[str, Any]]) -> LeaseState:
+    """The lease's state after ``commits`` (Delta history entries, any order)."""
+    holder: str | None = None
+    expires: datetime | None = None
+    for commit in sorted(commits, key=lambda c: int(c["version"])):
+        action = commit.get(_ACTION)
+        who = commit.get(_HOLDER)
+        if action is None or who is None:
+            continue  # the table's creation, or a foreign commit
+        at = _utc_ms(int(commit["timestamp"]))
+        until = datetime.fromisoformat(str(commit.get(_EXPIRES)))
+        free = holder is None or expires is None or expires < at
+        if action == "acquire" and free:
+            holder, expires = who, until
+        elif action == "renew" and holder == who and expires is not None and expires >= at:
+            expires = until
+        elif action == "release" and holder == who:
+            holder, expires = None, None
+    return LeaseState(holder, expires)
+
+
+class Lease:
+    """One run's lease on the audit path.
+
+    Args:
+        root: the audit path (the ``leases`` table goes under it).
+        holder: who asks (the run id, plus a random suffix so that two attempts of
+            one run are told apart).
+        ttl: how long an acquire or renew holds without another renew.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], holder: str, ttl: timedelta) -> None:
+        self.path = Path(root) / LEASES_TABLE
+        self.holder = f"{holder}#{uuid.uuid4().hex[:8]}"
+        self.ttl = ttl
+
+    def _commit(self, action: str) -> None:
+        import pyarrow as pa  # type: ignore[import-untyped]
+        from deltalake import CommitProperties, write_deltalake
+
+        now = datetime.now(timezone.utc)
+        expires = now + self.ttl if action != "release" else now
+        row = pa.table(
+            {
+                "holder": [self.holder],
+                "action": [action],
+                "recorded_at": [now],
+                "expires_at": [expires],
+            },
+            schema=pa.schema(
+                [
+                    ("holder", pa.string()),
+                    ("action", pa.string()),
+                    ("recorded_at", pa.timestamp("us", tz="UTC")),
+                    ("expires_at", pa.timestamp("us", tz="UTC")),
+                ]
+            ),
+        )
+        self.path.mkdir(parents=True, exist_ok=True)
+        metadata = {_HOLDER: self.holder, _ACTION: action, _EXPIRES: expires.isoformat()}
+        write_deltalake(
+            str(self.path),
+            row,
+            mode="append",
+            commit_properties=CommitProperties(custom_metadata=metadata),
+        )
+
+    def state(self) -> LeaseState:
+        from deltalake import DeltaTable
+
+        return replay_history(DeltaTable(str(self.path)).history())
+
+    def acquire(self) -> LeaseState:
+        """Asks for the lease; returns the state after asking (check ``held_by``)."""
+        self._commit("acquire")
+        return self.state()
+
+    def held(self) -> bool:
+        return self.state().held_by(self.holder, datetime.now(timezone.utc))
+
+    def renew(self) -> None:
+        """Extends the lease.
+
+        Raises:
+            LeaseLostError: the lease is no longer this holder's.
+        """
+        self._commit("renew")
+        if not self.held():
+            raise LeaseLostError(f"the lease of {self.holder} was lost")
+
+    def release(self) -> None:
+        self.stop_heartbeat()
+        self._commit("release")
+
+    def start_heartbeat(self) -> None:
+        """Renews every third of the TTL on a daemon thread until released; a lost lease
+        is remembered in ``lost`` (checked by the run at its stage boundaries)."""
+        import threading
+
+        self._stop = threading.Event()
+
+        def beat() -> None:
+            interval = max(self.ttl.total_seconds() / 3, 0.05)
+            while not self._stop.wait(interval):
+                try:
+                    self.renew()
+                except LeaseLostError:
+                    self.lost = True
+                    return
+                except Exception as exc:  # a failed write: the next beat tries again
+                    log.warning("lease renewal failed (%s)", type(exc).__name__)
+
+        self.lost = False
+        self._thread = threading.Thread(target=beat, name="syphon-lease", daemon=True)
+        self._thread.start()
+
+    def stop_heartbeat(self) -> None:
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
+            self._thread.join(timeout=5)
+
+    def check(self) -> None:
+        """Raises LeaseLostError when the heartbeat found the lease lost."""
+        if getattr(self, "lost", False) or not self.held():
+            raise LeaseLostError(f"the lease of {self.holder} was lost")

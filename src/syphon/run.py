@@ -1,0 +1,439 @@
+"""``syphon run`` and ``syphon replay``: plan, replay, settle — and the run ledger.
+
+The order of the stages is what keeps messages safe:
+
+1. discover the backlog queues; when every one is empty, record an ``empty`` run and
+   stop — no Spark session is started;
+2. plan (snapshot → reconcile → audit, status ``planned``);
+3. record ``replaying`` in the ledger, then send; the outcomes are committed to the audit
+   in one append, then ``replayed`` is recorded. A crash between the two leaves the run's
+   sends unknown: the next run sends those messages again and marks them
+   ``resent_in_doubt``;
+4. settle from the committed outcomes only (completing or dead-lettering nothing whose
+   outcome is not in the audit), append the settlements, and record the final status:
+   ``done`` (nothing left), ``partial`` (some messages stay for a later run) or
+   ``failed`` (an error stopped the run; ``detail`` names its class).
+
+Runs hold a lease in Delta (:mod:`syphon.lease`) from planning to the end of the settle:
+a run that finds it held records ``busy`` and stops before its snapshot.
+
+Exit codes (see the README): 0 done or empty, 5 partial, 6 busy, 1 failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from syphon.audit import (
+    RUNS_TABLE,
+    RunRecord,
+    append_outcomes,
+    append_run,
+    audit_path,
+    config_fingerprint,
+    plan_rows,
+    read_audit,
+)
+from syphon.config import SyphonConfig
+from syphon.delta import table_exists
+from syphon.lease import Lease
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from syphon.discovery import DiscoveredQueue
+
+log = logging.getLogger(__name__)
+
+DbutilsGet = Callable[[str, str], str] | None
+
+EXIT_DONE = 0
+EXIT_FAILED = 1
+EXIT_PARTIAL = 5
+EXIT_BUSY = 6
+
+
+@dataclass
+class RunResult:
+    """What a run did."""
+
+    run_id: str
+    status: str
+    counts: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    operations: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    detail: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if self.status in ("done", "empty"):
+            return EXIT_DONE
+        if self.status == "partial":
+            return EXIT_PARTIAL
+        if self.status == "busy":
+            return EXIT_BUSY
+        return EXIT_FAILED
+
+
+class _Ledger:
+    """Appends status rows of one run, carrying its counts forward."""
+
+    def __init__(self, config: SyphonConfig, run_id: str, started: datetime) -> None:
+        self.config = config
+        self.run_id = run_id
+        self.started = started
+        self.counts: dict[str, int] = {}
+        self.operations: dict[str, int] = {}
+        self.timings: dict[str, float] = {}
+        self.detail: str | None = None
+
+    def record(self, status: str, detail: str | None = None, final: bool = False) -> None:
+        append_run(
+            RunRecord(
+                run_id=self.run_id,
+                status=status,
+                started_at=self.started,
+                finished_at=datetime.now(timezone.utc) if final else None,
+                config_fingerprint=config_fingerprint(self.config),
+                counts=self.counts,
+                operations=self.operations,
+                timings=self.timings,
+                detail=detail,
+            ),
+            self.config.audit.path,
+        )
+
+
+def run(
+    config: SyphonConfig,
+    spark_factory: Callable[[], SparkSession],
+    *,
+    run_id: str | None = None,
+    dbutils_get: DbutilsGet = None,
+) -> RunResult:
+    """Runs every stage (see the module docstring) and returns the result; errors end the
+    run with status ``failed`` in the ledger and in the result, never as an exception
+    (configuration and secret errors excepted: they come before the run starts)."""
+    from syphon.plan import discover, new_run_id
+
+    started = datetime.now(timezone.utc)
+    run_id = run_id or new_run_id(started)
+    ledger = _Ledger(config, run_id, started)
+    clock = time.monotonic()
+    try:
+        queues = discover(config, dbutils_get)
+    except Exception as exc:
+        return _failed(ledger, exc)
+    ledger.timings["discover"] = time.monotonic() - clock
+    ledger.operations.update(_discovery_operations(config, queues))
+    if all(q.empty for q in queues):
+        ledger.record("empty", final=True)
+        return RunResult(run_id, "empty", {}, {}, ledger.operations, ledger.timings)
+    with _leased(config, ledger) as lease:
+        if lease is None:
+            return _busy(ledger)
+        try:
+            spark = spark_factory()
+            return _plan_replay_settle(spark, config, ledger, queues, lease, dbutils_get)
+        except Exception as exc:
+            return _failed(ledger, exc)
+
+
+def replay_run(
+    spark: SparkSession,
+    config: SyphonConfig,
+    run_id: str,
+    *,
+    dbutils_get: DbutilsGet = None,
+) -> RunResult:
+    """Resumes a planned run: peeks its backlog queues again, sends what its plan says
+    and no earlier attempt of the run recorded as sent, then settles."""
+    from syphon.delta import read_table
+
+    runs = read_table(audit_path(config.audit.path, RUNS_TABLE)).to_pylist() if table_exists(
+        audit_path(config.audit.path, RUNS_TABLE)) else []  # fmt: skip
+    mine = [r for r in runs if r["run_id"] == run_id]
+    if not any(r["status"] == "planned" for r in mine):
+        from syphon.errors import SyphonError
+
+        raise SyphonError(f"run {run_id} was never planned under {config.audit.path}")
+    started = min(r["started_at"] for r in mine)
+    ledger = _Ledger(config, run_id, started)
+    with _leased(config, ledger) as lease:
+        if lease is None:
+            return _busy(ledger)
+        try:
+            return _replay_and_settle(spark, config, ledger, None, lease, dbutils_get)
+        except Exception as exc:
+            return _failed(ledger, exc)
+
+
+@contextlib.contextmanager
+def _leased(config: SyphonConfig, ledger: _Ledger) -> Iterator[Lease | None]:
+    """The run's lease, renewed in the background and released at the end; None when
+    another run holds it."""
+    lease = Lease(config.audit.path, ledger.run_id, timedelta(seconds=config.run.lease_seconds))
+    state = lease.acquire()
+    if not state.held_by(lease.holder, datetime.now(timezone.utc)):
+        ledger.detail = f"another run holds the lease: {state.holder}"
+        yield None
+        return
+    lease.start_heartbeat()
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
+def _busy(ledger: _Ledger) -> RunResult:
+    log.warning("run %s did not start: %s", ledger.run_id, ledger.detail)
+    ledger.record("busy", detail=ledger.detail, final=True)
+    return RunResult(ledger.run_id, "busy", {}, {}, ledger.operations, ledger.timings,
+                     ledger.detail)  # fmt: skip
+
+
+def _plan_replay_settle(
+    spark: SparkSession,
+    config: SyphonConfig,
+    ledger: _Ledger,
+    queues: list[DiscoveredQueue],
+    lease: Lease,
+    dbutils_get: DbutilsGet,
+) -> RunResult:
+    from syphon.plan import run_plan
+
+    plan = run_plan(spark, config, run_id=ledger.run_id, now=ledger.started,
+                    dbutils_get=dbutils_get, queues=queues)  # fmt: skip
+    ledger.counts = dict(plan.counts)
+    ledger.timings.update(plan.timings)
+    ledger.operations["messages_peeked"] = plan.audit_rows
+    ledger.operations["management_calls"] += 2 * len(config.primaries)
+    return _replay_and_settle(spark, config, ledger, plan.snapshot, lease, dbutils_get)
+
+
+def _replay_and_settle(
+    spark: SparkSession,
+    config: SyphonConfig,
+    ledger: _Ledger,
+    snapshot: DataFrame | None,
+    lease: Lease,
+    dbutils_get: DbutilsGet,
+) -> RunResult:
+    from pyspark.sql import functions as F
+
+    from syphon.reconcile import restore
+    from syphon.replay import ping_destinations, replay_input, replay_messages
+    from syphon.settle import settle_actions, settle_queues
+
+    root = config.audit.path
+    planned = plan_rows(spark, root, ledger.run_id).localCheckpoint(eager=True)
+    if not ledger.counts:
+        ledger.counts = {
+            r["verdict"]: int(r["count"]) for r in planned.groupBy("verdict").count().collect()
+        }
+    earlier = _earlier_outcomes(spark, root, ledger.run_id)
+    if snapshot is None:  # a resumed run: peek its queues again
+        snapshot = _resnapshot(spark, config, planned, dbutils_get)
+
+    clock = time.monotonic()
+    todo = planned.where(F.col("verdict") == "replay")
+    if earlier is not None:  # a resumed run: what it sent before is not sent again
+        done = earlier.where(F.col("outcome") == "sent").select("backlog_queue", "sequence_number")
+        todo = todo.join(done, ["backlog_queue", "sequence_number"], "left_anti")
+    destinations = [(r["primary"], r["destination"]) for r in
+                    todo.select("primary", "destination").distinct().collect()]  # fmt: skip
+    skipped = ping_destinations(config, destinations, dbutils_get)
+    ledger.operations["pings"] = len(destinations)
+    in_doubt = _in_doubt(spark, root)  # read before this attempt records "replaying"
+    lease.check()
+    ledger.record("replaying")
+    rows = replay_input(restore(snapshot), todo, in_doubt)
+    results = replay_messages(rows, config, skipped, dbutils_get=dbutils_get)
+    results = results.localCheckpoint(eager=True)  # the sends happen here, exactly once
+    append_outcomes(results, planned, root, ledger.run_id, "replay", datetime.now(timezone.utc))
+    ledger.timings["replay"] = time.monotonic() - clock
+    replay_counts = _outcome_counts(results)
+    sums = results.agg(F.sum("transfers").alias("t"), F.sum("busy_retries").alias("b")).first()
+    ledger.operations["send_transfers"] = int(sums["t"] or 0) if sums else 0
+    ledger.operations["busy_retries"] = int(sums["b"] or 0) if sums else 0
+    ledger.operations["messages_sent"] = replay_counts.get("sent", 0)
+    ledger.record("replayed")
+
+    lease.check()  # a run that lost its lease settles nothing: the holder will
+    clock = time.monotonic()
+    all_sent = results if earlier is None else earlier.select(
+        "backlog_queue", "sequence_number", "outcome").unionByName(
+        results.select("backlog_queue", "sequence_number", "outcome"))  # fmt: skip
+    actions = settle_actions(planned, all_sent)
+    settled = settle_queues(actions, config, ledger.run_id, dbutils_get)
+    settled = settled.localCheckpoint(eager=True)
+    append_outcomes(settled, planned, root, ledger.run_id, "settle", datetime.now(timezone.utc))
+    ledger.timings["settle"] = time.monotonic() - clock
+    settle_counts = _outcome_counts(settled)
+    received = settled.agg(F.sum("received").alias("r")).first()
+    ledger.operations["receives"] = int(received["r"] or 0) if received else 0
+    ledger.operations["completes"] = settle_counts.get("completed", 0)
+    ledger.operations["dead_letters"] = settle_counts.get("dead_lettered", 0)
+    ledger.operations["abandons"] = int(
+        settled.where((F.col("outcome") == "left") & (F.col("received") > 0)).count()
+    )
+    ledger.operations["credits_estimated"] = _credits(ledger.operations)
+    outcomes = {**{f"replay_{k}": v for k, v in replay_counts.items()},
+                **{f"settle_{k}": v for k, v in settle_counts.items()}}  # fmt: skip
+    left = settle_counts.get("left", 0)
+    status = "partial" if left else "done"
+    ledger.record(status, final=True)
+    return RunResult(ledger.run_id, status, ledger.counts, outcomes, ledger.operations,
+                     ledger.timings)  # fmt: skip
+
+
+def _failed(ledger: _Ledger, exc: BaseException) -> RunResult:
+    detail = type(exc).__name__
+    log.error("run %s failed: %s", ledger.run_id, detail)
+    try:
+        ledger.record("failed", detail=detail, final=True)
+    except Exception:
+        log.exception("run %s: the failure could not be recorded in the ledger", ledger.run_id)
+    return RunResult(ledger.run_id, "failed", ledger.counts, {}, ledger.operations,
+                     ledger.timings, detail)  # fmt: skip
+
+
+def _discovery_operations(config: SyphonConfig, queues: list[DiscoveredQueue]) -> dict[str, int]:
+    if config.backlog.discovery == "management":
+        return {"management_calls": 1, "peeks": 0, "backlog_queues": len(queues)}
+    probes = config.backlog.probe_limit * len(config.primaries)
+    return {"management_calls": 0, "peeks": probes, "backlog_queues": len(queues)}
+
+
+def _outcome_counts(results: DataFrame) -> dict[str, int]:
+    return {r["outcome"]: int(r["count"]) for r in results.groupBy("outcome").count().collect()}
+
+
+def _credits(ops: dict[str, int]) -> int:
+    """Billable message operations: one per message peeked, sent, received, completed or
+    dead-lettered, one per ping and per probe peek (management calls are not metered
+    per message)."""
+    keys = ("messages_peeked", "messages_sent", "receives", "completes", "dead_letters",
+            "pings", "peeks")  # fmt: skip
+    return sum(int(ops.get(k, 0)) for k in keys)
+
+
+def _earlier_outcomes(spark: SparkSession, root: str, run_id: str) -> DataFrame | None:
+    """This run's replay outcomes recorded by an earlier attempt (a resumed run)."""
+    from pyspark.sql import functions as F
+
+    audit = read_audit(spark, root)
+    if audit is None:
+        return None
+    rows = audit.where((F.col("run_id") == run_id) & (F.col("stage") == "replay"))
+    if rows.limit(1).count() == 0:
+        return None
+    return rows.select("backlog_queue", "sequence_number", "outcome", "detail")
+
+
+def _in_doubt(spark: SparkSession, root: str) -> DataFrame | None:
+    """Backlog messages whose earlier send is unknown: replay rows recorded ``in_doubt``,
+    and the replay-verdict plan rows of every run that recorded ``replaying`` but never
+    committed its outcomes (a crash, or an earlier attempt of a resumed run)."""
+    from pyspark.sql import functions as F
+
+    from syphon.delta import read_table
+
+    audit = read_audit(spark, root)
+    runs_path = audit_path(root, RUNS_TABLE)
+    if audit is None or not table_exists(runs_path):
+        return None
+    runs = read_table(runs_path).to_pylist()
+    reached = {r["run_id"] for r in runs if r["status"] == "replaying"}
+    committed = {r["run_id"] for r in runs if r["status"] == "replayed"}
+    crashed = sorted(reached - committed)
+    doubt = audit.where((F.col("stage") == "replay") & (F.col("outcome") == "in_doubt"))
+    doubt = doubt.select("backlog_queue", "sequence_number")
+    if crashed:
+        lost = audit.where(
+            (F.col("stage") == "plan")
+            & (F.col("verdict") == "replay")
+            & F.col("run_id").isin(*crashed)
+        ).select("backlog_queue", "sequence_number")
+        doubt = doubt.unionByName(lost)
+    return doubt
+
+
+def _resnapshot(
+    spark: SparkSession, config: SyphonConfig, planned: DataFrame, dbutils_get: DbutilsGet
+) -> DataFrame:
+    from syphon.discovery import DiscoveredQueue
+    from syphon.plan import read_snapshot
+
+    paths = [r["backlog_queue"] for r in planned.select("backlog_queue").distinct().collect()]
+    queues = [DiscoveredQueue("", 0, p, None, False) for p in sorted(paths)]
+    return read_snapshot(spark, config, queues, dbutils_get)
+
+
+def format_run(result: RunResult) -> str:
+    """What ``syphon run`` prints: the status, counts by verdict and by outcome, and the
+    operations the ledger recorded."""
+    lines = [f"run {result.run_id}: {result.status}"
+             + (f" ({result.detail})" if result.detail else "")]  # fmt: skip
+    if result.counts:
+        lines.append("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items())))
+    if result.outcomes:
+        lines.append(
+            "outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items()))
+        )
+    if result.operations:
+        lines.append(
+            "operations: " + ", ".join(f"{k} {v}" for k, v in sorted(result.operations.items()))
+        )
+    return "\n".join(lines)
+
+
+@dataclass
+class StatusReport:
+    """Backlog depth per queue and the ledger's last runs."""
+
+    queues: list[DiscoveredQueue]
+    runs: list[dict[str, Any]]
+
+
+def status(
+    config: SyphonConfig, *, last_runs: int = 10, dbutils_get: DbutilsGet = None
+) -> StatusReport:
+    """Discovers the backlog queues (with their depth when the management API tells it)
+    and reads the last runs' final rows from the ledger. No Spark."""
+    from syphon.delta import read_table
+    from syphon.plan import discover
+
+    queues = discover(config, dbutils_get)
+    path = audit_path(config.audit.path, RUNS_TABLE)
+    latest: dict[str, dict[str, Any]] = {}
+    if table_exists(path):
+        for row in read_table(path).to_pylist():
+            seen = latest.get(row["run_id"])
+            if seen is None or row["recorded_at"] >= seen["recorded_at"]:
+                latest[row["run_id"]] = row
+    runs = sorted(latest.values(), key=lambda r: r["started_at"], reverse=True)[:last_runs]
+    return StatusReport(queues, runs)
+
+
+def format_status(report: StatusReport) -> str:
+    lines = [f"{'backlog queue':<60} {'messages':>9}"]
+    for q in report.queues:
+        depth = "?" if q.message_count is None else str(q.message_count)
+        lines.append(f"{q.path:<60} {depth:>9}" + ("  (extra)" if q.extra else ""))
+    lines.append("")
+    lines.append(f"{'run':<28} {'status':<10} {'started':<20} counts")
+    for r in report.runs:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(dict(r["counts"] or []).items()))
+        lines.append(f"{r['run_id']:<28} {r['status']:<10} {r['started_at']:%Y-%m-%d %H:%M:%S}"
+                     f" {counts}")  # fmt: skip
+    if not report.runs:
+        lines.append("(no runs recorded)")
+    return "\n".join(lines)

@@ -1,0 +1,174 @@
+"""Settle: remove from the backlog what a run has finished with, and only that.
+
+Runs after the run's outcomes are committed to the audit. Per backlog queue (one Spark
+task each), receive in peek-lock and
+
+- complete what the plan judged ``duplicate``, ``expired`` or ``ping`` and what the
+  replay recorded as ``sent``;
+- dead-letter ``invalid`` and ``conflict`` with the verdict's reason and a description;
+- leave everything else available: failed, skipped or in-doubt sends, and messages that
+  arrived after the snapshot. They are held (locked) until the queue's pass ends and then
+  abandoned, so that one pass never receives the same message twice while it still holds
+  it.
+
+A queue's pass ends when every message to settle has been settled, or when a receive
+comes back empty. Messages to settle that were not received (locked by someone else, or
+already gone) are recorded as ``left`` / ``not_received``; the next run finds them
+again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from syphon.config import SyphonConfig, resolve_secret
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+#: Columns of the settle stage's result rows.
+RESULT_SCHEMA = (
+    "backlog_queue string, sequence_number long, outcome string, detail string, received int"
+)
+_RESULT_COLUMNS = [c.split()[0] for c in RESULT_SCHEMA.split(", ")]
+
+#: Plan verdicts settled by completing the backlog message.
+COMPLETE_VERDICTS = ("duplicate", "expired", "ping")
+#: Plan verdicts settled by dead-lettering it.
+DEAD_LETTER_VERDICTS = ("invalid", "conflict")
+
+RECEIVE_PAGE = 100
+RECEIVE_WAIT_SECONDS = 2.0
+
+
+def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> DataFrame:
+    """What to do with each snapshot message: ``complete``, ``dead_letter`` or ``leave``,
+    with the dead-letter reason (backlog_queue, sequence_number, action, reason)."""
+    from pyspark.sql import functions as F
+
+    plan = plan_rows.select("backlog_queue", "sequence_number", "verdict", "reason")
+    if replay_results is not None:
+        sent = replay_results.where(F.col("outcome") == "sent").select(
+            "backlog_queue", "sequence_number", F.lit(True).alias("_sent")
+        )
+        plan = plan.join(sent, ["backlog_queue", "sequence_number"], "left")
+    else:
+        plan = plan.withColumn("_sent", F.lit(None).cast("boolean"))
+    verdict = F.col("verdict")
+    action = (
+        F.when(verdict.isin(*COMPLETE_VERDICTS), F.lit("complete"))
+        .when(verdict.isin(*DEAD_LETTER_VERDICTS), F.lit("dead_letter"))
+        .when((verdict == "replay") & F.coalesce(F.col("_sent"), F.lit(False)), "complete")
+        .otherwise(F.lit("leave"))
+    )
+    reason = F.when(verdict.isin(*DEAD_LETTER_VERDICTS), F.coalesce(F.col("reason"), verdict))
+    return plan.select(
+        "backlog_queue", "sequence_number", action.alias("action"), reason.alias("reason"),
+        verdict.alias("verdict"),
+    )  # fmt: skip
+
+
+def settle_queues(
+    actions: DataFrame,
+    config: SyphonConfig,
+    run_id: str,
+    dbutils_get: Callable[[str, str], str] | None = None,
+) -> DataFrame:
+    """Settles every queue of ``actions`` (lazy: read the result exactly once)."""
+    secret = resolve_secret(config.secondary.connection_string, dbutils_get=dbutils_get)
+    task = _SettleTask(secret, run_id)
+
+    def settle_one_queue(pdf: Any) -> Any:  # a plain function: Spark counts its arguments
+        return task(pdf)
+
+    queues = actions.select("backlog_queue").distinct().count()
+    return (
+        actions.repartition(max(1, queues), "backlog_queue")
+        .groupBy("backlog_queue")
+        .applyInPandas(settle_one_queue, RESULT_SCHEMA)
+    )
+
+
+class _SettleTask:
+    """The function each settle task runs for one backlog queue."""
+
+    def __init__(self, secret: str, run_id: str) -> None:
+        self.__secret = secret
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"_SettleTask(run_id={self.run_id!r})"
+
+    def __call__(self, pdf: Any) -> Any:
+        import pandas as pd  # type: ignore[import-untyped]
+        from azure.servicebus import ServiceBusClient
+
+        queue = str(pdf["backlog_queue"].iloc[0])
+        todo: dict[int, tuple[str, str | None, str]] = {
+            int(r["sequence_number"]): (r["action"], r["reason"], r["verdict"])
+            for r in pdf.to_dict("records")
+        }
+        remaining = sum(1 for a, _, _ in todo.values() if a != "leave")
+        out: dict[int, dict[str, Any]] = {}
+        held: list[Any] = []
+        with (
+            ServiceBusClient.from_connection_string(self.__secret) as client,
+            client.get_queue_receiver(queue) as receiver,
+        ):
+            try:
+                while remaining > 0:
+                    messages = receiver.receive_messages(
+                        max_message_count=RECEIVE_PAGE, max_wait_time=RECEIVE_WAIT_SECONDS
+                    )
+                    if not messages:
+                        break
+                    for m in messages:
+                        seq = int(m.sequence_number or 0)
+                        action, reason, verdict = todo.get(seq, ("new", None, ""))
+                        if action in ("complete", "dead_letter"):
+                            remaining -= 1
+                            try:
+                                if action == "complete":
+                                    receiver.complete_message(m)
+                                    out[seq] = _row(queue, seq, "completed", None)
+                                else:
+                                    receiver.dead_letter_message(
+                                        m,
+                                        reason=reason,
+                                        error_description=f"syphon run {self.run_id}: {verdict}",
+                                    )
+                                    out[seq] = _row(queue, seq, "dead_lettered", reason)
+                            except Exception as exc:
+                                out[seq] = _row(queue, seq, "left",
+                                                f"settle_failed_{type(exc).__name__}")  # fmt: skip
+                        else:
+                            held.append(m)
+                            detail = "arrived_after_snapshot" if action == "new" else None
+                            out.setdefault(seq, _row(queue, seq, "left", detail, 0))
+                        out[seq]["received"] += 1
+            finally:
+                for m in held:  # a lapsed lock needs no abandon: available anyway
+                    with contextlib.suppress(Exception):
+                        receiver.abandon_message(m)
+        for seq, (action, _, _) in todo.items():
+            if seq not in out:
+                detail = None if action == "leave" else "not_received"
+                out[seq] = _row(queue, seq, "left", detail, 0)
+        return pd.DataFrame(list(out.values()), columns=_RESULT_COLUMNS)
+
+
+def _row(
+    queue: str, seq: int, outcome: str, detail: str | None, received: int = 0
+) -> dict[str, Any]:
+    return {
+        "backlog_queue": queue,
+        "sequence_number": seq,
+        "outcome": outcome,
+        "detail": detail,
+        "received": received,
+    }

@@ -1,0 +1,140 @@
+"""``syphon run`` end to end: a real outage, replay to the primaries, settle the backlog."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, park_outage, send_raw
+from servicebus_emulator import QueueSpec
+from syphon.audit import AUDIT_TABLE, RUNS_TABLE
+from syphon.delta import read_table
+from syphon.run import EXIT_DONE, EXIT_PARTIAL, run
+from syphon.sender import to_backlog_message
+
+pytestmark = pytest.mark.timeout(420)
+
+ENTITIES = {"orders": "orders", "sessions": "sessions", "events": "events/Subscriptions/all"}
+
+
+def stored(pair: Pair, path: str) -> list[Any]:
+    """An entity's messages (scheduled ones included) in sequence order."""
+    entity = pair.primary.broker.entity(path)
+    return [entity.messages[s] for s in sorted(entity.messages)]
+
+
+def backlog_state(pair: Pair) -> dict[str, list[str]]:
+    out = {}
+    for i in range(BACKLOG_QUEUES):
+        path = f"{PRIMARY}/x-servicebus-transfer/{i}"
+        entity = pair.secondary.broker.entity(path)
+        out[path] = sorted(str(m.message_id) for m in entity.messages.values())
+        assert entity.dlq is not None
+        out[path + "/$DeadLetterQueue"] = sorted(
+            str(m.message_id) for m in entity.dlq.messages.values()
+        )
+    return out
+
+
+def test_run_replays_the_outage_in_order_and_settles_the_backlog(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    primary = pair.primary
+    primary.broker.declare(QueueSpec("paused"))
+    result = park_outage(pair, messages_per_phase=8)
+    parked = result.to_backlog()
+    assert parked
+    # trouble: an invalid message, a duplicate of a parked one, and a destination that
+    # refuses sends during the run
+    dup = parked[0]
+    send_raw(pair, 3, [
+        to_backlog_message(ServiceBusMessage(b"x", message_id="bad-1"), "nowhere"),
+        to_backlog_message(ServiceBusMessage(dup.body, message_id=dup.message_id,
+                                             session_id=dup.session_id,
+                                             partition_key=dup.partition_key), dup.destination),
+        to_backlog_message(ServiceBusMessage(b"p1", message_id="paused-1"), "paused"),
+        to_backlog_message(ServiceBusMessage(b"p2", message_id="paused-2"), "paused"),
+    ])  # fmt: skip
+    primary.make_unavailable("paused")
+    before = {path: [str(m.message_id) for m in stored(pair, p)] for path, p in ENTITIES.items()}
+
+    config = job_config(pair, tmp_path, monkeypatch)
+    first = run(config, lambda: spark)
+    assert first.status == "partial", first
+    assert first.exit_code == EXIT_PARTIAL
+
+    # every parked message reached its destination once, after what was there
+    for name, path in ENTITIES.items():
+        ids = [str(m.message_id) for m in stored(pair, path)]
+        assert ids[: len(before[name])] == before[name]
+        replayed = ids[len(before[name]) :]
+        want = {m.message_id for m in parked if m.destination == name}
+        assert sorted(replayed) == sorted(want), name
+    # in the original order per partition key (the scenario's seq grows per producer)
+    by_id = {m.message_id: m for m in parked}
+    for name, path in ENTITIES.items():
+        lanes: dict[Any, list[int]] = defaultdict(list)
+        for m in stored(pair, path):
+            sent = by_id.get(str(m.message_id))
+            if sent is not None:
+                lanes[(sent.session_id, sent.partition_key)].append(sent.seq)
+        for lane, seqs in lanes.items():
+            assert seqs == sorted(seqs), (name, lane, seqs)
+    # with the original properties
+    sample = next(m for m in parked if m.session_id and m.time_to_live)
+    (copy,) = [m for m in stored(pair, "sessions") if str(m.message_id) == sample.message_id]
+    assert copy.session_id == sample.session_id
+    with (
+        ServiceBusClient.from_connection_string(primary.connection_string) as client,
+        client.get_queue_receiver("sessions", session_id=sample.session_id) as receiver,
+    ):
+        (peeked,) = [m for m in receiver.peek_messages(100) if m.message_id == sample.message_id]
+    assert b"".join(peeked.body) == sample.body  # byte for byte
+    assert peeked.partition_key == sample.partition_key
+    props = {k.decode() if isinstance(k, bytes) else k: v
+             for k, v in copy.parsed.get_application_properties().items()}  # fmt: skip
+    assert props == {"producer": sample.producer, "seq": sample.seq}
+    assert copy.expires_ms is not None
+    assert 0 < copy.expires_ms - copy.enqueued_ms < 3600 * 1000  # TTL less the time parked
+
+    # the backlog keeps only the paused destination's messages; the invalid one is
+    # dead-lettered, the duplicate completed
+    state = backlog_state(pair)
+    active = sorted(i for path, ids in state.items() if "DeadLetter" not in path for i in ids)
+    dead = sorted(i for path, ids in state.items() if "DeadLetter" in path for i in ids)
+    assert active == ["paused-1", "paused-2"]
+    assert dead == ["bad-1"]
+
+    audit = read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
+    mine = [r for r in audit if r["run_id"] == first.run_id]
+    replay_rows = {r["message_id"]: (r["outcome"], r["detail"]) for r in mine
+                   if r["stage"] == "replay"}  # fmt: skip
+    assert replay_rows["paused-1"] == ("skipped", "destination_unavailable")
+    assert all(replay_rows[m.message_id] == ("sent", None) for m in parked)
+    settle = {r["message_id"]: r["outcome"] for r in mine if r["stage"] == "settle"}
+    assert settle["bad-1"] == "dead_lettered"
+    assert settle["paused-2"] == "left"
+    runs = sorted((r for r in read_table(Path(config.audit.path) / RUNS_TABLE).to_pylist()
+                   if r["run_id"] == first.run_id), key=lambda r: r["recorded_at"])  # fmt: skip
+    assert [r["status"] for r in runs] == ["planned", "replaying", "replayed", "partial"]
+    ops = dict(runs[-1]["operations"])
+    assert ops["messages_sent"] == len(parked)
+    assert ops["completes"] == len(parked) + 1
+    assert ops["dead_letters"] == 1
+
+    # the destination is back: the next run finishes the work
+    primary.clear_faults()
+    second = run(config, lambda: spark)
+    assert second.status == "done", second
+    assert second.exit_code == EXIT_DONE
+    assert sorted(str(m.message_id) for m in stored(pair, "paused")) == ["paused-1", "paused-2"]
+    state = backlog_state(pair)
+    assert not [i for path, ids in state.items() if "DeadLetter" not in path for i in ids]
+    # and a run over the empty backlog starts no Spark session
+    third = run(config, lambda: pytest.fail("an empty run must not start Spark"))
+    assert third.status == "empty"
+    assert third.exit_code == EXIT_DONE
