@@ -107,6 +107,7 @@ class AmqpHandler:
         self.connections: set[Any] = set()
         self.out_links: set[Any] = set()
         self.drop_requested = False
+        self.namespace_down = False
         self.container: Any = None
 
     # ------------------------------------------------------------ plumbing
@@ -154,6 +155,10 @@ class AmqpHandler:
 
     @guarded
     def on_connection_bound(self, event: Any) -> None:
+        if self.namespace_down:  # as if nothing listened: the connection ends at once
+            event.transport.close_tail()
+            event.transport.close_head()
+            return
         sasl = event.transport.sasl()
         sasl.allowed_mechs("ANONYMOUS PLAIN MSSBCBS")
         event.transport.require_auth(False)

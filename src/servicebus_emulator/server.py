@@ -195,10 +195,19 @@ class Emulator:
         service's timeout), keyless sends go to another partition."""
         self.broker.set_fault(entity, unavailable=unavailable, partition=partition)
 
+    def make_namespace_unavailable(self, unavailable: bool = True) -> None:
+        """The whole namespace goes down (or comes back): open connections are dropped
+        and new ones are closed as soon as they arrive, so clients fail with connection
+        errors rather than entity errors. The management API keeps answering."""
+        self.handler.namespace_down = unavailable
+        if unavailable:
+            self.handler.drop_requested = True
+
     def drop_connections(self) -> None:
         """Drops every open connection now."""
         self.handler.drop_requested = True
 
     def clear_faults(self) -> None:
-        """Restores normal service."""
+        """Restores normal service (the namespace included)."""
+        self.handler.namespace_down = False
         self.broker.clear_faults()

@@ -201,6 +201,7 @@ class RunRecord:
     operations: Mapping[str, int] = field(default_factory=dict)
     timings: Mapping[str, float] = field(default_factory=dict)
     detail: str | None = None
+    credits_per_replayed_message: float | None = None
 
 
 def append_run(record: RunRecord, root: str | os.PathLike[str]) -> None:
@@ -220,6 +221,7 @@ def append_run(record: RunRecord, root: str | os.PathLike[str]) -> None:
             ("operations", counts),
             ("timings", pa.map_(pa.string(), pa.float64())),
             ("detail", pa.string()),
+            ("credits_per_replayed_message", pa.float64()),
         ]
     )
     row: dict[str, Any] = {
@@ -233,5 +235,6 @@ def append_run(record: RunRecord, root: str | os.PathLike[str]) -> None:
         "operations": [list(record.operations.items())],
         "timings": [list(record.timings.items())],
         "detail": [record.detail],
+        "credits_per_replayed_message": [record.credits_per_replayed_message],
     }
     append_arrow(pa.table(row, schema=schema), audit_path(root, RUNS_TABLE))

@@ -227,9 +227,9 @@ def run_plan(
             config_fingerprint=config_fingerprint(config),
             counts=counts,
             operations={
-                "backlog_queues": len(queues),
-                "queues_peeked": len(non_empty),
-                "messages_peeked": rows,
+                "discover.backlog_queues": len(queues),
+                "snapshot.queues_peeked": len(non_empty),
+                "snapshot.messages_peeked": rows,
             },
             timings=timings,
         ),

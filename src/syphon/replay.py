@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from syphon.config import SyphonConfig, resolve_secret
 from syphon.envelope import PING_CONTENT_TYPE
+from syphon.failpoints import FailPoint
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -55,6 +56,18 @@ IN_DOUBT_ERRORS = frozenset(
         "AMQPConnectionError",
         "ConnectionError",
         "TimeoutError",
+    }
+)
+
+#: Error classes that mean the namespace itself failed (not one entity): the task closes
+#: every client of that namespace at once and skips the rest of its work there
+#: (``namespace_fault``); the run ends ``failed`` and the next run picks up the rest.
+NAMESPACE_FAULTS = frozenset(
+    {
+        "ServiceBusConnectionError",
+        "ServiceBusCommunicationError",
+        "ServiceBusAuthenticationError",
+        "ServiceBusAuthorizationError",
     }
 )
 
@@ -172,6 +185,7 @@ def replay_messages(
     skipped: dict[tuple[str, str], str | None],
     settings: ReplaySettings | None = None,
     dbutils_get: Callable[[str, str], str] | None = None,
+    failpoint: FailPoint | None = None,
 ) -> DataFrame:
     """Sends ``rows`` (the output of :func:`replay_input`) and returns one result row per
     message (:data:`RESULT_SCHEMA`). Lazy: the sends happen when the result is read, so
@@ -190,7 +204,7 @@ def replay_messages(
     laid_out = rows.repartition(partitions, "primary", "destination", lane).sortWithinPartitions(
         "primary", "destination", lane, "replay_order"
     )
-    task = _ReplayTask(secrets, skip, settings)
+    task = _ReplayTask(secrets, skip, settings, failpoint)
     return laid_out.mapInPandas(task, RESULT_SCHEMA)
 
 
@@ -202,10 +216,12 @@ class _ReplayTask:
         secrets: dict[str, str],
         skip: dict[tuple[str, str], str | None],
         settings: ReplaySettings,
+        failpoint: FailPoint | None = None,
     ) -> None:
         self.__secrets = secrets
         self.skip = skip
         self.settings = settings
+        self.failpoint = failpoint
 
     def __repr__(self) -> str:  # never show the secrets
         return f"_ReplayTask(primaries={sorted(self.__secrets)})"
@@ -213,7 +229,7 @@ class _ReplayTask:
     def __call__(self, frames: Iterator[Any]) -> Iterator[Any]:
         import pandas as pd  # type: ignore[import-untyped]
 
-        state = _TaskState(self.__secrets, self.skip, self.settings)
+        state = _TaskState(self.__secrets, self.skip, self.settings, self.failpoint)
         try:
             batch: list[dict[str, Any]] = []
             for pdf in frames:
@@ -240,14 +256,18 @@ class _TaskState:
         secrets: dict[str, str],
         skip: dict[tuple[str, str], str | None],
         settings: ReplaySettings,
+        failpoint: FailPoint | None = None,
     ) -> None:
         self.secrets = secrets
         self.skip = dict(skip)
         self.settings = settings
+        self.failpoint = failpoint
+        self.batches_sent = 0
         self.clients: dict[str, Any] = {}
         self.senders: dict[tuple[str, str], Any] = {}
         self.broken_keys: set[tuple[str, str, str]] = set()
         self.failures: dict[tuple[str, str], int] = {}
+        self.faulted: set[str] = set()
 
     def sender(self, primary: str, destination: str) -> Any:
         from azure.servicebus import ServiceBusClient
@@ -282,6 +302,8 @@ class _TaskState:
 
         if self.skip.get(dest):
             return all_as("skipped", self.skip[dest])
+        if dest[0] in self.faulted:
+            return all_as("skipped", "namespace_fault")
         if lane is not None and lane in self.broken_keys:
             return all_as("skipped", "earlier_batch_failed")
         if self.failures.get(dest, 0) >= self.settings.failed_batches_per_destination:
@@ -326,6 +348,9 @@ class _TaskState:
             transfers += 1
             try:
                 self.sender(*dest).send_messages(messages)
+                self.batches_sent += 1
+                if self.failpoint is not None:
+                    self.failpoint.reached(self.batches_sent)
                 return "sent", None, transfers, busy
             except ServiceBusServerBusyError:
                 busy += 1
@@ -336,9 +361,21 @@ class _TaskState:
             except Exception as exc:
                 name = type(exc).__name__
                 self._drop_sender(dest)
+                if name in NAMESPACE_FAULTS:
+                    self._fault(dest[0])
                 if name in IN_DOUBT_ERRORS:
                     return "in_doubt", name, transfers, busy
                 return "failed", name, transfers, busy
+
+    def _fault(self, primary: str) -> None:
+        """The primary namespace failed: close all of its clients now."""
+        self.faulted.add(primary)
+        for key in [k for k in self.senders if k[0] == primary]:
+            self._drop_sender(key)
+        client = self.clients.pop(primary, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
 
     def _drop_sender(self, dest: tuple[str, str]) -> None:
         sender = self.senders.pop(dest, None)

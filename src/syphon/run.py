@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from syphon import failpoints
 from syphon.audit import (
     RUNS_TABLE,
     RunRecord,
@@ -93,6 +94,7 @@ class _Ledger:
         self.operations: dict[str, int] = {}
         self.timings: dict[str, float] = {}
         self.detail: str | None = None
+        self.credits_per_message: float | None = None
 
     def record(self, status: str, detail: str | None = None, final: bool = False) -> None:
         append_run(
@@ -106,6 +108,7 @@ class _Ledger:
                 operations=self.operations,
                 timings=self.timings,
                 detail=detail,
+                credits_per_replayed_message=self.credits_per_message,
             ),
             self.config.audit.path,
         )
@@ -213,8 +216,9 @@ def _plan_replay_settle(
                     dbutils_get=dbutils_get, queues=queues)  # fmt: skip
     ledger.counts = dict(plan.counts)
     ledger.timings.update(plan.timings)
-    ledger.operations["messages_peeked"] = plan.audit_rows
-    ledger.operations["management_calls"] += 2 * len(config.primaries)
+    ledger.operations["snapshot.messages_peeked"] = plan.audit_rows
+    ledger.operations["destinations.management_calls"] = 2 * len(config.primaries)
+    failpoints.check("after_plan")
     return _replay_and_settle(spark, config, ledger, plan.snapshot, lease, dbutils_get)
 
 
@@ -229,7 +233,12 @@ def _replay_and_settle(
     from pyspark.sql import functions as F
 
     from syphon.reconcile import restore
-    from syphon.replay import ping_destinations, replay_input, replay_messages
+    from syphon.replay import (
+        NAMESPACE_FAULTS,
+        ping_destinations,
+        replay_input,
+        replay_messages,
+    )
     from syphon.settle import settle_actions, settle_queues
 
     root = config.audit.path
@@ -250,21 +259,25 @@ def _replay_and_settle(
     destinations = [(r["primary"], r["destination"]) for r in
                     todo.select("primary", "destination").distinct().collect()]  # fmt: skip
     skipped = ping_destinations(config, destinations, dbutils_get)
-    ledger.operations["pings"] = len(destinations)
+    ledger.operations["replay.pings"] = len(destinations)
     in_doubt = _in_doubt(spark, root)  # read before this attempt records "replaying"
     lease.check()
     ledger.record("replaying")
+    failpoints.check("after_replaying")
     rows = replay_input(restore(snapshot), todo, in_doubt)
-    results = replay_messages(rows, config, skipped, dbutils_get=dbutils_get)
+    results = replay_messages(rows, config, skipped, dbutils_get=dbutils_get,
+                              failpoint=failpoints.for_task("mid_replay"))  # fmt: skip
     results = results.localCheckpoint(eager=True)  # the sends happen here, exactly once
     append_outcomes(results, planned, root, ledger.run_id, "replay", datetime.now(timezone.utc))
+    failpoints.check("after_replay_commit")
     ledger.timings["replay"] = time.monotonic() - clock
     replay_counts = _outcome_counts(results)
     sums = results.agg(F.sum("transfers").alias("t"), F.sum("busy_retries").alias("b")).first()
-    ledger.operations["send_transfers"] = int(sums["t"] or 0) if sums else 0
-    ledger.operations["busy_retries"] = int(sums["b"] or 0) if sums else 0
-    ledger.operations["messages_sent"] = replay_counts.get("sent", 0)
+    ledger.operations["replay.send_transfers"] = int(sums["t"] or 0) if sums else 0
+    ledger.operations["replay.busy_retries"] = int(sums["b"] or 0) if sums else 0
+    ledger.operations["replay.messages_sent"] = replay_counts.get("sent", 0)
     ledger.record("replayed")
+    failpoints.check("after_replayed")
 
     lease.check()  # a run that lost its lease settles nothing: the holder will
     clock = time.monotonic()
@@ -272,26 +285,36 @@ def _replay_and_settle(
         "backlog_queue", "sequence_number", "outcome").unionByName(
         results.select("backlog_queue", "sequence_number", "outcome"))  # fmt: skip
     actions = settle_actions(planned, all_sent)
-    settled = settle_queues(actions, config, ledger.run_id, dbutils_get)
+    settled = settle_queues(actions, config, ledger.run_id, dbutils_get,
+                            failpoints.for_task("mid_settle"))  # fmt: skip
     settled = settled.localCheckpoint(eager=True)
     append_outcomes(settled, planned, root, ledger.run_id, "settle", datetime.now(timezone.utc))
+    failpoints.check("after_settle_commit")
     ledger.timings["settle"] = time.monotonic() - clock
     settle_counts = _outcome_counts(settled)
     received = settled.agg(F.sum("received").alias("r")).first()
-    ledger.operations["receives"] = int(received["r"] or 0) if received else 0
-    ledger.operations["completes"] = settle_counts.get("completed", 0)
-    ledger.operations["dead_letters"] = settle_counts.get("dead_lettered", 0)
-    ledger.operations["abandons"] = int(
+    ledger.operations["settle.receives"] = int(received["r"] or 0) if received else 0
+    ledger.operations["settle.completes"] = settle_counts.get("completed", 0)
+    ledger.operations["settle.dead_letters"] = settle_counts.get("dead_lettered", 0)
+    ledger.operations["settle.abandons"] = int(
         settled.where((F.col("outcome") == "left") & (F.col("received") > 0)).count()
     )
     ledger.operations["credits_estimated"] = _credits(ledger.operations)
+    sent = ledger.operations["replay.messages_sent"]
+    ledger.credits_per_message = ledger.operations["credits_estimated"] / sent if sent else None
     outcomes = {**{f"replay_{k}": v for k, v in replay_counts.items()},
                 **{f"settle_{k}": v for k, v in settle_counts.items()}}  # fmt: skip
     left = settle_counts.get("left", 0)
     status = "partial" if left else "done"
-    ledger.record(status, final=True)
+    fault_details = ("namespace_fault", *NAMESPACE_FAULTS)
+    faults = [stage for stage, frame in (("primary", results), ("secondary", settled))
+              if frame.where(F.col("detail").isin(*fault_details)).limit(1).count()]  # fmt: skip
+    detail = None
+    if faults:  # a namespace failed mid-run: its clients were closed, the rest waits
+        status, detail = "failed", "namespace_fault: " + ", ".join(faults)
+    ledger.record(status, detail=detail, final=True)
     return RunResult(ledger.run_id, status, ledger.counts, outcomes, ledger.operations,
-                     ledger.timings)  # fmt: skip
+                     ledger.timings, detail)  # fmt: skip
 
 
 def _failed(ledger: _Ledger, exc: BaseException) -> RunResult:
@@ -307,9 +330,11 @@ def _failed(ledger: _Ledger, exc: BaseException) -> RunResult:
 
 def _discovery_operations(config: SyphonConfig, queues: list[DiscoveredQueue]) -> dict[str, int]:
     if config.backlog.discovery == "management":
-        return {"management_calls": 1, "peeks": 0, "backlog_queues": len(queues)}
+        return {"discover.management_calls": 1, "discover.peeks": 0,
+                "discover.backlog_queues": len(queues)}  # fmt: skip
     probes = config.backlog.probe_limit * len(config.primaries)
-    return {"management_calls": 0, "peeks": probes, "backlog_queues": len(queues)}
+    return {"discover.management_calls": 0, "discover.peeks": probes,
+            "discover.backlog_queues": len(queues)}  # fmt: skip
 
 
 def _outcome_counts(results: DataFrame) -> dict[str, int]:
@@ -320,8 +345,10 @@ def _credits(ops: dict[str, int]) -> int:
     """Billable message operations: one per message peeked, sent, received, completed or
     dead-lettered, one per ping and per probe peek (management calls are not metered
     per message)."""
-    keys = ("messages_peeked", "messages_sent", "receives", "completes", "dead_letters",
-            "pings", "peeks")  # fmt: skip
+    keys = (
+        "snapshot.messages_peeked", "replay.messages_sent", "settle.receives",
+        "settle.completes", "settle.dead_letters", "replay.pings", "discover.peeks",
+    )  # fmt: skip
     return sum(int(ops.get(k, 0)) for k in keys)
 
 
@@ -340,8 +367,9 @@ def _earlier_outcomes(spark: SparkSession, root: str, run_id: str) -> DataFrame 
 
 def _in_doubt(spark: SparkSession, root: str) -> DataFrame | None:
     """Backlog messages whose earlier send is unknown: replay rows recorded ``in_doubt``,
-    and the replay-verdict plan rows of every run that recorded ``replaying`` but never
-    committed its outcomes (a crash, or an earlier attempt of a resumed run)."""
+    and the replay-verdict plan rows without a recorded outcome of every run that
+    recorded ``replaying`` but not ``replayed`` (a crash, or an earlier attempt of a
+    resumed run)."""
     from pyspark.sql import functions as F
 
     from syphon.delta import read_table
@@ -357,12 +385,16 @@ def _in_doubt(spark: SparkSession, root: str) -> DataFrame | None:
     doubt = audit.where((F.col("stage") == "replay") & (F.col("outcome") == "in_doubt"))
     doubt = doubt.select("backlog_queue", "sequence_number")
     if crashed:
-        lost = audit.where(
+        planned = audit.where(
             (F.col("stage") == "plan")
             & (F.col("verdict") == "replay")
             & F.col("run_id").isin(*crashed)
-        ).select("backlog_queue", "sequence_number")
-        doubt = doubt.unionByName(lost)
+        ).select("run_id", "backlog_queue", "sequence_number")
+        recorded = audit.where(
+            (F.col("stage") == "replay") & F.col("run_id").isin(*crashed)
+        ).select("run_id", "backlog_queue", "sequence_number")
+        lost = planned.join(recorded, ["run_id", "backlog_queue", "sequence_number"], "left_anti")
+        doubt = doubt.unionByName(lost.drop("run_id"))
     return doubt
 
 

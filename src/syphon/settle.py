@@ -25,6 +25,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from syphon.config import SyphonConfig, resolve_secret
+from syphon.failpoints import FailPoint
+from syphon.replay import NAMESPACE_FAULTS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -78,10 +80,11 @@ def settle_queues(
     config: SyphonConfig,
     run_id: str,
     dbutils_get: Callable[[str, str], str] | None = None,
+    failpoint: FailPoint | None = None,
 ) -> DataFrame:
     """Settles every queue of ``actions`` (lazy: read the result exactly once)."""
     secret = resolve_secret(config.secondary.connection_string, dbutils_get=dbutils_get)
-    task = _SettleTask(secret, run_id)
+    task = _SettleTask(secret, run_id, failpoint)
 
     def settle_one_queue(pdf: Any) -> Any:  # a plain function: Spark counts its arguments
         return task(pdf)
@@ -97,9 +100,10 @@ def settle_queues(
 class _SettleTask:
     """The function each settle task runs for one backlog queue."""
 
-    def __init__(self, secret: str, run_id: str) -> None:
+    def __init__(self, secret: str, run_id: str, failpoint: FailPoint | None = None) -> None:
         self.__secret = secret
         self.run_id = run_id
+        self.failpoint = failpoint
 
     def __repr__(self) -> str:
         return f"_SettleTask(run_id={self.run_id!r})"
@@ -113,53 +117,75 @@ class _SettleTask:
             int(r["sequence_number"]): (r["action"], r["reason"], r["verdict"])
             for r in pdf.to_dict("records")
         }
-        remaining = sum(1 for a, _, _ in todo.values() if a != "leave")
         out: dict[int, dict[str, Any]] = {}
-        held: list[Any] = []
-        with (
-            ServiceBusClient.from_connection_string(self.__secret) as client,
-            client.get_queue_receiver(queue) as receiver,
-        ):
-            try:
-                while remaining > 0:
-                    messages = receiver.receive_messages(
-                        max_message_count=RECEIVE_PAGE, max_wait_time=RECEIVE_WAIT_SECONDS
-                    )
-                    if not messages:
-                        break
-                    for m in messages:
-                        seq = int(m.sequence_number or 0)
-                        action, reason, verdict = todo.get(seq, ("new", None, ""))
-                        if action in ("complete", "dead_letter"):
-                            remaining -= 1
-                            try:
-                                if action == "complete":
-                                    receiver.complete_message(m)
-                                    out[seq] = _row(queue, seq, "completed", None)
-                                else:
-                                    receiver.dead_letter_message(
-                                        m,
-                                        reason=reason,
-                                        error_description=f"syphon run {self.run_id}: {verdict}",
-                                    )
-                                    out[seq] = _row(queue, seq, "dead_lettered", reason)
-                            except Exception as exc:
-                                out[seq] = _row(queue, seq, "left",
-                                                f"settle_failed_{type(exc).__name__}")  # fmt: skip
-                        else:
-                            held.append(m)
-                            detail = "arrived_after_snapshot" if action == "new" else None
-                            out.setdefault(seq, _row(queue, seq, "left", detail, 0))
-                        out[seq]["received"] += 1
-            finally:
-                for m in held:  # a lapsed lock needs no abandon: available anyway
-                    with contextlib.suppress(Exception):
-                        receiver.abandon_message(m)
+        stopped: str | None = None
+        try:
+            with (
+                ServiceBusClient.from_connection_string(self.__secret) as client,
+                client.get_queue_receiver(queue) as receiver,
+            ):
+                self._drain(receiver, queue, todo, out)
+        except Exception as exc:  # the namespace or the queue failed: the rest waits
+            name = type(exc).__name__
+            stopped = "namespace_fault" if name in NAMESPACE_FAULTS else f"receive_failed_{name}"
+            log.warning("settling %s stopped: %s", queue, name)
         for seq, (action, _, _) in todo.items():
             if seq not in out:
-                detail = None if action == "leave" else "not_received"
+                detail = None if action == "leave" else (stopped or "not_received")
                 out[seq] = _row(queue, seq, "left", detail, 0)
         return pd.DataFrame(list(out.values()), columns=_RESULT_COLUMNS)
+
+    def _drain(
+        self,
+        receiver: Any,
+        queue: str,
+        todo: dict[int, tuple[str, str | None, str]],
+        out: dict[int, dict[str, Any]],
+    ) -> None:
+        remaining = sum(1 for a, _, _ in todo.values() if a != "leave")
+        held: list[Any] = []
+        settled = 0
+        try:
+            while remaining > 0:
+                messages = receiver.receive_messages(
+                    max_message_count=RECEIVE_PAGE, max_wait_time=RECEIVE_WAIT_SECONDS
+                )
+                if not messages:
+                    break
+                for m in messages:
+                    seq = int(m.sequence_number or 0)
+                    action, reason, verdict = todo.get(seq, ("new", None, ""))
+                    if action not in ("complete", "dead_letter"):
+                        held.append(m)
+                        detail = "arrived_after_snapshot" if action == "new" else None
+                        out.setdefault(seq, _row(queue, seq, "left", detail, 0))
+                        out[seq]["received"] += 1
+                        continue
+                    remaining -= 1
+                    try:
+                        if action == "complete":
+                            receiver.complete_message(m)
+                            out[seq] = _row(queue, seq, "completed", None, 1)
+                        else:
+                            description = f"syphon run {self.run_id}: {verdict}"
+                            receiver.dead_letter_message(
+                                m, reason=reason, error_description=description
+                            )
+                            out[seq] = _row(queue, seq, "dead_lettered", reason, 1)
+                    except Exception as exc:  # a lapsed lock: the next run settles it
+                        out[seq] = _row(
+                            queue, seq, "left", f"settle_failed_{type(exc).__name__}", 1
+                        )
+                        if type(exc).__name__ in NAMESPACE_FAULTS:
+                            raise
+                        continue
+                    settled += 1
+                    if self.failpoint is not None:
+                        self.failpoint.reached(settled)
+        finally:
+            for m in held:  # a lapsed lock needs no abandon: available anyway
+                with contextlib.suppress(Exception):
+                    receiver.abandon_message(m)
 
 
 def _row(

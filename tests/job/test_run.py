@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+import threading
+import time
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -122,9 +124,14 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
                    if r["run_id"] == first.run_id), key=lambda r: r["recorded_at"])  # fmt: skip
     assert [r["status"] for r in runs] == ["planned", "replaying", "replayed", "partial"]
     ops = dict(runs[-1]["operations"])
-    assert ops["messages_sent"] == len(parked)
-    assert ops["completes"] == len(parked) + 1
-    assert ops["dead_letters"] == 1
+    assert ops["replay.messages_sent"] == len(parked)
+    assert ops["settle.completes"] == len(parked) + 1
+    assert ops["settle.dead_letters"] == 1
+    assert ops["replay.pings"] == 4  # orders, sessions, events, paused
+    assert ops["snapshot.messages_peeked"] == len(parked) + 4
+    assert runs[-1]["credits_per_replayed_message"] == pytest.approx(
+        ops["credits_estimated"] / len(parked)
+    )
 
     # the destination is back: the next run finishes the work
     primary.clear_faults()
@@ -138,3 +145,61 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     third = run(config, lambda: pytest.fail("an empty run must not start Spark"))
     assert third.status == "empty"
     assert third.exit_code == EXIT_DONE
+
+
+def test_a_primary_that_goes_down_mid_run_fails_the_run_and_the_next_run_finishes(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parked = {}
+    for q in range(BACKLOG_QUEUES):
+        batch = []
+        for i in range(8):
+            mid = f"m-{q}-{i}"
+            batch.append(to_backlog_message(
+                ServiceBusMessage(mid.encode(), message_id=mid, partition_key=f"k{i % 4}"),
+                "orders"))  # fmt: skip
+            parked[mid] = "orders"
+        send_raw(pair, q, batch)
+    config = job_config(pair, tmp_path, monkeypatch)
+    pair.primary.slow_down(0.3, "orders")  # a replay long enough to fail in the middle
+    fault_at: list[float] = []
+
+    def take_the_primary_down() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if pair.primary.broker.entity("orders").messages:  # some batches are through
+                pair.primary.make_namespace_unavailable()
+                fault_at.append(time.monotonic())
+                return
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=take_the_primary_down)
+    watcher.start()
+    first = run(config, lambda: spark)
+    watcher.join()
+    assert fault_at
+    assert first.status == "failed", first
+    assert first.exit_code == 1
+    assert first.detail == "namespace_fault: primary"
+    assert stored(pair, "orders")
+    audit = read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
+    cut = {
+        r["message_id"]
+        for r in audit
+        if r["stage"] == "replay"
+        and r["outcome"] in ("in_doubt", "skipped")
+        and r["run_id"] == first.run_id
+    }
+    assert cut  # the batches in flight or still to send when the namespace went down
+
+    pair.primary.clear_faults()
+    second = run(config, lambda: spark)
+    assert second.status == "done", second
+    assert second.operations["replay.messages_sent"] == len(cut)
+    delivered = Counter(str(m.message_id) for m in stored(pair, "orders"))
+    assert set(delivered) == set(parked)  # nothing lost
+    audit = read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
+    resent = {r["message_id"] for r in audit if r["detail"] == "resent_in_doubt"}
+    assert {m for m, n in delivered.items() if n > 1} <= resent
+    assert not any(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/{q}").messages
+                   for q in range(BACKLOG_QUEUES))  # fmt: skip
