@@ -47,6 +47,10 @@ RESULT_SCHEMA = (
     "transfers int, busy_retries int"
 )
 
+#: The SDK's own retries per send: few, so that server-busy comes back to the replay's
+#: backoff (which counts it) and a dead namespace is noticed in seconds.
+SDK_RETRIES = 2
+
 #: Error classes after which a batch may have arrived although the send failed.
 IN_DOUBT_ERRORS = frozenset(
     {
@@ -116,6 +120,7 @@ def ping_destinations(
     from azure.servicebus.exceptions import (
         MessagingEntityDisabledError,
         MessagingEntityNotFoundError,
+        ServiceBusServerBusyError,
     )
 
     from syphon.clients import servicebus_client
@@ -138,6 +143,8 @@ def ping_destinations(
                     reason = "destination_missing"
                 except MessagingEntityDisabledError:
                     reason = "destination_unavailable"
+                except ServiceBusServerBusyError:
+                    reason = None  # up, only throttled: the sends back off
                 except (AzureError, OSError) as exc:
                     reason = f"ping_failed_{type(exc).__name__}"
                 if reason:
@@ -276,7 +283,7 @@ class _TaskState:
         if key not in self.senders:
             if primary not in self.clients:
                 self.clients[primary] = ServiceBusClient.from_connection_string(
-                    self.secrets[primary]
+                    self.secrets[primary], retry_total=SDK_RETRIES, keep_alive=None
                 )
             self.senders[key] = self.clients[primary].get_queue_sender(destination)
         return self.senders[key]

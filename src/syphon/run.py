@@ -304,7 +304,11 @@ def _replay_and_settle(
     ledger.credits_per_message = ledger.operations["credits_estimated"] / sent if sent else None
     outcomes = {**{f"replay_{k}": v for k, v in replay_counts.items()},
                 **{f"settle_{k}": v for k, v in settle_counts.items()}}  # fmt: skip
-    left = settle_counts.get("left", 0)
+    # messages that arrived after the snapshot are the next run's work, not left-overs
+    left = settled.where(
+        (F.col("outcome") == "left")
+        & ~F.coalesce(F.col("detail") == "arrived_after_snapshot", F.lit(False))
+    ).count()
     status = "partial" if left else "done"
     fault_details = ("namespace_fault", *NAMESPACE_FAULTS)
     faults = [stage for stage, frame in (("primary", results), ("secondary", settled))

@@ -203,3 +203,80 @@ def test_a_primary_that_goes_down_mid_run_fails_the_run_and_the_next_run_finishe
     assert {m for m, n in delivered.items() if n > 1} <= resent
     assert not any(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/{q}").messages
                    for q in range(BACKLOG_QUEUES))  # fmt: skip
+
+
+def test_a_planned_run_is_replayed_later_and_status_shows_it(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from syphon.plan import run_plan
+    from syphon.run import format_status, replay_run, status
+
+    for q in range(2):
+        send_raw(pair, q, [to_backlog_message(
+            ServiceBusMessage(f"b{q}{i}".encode(), message_id=f"r-{q}-{i}"), "orders")
+            for i in range(3)])  # fmt: skip
+    config = job_config(pair, tmp_path, monkeypatch)
+    planned = run_plan(spark, config)
+    assert not stored(pair, "orders")  # a plan sends nothing
+
+    report = status(config)
+    depth = {q.path.rsplit("/", 1)[1]: q.message_count for q in report.queues}
+    assert depth == {"0": 3, "1": 3, "2": 0, "3": 0}
+    assert [(r["run_id"], r["status"]) for r in report.runs] == [(planned.run_id, "planned")]
+
+    # a message that arrives after the plan is not part of it: it stays for the next run
+    send_raw(pair, 0, [to_backlog_message(ServiceBusMessage(b"late", message_id="late"),
+                                          "orders")])  # fmt: skip
+    resumed = replay_run(spark, config, planned.run_id)
+    assert resumed.status == "done", resumed
+    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == sorted(
+        f"r-{q}-{i}" for q in range(2) for i in range(3))  # fmt: skip
+    left = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages
+    assert [str(m.message_id) for m in left.values()] == ["late"]
+
+    report = status(config)
+    assert report.runs[0]["status"] == "done"
+    text = format_status(report)
+    assert planned.run_id in text
+    assert pair.secondary.connection_string not in text
+    with pytest.raises(Exception, match="never planned"):
+        replay_run(spark, config, "no-such-run")
+
+
+def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta as td
+
+    from syphon.lease import Lease
+    from syphon.run import EXIT_BUSY
+
+    send_raw(pair, 1, [to_backlog_message(
+        ServiceBusMessage(f"t{i}".encode(), message_id=f"t-{i}", partition_key="k"), "orders")
+        for i in range(5)])  # fmt: skip
+    config = job_config(pair, tmp_path, monkeypatch)
+
+    # another run holds the lease: this one records busy and touches nothing
+    other = Lease(config.audit.path, "another-run", td(minutes=5))
+    assert other.acquire().holder == other.holder
+    busy = run(config, lambda: pytest.fail("a busy run must not start Spark"))
+    assert (busy.status, busy.exit_code) == ("busy", EXIT_BUSY)
+    assert busy.detail is not None
+    assert "another-run" in busy.detail
+    assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/1").messages) == 5
+    other.release()
+
+    # server busy beyond the SDK's own retries: the replay backs off and goes on
+    original_ping = __import__("syphon.replay", fromlist=["x"]).ping_destinations
+
+    def ping_then_throttle(*args: Any, **kwargs: Any) -> Any:
+        answer = original_ping(*args, **kwargs)
+        pair.primary.throttle("orders")
+        threading.Timer(15.0, lambda: pair.primary.throttle("orders", busy=False)).start()
+        return answer
+
+    monkeypatch.setattr("syphon.replay.ping_destinations", ping_then_throttle)
+    done = run(config, lambda: spark)
+    assert done.status == "done", done
+    assert done.operations["replay.busy_retries"] >= 1
+    assert [str(m.message_id) for m in stored(pair, "orders")] == [f"t-{i}" for i in range(5)]
