@@ -271,10 +271,10 @@ def _replay_and_settle(
     append_outcomes(results, planned, root, ledger.run_id, "replay", datetime.now(timezone.utc))
     failpoints.check("after_replay_commit")
     ledger.timings["replay"] = time.monotonic() - clock
-    replay_counts = _outcome_counts(results)
-    sums = results.agg(F.sum("transfers").alias("t"), F.sum("busy_retries").alias("b")).first()
-    ledger.operations["replay.send_transfers"] = int(sums["t"] or 0) if sums else 0
-    ledger.operations["replay.busy_retries"] = int(sums["b"] or 0) if sums else 0
+    replay_stats = _stats(results, "transfers", "busy_retries")
+    replay_counts = _by_outcome(replay_stats)
+    ledger.operations["replay.send_transfers"] = _total(replay_stats, "transfers")
+    ledger.operations["replay.busy_retries"] = _total(replay_stats, "busy_retries")
     ledger.operations["replay.messages_sent"] = replay_counts.get("sent", 0)
     ledger.record("replayed")
     failpoints.check("after_replayed")
@@ -291,28 +291,24 @@ def _replay_and_settle(
     append_outcomes(settled, planned, root, ledger.run_id, "settle", datetime.now(timezone.utc))
     failpoints.check("after_settle_commit")
     ledger.timings["settle"] = time.monotonic() - clock
-    settle_counts = _outcome_counts(settled)
-    received = settled.agg(F.sum("received").alias("r")).first()
-    ledger.operations["settle.receives"] = int(received["r"] or 0) if received else 0
+    settle_stats = _stats(settled, "received", "abandoned")
+    settle_counts = _by_outcome(settle_stats)
+    ledger.operations["settle.receives"] = _total(settle_stats, "received")
     ledger.operations["settle.completes"] = settle_counts.get("completed", 0)
     ledger.operations["settle.dead_letters"] = settle_counts.get("dead_lettered", 0)
-    ledger.operations["settle.abandons"] = int(
-        settled.where((F.col("outcome") == "left") & (F.col("received") > 0)).count()
-    )
+    ledger.operations["settle.abandons"] = _total(settle_stats, "abandoned")
     ledger.operations["credits_estimated"] = _credits(ledger.operations)
     sent = ledger.operations["replay.messages_sent"]
     ledger.credits_per_message = ledger.operations["credits_estimated"] / sent if sent else None
     outcomes = {**{f"replay_{k}": v for k, v in replay_counts.items()},
                 **{f"settle_{k}": v for k, v in settle_counts.items()}}  # fmt: skip
     # messages that arrived after the snapshot are the next run's work, not left-overs
-    left = settled.where(
-        (F.col("outcome") == "left")
-        & ~F.coalesce(F.col("detail") == "arrived_after_snapshot", F.lit(False))
-    ).count()
+    left = sum(s["count"] for s in settle_stats
+               if s["outcome"] == "left" and s["detail"] != "arrived_after_snapshot")  # fmt: skip
     status = "partial" if left else "done"
-    fault_details = ("namespace_fault", *NAMESPACE_FAULTS)
-    faults = [stage for stage, frame in (("primary", results), ("secondary", settled))
-              if frame.where(F.col("detail").isin(*fault_details)).limit(1).count()]  # fmt: skip
+    fault_details = {"namespace_fault", *NAMESPACE_FAULTS}
+    faults = [side for side, stats in (("primary", replay_stats), ("secondary", settle_stats))
+              if any(s["detail"] in fault_details for s in stats)]  # fmt: skip
     detail = None
     if faults:  # a namespace failed mid-run: its clients were closed, the rest waits
         status, detail = "failed", "namespace_fault: " + ", ".join(faults)
@@ -341,8 +337,25 @@ def _discovery_operations(config: SyphonConfig, queues: list[DiscoveredQueue]) -
             "discover.backlog_queues": len(queues)}  # fmt: skip
 
 
-def _outcome_counts(results: DataFrame) -> dict[str, int]:
-    return {r["outcome"]: int(r["count"]) for r in results.groupBy("outcome").count().collect()}
+def _stats(results: DataFrame, *summed: str) -> list[dict[str, Any]]:
+    """One Spark job: per (outcome, detail), the count and the sums of ``summed``."""
+    from pyspark.sql import functions as F
+
+    rows = results.groupBy("outcome", "detail").agg(
+        F.count(F.lit(1)).alias("count"), *[F.sum(c).alias(c) for c in summed]
+    )
+    return [r.asDict() for r in rows.collect()]
+
+
+def _by_outcome(stats: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in stats:
+        out[s["outcome"]] = out.get(s["outcome"], 0) + int(s["count"])
+    return out
+
+
+def _total(stats: list[dict[str, Any]], column: str) -> int:
+    return sum(int(s[column] or 0) for s in stats)
 
 
 def _credits(ops: dict[str, int]) -> int:

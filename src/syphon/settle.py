@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 #: Columns of the settle stage's result rows.
 RESULT_SCHEMA = (
-    "backlog_queue string, sequence_number long, outcome string, detail string, received int"
+    "backlog_queue string, sequence_number long, outcome string, detail string, "
+    "received int, abandoned int"
 )
 _RESULT_COLUMNS = [c.split()[0] for c in RESULT_SCHEMA.split(", ")]
 
@@ -186,6 +187,7 @@ class _SettleTask:
             for m in held:  # a lapsed lock needs no abandon: available anyway
                 with contextlib.suppress(Exception):
                     receiver.abandon_message(m)
+                    out[int(m.sequence_number or 0)]["abandoned"] += 1
 
 
 def _row(
@@ -197,4 +199,5 @@ def _row(
         "outcome": outcome,
         "detail": detail,
         "received": received,
+        "abandoned": 0,
     }
