@@ -2,6 +2,7 @@
 # The project's set-up and everyday commands, for a fresh Debian machine or a used one:
 #
 #   ./dev.sh test [pytest args]   create/reuse .venv from the lock, then the whole test suite
+#                                 (in SYPHON_TEST_WORKERS parallel workers, default 4)
 #   ./dev.sh demo                 create/reuse .venv, then run syphon on the embedded default
 #   ./dev.sh lint                 ruff and mypy
 #   ./dev.sh lock                 re-resolve pyproject.toml into requirements.lock
@@ -70,7 +71,9 @@ cmd=${1:-help}
 case "$cmd" in
   test)
     setup
-    exec "$VENV/bin/python" -m pytest "$@"
+    # Test files go to parallel workers (pytest-xdist, one file per worker at a time):
+    # most tests wait on the network, not the CPU. SYPHON_TEST_WORKERS=0 runs serially.
+    exec "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile "$@"
     ;;
   demo)
     setup

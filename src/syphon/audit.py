@@ -93,18 +93,11 @@ def replayed_frame(spark: SparkSession, root: str | os.PathLike[str]) -> DataFra
     ``message_id``, ``body_sha256`` of the audit rows of stage ``replay`` with a
     :data:`REPLAYED_OUTCOMES` outcome and a MessageId. Read by Spark from the table's
     current files (the audit grows with every run); None before the first audit."""
-    from deltalake import DeltaTable
     from pyspark.sql import functions as F
 
-    from syphon.delta import table_exists
-
-    path = audit_path(root, AUDIT_TABLE)
-    if not table_exists(path):
+    rows = read_audit(spark, root)
+    if rows is None:
         return None
-    files = DeltaTable(str(path)).file_uris()
-    if not files:
-        return None
-    rows = spark.read.parquet(*files)
     return rows.where(
         (F.col("stage") == "replay")
         & F.col("outcome").isin(*REPLAYED_OUTCOMES)

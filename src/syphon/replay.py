@@ -19,7 +19,9 @@ Outcomes per message: ``sent``; ``failed`` (the error class in ``detail``: the s
 refused the batch, nothing was delivered); ``in_doubt`` (a timeout or a broken
 connection after the transfer started: the batch may or may not have arrived; the next
 run sends it again and marks it); ``skipped`` (with the reason). A message sent again
-because an earlier run left it in doubt has ``detail`` ``resent_in_doubt``.
+because an earlier run left it in doubt, or by a Spark task retried after a failed
+attempt (which may have sent part of the same batches), has ``detail``
+``resent_in_doubt``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -211,32 +213,28 @@ def replay_messages(
     laid_out = rows.repartition(partitions, "primary", "destination", lane).sortWithinPartitions(
         "primary", "destination", lane, "replay_order"
     )
-    task = _ReplayTask(secrets, skip, settings, failpoint)
+    task = _ReplayTask(_TaskPlan(secrets, skip, settings, failpoint))
     return laid_out.mapInPandas(task, RESULT_SCHEMA)
 
 
 class _ReplayTask:
     """The function every replay task runs (pickled with its secrets, never logged)."""
 
-    def __init__(
-        self,
-        secrets: dict[str, str],
-        skip: dict[tuple[str, str], str | None],
-        settings: ReplaySettings,
-        failpoint: FailPoint | None = None,
-    ) -> None:
-        self.__secrets = secrets
-        self.skip = skip
-        self.settings = settings
-        self.failpoint = failpoint
+    def __init__(self, plan: _TaskPlan) -> None:
+        self.plan = plan
 
     def __repr__(self) -> str:  # never show the secrets
-        return f"_ReplayTask(primaries={sorted(self.__secrets)})"
+        return f"_ReplayTask(primaries={sorted(self.plan.secrets)})"
 
     def __call__(self, frames: Iterator[Any]) -> Iterator[Any]:
         import pandas as pd  # type: ignore[import-untyped]
+        from pyspark import TaskContext
 
-        state = _TaskState(self.__secrets, self.skip, self.settings, self.failpoint)
+        state = _TaskState(self.plan)
+        context = TaskContext.get()
+        # a retried task may repeat sends of the failed attempt: everything it sends is
+        # marked as a resend of something in doubt
+        state.retried = context is not None and context.attemptNumber() > 0
         try:
             batch: list[dict[str, Any]] = []
             for pdf in frames:
@@ -257,19 +255,25 @@ class _ReplayTask:
 _RESULT_COLUMNS = [c.split()[0] for c in RESULT_SCHEMA.split(", ")]
 
 
+@dataclass(frozen=True)
+class _TaskPlan:
+    """What every replay task is given: the primaries' secrets (never shown), the
+    destinations to skip, the settings and the armed fail point."""
+
+    secrets: dict[str, str] = field(repr=False)
+    skip: dict[tuple[str, str], str | None]
+    settings: ReplaySettings
+    failpoint: FailPoint | None = None
+
+
 class _TaskState:
-    def __init__(
-        self,
-        secrets: dict[str, str],
-        skip: dict[tuple[str, str], str | None],
-        settings: ReplaySettings,
-        failpoint: FailPoint | None = None,
-    ) -> None:
-        self.secrets = secrets
-        self.skip = dict(skip)
-        self.settings = settings
-        self.failpoint = failpoint
+    def __init__(self, plan: _TaskPlan) -> None:
+        self.secrets = plan.secrets
+        self.skip = dict(plan.skip)
+        self.settings = plan.settings
+        self.failpoint = plan.failpoint
         self.batches_sent = 0
+        self.retried = False
         self.clients: dict[str, Any] = {}
         self.senders: dict[tuple[str, str], Any] = {}
         self.broken_keys: set[tuple[str, str, str]] = set()
@@ -338,7 +342,7 @@ class _TaskState:
             self.failures[dest] = self.failures.get(dest, 0) + 1
         for i, rec in enumerate(sending):
             d = detail
-            if outcome == "sent" and rec["in_doubt"]:
+            if outcome == "sent" and (rec["in_doubt"] or self.retried):
                 d = "resent_in_doubt"
             results.append(_result(rec, outcome, d, transfers if i == 0 else 0,
                                    busy if i == 0 else 0))  # fmt: skip

@@ -90,7 +90,7 @@ def test_runs_killed_at_every_stage_lose_nothing_and_mark_every_resend(
 ) -> None:
     pair = make_pair(servicebus_emulator)
     pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
-    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 1\n")
+    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 3\n")
     root = Path(config.audit.path)
     sent: dict[str, str] = {}
 
@@ -109,7 +109,7 @@ def test_runs_killed_at_every_stage_lose_nothing_and_mark_every_resend(
         gone = set(sent) | {f"bad-r{i}" for i in range(r + 1)}
         gone -= backlog_ids(pair)
         assert gone <= settled_safely(root), (point, gone - settled_safely(root))
-        time.sleep(1.2)  # the dead run's lease expires
+        time.sleep(3.2)  # the dead run's lease expires
 
     add_round(pair, len(POINTS), sent)  # and the next scheduled run has work of its own
     last = run(config, lambda: spark)

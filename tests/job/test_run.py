@@ -280,3 +280,33 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
     assert done.status == "done", done
     assert done.operations["replay.busy_retries"] >= 1
     assert [str(m.message_id) for m in stored(pair, "orders")] == [f"t-{i}" for i in range(5)]
+
+
+def test_a_secondary_that_goes_down_while_settling_fails_the_run_and_the_next_run_finishes(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import syphon.settle
+
+    messages = [ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}") for i in range(4)]
+    send_raw(pair, 2, [to_backlog_message(m, "orders") for m in messages])
+    config = job_config(pair, tmp_path, monkeypatch)
+    settle_queues = syphon.settle.settle_queues
+
+    def settle_with_the_secondary_down(*args: Any, **kwargs: Any) -> Any:
+        pair.secondary.make_namespace_unavailable()
+        return settle_queues(*args, **kwargs)
+
+    monkeypatch.setattr("syphon.settle.settle_queues", settle_with_the_secondary_down)
+    first = run(config, lambda: spark)
+    assert (first.status, first.detail) == ("failed", "namespace_fault: secondary"), first
+    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == [f"s-{i}" for i in range(4)]
+    backlog = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/2").messages
+    assert len(backlog) == 4  # sent, but nothing settled
+
+    monkeypatch.setattr("syphon.settle.settle_queues", settle_queues)
+    pair.secondary.clear_faults()
+    second = run(config, lambda: spark)
+    assert second.status == "done", second
+    assert second.counts == {"duplicate": 4}  # already replayed: completed, not sent again
+    assert not backlog
+    assert len(stored(pair, "orders")) == 4
