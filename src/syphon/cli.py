@@ -1,8 +1,4 @@
-"""The ``syphon`` command. It parses arguments, sets up logging and calls the library.
-
-Commands whose implementation has not landed yet are listed with their options but
-exit with code 3 and say so; none pretends to work.
-"""
+"""The ``syphon`` command. It parses arguments, sets up logging and calls the library."""
 
 from __future__ import annotations
 
@@ -15,14 +11,9 @@ import yaml
 
 from syphon import __version__
 from syphon.config import SyphonConfig, load_config, resolve_secret
-from syphon.errors import NotAvailableError, SyphonError
+from syphon.errors import SyphonError
 
 log = logging.getLogger(__name__)
-
-# The commands still to be built, with the issue that builds each.
-_PENDING = {
-    "demo": ("run the whole outage-and-recovery story on the local Service Bus", 8),
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,8 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_option(status)
     status.add_argument("--runs", type=int, default=10, help="how many runs to show (default 10)")
 
-    for name, (summary, _issue) in _PENDING.items():
-        sub.add_parser(name, help=f"{summary} (not available yet)")
+    demo = sub.add_parser(
+        "demo",
+        help="the whole story on this machine: start two local Service Bus namespaces, "
+        "drive an outage with the paired sender, then syphon run",
+    )
+    _add_config_option(demo)
     return parser
 
 
@@ -119,10 +114,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _run(args)
     if args.command == "status":
         return _status(args)
-    summary, issue = _PENDING[args.command]
-    raise NotAvailableError(
-        f"not available yet: '{args.command}' ({summary}) is built in issue {issue}"
-    )
+    if args.command == "demo":
+        from syphon.demo import run_demo
+
+        return run_demo(args.config)
+    raise AssertionError(f"unhandled command {args.command}")  # argparse allows no other
 
 
 def _checked_config(args: argparse.Namespace) -> SyphonConfig:

@@ -40,7 +40,7 @@ def append_dataframe(df: DataFrame, path: str | os.PathLike[str], label: str = "
     from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    root = Path(path)
+    root = Path(path).absolute()  # Spark writes to a file URI: relative paths have none
     root.mkdir(parents=True, exist_ok=True)
     folder = f"{STAGING_PREFIX}{label + '-' if label else ''}{uuid.uuid4().hex}"
     target = root / folder

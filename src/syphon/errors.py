@@ -29,9 +29,3 @@ class SparkSetupError(SyphonError):
     """A Spark session cannot be built here (no Java, bad master)."""
 
     exit_code = 4
-
-
-class NotAvailableError(SyphonError):
-    """A command exists in the interface but its implementation has not landed yet."""
-
-    exit_code = 3

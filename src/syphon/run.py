@@ -320,6 +320,7 @@ def _replay_and_settle(
 def _failed(ledger: _Ledger, exc: BaseException) -> RunResult:
     detail = type(exc).__name__
     log.error("run %s failed: %s", ledger.run_id, detail)
+    log.debug("run %s failed", ledger.run_id, exc_info=exc)  # the trace, at DEBUG only
     try:
         ledger.record("failed", detail=detail, final=True)
     except Exception:

@@ -87,12 +87,14 @@ def run_outage_scenario(
     send_pause: float = 0.02,
     seed: int = 0,
     recovery_timeout: float = 60.0,
+    id_prefix: str = "",
 ) -> ScenarioResult:
     """Runs the scenario and returns what was sent where (see the module docstring).
 
     Every fifth message has a TTL of one hour, every seventh is scheduled one minute
     ahead; messages to session destinations carry one of three session ids per
-    producer, the others one of three partition keys or none.
+    producer, the others one of three partition keys or none. MessageIds are
+    ``<id_prefix>p<producer>-<seq>``.
     """
     from azure.servicebus import ServiceBusMessage
 
@@ -107,7 +109,7 @@ def run_outage_scenario(
         key = session or (f"p{producer}-k{rng.randrange(3)}" if rng.random() < 0.7 else None)
         ttl = timedelta(hours=1) if seq % 5 == 0 else None
         scheduled = datetime.now(timezone.utc) + timedelta(minutes=1) if seq % 7 == 0 else None
-        message_id = f"p{producer}-{seq:05d}"
+        message_id = f"{id_prefix}p{producer}-{seq:05d}"
         body = f"{message_id}:{dest.name}".encode() + bytes(rng.randrange(256) for _ in range(16))
         msg = ServiceBusMessage(
             body,

@@ -39,3 +39,11 @@ def test_empty_append_creates_the_table(spark: Any, tmp_path: Path) -> None:
     assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 0
     assert append_dataframe(frame(spark, 0, 3), table) == 3
     assert read_table(table).num_rows == 3
+
+
+def test_a_relative_table_path_is_taken_from_the_working_directory(
+    spark: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert append_dataframe(frame(spark, 0, 4), Path(".syphon") / "audit", "rel") == 4
+    assert read_table(tmp_path / ".syphon" / "audit").num_rows == 4

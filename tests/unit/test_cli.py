@@ -10,7 +10,6 @@ from syphon.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SYPHON = Path(sys.executable).parent / "syphon"
-PENDING = {"demo": 8}
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -27,18 +26,8 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def test_help_lists_every_command() -> None:
     result = run("--help")
     assert result.returncode == 0
-    for command in ["config", "plan", "run", "replay", "status", "provision", *PENDING]:
+    for command in ["config", "plan", "run", "replay", "status", "provision", "demo"]:
         assert command in result.stdout
-
-
-@pytest.mark.parametrize(("command", "issue"), PENDING.items())
-def test_commands_not_built_yet_say_so_and_fail(
-    command: str, issue: int, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main([command]) == 3
-    err = capsys.readouterr().err
-    assert f"syphon {command}: not available yet" in err
-    assert f"issue {issue}" in err
 
 
 def test_replay_needs_a_run_id_before_anything_else(
