@@ -175,6 +175,14 @@ def append_outcomes(
     return append_dataframe(frame, audit_path(root, AUDIT_TABLE), f"{stage}-{run_id}")
 
 
+def read_runs(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every row of the run ledger (small: a few rows per run); empty before the first."""
+    from syphon.delta import read_table, table_exists
+
+    path = audit_path(root, RUNS_TABLE)
+    return read_table(path).to_pylist() if table_exists(path) else []
+
+
 def config_fingerprint(config: SyphonConfig) -> str:
     """A short hash of the configuration (references only: no secret is in it)."""
     text = json.dumps(config.as_dict(), sort_keys=True, default=str)

@@ -32,17 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 from syphon import failpoints
 from syphon.audit import (
-    RUNS_TABLE,
     RunRecord,
     append_outcomes,
     append_run,
-    audit_path,
     config_fingerprint,
     plan_rows,
     read_audit,
+    read_runs,
 )
 from syphon.config import SyphonConfig
-from syphon.delta import table_exists
 from syphon.lease import Lease
 
 if TYPE_CHECKING:
@@ -158,11 +156,7 @@ def replay_run(
 ) -> RunResult:
     """Resumes a planned run: peeks its backlog queues again, sends what its plan says
     and no earlier attempt of the run recorded as sent, then settles."""
-    from syphon.delta import read_table
-
-    runs = read_table(audit_path(config.audit.path, RUNS_TABLE)).to_pylist() if table_exists(
-        audit_path(config.audit.path, RUNS_TABLE)) else []  # fmt: skip
-    mine = [r for r in runs if r["run_id"] == run_id]
+    mine = [r for r in read_runs(config.audit.path) if r["run_id"] == run_id]
     if not any(r["status"] == "planned" for r in mine):
         from syphon.errors import SyphonError
 
@@ -390,13 +384,10 @@ def _in_doubt(spark: SparkSession, root: str) -> DataFrame | None:
     resumed run)."""
     from pyspark.sql import functions as F
 
-    from syphon.delta import read_table
-
     audit = read_audit(spark, root)
-    runs_path = audit_path(root, RUNS_TABLE)
-    if audit is None or not table_exists(runs_path):
+    runs = read_runs(root)
+    if audit is None or not runs:
         return None
-    runs = read_table(runs_path).to_pylist()
     reached = {r["run_id"] for r in runs if r["status"] == "replaying"}
     committed = {r["run_id"] for r in runs if r["status"] == "replayed"}
     crashed = sorted(reached - committed)
@@ -458,17 +449,14 @@ def status(
 ) -> StatusReport:
     """Discovers the backlog queues (with their depth when the management API tells it)
     and reads the last runs' final rows from the ledger. No Spark."""
-    from syphon.delta import read_table
     from syphon.plan import discover
 
     queues = discover(config, dbutils_get)
-    path = audit_path(config.audit.path, RUNS_TABLE)
     latest: dict[str, dict[str, Any]] = {}
-    if table_exists(path):
-        for row in read_table(path).to_pylist():
-            seen = latest.get(row["run_id"])
-            if seen is None or row["recorded_at"] >= seen["recorded_at"]:
-                latest[row["run_id"]] = row
+    for row in read_runs(config.audit.path):
+        seen = latest.get(row["run_id"])
+        if seen is None or row["recorded_at"] >= seen["recorded_at"]:
+            latest[row["run_id"]] = row
     runs = sorted(latest.values(), key=lambda r: r["started_at"], reverse=True)[:last_runs]
     return StatusReport(queues, runs)
 

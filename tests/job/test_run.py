@@ -248,6 +248,7 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
 ) -> None:
     from datetime import timedelta as td
 
+    import syphon.replay
     from syphon.lease import Lease
     from syphon.run import EXIT_BUSY
 
@@ -267,7 +268,7 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
     other.release()
 
     # server busy beyond the SDK's own retries: the replay backs off and goes on
-    original_ping = __import__("syphon.replay", fromlist=["x"]).ping_destinations
+    original_ping = syphon.replay.ping_destinations
 
     def ping_then_throttle(*args: Any, **kwargs: Any) -> Any:
         answer = original_ping(*args, **kwargs)

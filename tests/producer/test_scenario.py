@@ -2,41 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 
-from paired_env import Pair
+from paired_env import Pair, park_outage
 from syphon.envelope import restore_from_backlog
-from syphon.scenario import Destination, run_outage_scenario
-from syphon.sender import PairedNamespaceClient
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def test_outage_scenario(pair: Pair) -> None:
     primary, secondary = pair.primary, pair.secondary
-
-    def make_client() -> PairedNamespaceClient:
-        return pair.client(
-            rng_seed=None,
-            failover_interval=timedelta(seconds=0.3),
-            ping_primary_interval=timedelta(seconds=0.2),
-        )
-
-    result = run_outage_scenario(
-        make_client,
-        [
-            Destination("orders"),
-            Destination("sessions", sessions=True),
-            Destination("events", kind="topic"),
-        ],
-        start_outage=lambda: primary.make_unavailable("*"),
-        end_outage=primary.clear_faults,
-        producers=2,
-        messages_per_phase=8,
-        outage_seconds=0.5,
-    )
+    result = park_outage(pair, producers=2, messages_per_phase=8)
     assert len(result.messages) == 2 * 3 * 8
     assert {m.target for m in result.messages if m.phase != "during"} == {"primary"}
     assert {m.target for m in result.messages if m.phase == "during"} == {"backlog"}
