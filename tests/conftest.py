@@ -10,7 +10,7 @@ from hypothesis import settings
 
 from paired_env import Pair, make_pair
 from syphon.config import SparkConfig
-from syphon.spark import build_spark_session
+from syphon.spark import FAST_START_CONF, build_spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,7 +26,9 @@ settings.load_profile("syphon")
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = build_spark_session(SparkConfig(master="local[2]", app_name="syphon-tests"))
+    session = build_spark_session(
+        SparkConfig(master="local[2]", app_name="syphon-tests", conf=FAST_START_CONF)
+    )
     yield session
     session.stop()
 

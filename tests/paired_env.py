@@ -17,6 +17,7 @@ from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
 from syphon.config import SyphonConfig, load_config
 from syphon.provision import provision_backlog
 from syphon.sender import PairedNamespaceClient, SendAvailabilityOptions
+from syphon.spark import FAST_START_CONF
 
 PRIMARY = "contoso-primary"
 BACKLOG_QUEUES = 4
@@ -109,6 +110,9 @@ backlog:
   split_messages: {split_messages}
 audit:
   path: "{tmp_path / "delta"}"
+spark:
+  conf:
+    spark.driver.extraJavaOptions: "{FAST_START_CONF["spark.driver.extraJavaOptions"]}"
 {extra}""",
         encoding="utf-8",
     )

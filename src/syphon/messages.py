@@ -13,6 +13,12 @@ from typing import Any
 
 from syphon.timespan import TICKS_PER_MICROSECOND
 
+#: The longest TTL the Python SDK can send: it writes the AMQP header's TTL as an
+#: unsigned 32-bit count of milliseconds (about 49.7 days) and refuses a longer one.
+#: A longer original TTL is sent as this one; the entity's default TTL caps it anyway
+#: when that is shorter.
+MAX_SENDABLE_TTL = timedelta(milliseconds=2**32 - 1)
+
 
 def plain_value(typed: Mapping[str, Any]) -> Any:
     """The Python value of a typed application-property value (``uuid`` back to UUID;
@@ -36,7 +42,7 @@ def restored_message(row: Mapping[str, Any], time_to_live: timedelta | None = No
     Args:
         row: a row of :func:`syphon.reconcile.classify` (as a mapping).
         time_to_live: the TTL to send; None keeps the original TTL (the replay passes
-            what is left of it).
+            what is left of it). Either is capped at :data:`MAX_SENDABLE_TTL`.
     """
     from azure.servicebus import ServiceBusMessage
 
@@ -44,6 +50,8 @@ def restored_message(row: Mapping[str, Any], time_to_live: timedelta | None = No
     ticks = row.get("original_time_to_live_ticks")
     if ttl is None and ticks is not None:
         ttl = timedelta(microseconds=ticks // TICKS_PER_MICROSECOND)
+    if ttl is not None:
+        ttl = min(ttl, MAX_SENDABLE_TTL)
     props = {
         str(k): plain_value(v)
         for k, v in (row.get("original_application_properties") or {}).items()

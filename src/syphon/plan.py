@@ -175,7 +175,7 @@ def run_plan(
     """
     from pyspark.sql import functions as F
 
-    from syphon.reconcile import classify, order_groups, plan_batches, restore
+    from syphon.reconcile import reconcile_snapshot
 
     started = now or datetime.now(timezone.utc)
     run_id = run_id or new_run_id(started)
@@ -198,16 +198,15 @@ def run_plan(
 
     clock = time.monotonic()
     default_limit = (1024 if config.secondary.tier == "premium" else 256) * 1024
-    classified = classify(
-        restore(snapshot),
+    planned = reconcile_snapshot(
+        snapshot,
         F.lit(started),
         destinations,
         replayed_frame(spark, config.audit.path),
         default_max_message_bytes=default_limit,
         listed_primaries=listed,
     )
-    # checkpointed without the bodies: the audit, the counts and the summary read it
-    planned = plan_batches(order_groups(classified), default_limit).drop("body")
+    # checkpointed: the audit, the counts and the summary read it
     planned = planned.localCheckpoint(eager=True)
     timings["reconcile"] = time.monotonic() - clock
 

@@ -6,10 +6,14 @@ Every snapshot row gets exactly one verdict, in this order of precedence:
 2. ``invalid`` — with a machine-readable reason: the envelope's (missing or malformed
    aliases, property key problems), ``property_value_not_utf8`` (the Python SDK sends
    only UTF-8 text as a bytes property value, so the message cannot be rebuilt),
+   ``property_int_out_of_range`` (it sends integer properties as 32-bit AMQP ints),
+   ``message_id_too_long`` and ``reply_to_session_id_too_long`` (over the SDK's 128
+   characters),
    ``body_not_data`` (a value or sequence body),
    ``destination_unknown`` (the destination does not exist, when known),
    ``partition_key_differs_from_session_id`` and the other partition-key reasons,
-   ``too_large`` (the restored message exceeds the destination's limit),
+   ``too_large`` (the restored message exceeds the destination's limit, by the SDK's
+   measure),
    ``not_sendable`` (the SDK refused to build the restored message);
 3. ``expired`` — the original TTL has passed, counted from the original enqueue time
    (the backlog copy's enqueue time: the sender wrote it when the original was sent);
@@ -26,6 +30,7 @@ number. Messages without a MessageId are never duplicates.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from syphon.backlog import backlog_primary_col
@@ -53,6 +58,11 @@ REPLAYED_COLUMNS = ("primary", "destination", "message_id", "body_sha256")
 
 #: A destination: the primary namespace and the entity path in it.
 DESTINATION_KEY = ("primary", "destination")
+
+#: The Python SDK sends an integer property as an AMQP int (32 bits) and refuses
+#: identifiers longer than 128 characters.
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_SDK_ID_LENGTH = 128
 
 #: The order of messages within a (destination, partition key) group.
 ORDER_COLUMNS = ("original_enqueued_time", "backlog_queue", "sequence_number")
@@ -138,9 +148,19 @@ def classify(
         F.map_values(F.col("original_application_properties")),
         lambda v: (v["kind"] == "bytes") & ~F.is_valid_utf8(v["bytes"]),
     )
+    int_out_of_range = F.exists(
+        F.map_values(F.col("original_application_properties")),
+        lambda v: (v["kind"] == "int") & ~v["int"].between(_INT_MIN, _INT_MAX),
+    )
     invalid_reason = F.coalesce(
         F.col("envelope_reason"),
         F.when(not_text, F.lit("property_value_not_utf8")),
+        F.when(int_out_of_range, F.lit("property_int_out_of_range")),
+        F.when(F.char_length("message_id") > _SDK_ID_LENGTH, F.lit("message_id_too_long")),
+        F.when(
+            F.char_length("reply_to_session_id") > _SDK_ID_LENGTH,
+            F.lit("reply_to_session_id_too_long"),
+        ),
         F.when(F.col("body_type") != "data", F.lit("body_not_data")),
         F.when(F.col("exists") == F.lit(False), F.lit("destination_unknown")),
         F.col("_key.reason"),
@@ -149,23 +169,32 @@ def classify(
     ttl_seconds = F.col("original_time_to_live_ticks") / F.lit(TICKS_PER_SECOND)
     expires = F.col("original_enqueued_time") + F.make_dt_interval(secs=ttl_seconds)
     expired = F.col("original_time_to_live_ticks").isNotNull() & (expires <= now)
-
-    order = [F.col(c) for c in ORDER_COLUMNS]
-    by_id = Window.partitionBy(*DESTINATION_KEY, "message_id").orderBy(*order)
-    first_hash = F.first("body_sha256").over(by_id)
-    rank = F.row_number().over(by_id)
-    df = df.withColumn(
-        "_is_ping", F.coalesce(F.col("content_type") == PING_CONTENT_TYPE, F.lit(False))
+    df = (
+        df.withColumn(
+            "_is_ping", F.coalesce(F.col("content_type") == PING_CONTENT_TYPE, F.lit(False))
+        )
+        .withColumn("_invalid", invalid_reason)
+        .withColumn("_expired", expired)
+        .withColumn("_limit", limit)
     )
-    df = df.withColumn("_invalid", invalid_reason).withColumn("_expired", expired)
-    # duplicates are judged among the messages that could be replayed
-    candidate = ~F.col("_is_ping") & F.col("_invalid").isNull() & ~F.col("_expired")
-    has_id = F.col("message_id").isNotNull()
-    cand = df.where(candidate & has_id).select(
-        "backlog_queue", "sequence_number", *DESTINATION_KEY, "message_id", "body_sha256",
-        *ORDER_COLUMNS[:1],
-    )  # fmt: skip
-    cand = cand.withColumn("_rank", rank).withColumn("_first_hash", first_hash)
+    # the size bound of every message that could be sent; the few over their limit by
+    # it carry what rebuilds them, for the SDK's own measure in the batch plan
+    sendable = ~F.col("_is_ping") & F.col("_invalid").isNull()
+    df = df.withColumn("message_bytes", F.when(sendable, message_bytes_col()))
+    over = sendable & (F.col("message_bytes") > F.col("_limit"))
+    df = df.withColumn(
+        "_measure_input", F.when(over, F.struct(*[F.col(c) for c in _MESSAGE_COLUMNS]))
+    )
+
+    # duplicates are judged among the messages that could be replayed, in replay order;
+    # windows over the whole frame (no join back): the rows travel through one shuffle
+    candidate = (
+        ~F.col("_is_ping")
+        & F.col("_invalid").isNull()
+        & ~F.col("_expired")
+        & F.col("message_id").isNotNull()
+    )
+    df = df.withColumn("_candidate", candidate)
     if replayed is not None:
         earlier = replayed.select(
             F.col("primary").alias("_r_primary"),
@@ -176,27 +205,30 @@ def classify(
         earlier_agg = earlier.groupBy("_r_primary", "_r_dest", "_r_id").agg(
             F.collect_set("_r_hash").alias("_r_hashes")
         )
-        cand = cand.join(
+        df = df.join(
             earlier_agg,
-            (F.col("primary") == F.col("_r_primary"))
+            F.col("_candidate")
+            & (F.col("primary") == F.col("_r_primary"))
             & (F.col("destination") == F.col("_r_dest"))
             & (F.col("message_id") == F.col("_r_id")),
             "left",
         ).drop("_r_primary", "_r_dest", "_r_id")
     else:
-        cand = cand.withColumn("_r_hashes", F.lit(None).cast("array<string>"))
+        df = df.withColumn("_r_hashes", F.lit(None).cast("array<string>"))
+    by_id = Window.partitionBy(*DESTINATION_KEY, "message_id", "_candidate").orderBy(
+        *[F.col(c) for c in ORDER_COLUMNS]
+    )
+    rank = F.row_number().over(by_id)
+    first_hash = F.first("body_sha256").over(by_id)
     same_as_replayed = F.array_contains(F.col("_r_hashes"), F.col("body_sha256"))
-    dup_reason = (
+    dup_reason = F.when(
+        F.col("_candidate"),
         F.when(F.col("_r_hashes").isNotNull() & same_as_replayed, F.lit("already_replayed"))
         .when(F.col("_r_hashes").isNotNull(), F.lit("message_id_reused_after_replay"))
-        .when(
-            (F.col("_rank") > 1) & (F.col("body_sha256") == F.col("_first_hash")),
-            F.lit("duplicate_in_snapshot"),
-        )
-        .when(F.col("_rank") > 1, F.lit("message_id_reused_in_snapshot"))
+        .when((rank > 1) & (F.col("body_sha256") == first_hash), F.lit("duplicate_in_snapshot"))
+        .when(rank > 1, F.lit("message_id_reused_in_snapshot")),
     )
-    cand = cand.select("backlog_queue", "sequence_number", dup_reason.alias("_dup_reason"))
-    df = df.join(cand, ["backlog_queue", "sequence_number"], "left")
+    df = df.withColumn("_dup_reason", dup_reason)
 
     verdict = (
         F.when(F.col("_is_ping"), F.lit("ping"))
@@ -220,7 +252,7 @@ def classify(
         .withColumn("reason", reason)
         .withColumn("partition_key_effective", F.col("_key.key"))
         .withColumn("partition_key_source", F.col("_key.source"))
-        .drop("_key", "_is_ping", "_invalid", "_expired", "_dup_reason")
+        .drop("_key", "_is_ping", "_invalid", "_expired", "_dup_reason", "_candidate", "_r_hashes")
     )
 
 
@@ -229,72 +261,111 @@ def order_groups(classified: DataFrame) -> DataFrame:
     whether it is spread over several backlog queues, and its time span (seconds).
 
     Keyless messages of a destination form one group (their order is kept, though the
-    service does not promise it to receivers).
+    service does not promise it to receivers). Windows over the whole frame, with the
+    verdict in the partition: no join back.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     replay = F.col("verdict") == "replay"
-    group = [*DESTINATION_KEY, "partition_key_effective"]
+    group = [*DESTINATION_KEY, "partition_key_effective", "_in_replay"]
     ordered = Window.partitionBy(*group).orderBy(*[F.col(c) for c in ORDER_COLUMNS])
     whole = Window.partitionBy(*group)
-    df = classified.withColumn("_in_replay", replay)
-    only = df.where(F.col("_in_replay")).select(
-        "backlog_queue",
-        "sequence_number",
-        F.row_number().over(ordered).alias("replay_order"),
-        F.count(F.lit(1)).over(whole).alias("group_size"),
-        (F.size(F.collect_set("backlog_queue").over(whole)) > 1).alias("group_spread"),
-        (
-            F.max("original_enqueued_time").over(whole).cast("double")
-            - F.min("original_enqueued_time").over(whole).cast("double")
-        ).alias("group_span_seconds"),
+
+    def only_replay(value: Column) -> Column:
+        return F.when(F.col("_in_replay"), value)
+
+    return (
+        classified.withColumn("_in_replay", replay)
+        .withColumn("replay_order", only_replay(F.row_number().over(ordered)))
+        .withColumn("group_size", only_replay(F.count(F.lit(1)).over(whole)))
+        .withColumn(
+            "group_spread",
+            only_replay(F.min("backlog_queue").over(whole) != F.max("backlog_queue").over(whole)),
+        )
+        .withColumn(
+            "group_span_seconds",
+            only_replay(
+                F.max("original_enqueued_time").over(whole).cast("double")
+                - F.min("original_enqueued_time").over(whole).cast("double")
+            ),
+        )
+        .drop("_in_replay")
     )
-    return df.join(only, ["backlog_queue", "sequence_number"], "left").drop("_in_replay")
 
 
-#: Columns the batch plan reads to rebuild each message.
+#: Columns that rebuild a message (its body aside: only its size matters to a measure).
 _MESSAGE_COLUMNS = (
-    "backlog_queue", "sequence_number", "primary", "destination", "partition_key_effective",
-    "replay_order", "body", "message_id", "partition_key", "original_session_id",
-    "original_time_to_live_ticks", "original_scheduled_enqueue_time",
+    "backlog_queue", "sequence_number", "body_size", "message_id", "partition_key",
+    "original_session_id", "original_time_to_live_ticks", "original_scheduled_enqueue_time",
     "original_application_properties", "content_type", "correlation_id", "subject", "to",
-    "reply_to", "reply_to_session_id", "max_message_bytes",
+    "reply_to", "reply_to_session_id",
 )  # fmt: skip
 
 
-def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024) -> DataFrame:
-    """Packs each (destination, partition key) group's ``replay`` rows, in replay order,
-    into batches within the destination's byte limit, measured as the SDK measures a
-    ``ServiceBusMessageBatch``. Adds ``message_bytes``, ``batch_id`` (primary,
-    destination, key and batch number) and ``batch_position``. A message that alone
-    exceeds the limit becomes ``invalid`` / ``too_large``; one the SDK refuses to build
-    becomes ``invalid`` / ``not_sendable``.
-    """
+def message_bytes_col() -> Column:
+    """The batch-size bound of a classified row's restored message (:mod:`syphon.sizing`)."""
     from pyspark.sql import functions as F
 
-    limit_default = default_max_message_bytes
+    from syphon.sizing import message_bytes_bound_col
 
-    def pack(pdf: Any) -> Any:
-        import pandas as pd  # type: ignore[import-untyped]
+    c = F.col
+    return message_bytes_bound_col(
+        c("body_size"), c("message_id"), c("original_session_id"), c("partition_key"),
+        c("original_scheduled_enqueue_time"), c("original_application_properties"),
+        c("content_type"), c("correlation_id"), c("subject"), c("to"), c("reply_to"),
+        c("reply_to_session_id"),
+    )  # fmt: skip
 
-        from syphon.messages import batch_cost, restored_message
 
-        pdf = pdf.sort_values("replay_order")
+def _exact_size(measure_input: Mapping[str, Any]) -> int | None:
+    """The SDK's own measure of a message (see :func:`syphon.messages.batch_cost`) from
+    its ``_measure_input``; a zero body of the same size stands for the body (the
+    encoding's size does not depend on the bytes). None when the SDK refuses it."""
+    from syphon.messages import batch_cost, restored_message
+
+    rec = {k: plain_cell(v) for k, v in measure_input.items()}
+    props = rec["original_application_properties"]
+    rec["original_application_properties"] = dict(props) if props is not None else {}
+    rec["body"] = bytes(int(rec["body_size"] or 0))
+    try:
+        return batch_cost(restored_message(rec))
+    except Exception:
+        return None
+
+
+_PACK_COLUMNS = (
+    "replay_order", "backlog_queue", "sequence_number", "message_bytes", "_limit",
+    "_measure_input",
+)  # fmt: skip
+
+
+def _pack(chunks: Any) -> Any:
+    """mapInPandas over rows sorted by (destination, partition key, replay order): each
+    group's batches, greedy in replay order; a batch never passes its destination's
+    limit. A group may span chunks: the packing state carries over. A message over its
+    limit by the bound is measured by the SDK: over it still, it is rejected."""
+    import pandas as pd  # type: ignore[import-untyped]
+
+    group: tuple[Any, ...] | None = None
+    batch = used = position = 0
+    for pdf in chunks:
+        keys = zip(
+            pdf["primary"].tolist(),
+            pdf["destination"].tolist(),
+            pdf["partition_key_effective"].tolist(),
+            strict=True,
+        )
         sizes: list[int | None] = []
         numbers: list[int | None] = []
         positions: list[int | None] = []
         rejected: list[str | None] = []
-        batch, used, position = 0, 0, 0
-        for raw in pdf.to_dict("records"):
-            rec = {k: plain_cell(v) for k, v in raw.items()}
-            props = rec["original_application_properties"]
-            rec["original_application_properties"] = dict(props) if props is not None else {}
-            limit = int(rec["max_message_bytes"] or limit_default)
-            try:
-                cost = batch_cost(restored_message(rec))
-            except Exception:
-                cost = None
+        rows = zip(keys, pdf["message_bytes"].tolist(), pdf["_limit"].tolist(),
+                   pdf["_measure_input"].tolist(), strict=True)  # fmt: skip
+        for key, bound, limit, measure_input in rows:
+            if key != group:
+                group, batch, used, position = key, 0, 0, 0
+            cost = bound if measure_input is None else _exact_size(measure_input)
             sizes.append(cost)
             if cost is None or cost > limit:
                 numbers.append(None)
@@ -308,29 +379,37 @@ def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024
             rejected.append(None)
             used += cost
             position += 1
-        return pd.DataFrame(
+        yield pd.DataFrame(
             {
-                "backlog_queue": pdf["backlog_queue"].to_numpy(),
-                "sequence_number": pdf["sequence_number"].to_numpy(),
-                "message_bytes": pd.array(sizes, dtype="Int64"),
+                "backlog_queue": pdf["backlog_queue"],
+                "sequence_number": pdf["sequence_number"],
+                "_bytes": pd.array(sizes, dtype="Int64"),
                 "_batch_no": pd.array(numbers, dtype="Int64"),
                 "batch_position": pd.array(positions, dtype="Int64"),
                 "_rejected": pd.array(rejected, dtype="string"),
             }
         )
 
+
+def plan_batches(ordered: DataFrame) -> DataFrame:
+    """Packs each (destination, partition key) group's ``replay`` rows, in replay order,
+    into batches of at most the destination's limit (``_limit``) by ``message_bytes``
+    (the bound of :mod:`syphon.sizing`; the SDK's own measure where the bound is over
+    the limit). Adds ``batch_id`` (primary, destination, key and batch number) and
+    ``batch_position``. A message over the limit by the SDK's measure becomes
+    ``invalid`` / ``too_large``; one the SDK refuses to build, ``invalid`` /
+    ``not_sendable``. Reads metadata only: bodies may have been dropped.
+    """
+    from pyspark.sql import functions as F
+
+    group = [*DESTINATION_KEY, "partition_key_effective"]
     plan = (
         ordered.where(F.col("verdict") == "replay")
-        .select(*_MESSAGE_COLUMNS)
-        .groupBy(*DESTINATION_KEY, "partition_key_effective")
-        .applyInPandas(
-            pack,
-            "backlog_queue string, sequence_number long, message_bytes long, "
-            "_batch_no long, batch_position long, _rejected string",
-        )
+        .select(*group, *_PACK_COLUMNS)
+        .repartition(*group)
+        .sortWithinPartitions(*group, "replay_order")
+        .mapInPandas(_pack, _PACKED_SCHEMA)
     )
-    out = ordered.join(plan, ["backlog_queue", "sequence_number"], "left")
-    rejected = F.col("_rejected").isNotNull()
     batch_id = F.when(
         F.col("_batch_no").isNotNull(),
         F.concat_ws(
@@ -341,12 +420,42 @@ def plan_batches(ordered: DataFrame, default_max_message_bytes: int = 256 * 1024
             F.col("_batch_no").cast("string"),
         ),
     )
+    rejected = F.col("_rejected").isNotNull()
     return (
-        out.withColumn("verdict", F.when(rejected, F.lit("invalid")).otherwise(F.col("verdict")))
+        ordered.join(plan, ["backlog_queue", "sequence_number"], "left")
+        .withColumn("message_bytes", F.coalesce(F.col("_bytes"), F.col("message_bytes")))
+        .withColumn("verdict", F.when(rejected, F.lit("invalid")).otherwise(F.col("verdict")))
         .withColumn("reason", F.when(rejected, F.col("_rejected")).otherwise(F.col("reason")))
         .withColumn("batch_id", batch_id)
-        .drop("_batch_no", "_rejected")
+        .drop("_batch_no", "_limit", "_bytes", "_rejected", "_measure_input")
     )
+
+
+_PACKED_SCHEMA = (
+    "backlog_queue string, sequence_number long, _bytes long, _batch_no long, "
+    "batch_position long, _rejected string"
+)
+
+
+def reconcile_snapshot(
+    snapshot: DataFrame,
+    now: Column,
+    destinations: DataFrame | None = None,
+    replayed: DataFrame | None = None,
+    default_max_message_bytes: int = 256 * 1024,
+    listed_primaries: tuple[str, ...] = (),
+) -> DataFrame:
+    """The whole reconcile of a snapshot: :func:`restore`, :func:`classify`,
+    :func:`order_groups` and :func:`plan_batches` (arguments as :func:`classify`'s).
+    Bodies are hashed by the restore and dropped after it, property maps after the
+    classify, so the shuffles carry the audit's columns only."""
+    restored = restore(snapshot).drop("body", "application_properties")
+    classified = classify(
+        restored, now, destinations, replayed, default_max_message_bytes, listed_primaries
+    ).drop("original_application_properties")
+    # materialized once: the batch plan reads it twice (its groups, and the join back)
+    ordered = order_groups(classified).localCheckpoint(eager=True)
+    return plan_batches(ordered)
 
 
 def plain_cell(value: Any) -> Any:

@@ -331,7 +331,20 @@ class _TaskState:
             if ttl is not None and ttl <= timedelta(0):
                 results.append(_result(rec, "skipped", "expired_before_send"))
                 continue
-            messages.append(_message(rec, ttl, now))
+            try:
+                messages.append(_message(rec, ttl, now))
+            except Exception:
+                # the plan rejects what the SDK is known to refuse; anything else stops
+                # the batch here, and the key's later batches, so order is kept
+                if lane is not None:
+                    self.broken_keys.add(lane)
+                return [
+                    *results,
+                    *(_result(r, "skipped", "batch_not_sendable") for r in sending),
+                    _result(rec, "skipped", "not_sendable"),
+                    *(_result(r, "skipped", "batch_not_sendable")
+                      for r in batch[len(results) + len(sending) + 1 :]),
+                ]  # fmt: skip
             sending.append(rec)
         if not messages:
             return results

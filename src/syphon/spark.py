@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Settings for a quick local session (measured in NOTES-spark-delta.md): fewer
-#: partitions, no UI, loopback only, UTC, and a JIT that starts fast.
+#: Settings for a local session: fewer partitions, no UI, loopback only.
 LOCAL_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -25,6 +24,12 @@ LOCAL_CONF: dict[str, str] = {
     "spark.default.parallelism": "2",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
+}
+
+#: A JVM that starts fast and runs slowly (C1 only, serial GC): for the tests' small
+#: sessions only. A real run keeps the full JIT: the reconcile of a million messages
+#: took 123 s with these flags and 61 s without (tests/benchmarks/bench_reconcile.py).
+FAST_START_CONF: dict[str, str] = {
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
 }
 
