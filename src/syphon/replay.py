@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,9 @@ RESULT_SCHEMA = (
 #: The SDK's own retries per send: few, so that server-busy comes back to the replay's
 #: backoff (which counts it) and a dead namespace is noticed in seconds.
 SDK_RETRIES = 2
+
+#: Senders opened side by side (pings, and a replay task's destinations).
+OPEN_THREADS = 16
 
 #: Error classes after which a batch may have arrived although the send failed.
 IN_DOUBT_ERRORS = frozenset(
@@ -117,6 +120,8 @@ def ping_destinations(
     ``ping_failed_<ErrorClass>``). A ping is what the paired sender sends: an empty
     message of content type ping with a one-second TTL, which the service never
     delivers."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from azure.core.exceptions import AzureError
     from azure.servicebus import ServiceBusMessage
     from azure.servicebus.exceptions import (
@@ -127,31 +132,37 @@ def ping_destinations(
 
     from syphon.clients import servicebus_client
 
+    def ping(client: Any, primary: str, name: str) -> str | None:
+        ping = ServiceBusMessage(
+            b"", content_type=PING_CONTENT_TYPE, time_to_live=timedelta(seconds=1)
+        )
+        try:
+            with client.get_queue_sender(name) as sender:
+                sender.send_messages(ping)
+            return None
+        except MessagingEntityNotFoundError:
+            reason = "destination_missing"
+        except MessagingEntityDisabledError:
+            reason = "destination_unavailable"
+        except ServiceBusServerBusyError:
+            return None  # up, only throttled: the sends back off
+        except (AzureError, OSError) as exc:
+            reason = f"ping_failed_{type(exc).__name__}"
+        log.warning("destination %s of %s is skipped: %s", name, primary, reason)
+        return reason
+
     out: dict[tuple[str, str], str | None] = {}
     by_primary: dict[str, list[str]] = {}
     for primary, destination in destinations:
         by_primary.setdefault(primary, []).append(destination)
     for primary, names in by_primary.items():
-        with servicebus_client(config.primary(primary), dbutils_get, retry_total=1) as client:
-            for name in names:
-                ping = ServiceBusMessage(
-                    b"", content_type=PING_CONTENT_TYPE, time_to_live=timedelta(seconds=1)
-                )
-                try:
-                    with client.get_queue_sender(name) as sender:
-                        sender.send_messages(ping)
-                    reason = None
-                except MessagingEntityNotFoundError:
-                    reason = "destination_missing"
-                except MessagingEntityDisabledError:
-                    reason = "destination_unavailable"
-                except ServiceBusServerBusyError:
-                    reason = None  # up, only throttled: the sends back off
-                except (AzureError, OSError) as exc:
-                    reason = f"ping_failed_{type(exc).__name__}"
-                if reason:
-                    log.warning("destination %s of %s is skipped: %s", name, primary, reason)
-                out[(primary, name)] = reason
+        # each sender has its own connection: the pings go side by side
+        with (
+            servicebus_client(config.primary(primary), dbutils_get, retry_total=1) as client,
+            ThreadPoolExecutor(max_workers=OPEN_THREADS) as pool,
+        ):
+            reasons = pool.map(ping, [client] * len(names), [primary] * len(names), names)
+            out.update(((primary, name), r) for name, r in zip(names, reasons, strict=True))
     return out
 
 
@@ -238,6 +249,7 @@ class _ReplayTask:
         try:
             batch: list[dict[str, Any]] = []
             for pdf in frames:
+                state.open_senders(zip(pdf["primary"], pdf["destination"], strict=True))
                 out: list[dict[str, Any]] = []
                 for rec in pdf.to_dict("records"):
                     if batch and rec["batch_id"] != batch[0]["batch_id"]:
@@ -292,6 +304,27 @@ class _TaskState:
             self.senders[key] = self.clients[primary].get_queue_sender(destination)
         return self.senders[key]
 
+    def open_senders(self, destinations: Iterable[tuple[str, str]]) -> None:
+        """Opens the senders of ``destinations`` side by side: the SDK's link set-up is
+        mostly waiting (it polls every 50 ms), about half a second each one after
+        another. An error here is left for the send, which handles it."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        todo = {
+            d for d in set(destinations)
+            if d not in self.senders and not self.skip.get(d) and d[0] not in self.faulted
+        }  # fmt: skip
+        if len(todo) < 2:
+            return
+        senders = [self.sender(*d) for d in sorted(todo)]
+
+        def open_one(sender: Any) -> None:
+            with contextlib.suppress(Exception):
+                sender.__enter__()
+
+        with ThreadPoolExecutor(max_workers=min(OPEN_THREADS, len(senders))) as pool:
+            list(pool.map(open_one, senders))
+
     def close(self) -> None:
         for s in self.senders.values():  # closing after a failure: nothing left to do
             with contextlib.suppress(Exception):
@@ -322,7 +355,7 @@ class _TaskState:
         now = datetime.now(timezone.utc)
         results: list[dict[str, Any]] = []
         messages = []
-        sending = []
+        sending: list[dict[str, Any]] = []
         for rec in batch:
             if not rec["snapshot_matches"]:
                 results.append(_result(rec, "skipped", "backlog_changed"))

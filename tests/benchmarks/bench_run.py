@@ -1,0 +1,256 @@
+"""syphon run against the seed's loop, credits per message, and the empty run.
+
+    .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000]
+
+Both local Service Bus namespaces run in a child process (the same for both tools). The
+backlog: ``--messages`` messages (1 KB bodies) over 10 backlog queues, 50 destination
+queues, 30% in sessions and 30% with partition keys, parked round-robin in batches of
+20 per queue, so that a session's messages span backlog queues. Every message carries
+its place in its key's order (property ``n``, in backlog enqueue order).
+
+1. Baseline: the seed's loop written plainly with the same SDK: per backlog queue, one
+   after another, receive up to 100 in peek-lock, send each message on its own to its
+   ``x-ms-path``, complete it.
+2. ``syphon run`` (``syphon.run.run``, local Spark with 2 cores, Delta in a temporary
+   folder) on the same backlog, parked again with the same seed.
+
+After each, the destinations are drained and order violations counted per
+(destination, key): a message whose ``n`` is below the one received before it.
+Printed: wall time, messages/s, the ratio, violations, and credits per replayed message
+(billable operations: the baseline's receives, sends and completes; syphon's from its
+ledger). Then the empty run: ``syphon run`` as a process on empty backlog queues, wall
+time and the ledger's operations, with discovery by management listing and by probing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+
+from syphon.config import load_config
+from syphon.run import run
+from syphon.sender import to_backlog_message
+from syphon.spark import build_spark_session
+
+PRIMARY = "bench-primary"
+QUEUES = 10
+DESTINATIONS = 50
+PER_BATCH = 20
+
+
+def serve(ready: Any, stop: Any) -> None:
+    """The child process: both namespaces until ``stop`` is set."""
+    from servicebus_emulator import Emulator, QueueSpec
+
+    backlog = [QueueSpec(f"{PRIMARY}/x-servicebus-transfer/{i}", max_size_in_megabytes=5120)
+               for i in range(QUEUES)]  # fmt: skip
+    dests = [QueueSpec(f"dest-{i:02d}", max_size_in_megabytes=5120) for i in range(DESTINATIONS)]
+    with Emulator(queues=backlog) as secondary, Emulator(queues=dests) as primary:
+        ready.put({
+            name: {"conn": e.connection_string, "admin": e.admin_endpoint, "ca": e.ca_bundle}
+            for name, e in (("secondary", secondary), ("primary", primary))
+        })  # fmt: skip
+        stop.wait()
+
+
+def park(secondary: str, total: int) -> None:
+    """Fills the backlog queues (see the module docstring)."""
+    rng = random.Random(7)
+    body = bytes(1024)
+    order: dict[tuple[str, str], int] = defaultdict(int)
+    with ServiceBusClient.from_connection_string(secondary) as client:
+        senders = [client.get_queue_sender(f"{PRIMARY}/x-servicebus-transfer/{q}")
+                   for q in range(QUEUES)]  # fmt: skip
+        i = 0
+        while i < total:
+            for sender in senders:
+                batch = sender.create_message_batch()
+                for _ in range(min(PER_BATCH, total - i)):
+                    dest = f"dest-{rng.randrange(DESTINATIONS):02d}"
+                    kind = rng.random()
+                    session = f"s{rng.randrange(97)}" if kind < 0.3 else None
+                    key = f"k{rng.randrange(89)}" if 0.3 <= kind < 0.6 else None
+                    n = order[(dest, session or key or "")]
+                    order[(dest, session or key or "")] += 1
+                    msg = ServiceBusMessage(body, message_id=f"m{i}", session_id=session,
+                                            partition_key=key,
+                                            application_properties={"n": n})  # fmt: skip
+                    batch.add_message(to_backlog_message(msg, dest))
+                    i += 1
+                if len(batch):
+                    sender.send_messages(batch)
+        for sender in senders:
+            sender.close()
+
+
+def baseline(secondary: str, primary: str) -> tuple[int, dict[str, int]]:
+    """The seed's loop. Returns (messages moved, operations)."""
+    ops = {"receives": 0, "sends": 0, "completes": 0}
+    with ServiceBusClient.from_connection_string(secondary) as source, \
+            ServiceBusClient.from_connection_string(primary) as target:  # fmt: skip
+        senders: dict[str, Any] = {}
+        for q in range(QUEUES):
+            path = f"{PRIMARY}/x-servicebus-transfer/{q}"
+            with source.get_queue_receiver(path) as receiver:
+                while batch := receiver.receive_messages(max_message_count=100, max_wait_time=1):
+                    ops["receives"] += len(batch)
+                    for m in batch:
+                        props = dict(m.application_properties or {})
+                        dest = props.pop(b"x-ms-path").decode()
+                        session = props.pop(b"x-ms-sessionid", None)
+                        out = ServiceBusMessage(
+                            b"".join(m.body), message_id=m.message_id,
+                            session_id=session.decode() if session else None,
+                            partition_key=m.partition_key, application_properties=props,
+                        )  # fmt: skip
+                        if dest not in senders:
+                            senders[dest] = target.get_queue_sender(dest)
+                        senders[dest].send_messages(out)
+                        ops["sends"] += 1
+                        receiver.complete_message(m)
+                        ops["completes"] += 1
+        for sender in senders.values():
+            sender.close()
+    return ops["sends"], ops
+
+
+def drain_and_check(primary: str) -> tuple[int, int]:
+    """Receives every destination's messages; returns (messages, order violations)."""
+    received = violations = 0
+    with ServiceBusClient.from_connection_string(primary) as client:
+        for d in range(DESTINATIONS):
+            last: dict[str, int] = {}
+            with client.get_queue_receiver(
+                f"dest-{d:02d}", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE
+            ) as receiver:
+                while batch := receiver.receive_messages(max_message_count=500, max_wait_time=1):
+                    for m in batch:
+                        received += 1
+                        key = m.session_id or m.partition_key
+                        if key is None:
+                            continue
+                        n = (m.application_properties or {})[b"n"]
+                        if n < last.get(key, -1):
+                            violations += 1
+                        last[key] = n
+    return received, violations
+
+
+def write_config(tmp: Path, ns: dict[str, Any], discovery: str = "management") -> Path:
+    os.environ["BENCH_SECONDARY"] = ns["secondary"]["conn"]
+    os.environ["BENCH_PRIMARY"] = ns["primary"]["conn"]
+    conf = tmp / f"bench-{discovery}.yaml"
+    conf.write_text(
+        f"""
+secondary:
+  namespace: bench-secondary
+  connection_string: {{env: BENCH_SECONDARY}}
+  management_endpoint: "{ns["secondary"]["admin"]}"
+  ca_bundle: "{ns["secondary"]["ca"]}"
+primaries:
+  - namespace: {PRIMARY}
+    connection_string: {{env: BENCH_PRIMARY}}
+    management_endpoint: "{ns["primary"]["admin"]}"
+    ca_bundle: "{ns["primary"]["ca"]}"
+backlog:
+  queue_count: {QUEUES}
+  discovery: {discovery}
+audit:
+  path: "{tmp / "delta"}"
+""",
+        encoding="utf-8",
+    )
+    return conf
+
+
+def empty_run(conf: Path) -> tuple[float, str, dict[str, Any]]:
+    """``syphon run`` as a process on the empty backlog: (wall, status, operations)."""
+    syphon = Path(sys.executable).with_name("syphon")
+    clock = time.monotonic()
+    proc = subprocess.run([str(syphon), "run", "--config", str(conf)], capture_output=True,
+                          text=True, env=os.environ, check=False)  # fmt: skip
+    wall = time.monotonic() - clock
+    from syphon.audit import read_runs
+
+    last = read_runs(load_config(conf).audit.path)[-1]
+    spark_started = "log4j" in proc.stderr  # Spark's first words when it starts
+    status = f"{last['status']} (exit {proc.returncode}, Spark started: {spark_started})"
+    return wall, status, dict(last["operations"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=20_000)
+    args = parser.parse_args()
+    total = args.messages
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop = ctx.Queue(), ctx.Event()
+    server = ctx.Process(target=serve, args=(ready, stop), daemon=True)
+    server.start()
+    ns = ready.get(timeout=60)
+    secondary, primary = ns["secondary"]["conn"], ns["primary"]["conn"]
+    try:
+        clock = time.monotonic()
+        park(secondary, total)
+        print(f"backlog of {total:,} messages parked in {time.monotonic() - clock:.1f} s")
+
+        clock = time.monotonic()
+        moved, ops = baseline(secondary, primary)
+        base_wall = time.monotonic() - clock
+        base_received, base_violations = drain_and_check(primary)
+        base_credits = sum(ops.values()) / moved
+
+        park(secondary, total)
+        with tempfile.TemporaryDirectory() as tmp:
+            config = load_config(write_config(Path(tmp), ns))
+            clock = time.monotonic()
+            result = run(config, lambda: build_spark_session(config.spark))
+            syphon_wall = time.monotonic() - clock
+            syphon_received, syphon_violations = drain_and_check(primary)
+            sent = result.operations.get("replay.messages_sent", 0)
+            credits = result.operations.get("credits_estimated", 0) / max(sent, 1)
+
+            print(f"{'':<9} {'wall s':>8} {'msg/s':>8} {'delivered':>10} {'violations':>11} "
+                  f"{'credits/msg':>12}")  # fmt: skip
+            print(
+                f"{'baseline':<9} {base_wall:>8.1f} {moved / base_wall:>8,.0f} "
+                f"{base_received:>10,} {base_violations:>11} {base_credits:>12.2f}"
+            )
+            print(
+                f"{'syphon':<9} {syphon_wall:>8.1f} {sent / syphon_wall:>8,.0f} "
+                f"{syphon_received:>10,} {syphon_violations:>11} {credits:>12.2f}"
+            )
+            print(
+                f"syphon / baseline: {base_wall / syphon_wall:.2f}x faster "
+                f"(status {result.status}; stages: "
+                + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())
+                + ")"
+            )
+            print("syphon operations: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(result.operations.items())))  # fmt: skip
+
+        for discovery in ("management", "probe"):
+            with tempfile.TemporaryDirectory() as tmp:
+                wall, status, ops = empty_run(write_config(Path(tmp), ns, discovery))
+            shown = {k: v for k, v in ops.items() if v}
+            print(
+                f"empty run, discovery by {discovery}: {wall:.2f} s, {status}, operations {shown}"
+            )
+    finally:
+        stop.set()
+        server.join(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
