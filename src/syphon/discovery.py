@@ -76,6 +76,10 @@ def discover_by_management(
     return sorted(found)
 
 
+#: Probes run side by side.
+PROBE_THREADS = 32
+
+
 def discover_by_probe(
     client: Any, primaries: Sequence[str], queue_count: int, probe_limit: int
 ) -> list[DiscoveredQueue]:
@@ -87,24 +91,28 @@ def discover_by_probe(
         queue_count: the configured backlog queue count (to flag extras).
         probe_limit: how many indices to try per primary.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from azure.servicebus.exceptions import MessagingEntityNotFoundError
 
-    found = []
-    for primary in primaries:
-        for index in range(probe_limit):
-            path = backlog_queue_path(primary, index)
-            try:
-                with client.get_queue_receiver(path) as receiver:
-                    peeked = receiver.peek_messages(1)
-            except MessagingEntityNotFoundError:
-                continue
-            found.append(
-                DiscoveredQueue(
-                    primary=primary,
-                    index=index,
-                    path=path,
-                    message_count=None if peeked else 0,
-                    extra=index >= queue_count,
-                )
-            )
+    def probe(primary: str, index: int) -> DiscoveredQueue | None:
+        path = backlog_queue_path(primary, index)
+        try:
+            with client.get_queue_receiver(path) as receiver:
+                peeked = receiver.peek_messages(1)
+        except MessagingEntityNotFoundError:
+            return None
+        return DiscoveredQueue(
+            primary=primary,
+            index=index,
+            path=path,
+            message_count=None if peeked else 0,
+            extra=index >= queue_count,
+        )
+
+    # a receiver's link costs the SDK about a second to open and close, mostly waiting:
+    # the probes go side by side (each receiver has its own connection)
+    probes = [(p, i) for p in primaries for i in range(probe_limit)]
+    with ThreadPoolExecutor(max_workers=max(1, min(PROBE_THREADS, len(probes)))) as pool:
+        found = [q for q in pool.map(lambda pi: probe(*pi), probes) if q is not None]
     return sorted(found)

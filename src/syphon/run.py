@@ -254,6 +254,7 @@ def _replay_and_settle(
                     todo.select("primary", "destination").distinct().collect()]  # fmt: skip
     skipped = ping_destinations(config, destinations, dbutils_get)
     ledger.operations["replay.pings"] = len(destinations)
+    ledger.timings["replay.pings"] = time.monotonic() - clock
     in_doubt = _in_doubt(spark, root)  # read before this attempt records "replaying"
     lease.check()
     ledger.record("replaying")
@@ -261,7 +262,9 @@ def _replay_and_settle(
     rows = replay_input(restore(snapshot), todo, in_doubt)
     results = replay_messages(rows, config, skipped, dbutils_get=dbutils_get,
                               failpoint=failpoints.for_task("mid_replay"))  # fmt: skip
+    sends = time.monotonic()
     results = results.localCheckpoint(eager=True)  # the sends happen here, exactly once
+    ledger.timings["replay.sends"] = time.monotonic() - sends
     append_outcomes(results, planned, root, ledger.run_id, "replay", datetime.now(timezone.utc))
     failpoints.check("after_replay_commit")
     ledger.timings["replay"] = time.monotonic() - clock

@@ -16,10 +16,12 @@ its place in its key's order (property ``n``, in backlog enqueue order).
 
 After each, the destinations are drained and order violations counted per
 (destination, key): a message whose ``n`` is below the one received before it.
-Printed: wall time, messages/s, the ratio, violations, and credits per replayed message
+Printed: wall time, messages/s, the ratio, violations, credits per replayed message
 (billable operations: the baseline's receives, sends and completes; syphon's from its
-ledger). Then the empty run: ``syphon run`` as a process on empty backlog queues, wall
-time and the ledger's operations, with discovery by management listing and by probing.
+ledger), and the CPU time the local Service Bus process spent serving each tool (both
+share the machine's 2 cores with it). Then the empty run: ``syphon run`` as a process
+on empty backlog queues, wall time and the ledger's operations, with discovery by
+management listing and by probing.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def serve(ready: Any, stop: Any) -> None:
         ready.put({
             name: {"conn": e.connection_string, "admin": e.admin_endpoint, "ca": e.ca_bundle}
             for name, e in (("secondary", secondary), ("primary", primary))
-        })  # fmt: skip
+        } | {"pid": os.getpid()})  # fmt: skip
         stop.wait()
 
 
@@ -123,6 +125,12 @@ def baseline(secondary: str, primary: str) -> tuple[int, dict[str, int]]:
         for sender in senders.values():
             sender.close()
     return ops["sends"], ops
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def drain_and_check(primary: str) -> tuple[int, int]:
@@ -205,32 +213,34 @@ def main() -> None:
         park(secondary, total)
         print(f"backlog of {total:,} messages parked in {time.monotonic() - clock:.1f} s")
 
-        clock = time.monotonic()
+        clock, cpu = time.monotonic(), cpu_seconds(ns["pid"])
         moved, ops = baseline(secondary, primary)
         base_wall = time.monotonic() - clock
+        base_cpu = cpu_seconds(ns["pid"]) - cpu
         base_received, base_violations = drain_and_check(primary)
         base_credits = sum(ops.values()) / moved
 
         park(secondary, total)
         with tempfile.TemporaryDirectory() as tmp:
             config = load_config(write_config(Path(tmp), ns))
-            clock = time.monotonic()
+            clock, cpu = time.monotonic(), cpu_seconds(ns["pid"])
             result = run(config, lambda: build_spark_session(config.spark))
             syphon_wall = time.monotonic() - clock
+            syphon_cpu = cpu_seconds(ns["pid"]) - cpu
             syphon_received, syphon_violations = drain_and_check(primary)
             sent = result.operations.get("replay.messages_sent", 0)
             credits = result.operations.get("credits_estimated", 0) / max(sent, 1)
 
-            print(f"{'':<9} {'wall s':>8} {'msg/s':>8} {'delivered':>10} {'violations':>11} "
-                  f"{'credits/msg':>12}")  # fmt: skip
-            print(
-                f"{'baseline':<9} {base_wall:>8.1f} {moved / base_wall:>8,.0f} "
-                f"{base_received:>10,} {base_violations:>11} {base_credits:>12.2f}"
-            )
-            print(
-                f"{'syphon':<9} {syphon_wall:>8.1f} {sent / syphon_wall:>8,.0f} "
-                f"{syphon_received:>10,} {syphon_violations:>11} {credits:>12.2f}"
-            )
+            head = f"{'':<9} {'wall s':>8} {'msg/s':>8} {'delivered':>10} {'violations':>11}"
+            print(f"{head} {'credits/msg':>12} {'Service Bus CPU s':>18}")
+            for name, wall, n, received, bad, cr, cpu_s in (
+                ("baseline", base_wall, moved, base_received, base_violations, base_credits,
+                 base_cpu),
+                ("syphon", syphon_wall, sent, syphon_received, syphon_violations, credits,
+                 syphon_cpu),
+            ):  # fmt: skip
+                print(f"{name:<9} {wall:>8.1f} {n / wall:>8,.0f} {received:>10,} {bad:>11} "
+                      f"{cr:>12.2f} {cpu_s:>18.1f}")  # fmt: skip
             print(
                 f"syphon / baseline: {base_wall / syphon_wall:.2f}x faster "
                 f"(status {result.status}; stages: "
