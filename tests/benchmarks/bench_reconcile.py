@@ -10,6 +10,7 @@ local Spark with 2 cores; printed per size: wall time, rows/s, the peak resident
 of this process and every process it started (the Spark JVM and its Python workers),
 and the growth of time against the previous size. The snapshot is generated and
 materialized first (its time printed apart), as the plan materializes its snapshot.
+``--stages`` prints every Spark stage's metrics after each size (the profile).
 """
 
 from __future__ import annotations
@@ -140,15 +141,38 @@ def tree_rss(root: int) -> int:
     return total
 
 
+def print_stages(spark: SparkSession) -> None:
+    """Each completed stage of the session so far (the profile that found the slow JIT
+    and the doubled pass): run time and CPU summed over tasks, spill, shuffle."""
+    import json
+    import urllib.request
+
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages?status=complete"
+    with urllib.request.urlopen(url) as answer:  # the local Spark UI
+        stages = json.load(answer)
+    for st in sorted(stages, key=lambda st: st["stageId"]):
+        print(f"  stage {st['stageId']:>3}: {st['numTasks']:>3} tasks, "
+              f"run {st['executorRunTime'] / 1000:7.1f} s, "
+              f"cpu {st['executorCpuTime'] / 1e9:7.1f} s, "
+              f"spill {st['memoryBytesSpilled'] >> 20:>6} MB, "
+              f"shuffle write {st['shuffleWriteBytes'] >> 20:>6} MB")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="100000,1000000,10000000")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--conf", action="append", default=[], help="extra Spark key=value")
+    parser.add_argument(
+        "--stages", action="store_true", help="print each Spark stage's time, spill, shuffle"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     conf = {"spark.driver.memory": args.driver_memory}
     conf.update(item.split("=", 1) for item in args.conf)
+    if args.stages:  # the stage metrics come from the UI's REST API
+        conf["spark.ui.enabled"] = "true"
     spark = build_spark_session(SparkConfig("local[2]", "bench-reconcile", conf))
     dests = destinations(spark)
     now = F.lit(datetime(2026, 11, 2, tzinfo=timezone.utc))
@@ -173,6 +197,8 @@ def main() -> None:
               f"{memory.peak / 2**30:>7.2f} G {growth}  {dict(sorted(counts.items()))}",
               flush=True)  # fmt: skip
         previous = wall
+        if args.stages:
+            print_stages(spark)
     spark.stop()
 
 
