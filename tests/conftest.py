@@ -24,6 +24,20 @@ settings.register_profile("syphon", deadline=None, print_blob=True)
 settings.load_profile("syphon")
 
 
+@pytest.fixture(autouse=True)
+def _drop_syphon_log_handler() -> Iterator[None]:
+    """``syphon.cli.main`` installs a log handler on the captured stderr of its test:
+    removed after each test, so no later record goes to a closed stream."""
+    import logging
+
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in [h for h in root.handlers if h.get_name() == "syphon"]:
+        root.removeHandler(handler)
+    root.setLevel(level)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = build_spark_session(

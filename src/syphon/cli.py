@@ -6,12 +6,14 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 
 import yaml
 
 from syphon import __version__
 from syphon.config import SyphonConfig, load_config, resolve_secret
 from syphon.errors import SyphonError
+from syphon.logs import LOG_FORMATS, configure_logging, run_context
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"syphon {__version__}")
     parser.add_argument(
         "--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default: from config)"
+    )
+    parser.add_argument(
+        "--log-format",
+        default=None,
+        choices=LOG_FORMATS,
+        help="text, or json: one object per line with the run id (default: from config)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -89,11 +97,7 @@ def _add_config_option(cmd: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the ``syphon`` command and returns its exit code."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=(args.log_level or "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level or "INFO", args.log_format or "text")
     try:
         return _dispatch(args)
     except SyphonError as exc:
@@ -103,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "config":
-        config = load_config(args.config)
+        config = _config(args)
         print(yaml.safe_dump(config.as_dict(), sort_keys=False), end="")
         return 0
     if args.command == "provision":
@@ -121,8 +125,17 @@ def _dispatch(args: argparse.Namespace) -> int:
     raise AssertionError(f"unhandled command {args.command}")  # argparse allows no other
 
 
-def _checked_config(args: argparse.Namespace) -> SyphonConfig:
+def _config(args: argparse.Namespace) -> SyphonConfig:
+    """The config, and logging as it asks where the command line did not say."""
     config = load_config(args.config)
+    configure_logging(
+        args.log_level or config.logging.level, args.log_format or config.logging.format
+    )
+    return config
+
+
+def _checked_config(args: argparse.Namespace) -> SyphonConfig:
+    config = _config(args)
     for namespace in (config.secondary, *config.primaries):  # fail before Spark starts
         if namespace.connection_string.env is not None:
             resolve_secret(namespace.connection_string)
@@ -130,14 +143,17 @@ def _checked_config(args: argparse.Namespace) -> SyphonConfig:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from syphon.plan import new_run_id
     from syphon.run import format_run, replay_run, run
     from syphon.spark import build_spark_session
 
-    config = _checked_config(args)
-    if args.command == "run":
-        result = run(config, lambda: build_spark_session(config.spark), run_id=args.run_id)
-    else:
-        result = replay_run(build_spark_session(config.spark), config, args.run_id)
+    run_id = args.run_id or new_run_id(datetime.now(timezone.utc))
+    with run_context(run_id):  # every record, the config's included, names the run
+        config = _checked_config(args)
+        if args.command == "run":
+            result = run(config, lambda: build_spark_session(config.spark), run_id=run_id)
+        else:
+            result = replay_run(build_spark_session(config.spark), config, run_id)
     print(format_run(result))
     print(f"audit: {config.audit.path}")
     return result.exit_code
@@ -148,7 +164,7 @@ def _status(args: argparse.Namespace) -> int:
 
     from syphon.run import format_status, status
 
-    config = load_config(args.config)
+    config = _config(args)
     try:
         report = status(config, last_runs=args.runs)
     except AzureError as exc:
@@ -160,13 +176,15 @@ def _status(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from azure.core.exceptions import AzureError
 
-    from syphon.plan import format_summary, run_plan
+    from syphon.plan import format_summary, new_run_id, run_plan
     from syphon.spark import build_spark_session
 
-    config = _checked_config(args)
-    spark = build_spark_session(config.spark)
+    run_id = args.run_id or new_run_id(datetime.now(timezone.utc))
     try:
-        result = run_plan(spark, config, run_id=args.run_id)
+        with run_context(run_id):
+            config = _checked_config(args)
+            spark = build_spark_session(config.spark)
+            result = run_plan(spark, config, run_id=run_id)
     except AzureError as exc:
         raise SyphonError(f"Service Bus failed: {type(exc).__name__}") from None
     print(format_summary(result))
@@ -180,7 +198,7 @@ def _provision(args: argparse.Namespace) -> int:
     from syphon.clients import admin_client
     from syphon.provision import provision_backlog
 
-    config = load_config(args.config)
+    config = _config(args)
     count = args.count if args.count is not None else config.backlog.queue_count
     admin = admin_client(config.secondary)
     warnings = 0

@@ -147,9 +147,12 @@ class LoggingConfig:
 
     Attributes:
         level: DEBUG, INFO, WARNING or ERROR.
+        format: ``text`` or ``json`` (one JSON object per line); the command's
+            ``--log-level`` and ``--log-format`` win.
     """
 
     level: str = "INFO"
+    format: str = "text"
 
 
 @dataclass(frozen=True)
@@ -456,11 +459,14 @@ class _Builder:
         return RunConfig(lease_seconds=lease)
 
     def logging(self, raw: Any) -> LoggingConfig:
-        lg = self.section(raw, "logging", ("level",))
+        lg = self.section(raw, "logging", ("level", "format"))
         level = self.typed(lg, "logging", "level", str, "INFO").upper()
         if level not in LOG_LEVELS:
             raise self.fail("logging.level", f"must be one of {', '.join(LOG_LEVELS)}")
-        return LoggingConfig(level=level)
+        fmt = self.typed(lg, "logging", "format", str, "text").lower()
+        if fmt not in ("text", "json"):
+            raise self.fail("logging.format", "must be text or json")
+        return LoggingConfig(level=level, format=fmt)
 
 
 def _spark_value(value: Any) -> str:

@@ -42,6 +42,7 @@ from syphon.audit import (
 )
 from syphon.config import SyphonConfig
 from syphon.lease import Lease
+from syphon.logs import run_context
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -122,10 +123,23 @@ def run(
     """Runs every stage (see the module docstring) and returns the result; errors end the
     run with status ``failed`` in the ledger and in the result, never as an exception
     (configuration and secret errors excepted: they come before the run starts)."""
-    from syphon.plan import discover, new_run_id
+    from syphon.plan import new_run_id
 
     started = datetime.now(timezone.utc)
     run_id = run_id or new_run_id(started)
+    with run_context(run_id):  # every record of the run carries its id
+        return _run(config, spark_factory, run_id, started, dbutils_get)
+
+
+def _run(
+    config: SyphonConfig,
+    spark_factory: Callable[[], SparkSession],
+    run_id: str,
+    started: datetime,
+    dbutils_get: DbutilsGet,
+) -> RunResult:
+    from syphon.plan import discover
+
     ledger = _Ledger(config, run_id, started)
     clock = time.monotonic()
     try:
@@ -163,7 +177,7 @@ def replay_run(
         raise SyphonError(f"run {run_id} was never planned under {config.audit.path}")
     started = min(r["started_at"] for r in mine)
     ledger = _Ledger(config, run_id, started)
-    with _leased(config, ledger) as lease:
+    with run_context(run_id), _leased(config, ledger) as lease:
         if lease is None:
             return _busy(ledger)
         try:

@@ -1,0 +1,103 @@
+"""Logging of the entry points: text or JSON lines, the run id in every record, secrets
+masked.
+
+syphon never logs a connection string, a key or a body on purpose; the mask is the
+second line of defence for what a library might print (an SDK error that quotes an
+endpoint string, say): ``SharedAccessKey=…`` and ``SharedAccessSignature …`` values are
+replaced by ``***`` before a record is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+LOG_FORMATS = ("text", "json")
+
+#: The run the process is working on; read by every record, whatever its thread.
+_run_id: str | None = None
+
+_SECRET = re.compile(
+    r"(SharedAccessKey\s*=\s*)[^;\s\"']+|(SharedAccessSignature\s+)[^;\"']+|(sig=)[^&;\s\"']+",
+    re.IGNORECASE,
+)
+
+_HANDLER_NAME = "syphon"
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with every SAS key or signature value replaced by ``***``."""
+    return _SECRET.sub(lambda m: (m.group(1) or m.group(2) or m.group(3)) + "***", text)
+
+
+@contextlib.contextmanager
+def run_context(run_id: str) -> Iterator[None]:
+    """Every record logged inside carries ``run_id``."""
+    global _run_id
+    previous, _run_id = _run_id, run_id
+    try:
+        yield
+    finally:
+        _run_id = previous
+
+
+def current_run_id() -> str | None:
+    return _run_id
+
+
+class _RunIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.run_id = _run_id or "-"
+        return True
+
+
+class _TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s run=%(run_id)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_secrets(super().format(record))
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "run_id": _run_id,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return mask_secrets(json.dumps(entry, default=str))
+
+
+def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | None = None) -> None:
+    """Installs (or replaces) syphon's handler on the root logger.
+
+    Args:
+        level: DEBUG, INFO, WARNING or ERROR.
+        fmt: ``text`` (one readable line) or ``json`` (one JSON object per line with
+            ``time``, ``level``, ``logger``, ``run_id``, ``message``, ``error``).
+        stream: where records go (standard error by default).
+    """
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)} (got {fmt!r})")
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+        root.removeHandler(old)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.set_name(_HANDLER_NAME)
+    handler.addFilter(_RunIdFilter())
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else _TextFormatter())
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # py4j narrates every call at INFO: only its warnings are worth a line
+    logging.getLogger("py4j").setLevel(max(logging.WARNING, root.level))

@@ -1,0 +1,88 @@
+"""Log records: text or JSON, the run id in each, secrets masked."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from syphon.logs import configure_logging, mask_secrets, run_context
+
+KEY = "c2VjcmV0LWtleS0xMjM0NTY3ODkwYWJjZGVm"
+CONNECTION = (
+    f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=root;SharedAccessKey={KEY}"
+)
+
+
+@pytest.fixture
+def stream() -> Iterator[io.StringIO]:
+    out = io.StringIO()
+    level = logging.getLogger().level
+    yield out
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if h.get_name() == "syphon"]:
+        root.removeHandler(h)
+    root.setLevel(level)
+
+
+def test_json_records_carry_the_run_id_from_any_thread(stream: io.StringIO) -> None:
+    configure_logging("INFO", "json", stream)
+    log = logging.getLogger("syphon.test")
+    log.info("before")
+    with run_context("20261123T000000Z-abcd"):
+        log.info("inside %d", 1)
+        worker = threading.Thread(target=lambda: log.warning("from a thread"))
+        worker.start()
+        worker.join()
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            log.exception("failed")
+    log.info("after")
+    records = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [r["message"] for r in records] == ["before", "inside 1", "from a thread", "failed",
+                                               "after"]  # fmt: skip
+    assert [r["run_id"] for r in records] == [None] + ["20261123T000000Z-abcd"] * 3 + [None]
+    assert (records[2]["level"], records[2]["logger"]) == ("WARNING", "syphon.test")
+    assert "ValueError: boom" in records[3]["error"]
+
+
+def test_text_records_name_the_run_and_debug_is_filtered_at_info(stream: io.StringIO) -> None:
+    configure_logging("INFO", "text", stream)
+    with run_context("r-1"):
+        logging.getLogger("x").debug("hidden")
+        logging.getLogger("x").info("shown")
+    assert stream.getvalue().count("\n") == 1
+    assert " INFO run=r-1 x: shown" in stream.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_connection_string_or_signature_in_a_record_is_masked(
+    stream: io.StringIO, fmt: str
+) -> None:
+    configure_logging("INFO", fmt, stream)
+    log = logging.getLogger("sdk")
+    log.error("could not connect with %s", CONNECTION)
+    log.error("token SharedAccessSignature sr=ns&sig=%s&se=1&skn=root", KEY)
+    try:
+        raise RuntimeError(CONNECTION)
+    except RuntimeError:
+        log.exception("and in a traceback")
+    text = stream.getvalue()
+    assert KEY not in text
+    assert text.count("***") >= 3
+
+
+def test_mask_keeps_everything_but_the_secret() -> None:
+    masked = mask_secrets(CONNECTION)
+    assert masked.endswith("SharedAccessKey=***")
+    assert masked.startswith("Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=root;")
+
+
+def test_an_unknown_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="text, json"):
+        configure_logging("INFO", "xml")
