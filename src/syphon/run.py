@@ -55,8 +55,21 @@ DbutilsGet = Callable[[str, str], str] | None
 
 EXIT_DONE = 0
 EXIT_FAILED = 1
+EXIT_DENIED = 3
 EXIT_PARTIAL = 5
 EXIT_BUSY = 6
+EXIT_UNREACHABLE = 7
+
+#: Errors that mean a namespace cannot be reached, or refuses the credentials.
+UNREACHABLE_ERRORS = frozenset({
+    "ServiceRequestError", "ServiceBusConnectionError", "ServiceBusCommunicationError",
+    "ConnectionError", "ConnectionRefusedError", "gaierror", "TimeoutError",
+    "OperationTimeoutError",
+})  # fmt: skip
+DENIED_ERRORS = frozenset({
+    "ClientAuthenticationError", "ServiceBusAuthenticationError",
+    "ServiceBusAuthorizationError",
+})  # fmt: skip
 
 
 @dataclass
@@ -70,9 +83,13 @@ class RunResult:
     operations: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     detail: str | None = None
+    hint: str | None = None  # one line naming the fix, when the run could not start
+    code: int | None = None  # an exit code more precise than the status's
 
     @property
     def exit_code(self) -> int:
+        if self.code is not None:
+            return self.code
         if self.status in ("done", "empty"):
             return EXIT_DONE
         if self.status == "partial":
@@ -145,7 +162,22 @@ def _run(
     try:
         queues = discover(config, dbutils_get)
     except Exception as exc:
-        return _failed(ledger, exc)
+        result = _failed(ledger, exc)
+        name = type(exc).__name__
+        where = f"the secondary namespace {config.secondary.namespace}"
+        if name in UNREACHABLE_ERRORS:
+            result.code = EXIT_UNREACHABLE
+            result.hint = (
+                f"{where} cannot be reached: check the Endpoint of its connection "
+                "string (or management_endpoint), DNS, the network and the firewall"
+            )
+        elif name in DENIED_ERRORS:
+            result.code = EXIT_DENIED
+            result.hint = (
+                f"{where} refused the credentials: check the key name and key of "
+                "its connection string (Manage and Listen rights), or the Azure AD role"
+            )
+        return result
     ledger.timings["discover"] = time.monotonic() - clock
     ledger.operations.update(_discovery_operations(config, queues))
     if all(q.empty for q in queues):
@@ -440,6 +472,8 @@ def format_run(result: RunResult) -> str:
     operations the ledger recorded."""
     lines = [f"run {result.run_id}: {result.status}"
              + (f" ({result.detail})" if result.detail else "")]  # fmt: skip
+    if result.hint:
+        lines.append(f"fix: {result.hint}")
     if result.counts:
         lines.append("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items())))
     if result.outcomes:
