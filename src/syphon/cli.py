@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 import yaml
@@ -125,6 +126,22 @@ def _dispatch(args: argparse.Namespace) -> int:
     raise AssertionError(f"unhandled command {args.command}")  # argparse allows no other
 
 
+def databricks_secrets() -> Callable[[str, str], str] | None:
+    """``dbutils.secrets.get`` when running on a Databricks cluster (the runtime sets
+    ``DATABRICKS_RUNTIME_VERSION``), for ``{scope, key}`` secret references; else None.
+    Not testable off Databricks: the tests cover the None path only."""
+    if not os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        return None
+
+    def get(scope: str, key: str) -> str:
+        from pyspark.dbutils import DBUtils  # type: ignore[import-not-found]
+        from pyspark.sql import SparkSession
+
+        return str(DBUtils(SparkSession.builder.getOrCreate()).secrets.get(scope, key))
+
+    return get
+
+
 def _config(args: argparse.Namespace) -> SyphonConfig:
     """The config, and logging as it asks where the command line did not say."""
     config = load_config(args.config)
@@ -151,9 +168,11 @@ def _run(args: argparse.Namespace) -> int:
     with run_context(run_id):  # every record, the config's included, names the run
         config = _checked_config(args)
         if args.command == "run":
-            result = run(config, lambda: build_spark_session(config.spark), run_id=run_id)
+            result = run(config, lambda: build_spark_session(config.spark), run_id=run_id,
+                         dbutils_get=databricks_secrets())  # fmt: skip
         else:
-            result = replay_run(build_spark_session(config.spark), config, run_id)
+            result = replay_run(build_spark_session(config.spark), config, run_id,
+                                dbutils_get=databricks_secrets())  # fmt: skip
     print(format_run(result))
     print(f"audit: {config.audit.path}")
     return result.exit_code
@@ -166,7 +185,7 @@ def _status(args: argparse.Namespace) -> int:
 
     config = _config(args)
     try:
-        report = status(config, last_runs=args.runs)
+        report = status(config, last_runs=args.runs, dbutils_get=databricks_secrets())
     except AzureError as exc:
         raise SyphonError(f"Service Bus failed: {type(exc).__name__}") from None
     print(format_status(report))
@@ -184,7 +203,7 @@ def _plan(args: argparse.Namespace) -> int:
         with run_context(run_id):
             config = _checked_config(args)
             spark = build_spark_session(config.spark)
-            result = run_plan(spark, config, run_id=run_id)
+            result = run_plan(spark, config, run_id=run_id, dbutils_get=databricks_secrets())
     except AzureError as exc:
         raise SyphonError(f"Service Bus failed: {type(exc).__name__}") from None
     print(format_summary(result))
@@ -200,7 +219,7 @@ def _provision(args: argparse.Namespace) -> int:
 
     config = _config(args)
     count = args.count if args.count is not None else config.backlog.queue_count
-    admin = admin_client(config.secondary)
+    admin = admin_client(config.secondary, databricks_secrets())
     warnings = 0
     try:
         with admin:
