@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 import yaml
 
-from syphon import __version__
+from syphon import __version__, progress
 from syphon.config import SyphonConfig, load_config, resolve_secret
 from syphon.errors import SyphonError
 from syphon.logs import LOG_FORMATS, configure_logging, run_context
@@ -99,11 +99,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the ``syphon`` command and returns its exit code."""
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level or "INFO", args.log_format or "text")
+    # stage and task counts on the terminal; nothing when stderr is a file or a pipe
+    progress.install(sys.stderr)
     try:
         return _dispatch(args)
     except SyphonError as exc:
         print(f"syphon {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
+    finally:
+        progress.uninstall()
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from syphon import progress
 from syphon.audit import (
     RunRecord,
     append_run,
@@ -181,22 +182,27 @@ def run_plan(
     run_id = run_id or new_run_id(started)
     timings: dict[str, float] = {}
     clock = time.monotonic()
+    progress.watch(spark)
 
     if queues is None:
+        progress.step("discover: listing the backlog queues")
         queues = discover(config, dbutils_get)
     non_empty = [q for q in queues if not q.empty]
     timings["discover"] = time.monotonic() - clock
 
     clock = time.monotonic()
+    progress.step("destinations: reading the primaries' entities")
     destinations, listed = destination_settings(spark, config, dbutils_get)
     timings["destinations"] = time.monotonic() - clock
 
     clock = time.monotonic()
+    progress.step(f"snapshot: peeking {len(non_empty)} backlog queues")
     snapshot = read_snapshot(spark, config, non_empty, dbutils_get)
     snapshot_rows = snapshot.count()
     timings["snapshot"] = time.monotonic() - clock
 
     clock = time.monotonic()
+    progress.step(f"reconcile: {snapshot_rows} messages")
     default_limit = (1024 if config.secondary.tier == "premium" else 256) * 1024
     planned = reconcile_snapshot(
         snapshot,
@@ -211,6 +217,7 @@ def run_plan(
     timings["reconcile"] = time.monotonic() - clock
 
     clock = time.monotonic()
+    progress.step("audit: writing the plan")
     rows = write_audit(planned, config.audit.path, run_id, "plan", started)
     timings["audit"] = time.monotonic() - clock
     if rows != snapshot_rows:  # pragma: no cover - a broken invariant, not an input

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon import failpoints
+from syphon import failpoints, progress
 from syphon.audit import (
     RunRecord,
     append_outcomes,
@@ -282,6 +282,7 @@ def _replay_and_settle(
     from syphon.settle import settle_actions, settle_queues
 
     root = config.audit.path
+    progress.watch(spark)
     planned = plan_rows(spark, root, ledger.run_id).localCheckpoint(eager=True)
     if not ledger.counts:
         ledger.counts = {
@@ -298,6 +299,7 @@ def _replay_and_settle(
         todo = todo.join(done, ["backlog_queue", "sequence_number"], "left_anti")
     destinations = [(r["primary"], r["destination"]) for r in
                     todo.select("primary", "destination").distinct().collect()]  # fmt: skip
+    progress.step(f"replay: pinging {len(destinations)} destinations")
     skipped = ping_destinations(config, destinations, dbutils_get)
     ledger.operations["replay.pings"] = len(destinations)
     ledger.timings["replay.pings"] = time.monotonic() - clock
@@ -309,6 +311,7 @@ def _replay_and_settle(
     results = replay_messages(rows, config, skipped, dbutils_get=dbutils_get,
                               failpoint=failpoints.for_task("mid_replay"))  # fmt: skip
     sends = time.monotonic()
+    progress.step("replay: sending")
     results = results.localCheckpoint(eager=True)  # the sends happen here, exactly once
     ledger.timings["replay.sends"] = time.monotonic() - sends
     append_outcomes(results, planned, root, ledger.run_id, "replay", datetime.now(timezone.utc))
@@ -328,6 +331,7 @@ def _replay_and_settle(
         "backlog_queue", "sequence_number", "outcome").unionByName(
         results.select("backlog_queue", "sequence_number", "outcome"))  # fmt: skip
     actions = settle_actions(planned, all_sent)
+    progress.step("settle: completing and dead-lettering in the backlog queues")
     settled = settle_queues(actions, config, ledger.run_id, dbutils_get,
                             failpoints.for_task("mid_settle"))  # fmt: skip
     settled = settled.localCheckpoint(eager=True)
