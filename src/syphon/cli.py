@@ -149,9 +149,10 @@ def databricks_secrets() -> Callable[[str, str], str] | None:
 def _config(args: argparse.Namespace) -> SyphonConfig:
     """The config, and logging as it asks where the command line did not say."""
     config = load_config(args.config)
-    configure_logging(
-        args.log_level or config.logging.level, args.log_format or config.logging.format
-    )
+    fmt = args.log_format or config.logging.format
+    configure_logging(args.log_level or config.logging.level, fmt)
+    if fmt == "json":  # JSON lines are for machines: no progress between them
+        progress.uninstall()
     return config
 
 
