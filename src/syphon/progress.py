@@ -24,6 +24,7 @@ class Reporter:
         self.stage: str | None = None
         self.started = time.monotonic()
         self.spark_context: Any = None
+        self._counting = False  # a task counter line is open (no newline yet)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._poll, name="syphon-progress", daemon=True)
@@ -43,7 +44,7 @@ class Reporter:
             self._end_line()
 
     def _end_line(self) -> None:
-        if getattr(self, "_counting", False):
+        if self._counting:
             self.stream.write("\n")
             self._counting = False
 

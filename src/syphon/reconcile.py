@@ -391,6 +391,12 @@ def _pack(chunks: Any) -> Any:
         )
 
 
+_PACKED_SCHEMA = (
+    "backlog_queue string, sequence_number long, _bytes long, _batch_no long, "
+    "batch_position long, _rejected string"
+)
+
+
 def plan_batches(ordered: DataFrame) -> DataFrame:
     """Packs each (destination, partition key) group's ``replay`` rows, in replay order,
     into batches of at most the destination's limit (``_limit``) by ``message_bytes``
@@ -429,12 +435,6 @@ def plan_batches(ordered: DataFrame) -> DataFrame:
         .withColumn("batch_id", batch_id)
         .drop("_batch_no", "_limit", "_bytes", "_rejected", "_measure_input")
     )
-
-
-_PACKED_SCHEMA = (
-    "backlog_queue string, sequence_number long, _bytes long, _batch_no long, "
-    "batch_position long, _rejected string"
-)
 
 
 def reconcile_snapshot(

@@ -6,7 +6,6 @@ import io
 import json
 import logging
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -19,14 +18,8 @@ CONNECTION = (
 
 
 @pytest.fixture
-def stream() -> Iterator[io.StringIO]:
-    out = io.StringIO()
-    level = logging.getLogger().level
-    yield out
-    root = logging.getLogger()
-    for h in [h for h in root.handlers if h.get_name() == "syphon"]:
-        root.removeHandler(h)
-    root.setLevel(level)
+def stream() -> io.StringIO:
+    return io.StringIO()  # the handler on it is removed by conftest after the test
 
 
 def test_json_records_carry_the_run_id_from_any_thread(stream: io.StringIO) -> None:
