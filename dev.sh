@@ -8,7 +8,8 @@
 #   ./dev.sh lock                 re-resolve pyproject.toml into requirements.lock
 #
 # Each installs what is missing: Python's venv module, a C compiler (python-qpid-proton
-# builds from source), Java (Spark), via apt-get when needed.
+# builds from source), Java (Spark), and for the tests Chromium (the report is drawn
+# headless), via apt-get when needed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -64,6 +65,11 @@ ensure_venv() {
   echo "$want" > "$STAMP"
 }
 
+# the run report's test draws the page in headless Chromium (tests only, not the job)
+ensure_chromium() {
+  command -v chromium >/dev/null 2>&1 || apt_install chromium fonts-dejavu-core
+}
+
 setup() { ensure_python; ensure_java; ensure_venv; }
 
 cmd=${1:-help}
@@ -71,6 +77,7 @@ cmd=${1:-help}
 case "$cmd" in
   test)
     setup
+    ensure_chromium
     # Test files go to parallel workers (pytest-xdist, one file per worker at a time):
     # most tests wait on the network, not the CPU. SYPHON_TEST_WORKERS=0 runs serially.
     exec "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile "$@"

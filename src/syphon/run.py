@@ -43,6 +43,7 @@ from syphon.audit import (
 from syphon.config import SyphonConfig
 from syphon.lease import Lease
 from syphon.logs import run_context
+from syphon.report import write_run_report
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -85,6 +86,7 @@ class RunResult:
     detail: str | None = None
     hint: str | None = None  # one line naming the fix, when the run could not start
     code: int | None = None  # an exit code more precise than the status's
+    report: str | None = None  # where the run's HTML report was written
 
     @property
     def exit_code(self) -> int:
@@ -144,8 +146,17 @@ def run(
 
     started = datetime.now(timezone.utc)
     run_id = run_id or new_run_id(started)
+    sessions: list[SparkSession] = []
+
+    def session() -> SparkSession:
+        sessions.append(spark_factory())
+        return sessions[-1]
+
     with run_context(run_id):  # every record of the run carries its id
-        return _run(config, spark_factory, run_id, started, dbutils_get)
+        result = _run(config, session, run_id, started, dbutils_get)
+        result.report = write_run_report(result, sessions[-1] if sessions else None,
+                                         config.audit.path)  # fmt: skip
+    return result
 
 
 def _run(
@@ -209,13 +220,17 @@ def replay_run(
         raise SyphonError(f"run {run_id} was never planned under {config.audit.path}")
     started = min(r["started_at"] for r in mine)
     ledger = _Ledger(config, run_id, started)
-    with run_context(run_id), _leased(config, ledger) as lease:
-        if lease is None:
-            return _busy(ledger)
-        try:
-            return _replay_and_settle(spark, config, ledger, None, lease, dbutils_get)
-        except Exception as exc:
-            return _failed(ledger, exc)
+    with run_context(run_id):
+        with _leased(config, ledger) as lease:
+            if lease is None:
+                result = _busy(ledger)
+            else:
+                try:
+                    result = _replay_and_settle(spark, config, ledger, None, lease, dbutils_get)
+                except Exception as exc:
+                    result = _failed(ledger, exc)
+        result.report = write_run_report(result, spark, config.audit.path)
+    return result
 
 
 @contextlib.contextmanager
@@ -488,6 +503,8 @@ def format_run(result: RunResult) -> str:
         lines.append(
             "operations: " + ", ".join(f"{k} {v}" for k, v in sorted(result.operations.items()))
         )
+    if result.report:
+        lines.append(f"report: {result.report}")
     return "\n".join(lines)
 
 

@@ -30,6 +30,9 @@ def test_the_demo_runs_the_whole_story_and_can_run_again(tmp_path: Path) -> None
         assert "verdicts: invalid 3, replay " in out
         assert "settle_dead_lettered 3" in out
         assert str(tmp_path / ".syphon" / "delta") in out
+        report = out.split("report: ", 1)[1].split("\n", 1)[0]
+        assert Path(report).parent == tmp_path / ".syphon" / "delta" / "reports"
+        assert "Verdicts by destination" in Path(report).read_text(encoding="utf-8")
         for text in (result.stdout, result.stderr):  # no secret in what it prints
             assert EMULATOR_KEY not in text
             assert "SharedAccessKey=" not in text

@@ -48,6 +48,7 @@ def test_json_logs_carry_the_run_id_and_nothing_secret_is_written_anywhere(
 
     runs = read_table(tmp_path / "delta" / RUNS_TABLE).to_pylist()
     assert "done" in {r["status"] for r in runs if r["run_id"] == "logged-run-1"}
+    assert list((tmp_path / "delta" / "reports").glob("*.html")), "the scan must see the report"
     secrets = [EMULATOR_KEY, pair.secondary.connection_string, pair.primary.connection_string]
     for text in (out, err):
         for secret in secrets:

@@ -1,0 +1,160 @@
+"""The run report's page, from figures alone (no Spark): sections, tables, charts, and
+nothing it would have to fetch."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from report_html import parse_report, table_dict
+from syphon.report import SPREAD_ROWS, ReportData, render_html, report_path, write_report
+
+T0 = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
+
+
+def figures(**changes: object) -> ReportData:
+    data = ReportData(
+        run_id="r-1",
+        status="partial",
+        detail=None,
+        hint=None,
+        generated_at=T0 + timedelta(hours=2),
+        counts={"replay": 7, "invalid": 1, "duplicate": 2},
+        outcomes={"replay_sent": 6, "replay_skipped": 1, "settle_left": 1},
+        operations={"credits_estimated": 30, "replay.messages_sent": 6},
+        timings={"snapshot": 3.25},
+        by_destination={
+            ("contoso", "orders"): {"replay": 5, "duplicate": 2},
+            ("contoso", "<script>alert(1)</script>"): {"replay": 2},
+            ("contoso", ""): {"invalid": 1},
+        },
+        windows={
+            ("contoso", "orders"): (T0, T0 + timedelta(minutes=9)),
+            ("contoso", "<script>alert(1)</script>"): (T0 + timedelta(minutes=3),) * 2,
+        },
+        timeline={
+            ("contoso", "orders", T0): 4,
+            ("contoso", "orders", T0 + timedelta(minutes=9)): 3,
+            ("contoso", "<script>alert(1)</script>", T0 + timedelta(minutes=3)): 2,
+        },
+        spread_groups=1,
+        spread=[
+            {
+                "primary": "contoso",
+                "destination": "orders",
+                "partition_key_effective": "k1",
+                "messages": 4,
+                "queues": 2,
+                "span_seconds": 540.0,
+            }
+        ],
+        left=[
+            {"stage": "replay", "outcome": "skipped", "detail": "destination_missing", "count": 1},
+            {"stage": "settle", "outcome": "left", "detail": None, "count": 1},
+        ],
+    )
+    for key, value in changes.items():
+        setattr(data, key, value)
+    return data
+
+
+def test_the_page_has_every_section_with_the_figures_it_was_given() -> None:
+    page = parse_report(render_html(figures()))
+
+    verdicts = table_dict(page.sections["verdicts"][0])
+    assert verdicts["contoso/orders"] == {
+        "replay": "5",
+        "duplicate": "2",
+        "invalid": "0",
+        "total": "7",
+    }
+    assert verdicts["contoso/(no destination)"]["invalid"] == "1"
+    assert page.svgs["verdicts"] == 1
+    assert page.svgs["timeline"] == 1
+    windows = table_dict(page.sections["timeline"][0])
+    assert windows["contoso/orders"] == {
+        "first": "2026-11-20 08:00:00",
+        "last": "2026-11-20 08:09:00",
+        "span (s)": "540",
+    }
+    spread = table_dict(page.sections["spread"][0])
+    assert spread["contoso/orders"] == {
+        "partition key": "k1",
+        "messages": "4",
+        "backlog queues": "2",
+        "span (s)": "540.0",
+    }
+    operations = table_dict(page.sections["operations"][0])
+    assert operations["credits_estimated"]["count"] == "30"
+    assert "5.00 per message replayed" in page.text["operations"]
+    left = page.sections["left"][0]
+    assert left[1:] == [
+        ["replay", "skipped", "destination_missing", "1"],
+        ["settle", "left", "", "1"],
+    ]
+    summary = table_dict(page.sections["summary"][0])
+    assert summary["messages planned"]["messages"] == "10"
+
+
+def test_the_page_loads_nothing_and_runs_no_script() -> None:
+    text = render_html(figures())
+    page = parse_report(text)
+    outside = [ref for ref in page.references if not ref[2].startswith("#")]
+    assert outside == []  # only links inside the page (the charts' glyphs and markers)
+    assert all(f'id="{ref[2][1:]}"' in text for ref in page.references)
+    assert not page.tags & {"script", "link", "img", "iframe", "object", "embed"}
+    assert "<script>alert" not in text  # a name is text, never markup
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    names = re.sub(r'xmlns(:\w+)?="[^"]*"', "", text)  # XML namespace names are not links
+    assert "http://" not in names
+    assert "https://" not in names
+
+
+def test_a_run_without_audit_rows_still_says_what_happened() -> None:
+    data = figures(
+        status="busy",
+        detail="another run holds the lease: r-0",
+        counts={},
+        outcomes={},
+        operations={},
+        timings={},
+        by_destination={},
+        windows={},
+        timeline={},
+        spread_groups=0,
+        spread=[],
+        left=[],
+    )
+    page = parse_report(render_html(data))
+    assert "another run holds the lease" in page.text["summary"]
+    assert "No message was planned" in page.text["verdicts"]
+    assert "No parked message" in page.text["timeline"]
+    assert "No group was spread" in page.text["spread"]
+    assert "No message outcome was recorded (run busy)" in page.text["left"]
+    assert sum(page.svgs.values()) == 0
+
+
+def test_many_spread_groups_are_counted_and_the_largest_listed() -> None:
+    groups = [
+        {
+            "primary": "p",
+            "destination": "d",
+            "partition_key_effective": f"k{i}",
+            "messages": 2,
+            "queues": 2,
+            "span_seconds": None,
+        }
+        for i in range(SPREAD_ROWS)
+    ]
+    page = parse_report(render_html(figures(spread_groups=SPREAD_ROWS + 7, spread=groups)))
+    assert f"{SPREAD_ROWS + 7} group(s)" in page.text["spread"]
+    assert f"The {SPREAD_ROWS} spread over the most queues" in page.text["spread"]
+    assert len(page.sections["spread"][0]) == SPREAD_ROWS + 1
+
+
+def test_the_same_figures_draw_the_same_page(tmp_path: Path) -> None:
+    first = write_report(figures(), tmp_path)
+    again = render_html(figures())
+    assert first == report_path(tmp_path.absolute(), "r-1")
+    assert Path(first).read_text(encoding="utf-8") == again
