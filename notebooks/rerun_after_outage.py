@@ -1,0 +1,111 @@
+# Databricks notebook source
+# MAGIC %md
+# MAGIC # syphon: rerun after an outage
+# MAGIC
+# MAGIC Look at the backlog, plan a run (or pick a planned one), inspect its verdicts and the
+# MAGIC groups spread over several backlog queues, replay it, and follow one message through
+# MAGIC the audit by its MessageId. Every cell calls the `syphon` library; no cell shows a
+# MAGIC message body.
+# MAGIC
+# MAGIC Parameters (widgets on Databricks; papermill parameters elsewhere):
+# MAGIC - `config`: the config file (empty: `SYPHON_CONFIG`, else the embedded default);
+# MAGIC - `run_id`: a planned run to inspect and replay (empty: plan a new one);
+# MAGIC - `destinations`: `primary/destination`, comma-separated, to narrow what is shown;
+# MAGIC - `message_id`: a MessageId to look up in the audit;
+# MAGIC - `replay`: `yes` to replay the run in the replay cell (default `no`).
+
+# COMMAND ----------
+
+# Parameters
+config = ""
+run_id = ""
+destinations = ""
+message_id = ""
+replay = "no"
+
+# COMMAND ----------
+
+from syphon import notebook as nb
+from syphon.cli import databricks_secrets
+from syphon.logs import configure_logging
+from syphon.run import format_run, format_status, replay_run, status
+
+params = nb.parameters(
+    globals().get("dbutils"),
+    config=config,
+    run_id=run_id,
+    destinations=destinations,
+    message_id=message_id,
+    replay=replay,
+)
+cfg = nb.open_config(params)
+configure_logging(cfg.logging.level, "text")
+secrets = databricks_secrets()
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Backlog status
+# MAGIC Messages in each backlog queue, and the last runs in the ledger.
+
+# COMMAND ----------
+
+print(format_status(status(cfg, dbutils_get=secrets)))
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Plan
+# MAGIC Snapshot, reconcile and audit (recorded as `planned`), or the planned run named by `run_id`.
+
+# COMMAND ----------
+
+spark = nb.session(cfg)
+run_id, summary = nb.plan(spark, cfg, params, secrets)
+print(summary)
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Verdicts
+# MAGIC Messages per destination, verdict and reason.
+
+# COMMAND ----------
+
+nb.verdicts(spark, cfg, params, run_id)
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Spread groups
+# MAGIC Groups (destination and partition key) whose messages sit in several backlog queues:
+# MAGIC syphon replays each in the original order.
+
+# COMMAND ----------
+
+nb.spread_groups(spark, cfg, params, run_id)
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Replay
+# MAGIC Sends the planned run to the primaries and settles the backlog (only with `replay` = `yes`).
+
+# COMMAND ----------
+
+if params.replay:
+    result = replay_run(spark, cfg, run_id, dbutils_get=secrets)
+    print(format_run(result))
+else:
+    print(f"run {run_id} not replayed: set the replay parameter to yes")
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## One message in the audit
+# MAGIC Every audit row of `message_id`, over all runs: where it was found, its verdict and what
+# MAGIC each stage did with it.
+
+# COMMAND ----------
+
+nb.audit_for(spark, cfg, params)

@@ -1,0 +1,183 @@
+"""What the rerun-after-outage notebook calls (``notebooks/rerun_after_outage.*``).
+
+The notebook reads its parameters (Databricks widgets, or papermill's parameters cell
+elsewhere), then calls these functions; each returns something small to look at (text
+or a pandas frame), never a message body. On Databricks the session is the cluster's
+(``spark.master: null`` in the config); elsewhere it is built from the config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from syphon.audit import read_audit
+from syphon.config import SyphonConfig, load_config
+
+if TYPE_CHECKING:
+    import pandas as pd  # type: ignore[import-untyped]
+    from pyspark.sql import DataFrame, SparkSession
+
+#: The notebook's widgets: name -> (default, label).
+WIDGETS = {
+    "config": ("", "Config file"),
+    "run_id": ("", "Run id (empty: plan a new run)"),
+    "destinations": ("", "Destinations (primary/destination, comma-separated; empty: all)"),
+    "message_id": ("", "MessageId to look up in the audit"),
+    "replay": ("no", "Replay the planned run (yes/no)"),
+}
+
+
+@dataclass(frozen=True)
+class Parameters:
+    """The notebook's parameters, read once."""
+
+    config: str
+    run_id: str
+    destinations: tuple[tuple[str, str], ...]
+    message_id: str
+    replay: bool
+
+
+def parameters(dbutils: Any = None, **values: str) -> Parameters:
+    """The notebook's parameters: on Databricks (``dbutils`` given) from text widgets,
+    created with ``values`` as their defaults; elsewhere ``values`` themselves.
+
+    Raises:
+        ValueError: a destination is not ``primary/destination``, or ``replay`` is not
+            yes or no.
+    """
+    got = {name: str(values.get(name, default)) for name, (default, _) in WIDGETS.items()}
+    if dbutils is not None:
+        for name, (_, label) in WIDGETS.items():
+            dbutils.widgets.text(name, got[name], label)
+        got = {name: str(dbutils.widgets.get(name)) for name in WIDGETS}
+    places = []
+    for item in got["destinations"].split(","):
+        if not item.strip():
+            continue
+        primary, sep, destination = item.strip().partition("/")
+        if not sep or not primary or not destination:
+            raise ValueError(f"destinations: {item.strip()!r} is not primary/destination")
+        places.append((primary, destination))
+    replay = got["replay"].strip().lower()
+    if replay not in ("yes", "no"):
+        raise ValueError(f"replay: {got['replay']!r} is not yes or no")
+    return Parameters(got["config"].strip(), got["run_id"].strip(), tuple(places),
+                      got["message_id"].strip(), replay == "yes")  # fmt: skip
+
+
+def open_config(params: Parameters) -> SyphonConfig:
+    """The config the parameters name (``SYPHON_CONFIG`` or the embedded default when
+    empty)."""
+    return load_config(params.config or None)
+
+
+def session(config: SyphonConfig) -> SparkSession:
+    """The Spark session: the platform's when the config's master is null."""
+    from syphon.spark import build_spark_session
+
+    return build_spark_session(config.spark)
+
+
+def _plan_of(spark: SparkSession, config: SyphonConfig, run_id: str) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    audit = read_audit(spark, config.audit.path)
+    if audit is None:
+        raise LookupError(f"no audit under {config.audit.path}: plan a run first")
+    return audit.where((F.col("run_id") == run_id) & (F.col("stage") == "plan"))
+
+
+def _only(df: DataFrame, params: Parameters) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    if not params.destinations:
+        return df
+    wanted = F.lit(False)
+    for primary, destination in params.destinations:
+        wanted = wanted | ((F.col("primary") == primary) & (F.col("destination") == destination))
+    return df.where(wanted)
+
+
+def verdicts(spark: SparkSession, config: SyphonConfig, params: Parameters,
+             run_id: str) -> pd.DataFrame:  # fmt: skip
+    """The run's plan: messages per destination, verdict and reason."""
+    from pyspark.sql import functions as F
+
+    rows = _only(_plan_of(spark, config, run_id), params)
+    return (
+        rows.groupBy("primary", "destination", "verdict", "reason")
+        .agg(F.count(F.lit(1)).alias("messages"))
+        .orderBy("primary", "destination", "verdict", "reason")
+        .toPandas()
+    )
+
+
+def spread_groups(spark: SparkSession, config: SyphonConfig, params: Parameters,
+                  run_id: str, limit: int = 100) -> pd.DataFrame:  # fmt: skip
+    """The run's replay groups (destination and partition key) that sit in several backlog
+    queues, the most spread first: messages, queues, time span."""
+    from pyspark.sql import functions as F
+
+    rows = _only(_plan_of(spark, config, run_id), params)
+    return (
+        rows.where((F.col("verdict") == "replay") & F.col("group_spread"))
+        .groupBy("primary", "destination", "partition_key_effective")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.countDistinct("backlog_queue").alias("backlog_queues"),
+            F.max("group_span_seconds").alias("span_seconds"),
+        )
+        .orderBy(F.desc("backlog_queues"), F.desc("messages"), "primary", "destination")
+        .limit(limit)
+        .toPandas()
+    )
+
+
+#: The audit columns shown for one message.
+MESSAGE_COLUMNS = (
+    "message_id", "run_id", "stage", "recorded_at", "backlog_queue", "sequence_number", "primary",
+    "destination", "session_id", "partition_key_effective", "verdict", "reason",
+    "batch_id", "batch_position", "outcome", "detail", "body_sha256",
+)  # fmt: skip
+
+
+def audit_for(spark: SparkSession, config: SyphonConfig, params: Parameters) -> pd.DataFrame:
+    """Every audit row of the MessageId in ``params.message_id``, over all runs, oldest
+    first: where it was found, its verdict and what each stage did with it."""
+    from pyspark.sql import functions as F
+
+    audit = read_audit(spark, config.audit.path)
+    if audit is None or not params.message_id:
+        import pandas as pd
+
+        return pd.DataFrame(columns=list(MESSAGE_COLUMNS))
+    rows = _only(audit.where(F.col("message_id") == params.message_id), params)
+    order = F.when(F.col("stage") == "plan", 0).when(F.col("stage") == "replay", 1).otherwise(2)
+    return (
+        rows.orderBy("recorded_at", order, "backlog_queue", "sequence_number")
+        .select(*MESSAGE_COLUMNS)
+        .toPandas()
+    )
+
+
+def plan(
+    spark: SparkSession, config: SyphonConfig, params: Parameters, dbutils_get: Any = None
+) -> tuple[str, str]:
+    """The run to inspect and replay, and its summary: ``params.run_id`` when the ledger
+    says it was planned (nothing is peeked again), else a new plan (recorded
+    ``planned``)."""
+    from syphon.audit import read_runs
+    from syphon.plan import format_summary, run_plan
+
+    if params.run_id:
+        rows = [r for r in read_runs(config.audit.path) if r["run_id"] == params.run_id]
+        planned = [r for r in rows if r["status"] == "planned"]
+        if planned:
+            latest = max(rows, key=lambda r: r["recorded_at"])
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(dict(planned[0]["counts"]).items()))
+            return params.run_id, (f"run {params.run_id}: planned earlier, now "
+                                   f"{latest['status']}; verdicts: {counts}")  # fmt: skip
+    result = run_plan(spark, config, run_id=params.run_id or None, dbutils_get=dbutils_get)
+    return result.run_id, format_summary(result)

@@ -1,0 +1,58 @@
+"""The notebook's parameters: widgets on Databricks, plain values elsewhere.
+
+``dbutils.widgets`` exists only on a Databricks cluster: here a small stand-in records the
+widgets made and answers ``get`` with what a user typed (the only fake in these tests)."""
+
+from __future__ import annotations
+
+import pytest
+
+from syphon.notebook import WIDGETS, Parameters, parameters
+
+
+class Widgets:
+    def __init__(self, typed: dict[str, str]) -> None:
+        self.typed = typed
+        self.made: dict[str, tuple[str, str]] = {}
+
+    def text(self, name: str, default: str, label: str) -> None:
+        self.made[name] = (default, label)
+
+    def get(self, name: str) -> str:
+        return self.typed.get(name, self.made[name][0])
+
+
+class DbUtils:
+    def __init__(self, typed: dict[str, str]) -> None:
+        self.widgets = Widgets(typed)
+
+
+def test_values_are_taken_as_they_are_off_databricks() -> None:
+    got = parameters(config="c.yaml", run_id=" r1 ", destinations="p/orders, p/events",
+                     replay="YES")  # fmt: skip
+    assert got == Parameters("c.yaml", "r1", (("p", "orders"), ("p", "events")), "", True)
+
+
+def test_on_databricks_widgets_are_made_with_the_values_as_defaults_and_read_back() -> None:
+    dbutils = DbUtils({"run_id": "typed-run", "replay": "no"})
+    got = parameters(dbutils, config="/Volumes/c.yaml", replay="yes")
+    assert set(dbutils.widgets.made) == set(WIDGETS)
+    assert dbutils.widgets.made["config"][0] == "/Volumes/c.yaml"
+    assert dbutils.widgets.made["replay"][0] == "yes"
+    assert got.run_id == "typed-run"
+    assert got.config == "/Volumes/c.yaml"
+    assert got.replay is False
+    assert got.destinations == ()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"destinations": "orders"}, "'orders' is not primary/destination"),
+        ({"destinations": "p/"}, "'p/' is not primary/destination"),
+        ({"replay": "maybe"}, "'maybe' is not yes or no"),
+    ],
+)
+def test_bad_parameters_are_refused_with_the_reason(changes: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parameters(**changes)
