@@ -87,22 +87,32 @@ def job_config(
     queue_count: int = BACKLOG_QUEUES,
     split_messages: int = 50_000,
     extra: str = "",
+    azure_ad: str | None = None,
 ) -> SyphonConfig:
     """A syphon config for the pair (secrets in environment variables set through
-    ``monkeypatch``), with Delta tables under ``tmp_path``."""
+    ``monkeypatch``), with Delta tables under ``tmp_path``. With ``azure_ad`` (a YAML
+    flow mapping such as ``{type: managed_identity}``) both namespaces are reached with
+    that Azure AD credential at their local addresses instead of connection strings."""
     monkeypatch.setenv("PAIR_TEST_SECONDARY", pair.secondary.connection_string)
     monkeypatch.setenv("PAIR_TEST_PRIMARY", pair.primary.connection_string)
+
+    def auth(emulator: Emulator, env: str) -> str:
+        if azure_ad is None:
+            return f"connection_string: {{env: {env}}}"
+        return (f"credential: {azure_ad}\n    fully_qualified_namespace: "
+                f'"{emulator.host}:{emulator.port}"')  # fmt: skip
+
     path = tmp_path / "syphon.yaml"
     path.write_text(
         f"""
 secondary:
   namespace: contoso-secondary
-  connection_string: {{env: PAIR_TEST_SECONDARY}}
+  {auth(pair.secondary, "PAIR_TEST_SECONDARY").replace("    ", "  ")}
   management_endpoint: "{pair.secondary.admin_endpoint}"
   ca_bundle: "{pair.secondary.ca_bundle}"
 primaries:
   - namespace: {PRIMARY}
-    connection_string: {{env: PAIR_TEST_PRIMARY}}
+    {auth(pair.primary, "PAIR_TEST_PRIMARY")}
     management_endpoint: "{pair.primary.admin_endpoint}"
     ca_bundle: "{pair.primary.ca_bundle}"
 backlog:

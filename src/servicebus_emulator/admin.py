@@ -677,6 +677,8 @@ class AdminService:
         try:
             if not headers.get("authorization"):
                 raise AdminError(401, "MissingToken: the Authorization header is missing.")
+            with self.broker.lock:
+                self.broker.auth_seen[f"http:{headers['authorization'].split(' ', 1)[0]}"] += 1
             parsed = urllib.parse.urlsplit(raw_path)
             query = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query).items()}
             segments = [urllib.parse.unquote(s) for s in parsed.path.strip("/").split("/")]

@@ -467,6 +467,8 @@ class AmqpHandler:
         reply: Any = Message()
         reply.correlation_id = request_id
         if state.kind == "cbs":
+            with self.broker.lock:
+                self.broker.auth_seen[f"amqp:{_text(app.get('type')) or '?'}"] += 1
             reply.properties = {"status-code": amqp_int(202), "status-description": "Accepted"}
         else:
             from servicebus_emulator.management import handle_management

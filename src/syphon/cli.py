@@ -159,8 +159,11 @@ def _config(args: argparse.Namespace) -> SyphonConfig:
 def _checked_config(args: argparse.Namespace) -> SyphonConfig:
     config = _config(args)
     for namespace in (config.secondary, *config.primaries):  # fail before Spark starts
-        if namespace.connection_string.env is not None:
-            resolve_secret(namespace.connection_string)
+        refs = [namespace.connection_string,
+                namespace.credential.client_secret if namespace.credential else None]  # fmt: skip
+        for ref in refs:
+            if ref is not None and ref.env is not None:
+                resolve_secret(ref)
     return config
 
 

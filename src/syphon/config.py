@@ -38,6 +38,7 @@ _LITERAL_SECRET = re.compile(
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENDPOINT = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$")
+_HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$")
 
 T = TypeVar("T")
 
@@ -60,26 +61,63 @@ class SecretRef:
         return f"Databricks secret {self.scope}/{self.key}"
 
 
+#: Azure AD credential types (azure-identity): ``default`` is DefaultAzureCredential
+#: (environment, workload identity, managed identity, Azure CLI, …), ``managed_identity``
+#: ManagedIdentityCredential, ``service_principal`` ClientSecretCredential.
+CREDENTIAL_TYPES = ("default", "managed_identity", "service_principal")
+
+
+@dataclass(frozen=True)
+class CredentialConfig:
+    """An Azure AD identity for a namespace.
+
+    Attributes:
+        type: one of :data:`CREDENTIAL_TYPES`.
+        client_id: a user-assigned managed identity's client id (``default``,
+            ``managed_identity``; None: the system-assigned one), or the service
+            principal's application id (required for ``service_principal``).
+        tenant_id: the service principal's tenant (required for ``service_principal``).
+        client_secret: reference to the service principal's secret (required for
+            ``service_principal``).
+    """
+
+    type: str = "default"
+    client_id: str | None = None
+    tenant_id: str | None = None
+    client_secret: SecretRef | None = None
+
+
 @dataclass(frozen=True)
 class NamespaceConfig:
-    """One Service Bus namespace syphon talks to.
+    """One Service Bus namespace syphon talks to, with a connection string or an Azure AD
+    credential (exactly one of the two).
 
     Attributes:
         namespace: the namespace's name, as it appears in backlog queue paths.
         connection_string: reference to the namespace's connection string.
+        credential: the Azure AD identity to use instead of a connection string.
+        fully_qualified_namespace: ``host`` or ``host:port`` of the namespace for Azure AD
+            (default ``<namespace>.servicebus.windows.net``).
         tier: ``standard`` (256 KB batches) or ``premium`` (1 MB batches).
         management_endpoint: ``host:port`` of the HTTPS management API; None means the
-            connection string's host on port 443, as on Azure. The local Service Bus
-            serves it on a port of its own.
+            namespace's host on port 443, as on Azure. The local Service Bus serves it on
+            a port of its own.
         ca_bundle: a PEM file of CAs to trust for the management API (the local
             Service Bus's generated CA); None trusts the system's CAs.
     """
 
     namespace: str
-    connection_string: SecretRef
+    connection_string: SecretRef | None = None
     tier: str = "standard"
     management_endpoint: str | None = None
     ca_bundle: str | None = None
+    credential: CredentialConfig | None = None
+    fully_qualified_namespace: str | None = None
+
+    @property
+    def host(self) -> str:
+        """The fully-qualified namespace Azure AD clients connect to."""
+        return self.fully_qualified_namespace or f"{self.namespace}.servicebus.windows.net"
 
 
 @dataclass(frozen=True)
@@ -347,8 +385,9 @@ class _Builder:
         ns = self.section(
             raw,
             key,
-            ("namespace", "connection_string", "tier", "management_endpoint", "ca_bundle"),
-        )
+            ("namespace", "connection_string", "credential", "fully_qualified_namespace",
+             "tier", "management_endpoint", "ca_bundle"),
+        )  # fmt: skip
         name = self.required(ns, key, "namespace")
         if not isinstance(name, str) or not is_namespace_name(name):
             raise self.fail(
@@ -356,15 +395,48 @@ class _Builder:
                 f"{name!r} is not a namespace name (6-50 letters, digits or hyphens, "
                 "starting with a letter, ending with a letter or digit)",
             )
+        has_string = ns.get("connection_string") is not None
+        has_credential = ns.get("credential") is not None
+        if has_string == has_credential:
+            raise self.fail(key, "give a connection_string or an Azure AD credential (exactly one)")
+        fqns = self.optional_str(ns, key, "fully_qualified_namespace")
+        if fqns is not None and not _HOST.match(fqns):
+            raise self.fail(f"{key}.fully_qualified_namespace",
+                            f"must be host or host:port, no scheme (got {fqns!r})")  # fmt: skip
+        if fqns is not None and has_string:
+            raise self.fail(
+                f"{key}.fully_qualified_namespace",
+                "is for Azure AD; a connection string names its own endpoint",
+            )
         return NamespaceConfig(
             namespace=name,
-            connection_string=self.secret(
-                self.required(ns, key, "connection_string"), f"{key}.connection_string"
+            connection_string=(
+                self.secret(ns["connection_string"], f"{key}.connection_string")
+                if has_string else None
             ),
             tier=self.choice(ns, key, "tier", TIERS, "standard"),
             management_endpoint=self.endpoint(ns, key),
             ca_bundle=self.optional_str(ns, key, "ca_bundle"),
-        )
+            credential=self.credential(ns["credential"], f"{key}.credential")
+            if has_credential else None,
+            fully_qualified_namespace=fqns,
+        )  # fmt: skip
+
+    def credential(self, raw: Any, key: str) -> CredentialConfig:
+        c = self.section(raw, key, ("type", "client_id", "tenant_id", "client_secret"))
+        kind = self.choice(c, key, "type", CREDENTIAL_TYPES, "default")
+        client_id = self.optional_str(c, key, "client_id")
+        tenant_id = self.optional_str(c, key, "tenant_id")
+        secret = c.get("client_secret")
+        if kind == "service_principal":
+            for name in ("client_id", "tenant_id", "client_secret"):
+                self.required(c, key, name)
+            return CredentialConfig(kind, client_id, tenant_id,
+                                    self.secret(secret, f"{key}.client_secret"))  # fmt: skip
+        for name in ("tenant_id", "client_secret"):
+            if c.get(name) is not None:
+                raise self.fail(f"{key}.{name}", "is for type service_principal only")
+        return CredentialConfig(kind, client_id)
 
     def optional_str(self, raw: dict[str, Any], key: str, name: str) -> str | None:
         if raw.get(name) is None:

@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from syphon.config import NamespaceConfig, resolve_secret
+from syphon.clients import resolve_access
+from syphon.config import NamespaceConfig
 from syphon.errors import ConfigError
 from syphon.snapshot import PEEK_PAGE, SNAPSHOT_COLUMNS, peek_rows, snapshot_schema
 
@@ -103,7 +104,7 @@ def register_backlog_source(
     """Registers the data source for ``secondary``'s backlog queues; returns its name."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    connection_string = resolve_secret(secondary.connection_string, dbutils_get=dbutils_get)
+    access = resolve_access(secondary, dbutils_get)
 
     class _Partition(InputPartition):
         def __init__(self, queue_range: QueueRange) -> None:
@@ -114,17 +115,15 @@ def register_backlog_source(
         def __init__(self, options: dict[str, str]) -> None:
             self.ranges = parse_queues_option(options.get("queues"))
             self.page = int(options.get("page", PEEK_PAGE))
-            self.__secret = connection_string
+            self.__access = access
 
         def partitions(self) -> list[Any]:
             return [_Partition(r) for r in self.ranges]
 
         def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
-            from azure.servicebus import ServiceBusClient
-
             r: QueueRange = partition.queue_range
             with (
-                ServiceBusClient.from_connection_string(self.__secret) as client,
+                self.__access.client() as client,
                 client.get_queue_receiver(r.queue) as receiver,
             ):
                 for row in peek_rows(receiver, r.queue, r.first, r.last, self.page):

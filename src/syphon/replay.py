@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon.config import SyphonConfig, resolve_secret
+from syphon.clients import Access, resolve_access
+from syphon.config import SyphonConfig
 from syphon.envelope import PING_CONTENT_TYPE
 from syphon.failpoints import FailPoint
 
@@ -214,10 +215,7 @@ def replay_messages(
 
     settings = settings or ReplaySettings()
     primaries = sorted({p for p, _ in skipped})
-    secrets = {
-        p: resolve_secret(config.primary(p).connection_string, dbutils_get=dbutils_get)
-        for p in primaries
-    }
+    secrets = {p: resolve_access(config.primary(p), dbutils_get) for p in primaries}
     skip: dict[tuple[str, str], str | None] = {k: v for k, v in skipped.items() if v}
     lane = F.coalesce(F.col("partition_key_effective"), F.col("batch_id"))
     partitions = max(1, rows.sparkSession.sparkContext.defaultParallelism)
@@ -272,7 +270,7 @@ class _TaskPlan:
     """What every replay task is given: the primaries' secrets (never shown), the
     destinations to skip, the settings and the armed fail point."""
 
-    secrets: dict[str, str] = field(repr=False)
+    secrets: dict[str, Access] = field(repr=False)
     skip: dict[tuple[str, str], str | None]
     settings: ReplaySettings
     failpoint: FailPoint | None = None
@@ -293,13 +291,11 @@ class _TaskState:
         self.faulted: set[str] = set()
 
     def sender(self, primary: str, destination: str) -> Any:
-        from azure.servicebus import ServiceBusClient
-
         key = (primary, destination)
         if key not in self.senders:
             if primary not in self.clients:
-                self.clients[primary] = ServiceBusClient.from_connection_string(
-                    self.secrets[primary], retry_total=SDK_RETRIES, keep_alive=None
+                self.clients[primary] = self.secrets[primary].client(
+                    retry_total=SDK_RETRIES, keep_alive=None
                 )
             self.senders[key] = self.clients[primary].get_queue_sender(destination)
         return self.senders[key]

@@ -68,8 +68,8 @@ UNREACHABLE_ERRORS = frozenset({
     "OperationTimeoutError",
 })  # fmt: skip
 DENIED_ERRORS = frozenset({
-    "ClientAuthenticationError", "ServiceBusAuthenticationError",
-    "ServiceBusAuthorizationError",
+    "ClientAuthenticationError", "CredentialUnavailableError",
+    "ServiceBusAuthenticationError", "ServiceBusAuthorizationError",
 })  # fmt: skip
 
 
@@ -175,19 +175,33 @@ def _run(
     except Exception as exc:
         result = _failed(ledger, exc)
         name = type(exc).__name__
-        where = f"the secondary namespace {config.secondary.namespace}"
+        secondary = config.secondary
+        where = f"the secondary namespace {secondary.namespace}"
         if name in UNREACHABLE_ERRORS:
             result.code = EXIT_UNREACHABLE
+            address = (
+                "the Endpoint of its connection string"
+                if secondary.credential is None
+                else f"its fully_qualified_namespace ({secondary.host})"
+            )
             result.hint = (
-                f"{where} cannot be reached: check the Endpoint of its connection "
-                "string (or management_endpoint), DNS, the network and the firewall"
+                f"{where} cannot be reached: check {address} (or management_endpoint), "
+                "DNS, the network and the firewall"
             )
         elif name in DENIED_ERRORS:
             result.code = EXIT_DENIED
-            result.hint = (
-                f"{where} refused the credentials: check the key name and key of "
-                "its connection string (Manage and Listen rights), or the Azure AD role"
-            )
+            if secondary.credential is None:
+                result.hint = (
+                    f"{where} refused the credentials: check the key name and key of "
+                    "its connection string (Manage and Listen rights)"
+                )
+            else:
+                result.hint = (
+                    f"{where} got no Azure AD token or refused it (credential type "
+                    f"{secondary.credential.type}): check that azure-identity finds the "
+                    "identity on this machine and that it holds the Azure Service Bus "
+                    "Data Owner role on the namespace"
+                )
         return result
     ledger.timings["discover"] = time.monotonic() - clock
     ledger.operations.update(_discovery_operations(config, queues))

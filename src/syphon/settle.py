@@ -24,7 +24,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from syphon.config import SyphonConfig, resolve_secret
+from syphon.clients import Access, resolve_access
+from syphon.config import SyphonConfig
 from syphon.failpoints import FailPoint
 from syphon.replay import NAMESPACE_FAULTS
 
@@ -84,8 +85,7 @@ def settle_queues(
     failpoint: FailPoint | None = None,
 ) -> DataFrame:
     """Settles every queue of ``actions`` (lazy: read the result exactly once)."""
-    secret = resolve_secret(config.secondary.connection_string, dbutils_get=dbutils_get)
-    task = _SettleTask(secret, run_id, failpoint)
+    task = _SettleTask(resolve_access(config.secondary, dbutils_get), run_id, failpoint)
 
     def settle_one_queue(pdf: Any) -> Any:  # a plain function: Spark counts its arguments
         return task(pdf)
@@ -101,8 +101,8 @@ def settle_queues(
 class _SettleTask:
     """The function each settle task runs for one backlog queue."""
 
-    def __init__(self, secret: str, run_id: str, failpoint: FailPoint | None = None) -> None:
-        self.__secret = secret
+    def __init__(self, access: Access, run_id: str, failpoint: FailPoint | None = None) -> None:
+        self.__access = access
         self.run_id = run_id
         self.failpoint = failpoint
 
@@ -111,7 +111,6 @@ class _SettleTask:
 
     def __call__(self, pdf: Any) -> Any:
         import pandas as pd  # type: ignore[import-untyped]
-        from azure.servicebus import ServiceBusClient
 
         queue = str(pdf["backlog_queue"].iloc[0])
         todo: dict[int, tuple[str, str | None, str]] = {
@@ -122,7 +121,7 @@ class _SettleTask:
         stopped: str | None = None
         try:
             with (
-                ServiceBusClient.from_connection_string(self.__secret) as client,
+                self.__access.client() as client,
                 client.get_queue_receiver(queue) as receiver,
             ):
                 self._drain(receiver, queue, todo, out)

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from syphon.config import (
+    CredentialConfig,
     SecretRef,
     default_config_path,
     load_config,
@@ -132,6 +133,79 @@ def test_an_invalid_override_names_the_variable(tmp_path: Path) -> None:
 def test_malformed_files_are_refused_with_a_reason(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, text), environ={})
+
+
+AAD = MINIMAL.replace(
+    "connection_string: {scope: syphon, key: contoso}",
+    "credential: {type: managed_identity, client_id: mi-1}\n"
+    "    fully_qualified_namespace: contoso.example.net:5671",
+)
+
+
+def test_a_namespace_can_use_an_azure_ad_credential(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, AAD), environ={})
+    (primary,) = config.primaries
+    assert primary.connection_string is None
+    assert primary.credential == CredentialConfig("managed_identity", client_id="mi-1")
+    assert primary.host == "contoso.example.net:5671"
+    assert config.secondary.credential is None
+    # without a fully-qualified namespace, the public cloud's
+    plain = load_config(write(tmp_path, AAD.replace(
+        "\n    fully_qualified_namespace: contoso.example.net:5671", "")), environ={})  # fmt: skip
+    assert plain.primaries[0].host == "contoso.servicebus.windows.net"
+    # the credential's type can be overridden like any key
+    env = {"SYPHON__PRIMARIES__0__CREDENTIAL__TYPE": "default"}
+    assert load_config(write(tmp_path, AAD), environ=env).primaries[0].credential.type == "default"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("credential: {type: managed_identity, client_id: mi-1}",
+         "credential: {type: managed_identity}\n    connection_string: {env: X}",
+         "exactly one"),
+        ("credential: {type: managed_identity, client_id: mi-1}", "tier: standard",
+         "give a connection_string or an Azure AD credential"),
+        ("type: managed_identity", "type: password", r"credential\.type: must be one of"),
+        ("type: managed_identity", "type: service_principal",
+         r"credential\.tenant_id: is required"),
+        ("client_id: mi-1", "client_id: mi-1, tenant_id: t",
+         r"credential\.tenant_id: is for type service_principal only"),
+        ("client_id: mi-1", "client_id: mi-1, client_secret: {env: S}",
+         r"credential\.client_secret: is for type service_principal only"),
+        ("client_id: mi-1", "client_id: mi-1, colour: red", r"credential\.colour: unknown key"),
+        ("contoso.example.net:5671", "https://contoso.example.net/",
+         r"fully_qualified_namespace: must be host or host:port"),
+    ],
+)  # fmt: skip
+def test_a_bad_azure_ad_credential_is_refused_with_a_reason(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    assert old in AAD
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, AAD.replace(old, new)), environ={})
+
+
+def test_a_fully_qualified_namespace_goes_with_a_credential_only(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        "connection_string: {env: SECONDARY_CS}",
+        "connection_string: {env: SECONDARY_CS}\n  fully_qualified_namespace: x.example.net",
+    )
+    with pytest.raises(ConfigError, match="a connection string names its own endpoint"):
+        load_config(write(tmp_path, text), environ={})
+
+
+def test_a_service_principal_needs_its_three_keys(tmp_path: Path) -> None:
+    text = AAD.replace(
+        "type: managed_identity, client_id: mi-1",
+        "type: service_principal, client_id: app, tenant_id: t, client_secret: {env: SP}",
+    )
+    cred = load_config(write(tmp_path, text), environ={}).primaries[0].credential
+    assert cred == CredentialConfig("service_principal", "app", "t", SecretRef(env="SP"))
+    literal = text.replace("{env: SP}", f'"{LITERAL}"')
+    with pytest.raises(ConfigError, match="secrets are references") as info:
+        load_config(write(tmp_path, literal), environ={})
+    assert "SAS_KEY_VALUE" not in str(info.value)
 
 
 def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
