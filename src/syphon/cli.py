@@ -62,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser(
         "run",
-        help="plan, replay to the primaries, settle the backlog (exit 0 done, 5 work left "
-        "for a later run, 1 failed)",
+        help="plan, replay to the primaries, settle the backlog (exit 0 done, 1 failed, "
+        "2 bad config, 3 credentials refused, 4 no Java, 5 work left for a later run, "
+        "6 another run holds the lease, 7 namespace unreachable, 8 missing destination)",
     )
     _add_config_option(run)
     run.add_argument("--run-id", default=None, help="the run id (default: time and random)")

@@ -60,6 +60,7 @@ EXIT_DENIED = 3
 EXIT_PARTIAL = 5
 EXIT_BUSY = 6
 EXIT_UNREACHABLE = 7
+EXIT_MISSING_DESTINATION = 8
 
 #: Errors that mean a namespace cannot be reached, or refuses the credentials.
 UNREACHABLE_ERRORS = frozenset({
@@ -389,8 +390,44 @@ def _replay_and_settle(
     if faults:  # a namespace failed mid-run: its clients were closed, the rest waits
         status, detail = "failed", "namespace_fault: " + ", ".join(faults)
     ledger.record(status, detail=detail, final=True)
-    return RunResult(ledger.run_id, status, ledger.counts, outcomes, ledger.operations,
-                     ledger.timings, detail)  # fmt: skip
+    result = RunResult(ledger.run_id, status, ledger.counts, outcomes, ledger.operations,
+                       ledger.timings, detail)  # fmt: skip
+    if status != "failed":
+        unknown = [(r["primary"], r["destination"]) for r in planned.where(
+            F.col("reason") == "destination_unknown").select("primary", "destination")
+            .distinct().collect()]  # fmt: skip
+        missing = [key for key, reason in skipped.items() if reason == "destination_missing"]
+        _name_missing_destinations(result, sorted(unknown), sorted(missing))
+    return result
+
+
+def _name_missing_destinations(
+    result: RunResult, unknown: list[tuple[str, str]], missing: list[tuple[str, str]]
+) -> None:
+    """A run that met destinations that do not exist exits 8 with a line naming them:
+    ``unknown`` ones (the primary's listing lacks them: their messages were dead-lettered
+    in the backlog) and ``missing`` ones (the send said not found: their messages wait
+    in the backlog for the next run)."""
+    if not unknown and not missing:
+        return
+
+    def names(keys: list[tuple[str, str]]) -> str:
+        return ", ".join(f"{destination} on {primary}" for primary, destination in keys)
+
+    parts = []
+    if missing:
+        parts.append(f"{names(missing)} (messages left in the backlog for the next run)")
+    if unknown:
+        parts.append(
+            f"{names(unknown)} (messages dead-lettered in the backlog queues with reason "
+            "destination_unknown; resubmit them from there)"
+        )
+    result.code = EXIT_MISSING_DESTINATION
+    result.hint = (
+        "a destination does not exist: create "
+        + "; ".join(parts)
+        + ", or correct the senders' entity names"
+    )
 
 
 def _failed(ledger: _Ledger, exc: BaseException) -> RunResult:

@@ -29,6 +29,7 @@ def test_the_demo_runs_the_whole_story_and_can_run_again(tmp_path: Path) -> None
         assert ": done" in out
         assert "verdicts: invalid 3, replay " in out
         assert "settle_dead_lettered 3" in out
+        assert "fix: a destination does not exist: create nowhere on " in out
         assert str(tmp_path / ".syphon" / "delta") in out
         report = out.split("report: ", 1)[1].split("\n", 1)[0]
         assert Path(report).parent == tmp_path / ".syphon" / "delta" / "reports"

@@ -16,6 +16,7 @@ from servicebus_emulator.server import EMULATOR_KEY
 from syphon.audit import RUNS_TABLE
 from syphon.cli import main
 from syphon.delta import read_table
+from syphon.run import EXIT_MISSING_DESTINATION
 from syphon.sender import to_backlog_message
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,7 +39,7 @@ def test_json_logs_carry_the_run_id_and_nothing_secret_is_written_anywhere(
     code = main(["--log-format", "json", "--log-level", "INFO", "run", "--config",
                  str(tmp_path / "syphon.yaml"), "--run-id", "logged-run-1"])  # fmt: skip
     out, err = capsys.readouterr()
-    assert code == 0, err[-2000:]
+    assert code == EXIT_MISSING_DESTINATION, err[-2000:]  # s5's destination does not exist
 
     records = [json.loads(line) for line in err.splitlines() if line.strip()]
     assert records, "the run logged nothing"

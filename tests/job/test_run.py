@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections import Counter, defaultdict
@@ -14,8 +15,9 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, park_outage, send_raw
 from servicebus_emulator import QueueSpec
 from syphon.audit import AUDIT_TABLE, RUNS_TABLE
+from syphon.config import load_config
 from syphon.delta import read_table
-from syphon.run import EXIT_DONE, EXIT_PARTIAL, run
+from syphon.run import EXIT_DONE, EXIT_MISSING_DESTINATION, EXIT_PARTIAL, run
 from syphon.sender import to_backlog_message
 
 pytestmark = pytest.mark.timeout(420)
@@ -67,7 +69,14 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     config = job_config(pair, tmp_path, monkeypatch)
     first = run(config, lambda: spark)
     assert first.status == "partial", first
-    assert first.exit_code == EXIT_PARTIAL
+    # work left (paused) and a destination that does not exist (nowhere): the latter is
+    # the one the operator must act on, so it decides the exit code
+    assert first.exit_code == EXIT_MISSING_DESTINATION
+    assert first.hint == (
+        "a destination does not exist: create nowhere on contoso-primary (messages "
+        "dead-lettered in the backlog queues with reason destination_unknown; resubmit "
+        "them from there), or correct the senders' entity names"
+    )
 
     # every parked message reached its destination once, after what was there
     for name, path in ENTITIES.items():
@@ -145,6 +154,47 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     third = run(config, lambda: pytest.fail("an empty run must not start Spark"))
     assert third.status == "empty"
     assert third.exit_code == EXIT_DONE
+
+
+def test_a_destination_the_primary_cannot_list_and_the_send_does_not_find_is_left_with_exit_8(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    send_raw(
+        pair,
+        0,
+        [
+            to_backlog_message(ServiceBusMessage(b"a", message_id="o1"), "orders"),
+            to_backlog_message(ServiceBusMessage(b"b", message_id="g1"), "gone"),
+        ],
+    )
+    config = job_config(pair, tmp_path, monkeypatch)
+    # the primary's management API does not answer: its entities are not known, so the
+    # missing destination shows only when the replay's ping finds no entity
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    monkeypatch.setenv("SYPHON__PRIMARIES__0__MANAGEMENT_ENDPOINT", f"127.0.0.1:{closed}")
+    config = load_config(config.source)
+    result = run(config, lambda: spark)
+    assert result.status == "partial", result
+    assert result.exit_code == EXIT_MISSING_DESTINATION
+    assert result.hint == (
+        "a destination does not exist: create gone on contoso-primary (messages left in "
+        "the backlog for the next run), or correct the senders' entity names"
+    )
+    assert [str(m.message_id) for m in stored(pair, "orders")] == ["o1"]
+    assert backlog_state(pair)[f"{PRIMARY}/x-servicebus-transfer/0"] == ["g1"]
+
+    # once the destination exists, the next run sends what waited and exits 0
+    pair.primary.broker.declare(QueueSpec("gone"))
+    again = run(config, lambda: spark)
+    assert (again.status, again.exit_code) == ("done", EXIT_DONE)
+    assert [str(m.message_id) for m in stored(pair, "gone")] == ["g1"]
+    # while a run that only leaves work for later (a paused destination) exits 5
+    pair.primary.make_unavailable("orders")
+    send_raw(pair, 1, [to_backlog_message(ServiceBusMessage(b"c", message_id="o2"), "orders")])
+    paused = run(config, lambda: spark)
+    assert (paused.status, paused.exit_code, paused.hint) == ("partial", EXIT_PARTIAL, None)
 
 
 def test_a_primary_that_goes_down_mid_run_fails_the_run_and_the_next_run_finishes(
