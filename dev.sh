@@ -96,7 +96,9 @@ case "$cmd" in
     ensure_python
     [ -x "$VENV/bin/pip-compile" ] || { [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"; "$VENV/bin/python" -m pip install -q pip-tools; }
     "$VENV/bin/pip-compile" -q --all-extras --generate-hashes --allow-unsafe --strip-extras \
-      --no-emit-index-url --output-file requirements.lock pyproject.toml
+      --no-emit-index-url --no-emit-find-links --output-file requirements.lock pyproject.toml
+    # the cluster's part of it (no extras, no PySpark), for jobs/pack_env.sh
+    "$VENV/bin/python" jobs/runtime_lock.py
     ;;
   *)
     sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'

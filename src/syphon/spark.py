@@ -52,7 +52,13 @@ def build_spark_session(config: SparkConfig) -> SparkSession:
     Raises:
         SparkSetupError: Java is missing or the session cannot start.
     """
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise SparkSetupError(
+            "PySpark is not installed: pip install 'syphon[local]' (PySpark 4.2.0), or run "
+            "on a Spark cluster (spark-submit, Databricks)"
+        ) from exc
 
     local = bool(config.master and config.master.startswith("local"))
     if local and not os.environ.get("JAVA_HOME") and shutil.which("java") is None:

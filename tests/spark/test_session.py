@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 from pyspark.sql import SparkSession
 
@@ -27,3 +29,12 @@ def test_a_local_session_without_java_says_how_to_install_it(
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SparkSetupError, match="apt-get install -y default-jre-headless"):
         build_spark_session(SparkConfig(master="local[1]"))
+
+
+def test_without_pyspark_the_error_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)  # import fails as if not installed
+    with pytest.raises(SparkSetupError, match=r"pip install 'syphon\[local\]'") as info:
+        build_spark_session(SparkConfig(master="local[1]"))
+    assert info.value.exit_code == 4

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Packs syphon for a Spark cluster without internet: the wheel plus its runtime
+# dependencies (requirements-runtime.lock, hashes checked; no PySpark: the cluster has
+# its own) in a virtual environment packed by venv-pack, to pass to spark-submit with
+# --archives. Run it on a machine with internet and the same OS, CPU architecture and
+# Python (same path: venv-pack does not copy the interpreter) as the cluster's nodes.
+#
+#   jobs/pack_env.sh [OUT]        default OUT: dist/syphon-env.tar.gz
+#
+# PYTHON chooses the interpreter (default python3); venv-pack must be importable by it
+# (it is in the dev environment: .venv/bin/python), or VENV_PACK names its command.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/dist/syphon-env.tar.gz}
+py=${PYTHON:-python3}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+say() { printf 'pack_env: %s\n' "$*" >&2; }
+
+say "building the syphon wheel"
+"$py" -m pip wheel -q --disable-pip-version-check --no-deps --wheel-dir "$work/dist" "$root"
+
+say "installing requirements-runtime.lock and the wheel into a fresh environment"
+"$py" -m venv "$work/env"
+"$work/env/bin/python" -m pip install -q --disable-pip-version-check --require-hashes \
+  -r "$root/requirements-runtime.lock"
+"$work/env/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+  "$work"/dist/syphon-*.whl
+
+say "packing it into $out"
+mkdir -p "$(dirname "$out")"
+rm -f "$out"
+if [ -n "${VENV_PACK:-}" ]; then
+  "$VENV_PACK" -q -p "$work/env" -o "$out"
+else
+  "$py" -m venv_pack -q -p "$work/env" -o "$out"
+fi
+cp "$work"/dist/syphon-*.whl "$(dirname "$out")/"
+say "done: $out (and the wheel beside it)"

@@ -1,0 +1,104 @@
+"""The offline packaging recipe end to end: ``jobs/pack_env.sh`` builds the wheel and a
+venv-pack archive from ``requirements-runtime.lock``, and ``spark-submit --archives``
+runs the job with it against the local Service Bus.
+
+The master is ``local-cluster`` (a standalone worker with its own executor JVM, started
+by the pyspark package's scripts), because plain ``local`` mode does not unpack archives
+into the executors' working directory: the executors run ``./environment/bin/python``
+from the archive, as on YARN or Kubernetes, and the driver runs an unpacked copy of it,
+as in cluster deploy mode. Neither has PySpark installed: it comes from spark-submit's
+``pyspark.zip``, as on a cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+
+from paired_env import Pair, job_config, send_raw
+from syphon.sender import to_backlog_message
+
+pytestmark = pytest.mark.timeout(600)
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def test_the_runtime_lock_is_the_runtime_part_of_the_lock() -> None:
+    check = subprocess.run([sys.executable, str(ROOT / "jobs" / "runtime_lock.py"), "--check"],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    assert check.returncode == 0, check.stderr
+    text = (ROOT / "requirements-runtime.lock").read_text(encoding="utf-8")
+    assert "\nazure-servicebus==7.15.0 " in text
+    assert "\ndeltalake==1.6.6 " in text
+    for absent in ("pyspark==", "py4j==", "pytest==", "python-qpid-proton=="):
+        assert f"\n{absent}" not in text, absent
+
+
+def test_spark_submit_runs_the_job_from_a_packed_environment(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for q in range(2):
+        send_raw(pair, q, [to_backlog_message(
+            ServiceBusMessage(f"p{q}{i}".encode(), message_id=f"packed-{q}-{i}"), "orders")
+            for i in range(3)])  # fmt: skip
+    job_config(pair, tmp_path, monkeypatch)  # sets the secrets' variables in os.environ
+
+    archive = tmp_path / "dist" / "syphon-env.tar.gz"
+    packed = subprocess.run(
+        ["bash", str(ROOT / "jobs" / "pack_env.sh"), str(archive)],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    assert packed.returncode == 0, packed.stderr[-3000:]
+    assert archive.exists()
+    assert list((tmp_path / "dist").glob("syphon-*.whl"))
+
+    # the driver's copy, unpacked in its working directory as in cluster deploy mode: the
+    # driver starts Python workers too (to plan the Python data source's reads)
+    driver = tmp_path / "environment"
+    driver.mkdir()
+    subprocess.run(["tar", "-xzf", str(archive), "-C", str(driver)], check=True)
+    bare = subprocess.run([str(driver / "bin" / "python"), "-c", "import pyspark"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert bare.returncode != 0  # PySpark is not in the archive: the cluster brings it
+
+    # the cluster's Spark: the pyspark package's distribution, seen through symlinks so
+    # that the standalone worker's directory (SPARK_HOME/work) is this test's
+    import pyspark
+
+    home = tmp_path / "spark-home"
+    home.mkdir()
+    for entry in Path(pyspark.__file__).parent.iterdir():
+        if entry.name != "work":
+            (home / entry.name).symlink_to(entry)
+    work = home / "work"
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "PYSPARK_PYTHON": "./environment/bin/python",
+        "PYSPARK_DRIVER_PYTHON": "./environment/bin/python",
+        "SYPHON__SPARK__MASTER": "null",  # join the session spark-submit configures
+    }
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        [str(BIN / "spark-submit"), "--master", "local-cluster[1,2,1024]",
+         "--conf", "spark.ui.enabled=false", "--archives", f"{archive}#environment",
+         str(ROOT / "jobs" / "syphon_submit.py"), "--log-format", "json", "run",
+         "--config", str(tmp_path / "syphon.yaml")],
+        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=400, check=False,
+    )  # fmt: skip
+    (tmp_path / "spark-submit.log").write_text(result.stdout + result.stderr, encoding="utf-8")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert ": done" in result.stdout
+    received = sorted(str(m.message_id) for m in
+                      pair.primary.broker.entity("orders").messages.values())  # fmt: skip
+    assert received == [f"packed-{q}-{i}" for q in range(2) for i in range(3)]
+    # the executor unpacked the archive in its working directory and ran its Python
+    pythons = list(work.glob("app-*/*/environment/bin/python"))
+    assert pythons, sorted(str(p) for p in work.rglob("*"))[:20]
+    assert pair.secondary.connection_string not in result.stdout + result.stderr
