@@ -9,6 +9,8 @@
 #
 # PYTHON chooses the interpreter (default python3); venv-pack must be importable by it
 # (it is in the dev environment: .venv/bin/python), or VENV_PACK names its command.
+# PACK_COMPRESS_LEVEL sets gzip's level (0-9, default 4). Keep the .tar.gz format: Spark
+# unpacks it with tar, which keeps the venv's links to the interpreter.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,9 +35,9 @@ say "packing it into $out"
 mkdir -p "$(dirname "$out")"
 rm -f "$out"
 if [ -n "${VENV_PACK:-}" ]; then
-  "$VENV_PACK" -q -p "$work/env" -o "$out"
+  "$VENV_PACK" -q --compress-level "${PACK_COMPRESS_LEVEL:-4}" -p "$work/env" -o "$out"
 else
-  "$py" -m venv_pack -q -p "$work/env" -o "$out"
+  "$py" -m venv_pack -q --compress-level "${PACK_COMPRESS_LEVEL:-4}" -p "$work/env" -o "$out"
 fi
 cp "$work"/dist/syphon-*.whl "$(dirname "$out")/"
 say "done: $out (and the wheel beside it)"

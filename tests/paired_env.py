@@ -10,13 +10,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from azure.servicebus import ServiceBusClient
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
 from syphon.config import SyphonConfig, load_config
 from syphon.provision import provision_backlog
-from syphon.sender import PairedNamespaceClient, SendAvailabilityOptions
+from syphon.sender import PairedNamespaceClient, SendAvailabilityOptions, to_backlog_message
 from syphon.spark import FAST_START_CONF
 
 PRIMARY = "contoso-primary"
@@ -135,6 +135,18 @@ def send_raw(pair: Pair, queue: int | str, messages: list[Any]) -> None:
     with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
         with client.get_queue_sender(path) as sender:
             sender.send_messages(messages)
+
+
+def park_orders(pair: Pair, prefix: str, queues: int, per_queue: int) -> list[str]:
+    """Parks ``per_queue`` small messages for the queue ``orders`` in each of the first
+    ``queues`` backlog queues; returns their MessageIds (``<prefix>-<queue>-<i>``)."""
+    ids = []
+    for q in range(queues):
+        batch = [f"{prefix}-{q}-{i}" for i in range(per_queue)]
+        send_raw(pair, q, [to_backlog_message(ServiceBusMessage(mid.encode(), message_id=mid),
+                                              "orders") for mid in batch])  # fmt: skip
+        ids += batch
+    return ids
 
 
 def make_pair(servicebus_emulator: Callable[..., Emulator]) -> Pair:

@@ -9,10 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from azure.servicebus import ServiceBusMessage
 
-from paired_env import Pair, job_config, send_raw
-from syphon.sender import to_backlog_message
+from paired_env import Pair, job_config, park_orders
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -23,10 +21,7 @@ BIN = Path(sys.executable).parent
 def test_spark_submit_runs_the_job_end_to_end(
     pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for q in range(2):
-        send_raw(pair, q, [to_backlog_message(
-            ServiceBusMessage(f"s{q}{i}".encode(), message_id=f"submit-{q}-{i}"), "orders")
-            for i in range(2)])  # fmt: skip
+    parked = park_orders(pair, "submit", queues=2, per_queue=2)
     job_config(pair, tmp_path, monkeypatch)  # sets the secrets' variables in os.environ
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable}  # fmt: skip
@@ -40,5 +35,5 @@ def test_spark_submit_runs_the_job_end_to_end(
     assert ": done" in result.stdout
     received = sorted(str(m.message_id) for m in
                       pair.primary.broker.entity("orders").messages.values())  # fmt: skip
-    assert received == [f"submit-{q}-{i}" for q in range(2) for i in range(2)]
+    assert received == sorted(parked)
     assert pair.secondary.connection_string not in result.stdout + result.stderr
