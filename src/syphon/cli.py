@@ -13,7 +13,7 @@ import yaml
 
 from syphon import __version__, progress
 from syphon.config import SyphonConfig, load_config, resolve_secret
-from syphon.errors import SyphonError
+from syphon.errors import SecretError, SyphonError
 from syphon.logs import LOG_FORMATS, configure_logging, run_context
 
 log = logging.getLogger(__name__)
@@ -159,12 +159,18 @@ def _config(args: argparse.Namespace) -> SyphonConfig:
 
 def _checked_config(args: argparse.Namespace) -> SyphonConfig:
     config = _config(args)
-    for namespace in (config.secondary, *config.primaries):  # fail before Spark starts
-        refs = [namespace.connection_string,
-                namespace.credential.client_secret if namespace.credential else None]  # fmt: skip
-        for ref in refs:
+    keys = [("secondary", config.secondary)]
+    keys += [(f"primaries.{i}", p) for i, p in enumerate(config.primaries)]
+    for key, namespace in keys:  # fail before Spark starts, naming the key
+        refs = [(f"{key}.connection_string", namespace.connection_string),
+                (f"{key}.credential.client_secret",
+                 namespace.credential.client_secret if namespace.credential else None)]  # fmt: skip
+        for name, ref in refs:
             if ref is not None and ref.env is not None:
-                resolve_secret(ref)
+                try:
+                    resolve_secret(ref)
+                except SecretError as exc:
+                    raise SecretError(f"{config.source}: {name}: {exc}") from None
     return config
 
 

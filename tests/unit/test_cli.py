@@ -92,3 +92,28 @@ def test_plan_checks_its_secrets_before_starting_spark(
     for command in (["plan"], ["run"]):
         assert main(command) == 2
         assert "SYPHON_SECONDARY_CONNECTION_STRING" in capsys.readouterr().err
+
+
+def test_an_unset_secret_is_named_by_its_key_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "aad.yaml"
+    conf.write_text(
+        """
+secondary:
+  namespace: contoso-secondary
+  connection_string: {env: SECONDARY_CS_FOR_THIS_TEST}
+primaries:
+  - namespace: contoso
+    credential: {type: service_principal, client_id: app, tenant_id: t,
+                 client_secret: {env: SP_SECRET_FOR_THIS_TEST}}
+""",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("SECONDARY_CS_FOR_THIS_TEST", "Endpoint=sb://x/;SharedAccessKey=k")
+    monkeypatch.delenv("SP_SECRET_FOR_THIS_TEST", raising=False)
+    assert main(["run", "--config", str(conf)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"syphon run: {conf}: primaries.0.credential.client_secret: "
+        "environment variable SP_SECRET_FOR_THIS_TEST is not set"
+    )
