@@ -1,4 +1,5 @@
-"""The audit: append-only Delta tables under ``audit.path``.
+"""The audit: append-only tables, under ``audit.path`` (engine ``delta-rs``) or in
+Spark's catalog (engine ``spark``: ``audit.table`` and ``<audit.table>_runs``).
 
 - ``audit`` — one row per message per run and stage: where the message was found, its
   keys, verdict and reason, sizes and body hash (never the body), the planned batch and
@@ -19,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from syphon.config import AuditConfig
 from syphon.delta import append_arrow, append_dataframe
 
 if TYPE_CHECKING:
@@ -61,8 +63,44 @@ OUTCOMES = {
 REPLAYED_OUTCOMES = ("sent",)
 
 
-def audit_path(root: str | os.PathLike[str], table: str) -> Path:
-    return Path(root) / table
+def audit_path(root: str | os.PathLike[str] | AuditConfig, table: str) -> Path:
+    """A delta-rs table's folder under the audit root."""
+    return Path(root.path if isinstance(root, AuditConfig) else root) / table
+
+
+def _catalog_name(root: str | os.PathLike[str] | AuditConfig, table: str) -> str | None:
+    """The catalog table for ``table`` under engine ``spark``, else None."""
+    if isinstance(root, AuditConfig) and root.engine == "spark":
+        assert root.table is not None
+        return root.table if table == AUDIT_TABLE else f"{root.table}_{table}"
+    return None
+
+
+def _append(frame: DataFrame, root: str | os.PathLike[str] | AuditConfig, table: str,
+            label: str) -> int:  # fmt: skip
+    """Appends ``frame`` to an audit table in one commit; returns how many rows."""
+    name = _catalog_name(root, table)
+    if name is None:
+        return append_dataframe(frame, audit_path(root, table), label)
+    assert isinstance(root, AuditConfig)
+    frame = frame.persist()
+    try:
+        rows = frame.count()
+        frame.write.format(root.format).mode("append").saveAsTable(name)
+    finally:
+        frame.unpersist()
+    return rows
+
+
+def _session() -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    from syphon.errors import SyphonError
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise SyphonError("audit.engine spark reads and writes through Spark: no session")
+    return spark
 
 
 def audit_frame(planned: DataFrame, run_id: str, stage: str, recorded_at: datetime) -> DataFrame:
@@ -81,14 +119,16 @@ def audit_frame(planned: DataFrame, run_id: str, stage: str, recorded_at: dateti
     )
 
 
-def write_audit(planned: DataFrame, root: str | os.PathLike[str], run_id: str, stage: str,
-                recorded_at: datetime) -> int:  # fmt: skip
+def write_audit(planned: DataFrame, root: str | os.PathLike[str] | AuditConfig, run_id: str,
+                stage: str, recorded_at: datetime) -> int:  # fmt: skip
     """Appends a planned snapshot's audit rows; returns how many."""
     frame = audit_frame(planned, run_id, stage, recorded_at)
-    return append_dataframe(frame, audit_path(root, AUDIT_TABLE), f"{stage}-{run_id}")
+    return _append(frame, root, AUDIT_TABLE, f"{stage}-{run_id}")
 
 
-def replayed_frame(spark: SparkSession, root: str | os.PathLike[str]) -> DataFrame | None:
+def replayed_frame(
+    spark: SparkSession, root: str | os.PathLike[str] | AuditConfig
+) -> DataFrame | None:
     """What earlier runs' replays may have delivered: ``primary``, ``destination``,
     ``message_id``, ``body_sha256`` of the audit rows of stage ``replay`` with a
     :data:`REPLAYED_OUTCOMES` outcome and a MessageId. Read by Spark from the table's
@@ -105,12 +145,15 @@ def replayed_frame(spark: SparkSession, root: str | os.PathLike[str]) -> DataFra
     ).select("primary", "destination", "message_id", "body_sha256")
 
 
-def read_audit(spark: SparkSession, root: str | os.PathLike[str]) -> DataFrame | None:
+def read_audit(spark: SparkSession, root: str | os.PathLike[str] | AuditConfig) -> DataFrame | None:
     """The audit table's current rows as a Spark DataFrame (None before the first run)."""
     from deltalake import DeltaTable
 
     from syphon.delta import table_exists
 
+    name = _catalog_name(root, AUDIT_TABLE)
+    if name is not None:
+        return spark.table(name) if spark.catalog.tableExists(name) else None
     path = audit_path(root, AUDIT_TABLE)
     if not table_exists(path):
         return None
@@ -120,7 +163,9 @@ def read_audit(spark: SparkSession, root: str | os.PathLike[str]) -> DataFrame |
     return spark.read.parquet(*files)
 
 
-def plan_rows(spark: SparkSession, root: str | os.PathLike[str], run_id: str) -> DataFrame:
+def plan_rows(
+    spark: SparkSession, root: str | os.PathLike[str] | AuditConfig, run_id: str
+) -> DataFrame:
     """A run's plan rows from the audit.
 
     Raises:
@@ -132,7 +177,8 @@ def plan_rows(spark: SparkSession, root: str | os.PathLike[str], run_id: str) ->
 
     audit = read_audit(spark, root)
     if audit is None:
-        raise SyphonError(f"no audit table under {root}: no run was planned there")
+        where = root.table or root.path if isinstance(root, AuditConfig) else root
+        raise SyphonError(f"no audit table at {where}: no run was planned there")
     rows = audit.where((F.col("run_id") == run_id) & (F.col("stage") == "plan"))
     return rows
 
@@ -165,19 +211,26 @@ def outcome_frame(
 def append_outcomes(
     results: DataFrame,
     planned: DataFrame,
-    root: str | os.PathLike[str],
+    root: str | os.PathLike[str] | AuditConfig,
     run_id: str,
     stage: str,
     recorded_at: datetime,
 ) -> int:
     """Appends a stage's results to the audit in one commit; returns how many rows."""
     frame = outcome_frame(results, planned, run_id, stage, recorded_at)
-    return append_dataframe(frame, audit_path(root, AUDIT_TABLE), f"{stage}-{run_id}")
+    return _append(frame, root, AUDIT_TABLE, f"{stage}-{run_id}")
 
 
-def read_runs(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def read_runs(root: str | os.PathLike[str] | AuditConfig) -> list[dict[str, Any]]:
     """Every row of the run ledger (small: a few rows per run); empty before the first."""
     from syphon.delta import read_table, table_exists
+
+    name = _catalog_name(root, RUNS_TABLE)
+    if name is not None:
+        spark = _session()
+        if not spark.catalog.tableExists(name):
+            return []
+        return list(spark.table(name).toArrow().to_pylist())
 
     path = audit_path(root, RUNS_TABLE)
     return read_table(path).to_pylist() if table_exists(path) else []
@@ -205,7 +258,7 @@ class RunRecord:
     credits_per_replayed_message: float | None = None
 
 
-def append_run(record: RunRecord, root: str | os.PathLike[str]) -> None:
+def append_run(record: RunRecord, root: str | os.PathLike[str] | AuditConfig) -> None:
     """Appends a row to the run ledger."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
@@ -238,4 +291,10 @@ def append_run(record: RunRecord, root: str | os.PathLike[str]) -> None:
         "detail": [record.detail],
         "credits_per_replayed_message": [record.credits_per_replayed_message],
     }
-    append_arrow(pa.table(row, schema=schema), audit_path(root, RUNS_TABLE))
+    table = pa.table(row, schema=schema)
+    name = _catalog_name(root, RUNS_TABLE)
+    if name is None:
+        append_arrow(table, audit_path(root, RUNS_TABLE))
+        return
+    assert isinstance(root, AuditConfig)
+    _session().createDataFrame(table).write.format(root.format).mode("append").saveAsTable(name)

@@ -189,7 +189,7 @@ def _run(args: argparse.Namespace) -> int:
             result = replay_run(build_spark_session(config.spark), config, run_id,
                                 dbutils_get=databricks_secrets())  # fmt: skip
     print(format_run(result))
-    print(f"audit: {config.audit.path}")
+    print(f"audit: {config.audit.where}")
     return result.exit_code
 
 
@@ -199,6 +199,10 @@ def _status(args: argparse.Namespace) -> int:
     from syphon.run import format_status, status
 
     config = _config(args)
+    if config.audit.engine == "spark":  # the ledger is a catalog table: read by Spark
+        from syphon.spark import build_spark_session
+
+        build_spark_session(config.spark)
     try:
         report = status(config, last_runs=args.runs, dbutils_get=databricks_secrets())
     except AzureError as exc:
@@ -222,7 +226,7 @@ def _plan(args: argparse.Namespace) -> int:
     except AzureError as exc:
         raise SyphonError(f"Service Bus failed: {type(exc).__name__}") from None
     print(format_summary(result))
-    print(f"audit: {config.audit.path}")
+    print(f"audit: {config.audit.where}")
     return 0
 
 

@@ -38,6 +38,7 @@ _LITERAL_SECRET = re.compile(
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENDPOINT = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$")
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){1,2}$")
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$")
 
 T = TypeVar("T")
@@ -60,6 +61,9 @@ class SecretRef:
             return f"environment variable {self.env}"
         return f"Databricks secret {self.scope}/{self.key}"
 
+
+#: How the audit and the run ledger are written (see :class:`AuditConfig`).
+AUDIT_ENGINES = ("delta-rs", "spark")
 
 #: Azure AD credential types (azure-identity): ``default`` is DefaultAzureCredential
 #: (environment, workload identity, managed identity, Azure CLI, …), ``managed_identity``
@@ -161,10 +165,25 @@ class AuditConfig:
 
     Attributes:
         path: a directory (local path or URI delta-rs can write); relative paths are
-            taken from the working directory.
+            taken from the working directory. The audit and ledger tables live here with
+            engine ``delta-rs``; the lease table and the run reports always do.
+        engine: ``delta-rs`` (tables at ``path``, written by Spark's executors as Parquet
+            and committed by delta-rs) or ``spark`` (catalog tables written through
+            Spark's own table format, e.g. Delta on Databricks).
+        table: with engine ``spark``, the audit table's name (``[catalog.]schema.name``);
+            the run ledger is ``<table>_runs``.
+        format: with engine ``spark``, the format Spark writes the tables in.
     """
 
     path: str = ".syphon/delta"
+    engine: str = "delta-rs"
+    table: str | None = None
+    format: str = "delta"
+
+    @property
+    def where(self) -> str:
+        """Where the audit is, for messages: a folder, or a catalog table."""
+        return f"table {self.table}" if self.engine == "spark" else self.path
 
 
 @dataclass(frozen=True)
@@ -517,11 +536,21 @@ class _Builder:
         )
 
     def audit(self, raw: Any) -> AuditConfig:
-        a = self.section(raw, "audit", ("path",))
+        a = self.section(raw, "audit", ("path", "engine", "table", "format"))
         path = self.typed(a, "audit", "path", str, ".syphon/delta")
         if not path.strip():
             raise self.fail("audit.path", "must not be empty")
-        return AuditConfig(path=path)
+        engine = self.choice(a, "audit", "engine", AUDIT_ENGINES, "delta-rs")
+        table = self.optional_str(a, "audit", "table")
+        fmt = self.typed(a, "audit", "format", str, "delta")
+        if engine == "spark":
+            if table is None:
+                raise self.fail("audit.table", "is required with engine spark")
+            if not _TABLE_NAME.match(table):
+                raise self.fail("audit.table", f"must be [catalog.]schema.name (got {table!r})")
+        elif table is not None:
+            raise self.fail("audit.table", "is for engine spark (delta-rs uses audit.path)")
+        return AuditConfig(path=path, engine=engine, table=table, format=fmt)
 
     def run(self, raw: Any) -> RunConfig:
         r = self.section(raw, "run", ("lease_seconds",))

@@ -83,9 +83,9 @@ def session(config: SyphonConfig) -> SparkSession:
 def _plan_of(spark: SparkSession, config: SyphonConfig, run_id: str) -> DataFrame:
     from pyspark.sql import functions as F
 
-    audit = read_audit(spark, config.audit.path)
+    audit = read_audit(spark, config.audit)
     if audit is None:
-        raise LookupError(f"no audit under {config.audit.path}: plan a run first")
+        raise LookupError(f"no audit in {config.audit.where}: plan a run first")
     return audit.where((F.col("run_id") == run_id) & (F.col("stage") == "plan"))
 
 
@@ -148,7 +148,7 @@ def audit_for(spark: SparkSession, config: SyphonConfig, params: Parameters) -> 
     first: where it was found, its verdict and what each stage did with it."""
     from pyspark.sql import functions as F
 
-    audit = read_audit(spark, config.audit.path)
+    audit = read_audit(spark, config.audit)
     if audit is None or not params.message_id:
         import pandas as pd
 
@@ -172,7 +172,7 @@ def plan(
     from syphon.plan import format_summary, run_plan
 
     if params.run_id:
-        rows = [r for r in read_runs(config.audit.path) if r["run_id"] == params.run_id]
+        rows = [r for r in read_runs(config.audit) if r["run_id"] == params.run_id]
         planned = [r for r in rows if r["status"] == "planned"]
         if planned:
             latest = max(rows, key=lambda r: r["recorded_at"])

@@ -208,7 +208,7 @@ def run_plan(
         snapshot,
         F.lit(started),
         destinations,
-        replayed_frame(spark, config.audit.path),
+        replayed_frame(spark, config.audit),
         default_max_message_bytes=default_limit,
         listed_primaries=listed,
     )
@@ -218,7 +218,7 @@ def run_plan(
 
     clock = time.monotonic()
     progress.step("audit: writing the plan")
-    rows = write_audit(planned, config.audit.path, run_id, "plan", started)
+    rows = write_audit(planned, config.audit, run_id, "plan", started)
     timings["audit"] = time.monotonic() - clock
     if rows != snapshot_rows:  # pragma: no cover - a broken invariant, not an input
         raise RuntimeError(f"the audit has {rows} rows for {snapshot_rows} peeked messages")
@@ -239,7 +239,7 @@ def run_plan(
             },
             timings=timings,
         ),
-        config.audit.path,
+        config.audit,
     )
     return PlanResult(run_id, queues, counts, per_destination, timings, rows, snapshot)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from syphon.audit import read_audit
+from syphon.config import AuditConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,7 +85,9 @@ def report_path(root: str | os.PathLike[str], run_id: str) -> str:
     return os.path.join(os.fspath(root), REPORTS_DIR, f"{run_id}.html")
 
 
-def gather(result: RunResult, spark: SparkSession | None, root: str) -> ReportData:
+def gather(
+    result: RunResult, spark: SparkSession | None, root: str | os.PathLike[str] | AuditConfig
+) -> ReportData:
     """The report's figures: the run's result, and its audit rows when Spark ran."""
     data = ReportData(
         result.run_id,
@@ -183,12 +186,14 @@ def write_report(data: ReportData, root: str | os.PathLike[str]) -> str:
 
 
 def write_run_report(
-    result: RunResult, spark: SparkSession | None, root: str | os.PathLike[str]
+    result: RunResult, spark: SparkSession | None, root: str | os.PathLike[str] | AuditConfig
 ) -> str | None:
-    """Gathers and writes a run's report; a report that cannot be written is logged and
-    never fails the run (its outcomes are in the audit already)."""
+    """Gathers and writes a run's report (into ``audit.path`` whatever the engine); a
+    report that cannot be written is logged and never fails the run (its outcomes are in
+    the audit already)."""
+    folder = root.path if isinstance(root, AuditConfig) else os.fspath(root)
     try:
-        return write_report(gather(result, spark, os.fspath(root)), root)
+        return write_report(gather(result, spark, root), folder)
     except Exception as exc:
         log.warning("run %s: no report written (%s)", result.run_id, type(exc).__name__)
         log.debug("run %s: report failed", result.run_id, exc_info=exc)

@@ -40,7 +40,7 @@ from syphon.audit import (
     read_audit,
     read_runs,
 )
-from syphon.config import SyphonConfig
+from syphon.config import AuditConfig, SyphonConfig
 from syphon.lease import Lease
 from syphon.logs import run_context
 from syphon.report import write_run_report
@@ -129,7 +129,7 @@ class _Ledger:
                 detail=detail,
                 credits_per_replayed_message=self.credits_per_message,
             ),
-            self.config.audit.path,
+            self.config.audit,
         )
 
 
@@ -154,9 +154,11 @@ def run(
         return sessions[-1]
 
     with run_context(run_id):  # every record of the run carries its id
+        if config.audit.engine == "spark":  # the ledger itself is written through Spark
+            session()
         result = _run(config, session, run_id, started, dbutils_get)
         result.report = write_run_report(result, sessions[-1] if sessions else None,
-                                         config.audit.path)  # fmt: skip
+                                         config.audit)  # fmt: skip
     return result
 
 
@@ -228,11 +230,11 @@ def replay_run(
 ) -> RunResult:
     """Resumes a planned run: peeks its backlog queues again, sends what its plan says
     and no earlier attempt of the run recorded as sent, then settles."""
-    mine = [r for r in read_runs(config.audit.path) if r["run_id"] == run_id]
+    mine = [r for r in read_runs(config.audit) if r["run_id"] == run_id]
     if not any(r["status"] == "planned" for r in mine):
         from syphon.errors import SyphonError
 
-        raise SyphonError(f"run {run_id} was never planned under {config.audit.path}")
+        raise SyphonError(f"run {run_id} was never planned in {config.audit.where}")
     started = min(r["started_at"] for r in mine)
     ledger = _Ledger(config, run_id, started)
     with run_context(run_id):
@@ -244,7 +246,7 @@ def replay_run(
                     result = _replay_and_settle(spark, config, ledger, None, lease, dbutils_get)
                 except Exception as exc:
                     result = _failed(ledger, exc)
-        result.report = write_run_report(result, spark, config.audit.path)
+        result.report = write_run_report(result, spark, config.audit)
     return result
 
 
@@ -311,7 +313,7 @@ def _replay_and_settle(
     )
     from syphon.settle import settle_actions, settle_queues
 
-    root = config.audit.path
+    root = config.audit
     progress.watch(spark)
     planned = plan_rows(spark, root, ledger.run_id).localCheckpoint(eager=True)
     if not ledger.counts:
@@ -483,7 +485,7 @@ def _credits(ops: dict[str, int]) -> int:
     return sum(int(ops.get(k, 0)) for k in keys)
 
 
-def _earlier_outcomes(spark: SparkSession, root: str, run_id: str) -> DataFrame | None:
+def _earlier_outcomes(spark: SparkSession, root: AuditConfig, run_id: str) -> DataFrame | None:
     """This run's replay outcomes recorded by an earlier attempt (a resumed run)."""
     from pyspark.sql import functions as F
 
@@ -496,7 +498,7 @@ def _earlier_outcomes(spark: SparkSession, root: str, run_id: str) -> DataFrame 
     return rows.select("backlog_queue", "sequence_number", "outcome", "detail")
 
 
-def _in_doubt(spark: SparkSession, root: str) -> DataFrame | None:
+def _in_doubt(spark: SparkSession, root: AuditConfig) -> DataFrame | None:
     """Backlog messages whose earlier send is unknown: replay rows recorded ``in_doubt``,
     and the replay-verdict plan rows without a recorded outcome of every run that
     recorded ``replaying`` but not ``replayed`` (a crash, or an earlier attempt of a
@@ -576,7 +578,7 @@ def status(
 
     queues = discover(config, dbutils_get)
     latest: dict[str, dict[str, Any]] = {}
-    for row in read_runs(config.audit.path):
+    for row in read_runs(config.audit):
         seen = latest.get(row["run_id"])
         if seen is None or row["recorded_at"] >= seen["recorded_at"]:
             latest[row["run_id"]] = row

@@ -53,6 +53,15 @@ def test_example_yaml_documents_every_key_the_code_knows() -> None:
             assert f"{key}:" in text, f"{section}.{key} is not documented in conf/example.yaml"
 
 
+def test_the_audit_engine_is_one_key(tmp_path: Path) -> None:
+    text = MINIMAL + "audit: {engine: spark, table: main.ops.syphon_audit}\n"
+    audit = load_config(write(tmp_path, text), environ={}).audit
+    assert (audit.engine, audit.table, audit.format) == ("spark", "main.ops.syphon_audit", "delta")
+    assert audit.where == "table main.ops.syphon_audit"
+    plain = load_config(write(tmp_path, MINIMAL), environ={}).audit
+    assert (plain.engine, plain.table, plain.where) == ("delta-rs", None, ".syphon/delta")
+
+
 def test_defaults_fill_what_a_minimal_file_leaves_out(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, MINIMAL), environ={})
     assert config.backlog.queue_count == 10
@@ -90,6 +99,10 @@ def test_the_config_file_can_come_from_the_environment(tmp_path: Path) -> None:
         ("backlog: {discovery: guess}", r"backlog\.discovery: must be one of management, probe"),
         ("backlog: {colour: red}", r"backlog\.colour: unknown key"),
         ("audit: {path: ''}", r"audit\.path: must not be empty"),
+        ("audit: {engine: sqlite}", r"audit\.engine: must be one of delta-rs, spark"),
+        ("audit: {engine: spark}", r"audit\.table: is required with engine spark"),
+        ("audit: {engine: spark, table: audit}", r"audit\.table: must be \[catalog\.\]schema"),
+        ("audit: {table: ops.audit}", r"audit\.table: is for engine spark"),
         ("logging: {level: LOUD}", r"logging\.level: must be one of"),
         ("spark: {conf: {a: [1]}}", r"spark\.conf\.a: must be a scalar"),
         ("extra: 1", r"extra: unknown key"),
