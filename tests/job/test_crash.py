@@ -1,141 +1,22 @@
-"""Crash safety: ``syphon run`` killed with SIGKILL at every stage boundary and in the
-middle of the replay and of the settle, then run again.
-
-The killed run is a real ``syphon run`` process (its own Spark, its own clients) with a
-fail point armed (:mod:`syphon.failpoints`); the second run happens in this process.
-After it: nothing is lost, the backlog is empty, the destination with duplicate
-detection holds every message exactly once, and on the one without it a message may be
-there twice only if the audit marks its second send ``resent_in_doubt``.
-"""
+"""Crash safety, first half: runs killed after the plan, after ``replaying`` is recorded,
+in the middle of the replay and after its commit, then a run that finishes (see
+tests/crash_scenario.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusMessage
 
-from paired_env import BACKLOG_QUEUES, PRIMARY, job_config, make_pair, send_raw
-from servicebus_emulator import QueueSpec
-from syphon.audit import AUDIT_TABLE, RUNS_TABLE
-from syphon.delta import read_table
-from syphon.run import run
-from syphon.sender import to_backlog_message
+from crash_scenario import POINTS, kill_at_each_then_finish
 
 pytestmark = pytest.mark.timeout(600)
 
-SYPHON = Path(sys.executable).parent / "syphon"
 
-#: The fail points, in stage order, each with the count a task point waits for.
-POINTS = [
-    "after_plan",
-    "after_replaying",
-    "mid_replay:3",
-    "after_replay_commit",
-    "after_replayed",
-    "mid_settle:2",
-    "after_settle_commit",
-]
-
-
-def add_round(pair: Any, r: int, sent: dict[str, str]) -> None:
-    """Fresh work for round ``r``: on every backlog queue two messages for a queue without
-    duplicate detection (partition keys shared across rounds) and two for one with it,
-    and one invalid message on queue 0."""
-    for q in range(BACKLOG_QUEUES):
-        batch = []
-        for i in range(2):
-            for dest in ("orders", "dd"):
-                mid = f"{dest}-r{r}-q{q}-{i}"
-                key = f"k{(q + i) % 3}"
-                batch.append(to_backlog_message(
-                    ServiceBusMessage(f"body {mid}".encode(), message_id=mid, partition_key=key),
-                    dest))  # fmt: skip
-                sent[mid] = dest
-        if q == 0:
-            batch.append(to_backlog_message(ServiceBusMessage(b"?", message_id=f"bad-r{r}"),
-                                            "nowhere"))  # fmt: skip
-        send_raw(pair, q, batch)
-
-
-def backlog_ids(pair: Any) -> set[str]:
-    out: set[str] = set()
-    for q in range(BACKLOG_QUEUES):
-        entity = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/{q}")
-        out |= {str(m.message_id) for m in entity.messages.values()}
-    return out
-
-
-def settled_safely(root: Path) -> set[str]:
-    """MessageIds whose removal from the backlog the committed audit allows: a plan
-    verdict settled without a send, or a recorded ``sent``."""
-    rows = read_table(root / AUDIT_TABLE).to_pylist()
-    return {
-        r["message_id"] for r in rows
-        if (r["stage"] == "plan" and r["verdict"] in ("duplicate", "expired", "ping", "invalid",
-                                                       "conflict"))
-        or (r["stage"] == "replay" and r["outcome"] == "sent")
-    }  # fmt: skip
-
-
-def test_runs_killed_at_every_stage_lose_nothing_and_mark_every_resend(
+def test_runs_killed_up_to_the_replay_commit_lose_nothing_and_mark_every_resend(
     servicebus_emulator: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pair = make_pair(servicebus_emulator)
-    pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
-    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 3\n")
-    root = Path(config.audit.path)
-    sent: dict[str, str] = {}
-
-    for r, point in enumerate(POINTS):
-        add_round(pair, r, sent)
-        killed = subprocess.run(
-            [str(SYPHON), "run", "--config", str(tmp_path / "syphon.yaml")],
-            env={**os.environ, "SYPHON_FAILPOINT": point},
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-3000:])
-        # nothing left the backlog without its outcome in the audit
-        gone = set(sent) | {f"bad-r{i}" for i in range(r + 1)}
-        gone -= backlog_ids(pair)
-        assert gone <= settled_safely(root), (point, gone - settled_safely(root))
-        time.sleep(3.2)  # the dead run's lease expires
-
-    add_round(pair, len(POINTS), sent)  # and the next scheduled run has work of its own
-    last = run(config, lambda: spark)
-    assert last.status == "done", last
-
-    # nothing lost: every message reached its destination, the backlog is empty
-    def ids(path: str) -> Counter[str]:
-        stored = pair.primary.broker.entity(path).messages.values()
-        return Counter(str(m.message_id) for m in stored)
-
-    orders, dd = ids("orders"), ids("dd")
-    assert set(orders) == {m for m, d in sent.items() if d == "orders"}
-    assert set(dd) == {m for m, d in sent.items() if d == "dd"}
-    assert all(n == 1 for n in dd.values())  # duplicate detection: exactly once
-    assert not backlog_ids(pair)
-    dead = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").dlq
-    assert dead is not None
-    assert sorted(str(m.message_id) for m in dead.messages.values()) == sorted(
-        f"bad-r{i}" for i in range(len(POINTS) + 1))  # fmt: skip
-
-    # a second copy only where the audit says the send was resent in doubt
-    audit = read_table(root / AUDIT_TABLE).to_pylist()
-    resent = {r["message_id"] for r in audit if r["detail"] == "resent_in_doubt"}
-    twice = {m for m, n in orders.items() if n > 1}
-    assert twice  # the run killed mid-replay had sent batches: sent again, marked
-    assert twice <= resent
-    assert all(n <= 2 for n in orders.values())
-    runs = read_table(root / RUNS_TABLE).to_pylist()
-    assert {r["status"] for r in runs} >= {"planned", "replaying", "replayed", "done"}
+    points = POINTS[: POINTS.index("after_replay_commit") + 1]
+    assert "mid_replay:3" in points
+    kill_at_each_then_finish(points, servicebus_emulator, spark, tmp_path, monkeypatch)
