@@ -1,6 +1,7 @@
-"""The offline packaging recipe end to end: ``jobs/pack_env.sh`` builds the wheel and a
-venv-pack archive from ``requirements-runtime.lock``, and ``spark-submit --archives``
-runs the job with it against the local Service Bus.
+"""The job through ``spark-submit`` (the one in the pyspark package) and the offline
+packaging recipe, end to end: ``jobs/pack_env.sh`` builds the wheel and a venv-pack
+archive from ``requirements-runtime.lock``, and ``spark-submit --archives`` runs the entry
+script ``jobs/syphon_submit.py`` with it against the local Service Bus.
 
 The master is ``local-cluster`` (a standalone worker with its own executor JVM, started
 by the pyspark package's scripts), because plain ``local`` mode does not unpack archives
