@@ -19,6 +19,7 @@ This is the only place the product imports the local Service Bus.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -82,6 +83,9 @@ def run_demo(
     from syphon.scenario import Destination, run_outage_scenario
     from syphon.sender import PairedNamespaceClient, SendAvailabilityOptions, to_backlog_message
 
+    # The local Service Bus's protocol library logs every connection, and a client that
+    # hangs up first as an error ("Broken pipe"): the emulator's internals, not the story.
+    logging.getLogger("proton").setLevel(logging.CRITICAL)
     with local_namespaces() as (primary, secondary):
         env = demo_environment(primary, secondary)
         os.environ.update(env)  # the config's secret references read them

@@ -34,6 +34,7 @@ def test_the_demo_runs_the_whole_story_and_can_run_again(tmp_path: Path) -> None
         report = out.split("report: ", 1)[1].split("\n", 1)[0]
         assert Path(report).parent == tmp_path / ".syphon" / "delta" / "reports"
         assert "Verdicts by destination" in Path(report).read_text(encoding="utf-8")
+        assert "proton" not in result.stdout + result.stderr  # no emulator chatter
         for text in (result.stdout, result.stderr):  # no secret in what it prints
             assert EMULATOR_KEY not in text
             assert "SharedAccessKey=" not in text
