@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from syphon.config import AuditConfig
 from syphon.delta import append_arrow, append_dataframe
@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 AUDIT_TABLE = "audit"
 RUNS_TABLE = "runs"
+
+#: Where the audit functions read and write: a folder of delta-rs tables, or the config's
+#: ``audit`` section, whose engine says which kind of tables and where.
+AuditRoot: TypeAlias = "str | os.PathLike[str] | AuditConfig"
 
 #: Audit columns taken from a planned row under another name (the rest keep theirs).
 _RENAMED = {
@@ -63,12 +67,12 @@ OUTCOMES = {
 REPLAYED_OUTCOMES = ("sent",)
 
 
-def audit_path(root: str | os.PathLike[str] | AuditConfig, table: str) -> Path:
+def audit_path(root: AuditRoot, table: str) -> Path:
     """A delta-rs table's folder under the audit root."""
     return Path(root.path if isinstance(root, AuditConfig) else root) / table
 
 
-def _catalog_name(root: str | os.PathLike[str] | AuditConfig, table: str) -> str | None:
+def _catalog_name(root: AuditRoot, table: str) -> str | None:
     """The catalog table for ``table`` under engine ``spark``, else None."""
     if isinstance(root, AuditConfig) and root.engine == "spark":
         assert root.table is not None
@@ -76,7 +80,7 @@ def _catalog_name(root: str | os.PathLike[str] | AuditConfig, table: str) -> str
     return None
 
 
-def _append(frame: DataFrame, root: str | os.PathLike[str] | AuditConfig, table: str,
+def _append(frame: DataFrame, root: AuditRoot, table: str,
             label: str) -> int:  # fmt: skip
     """Appends ``frame`` to an audit table in one commit; returns how many rows."""
     name = _catalog_name(root, table)
@@ -119,16 +123,14 @@ def audit_frame(planned: DataFrame, run_id: str, stage: str, recorded_at: dateti
     )
 
 
-def write_audit(planned: DataFrame, root: str | os.PathLike[str] | AuditConfig, run_id: str,
+def write_audit(planned: DataFrame, root: AuditRoot, run_id: str,
                 stage: str, recorded_at: datetime) -> int:  # fmt: skip
     """Appends a planned snapshot's audit rows; returns how many."""
     frame = audit_frame(planned, run_id, stage, recorded_at)
     return _append(frame, root, AUDIT_TABLE, f"{stage}-{run_id}")
 
 
-def replayed_frame(
-    spark: SparkSession, root: str | os.PathLike[str] | AuditConfig
-) -> DataFrame | None:
+def replayed_frame(spark: SparkSession, root: AuditRoot) -> DataFrame | None:
     """What earlier runs' replays may have delivered: ``primary``, ``destination``,
     ``message_id``, ``body_sha256`` of the audit rows of stage ``replay`` with a
     :data:`REPLAYED_OUTCOMES` outcome and a MessageId. Read by Spark from the table's
@@ -145,7 +147,7 @@ def replayed_frame(
     ).select("primary", "destination", "message_id", "body_sha256")
 
 
-def read_audit(spark: SparkSession, root: str | os.PathLike[str] | AuditConfig) -> DataFrame | None:
+def read_audit(spark: SparkSession, root: AuditRoot) -> DataFrame | None:
     """The audit table's current rows as a Spark DataFrame (None before the first run)."""
     from deltalake import DeltaTable
 
@@ -163,9 +165,7 @@ def read_audit(spark: SparkSession, root: str | os.PathLike[str] | AuditConfig) 
     return spark.read.parquet(*files)
 
 
-def plan_rows(
-    spark: SparkSession, root: str | os.PathLike[str] | AuditConfig, run_id: str
-) -> DataFrame:
+def plan_rows(spark: SparkSession, root: AuditRoot, run_id: str) -> DataFrame:
     """A run's plan rows from the audit.
 
     Raises:
@@ -177,10 +177,34 @@ def plan_rows(
 
     audit = read_audit(spark, root)
     if audit is None:
-        where = root.table or root.path if isinstance(root, AuditConfig) else root
+        where = root.where if isinstance(root, AuditConfig) else root
         raise SyphonError(f"no audit table at {where}: no run was planned there")
     rows = audit.where((F.col("run_id") == run_id) & (F.col("stage") == "plan"))
     return rows
+
+
+def spread_groups(plan: DataFrame) -> DataFrame:
+    """The replay groups (primary, destination, partition key) of a run's plan rows whose
+    messages sit in several backlog queues, the most spread first: ``messages``,
+    ``backlog_queues`` and ``span_seconds``."""
+    from pyspark.sql import functions as F
+
+    return (
+        plan.where((F.col("verdict") == "replay") & F.col("group_spread"))
+        .groupBy("primary", "destination", "partition_key_effective")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.countDistinct("backlog_queue").alias("backlog_queues"),
+            F.max("group_span_seconds").alias("span_seconds"),
+        )
+        .orderBy(
+            F.desc("backlog_queues"),
+            F.desc("messages"),
+            "primary",
+            "destination",
+            "partition_key_effective",
+        )
+    )
 
 
 def outcome_frame(
@@ -211,7 +235,7 @@ def outcome_frame(
 def append_outcomes(
     results: DataFrame,
     planned: DataFrame,
-    root: str | os.PathLike[str] | AuditConfig,
+    root: AuditRoot,
     run_id: str,
     stage: str,
     recorded_at: datetime,
@@ -221,7 +245,7 @@ def append_outcomes(
     return _append(frame, root, AUDIT_TABLE, f"{stage}-{run_id}")
 
 
-def read_runs(root: str | os.PathLike[str] | AuditConfig) -> list[dict[str, Any]]:
+def read_runs(root: AuditRoot) -> list[dict[str, Any]]:
     """Every row of the run ledger (small: a few rows per run); empty before the first."""
     from syphon.delta import read_table, table_exists
 
@@ -258,7 +282,7 @@ class RunRecord:
     credits_per_replayed_message: float | None = None
 
 
-def append_run(record: RunRecord, root: str | os.PathLike[str] | AuditConfig) -> None:
+def append_run(record: RunRecord, root: AuditRoot) -> None:
     """Appends a row to the run ledger."""
     import pyarrow as pa  # type: ignore[import-untyped]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from syphon.audit import read_audit
+from syphon.audit import plan_rows, read_audit
+from syphon.audit import spread_groups as _spread_groups
 from syphon.config import SyphonConfig, load_config
 
 if TYPE_CHECKING:
@@ -80,15 +81,6 @@ def session(config: SyphonConfig) -> SparkSession:
     return build_spark_session(config.spark)
 
 
-def _plan_of(spark: SparkSession, config: SyphonConfig, run_id: str) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    audit = read_audit(spark, config.audit)
-    if audit is None:
-        raise LookupError(f"no audit in {config.audit.where}: plan a run first")
-    return audit.where((F.col("run_id") == run_id) & (F.col("stage") == "plan"))
-
-
 def _only(df: DataFrame, params: Parameters) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -105,7 +97,7 @@ def verdicts(spark: SparkSession, config: SyphonConfig, params: Parameters,
     """The run's plan: messages per destination, verdict and reason."""
     from pyspark.sql import functions as F
 
-    rows = _only(_plan_of(spark, config, run_id), params)
+    rows = _only(plan_rows(spark, config.audit, run_id), params)
     return (
         rows.groupBy("primary", "destination", "verdict", "reason")
         .agg(F.count(F.lit(1)).alias("messages"))
@@ -118,21 +110,8 @@ def spread_groups(spark: SparkSession, config: SyphonConfig, params: Parameters,
                   run_id: str, limit: int = 100) -> pd.DataFrame:  # fmt: skip
     """The run's replay groups (destination and partition key) that sit in several backlog
     queues, the most spread first: messages, queues, time span."""
-    from pyspark.sql import functions as F
-
-    rows = _only(_plan_of(spark, config, run_id), params)
-    return (
-        rows.where((F.col("verdict") == "replay") & F.col("group_spread"))
-        .groupBy("primary", "destination", "partition_key_effective")
-        .agg(
-            F.count(F.lit(1)).alias("messages"),
-            F.countDistinct("backlog_queue").alias("backlog_queues"),
-            F.max("group_span_seconds").alias("span_seconds"),
-        )
-        .orderBy(F.desc("backlog_queues"), F.desc("messages"), "primary", "destination")
-        .limit(limit)
-        .toPandas()
-    )
+    rows = _only(plan_rows(spark, config.audit, run_id), params)
+    return _spread_groups(rows).limit(limit).toPandas()
 
 
 #: The audit columns shown for one message.

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from syphon.audit import read_audit
+from syphon.audit import AuditRoot, read_audit, spread_groups
 from syphon.config import AuditConfig
 
 if TYPE_CHECKING:
@@ -74,7 +74,8 @@ class ReportData:
     #: (primary, destination, bucket start) -> messages
     timeline: dict[tuple[str, str, datetime], int] = field(default_factory=dict)
     spread_groups: int = 0
-    #: the largest spread groups: primary, destination, key, messages, queues, span seconds
+    #: the largest spread groups: primary, destination, partition_key_effective, messages,
+    #: backlog_queues, span_seconds
     spread: list[dict[str, Any]] = field(default_factory=list)
     #: what the run did not finish: stage, outcome, detail, messages
     left: list[dict[str, Any]] = field(default_factory=list)
@@ -85,9 +86,7 @@ def report_path(root: str | os.PathLike[str], run_id: str) -> str:
     return os.path.join(os.fspath(root), REPORTS_DIR, f"{run_id}.html")
 
 
-def gather(
-    result: RunResult, spark: SparkSession | None, root: str | os.PathLike[str] | AuditConfig
-) -> ReportData:
+def gather(result: RunResult, spark: SparkSession | None, root: AuditRoot) -> ReportData:
     """The report's figures: the run's result, and its audit rows when Spark ran."""
     data = ReportData(
         result.run_id,
@@ -136,19 +135,9 @@ def gather(
         )
         for r in windows.collect():
             data.windows[(r["primary"], r["destination"])] = (_utc(r["first"]), _utc(r["last"]))
-    groups = (
-        plan.where((F.col("verdict") == "replay") & F.col("group_spread"))
-        .groupBy(*place, "partition_key_effective")
-        .agg(
-            F.count(F.lit(1)).alias("messages"),
-            F.countDistinct("backlog_queue").alias("queues"),
-            F.max("group_span_seconds").alias("span_seconds"),
-        )
-    ).localCheckpoint(eager=True)
+    groups = spread_groups(plan).localCheckpoint(eager=True)
     data.spread_groups = groups.count()
-    top = groups.orderBy(
-        F.desc("queues"), F.desc("messages"), "primary", "destination", "partition_key_effective"
-    ).limit(SPREAD_ROWS)
+    top = groups.limit(SPREAD_ROWS)
     data.spread = [r.asDict() for r in top.collect()]
     unfinished = rows.where(
         ((F.col("stage") == "replay") & (F.col("outcome") != "sent"))
@@ -185,9 +174,7 @@ def write_report(data: ReportData, root: str | os.PathLike[str]) -> str:
     return str(local)
 
 
-def write_run_report(
-    result: RunResult, spark: SparkSession | None, root: str | os.PathLike[str] | AuditConfig
-) -> str | None:
+def write_run_report(result: RunResult, spark: SparkSession | None, root: AuditRoot) -> str | None:
     """Gathers and writes a run's report (into ``audit.path`` whatever the engine); a
     report that cannot be written is logged and never fails the run (its outcomes are in
     the audit already)."""
@@ -347,7 +334,7 @@ def _spread(d: ReportData) -> str:
             _place(g["primary"], g["destination"]),
             g["partition_key_effective"] or "(no key)",
             g["messages"],
-            g["queues"],
+            g["backlog_queues"],
             "" if g["span_seconds"] is None else f"{g['span_seconds']:.1f}",
         ]
         for g in d.spread

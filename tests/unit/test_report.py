@@ -45,7 +45,7 @@ def figures(**changes: object) -> ReportData:
                 "destination": "orders",
                 "partition_key_effective": "k1",
                 "messages": 4,
-                "queues": 2,
+                "backlog_queues": 2,
                 "span_seconds": 540.0,
             }
         ],
@@ -142,7 +142,7 @@ def test_many_spread_groups_are_counted_and_the_largest_listed() -> None:
             "destination": "d",
             "partition_key_effective": f"k{i}",
             "messages": 2,
-            "queues": 2,
+            "backlog_queues": 2,
             "span_seconds": None,
         }
         for i in range(SPREAD_ROWS)
