@@ -84,7 +84,7 @@ case "$cmd" in
     ;;
   demo)
     setup
-    exec "$VENV/bin/syphon" demo "$@"
+    exec "$VENV/bin/python" -m syphon_demo "$@"
     ;;
   lint)
     setup

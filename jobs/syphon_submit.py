@@ -6,7 +6,7 @@ config, builds the session and calls the library.
 
 import sys
 
-from syphon.cli import main
+from syphon.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

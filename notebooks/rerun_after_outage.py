@@ -26,9 +26,9 @@ replay = "no"
 # COMMAND ----------
 
 from syphon import notebook as nb
-from syphon.cli import databricks_secrets
-from syphon.logs import configure_logging
-from syphon.run import format_run, format_status, replay_run, status
+from syphon.app.cli import databricks_secrets
+from syphon.job.run import format_run, format_status, replay_run, status
+from syphon.obs.logs import configure_logging
 
 params = nb.parameters(
     globals().get("dbutils"),

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import settings
 
 from paired_env import Pair, make_pair
-from syphon.config import SparkConfig
-from syphon.spark import FAST_START_CONF, build_spark_session
+from syphon.app.spark import FAST_START_CONF, build_spark_session
+from syphon.core.config import SparkConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,7 +26,7 @@ settings.load_profile("syphon")
 
 @pytest.fixture(autouse=True)
 def _drop_syphon_log_handler() -> Iterator[None]:
-    """``syphon.cli.main`` installs a log handler on the captured stderr of its test:
+    """``syphon.app.cli.main`` installs a log handler on the captured stderr of its test:
     removed after each test, so no later record goes to a closed stream."""
     import logging
 

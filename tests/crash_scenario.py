@@ -3,7 +3,7 @@ of the replay and of the settle, then run again (the scenario behind tests/job/t
 split in two files so that test workers run the halves side by side).
 
 The killed run is a real ``syphon run`` process (its own Spark, its own clients) with a
-fail point armed (:mod:`syphon.failpoints`); the last run happens in the test's process.
+fail point armed (:mod:`syphon.obs.failpoints`); the last run happens in the test's process.
 After it: nothing is lost, the backlog is empty, the destination with duplicate
 detection holds every message exactly once, and on the one without it a message may be
 there twice only if the audit marks its second send ``resent_in_doubt``.
@@ -24,10 +24,10 @@ from azure.servicebus import ServiceBusMessage
 
 from paired_env import BACKLOG_QUEUES, PRIMARY, job_config, make_pair, send_raw
 from servicebus_emulator import QueueSpec
-from syphon.audit import AUDIT_TABLE, RUNS_TABLE
-from syphon.delta import read_table
-from syphon.run import run
-from syphon.sender import to_backlog_message
+from syphon.job.run import run
+from syphon.producer.paired import to_backlog_message
+from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
+from syphon.store.delta import read_table
 
 SYPHON = Path(sys.executable).parent / "syphon"
 

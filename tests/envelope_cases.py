@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from syphon.envelope import MAX_TIMESTAMP_MS
+from syphon.core.envelope import MAX_TIMESTAMP_MS
 
 REASON_CASES: dict[str, dict[Any, Any]] = {
     "property_key_not_utf8": {b"x-ms-path": b"q", b"\xff": 1},

@@ -14,10 +14,14 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
-from syphon.config import SyphonConfig, load_config
-from syphon.provision import provision_backlog
-from syphon.sender import PairedNamespaceClient, SendAvailabilityOptions, to_backlog_message
-from syphon.spark import FAST_START_CONF
+from syphon.app.spark import FAST_START_CONF
+from syphon.core.config import SyphonConfig, load_config
+from syphon.producer.paired import (
+    PairedNamespaceClient,
+    SendAvailabilityOptions,
+    to_backlog_message,
+)
+from syphon.servicebus.provision import provision_backlog
 
 PRIMARY = "contoso-primary"
 BACKLOG_QUEUES = 4
@@ -57,7 +61,7 @@ def park_outage(pair: Pair, *, producers: int = 2, messages_per_phase: int = 6) 
     """Runs the outage scenario on the pair (queue orders, session queue sessions, topic
     events) and returns its ``ScenarioResult``: what reached the primary and what was
     parked in the backlog."""
-    from syphon.scenario import Destination, run_outage_scenario
+    from syphon_demo.scenario import Destination, run_outage_scenario
 
     primary = pair.primary
     return run_outage_scenario(

@@ -14,7 +14,7 @@ from azure.servicebus._pyamqp._encode import encode_payload
 from azure.servicebus._pyamqp.message import Message
 from azure.servicebus._pyamqp.types import TYPE, VALUE, AMQPTypes
 
-from syphon.envelope import TIME_TO_LIVE
+from syphon.core.envelope import TIME_TO_LIVE
 
 
 def as_received(properties: dict[str, Any]) -> dict[Any, Any]:

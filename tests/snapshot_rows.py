@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from syphon.properties import typed_properties
-from syphon.snapshot import SNAPSHOT_COLUMNS
-from syphon.timespan import timedelta_to_ticks
+from syphon.core.properties import typed_properties
+from syphon.core.timespan import timedelta_to_ticks
+from syphon.servicebus.peek import SNAPSHOT_COLUMNS
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from servicebus_emulator import Emulator, QueueSpec
-from syphon.config import load_config
-from syphon.plan import format_summary, run_plan
-from syphon.sender import to_backlog_message
-from syphon.spark import build_spark_session
+from syphon.app.spark import build_spark_session
+from syphon.core.config import load_config
+from syphon.job.plan import format_summary, run_plan
+from syphon.producer.paired import to_backlog_message
 
 PRIMARY = "bench-primary"
 QUEUES = 10

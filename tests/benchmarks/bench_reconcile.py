@@ -26,11 +26,11 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from syphon.audit import write_audit
-from syphon.config import SparkConfig
-from syphon.reconcile import reconcile_snapshot
-from syphon.snapshot import snapshot_schema
-from syphon.spark import build_spark_session
+from syphon.app.spark import build_spark_session
+from syphon.core.config import SparkConfig
+from syphon.job.reconcile import reconcile_snapshot
+from syphon.servicebus.peek import snapshot_schema
+from syphon.store.audit import write_audit
 
 PRIMARY = "bench-primary"
 QUEUES = 10

@@ -11,7 +11,7 @@ its place in its key's order (property ``n``, in backlog enqueue order).
 1. Baseline: the seed's loop written plainly with the same SDK: per backlog queue, one
    after another, receive up to 100 in peek-lock, send each message on its own to its
    ``x-ms-path``, complete it.
-2. ``syphon run`` (``syphon.run.run``, local Spark with 2 cores, Delta in a temporary
+2. ``syphon run`` (``syphon.job.run.run``, local Spark with 2 cores, Delta in a temporary
    folder) on the same backlog, parked again with the same seed.
 
 After each, the destinations are drained and order violations counted per
@@ -40,10 +40,10 @@ from typing import Any
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
 
-from syphon.config import load_config
-from syphon.run import run
-from syphon.sender import to_backlog_message
-from syphon.spark import build_spark_session
+from syphon.app.spark import build_spark_session
+from syphon.core.config import load_config
+from syphon.job.run import run
+from syphon.producer.paired import to_backlog_message
 
 PRIMARY = "bench-primary"
 QUEUES = 10
@@ -189,7 +189,7 @@ def empty_run(conf: Path) -> tuple[float, str, dict[str, Any]]:
     proc = subprocess.run([str(syphon), "run", "--config", str(conf)], capture_output=True,
                           text=True, env=os.environ, check=False)  # fmt: skip
     wall = time.monotonic() - clock
-    from syphon.audit import read_runs
+    from syphon.store.audit import read_runs
 
     last = read_runs(load_config(conf).audit.path)[-1]
     spark_started = "log4j" in proc.stderr  # Spark's first words when it starts

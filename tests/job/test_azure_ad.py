@@ -23,10 +23,10 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from paired_env import PRIMARY, Pair, job_config, send_raw
-from syphon.audit import AUDIT_TABLE
-from syphon.delta import read_table
-from syphon.run import EXIT_DENIED, EXIT_DONE, run
-from syphon.sender import to_backlog_message
+from syphon.job.run import EXIT_DENIED, EXIT_DONE, run
+from syphon.producer.paired import to_backlog_message
+from syphon.store.audit import AUDIT_TABLE
+from syphon.store.delta import read_table
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -75,7 +75,7 @@ def identity_endpoint(spark: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[l
         "IDENTITY_HEADER": IDENTITY_HEADER,
     }
     # a fresh per-process credential cache: a credential reads its environment once
-    monkeypatch.setattr("syphon.clients._credentials", {})
+    monkeypatch.setattr("syphon.servicebus.access._credentials", {})
     workers = spark.sparkContext.environment
     before = {k: workers.get(k) for k in env}
     for key, value in env.items():
@@ -137,12 +137,12 @@ def test_an_identity_azure_ad_refuses_names_the_fix_and_exits_3_before_spark(
     pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     identity_endpoint: list[dict], capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    from syphon.cli import main
+    from syphon.app.cli import main
 
     job_config(pair, tmp_path, monkeypatch, azure_ad="{type: managed_identity}")
     monkeypatch.setenv("IDENTITY_HEADER", "not-the-header")  # the endpoint answers 401
     monkeypatch.setattr(
-        "syphon.spark.build_spark_session",
+        "syphon.app.spark.build_spark_session",
         lambda *_: pytest.fail("Spark started for a run that could not discover anything"),
     )
     pair.secondary.broker.auth_seen.clear()  # the pair's provisioning used a SAS
@@ -168,8 +168,8 @@ def test_a_service_principal_secret_is_read_from_its_reference_and_never_shown(
     ClientSecretCredential, and no repr of the config or the access shows it."""
     from azure.identity import ClientSecretCredential
 
-    from syphon.clients import azure_credential, resolve_access
-    from syphon.config import load_config
+    from syphon.core.config import load_config
+    from syphon.servicebus.access import azure_credential, resolve_access
 
     secret = "sp-secret-" + "x" * 20
     monkeypatch.setenv("SP_SECRET", secret)

@@ -18,10 +18,10 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from paired_env import Pair, job_config, send_raw
-from syphon.audit import read_runs
-from syphon.config import load_config
-from syphon.run import EXIT_DONE, run, status
-from syphon.sender import to_backlog_message
+from syphon.core.config import load_config
+from syphon.job.run import EXIT_DONE, run, status
+from syphon.producer.paired import to_backlog_message
+from syphon.store.audit import read_runs
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from servicebus_emulator.server import EMULATOR_KEY
-from syphon.audit import RUNS_TABLE
-from syphon.delta import read_table
+from syphon.store.audit import RUNS_TABLE
+from syphon.store.delta import read_table
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -20,7 +20,7 @@ SYPHON = Path(sys.executable).parent / "syphon"
 def test_the_demo_runs_the_whole_story_and_can_run_again(tmp_path: Path) -> None:
     for attempt in (1, 2):
         result = subprocess.run(
-            [str(SYPHON), "demo"], cwd=tmp_path, capture_output=True, text=True,
+            [sys.executable, "-m", "syphon_demo"], cwd=tmp_path, capture_output=True, text=True,
             timeout=400, check=False,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from syphon.cli import main
-from syphon.run import EXIT_UNREACHABLE
+from syphon.app.cli import main
+from syphon.job.run import EXIT_UNREACHABLE
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,7 +42,7 @@ audit:
         encoding="utf-8",
     )
     monkeypatch.setattr(
-        "syphon.spark.build_spark_session",
+        "syphon.app.spark.build_spark_session",
         lambda *_: pytest.fail("Spark started for a run that could not discover anything"),
     )
     code = main(["run", "--config", str(conf)])

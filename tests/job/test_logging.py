@@ -13,11 +13,11 @@ from azure.servicebus import ServiceBusMessage
 
 from paired_env import Pair, job_config, send_raw
 from servicebus_emulator.server import EMULATOR_KEY
-from syphon.audit import RUNS_TABLE
-from syphon.cli import main
-from syphon.delta import read_table
-from syphon.run import EXIT_MISSING_DESTINATION
-from syphon.sender import to_backlog_message
+from syphon.app.cli import main
+from syphon.job.run import EXIT_MISSING_DESTINATION
+from syphon.producer.paired import to_backlog_message
+from syphon.store.audit import RUNS_TABLE
+from syphon.store.delta import read_table
 
 pytestmark = pytest.mark.timeout(300)
 

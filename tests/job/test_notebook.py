@@ -14,9 +14,9 @@ from azure.servicebus import ServiceBusMessage
 from notebook_sync import IPYNB, SOURCE, cells_of, rendered
 from paired_env import PRIMARY, Pair, job_config, send_raw
 from servicebus_emulator.server import EMULATOR_KEY
-from syphon.audit import AUDIT_TABLE, RUNS_TABLE
-from syphon.delta import read_table
-from syphon.sender import to_backlog_message
+from syphon.producer.paired import to_backlog_message
+from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
+from syphon.store.delta import read_table
 
 pytestmark = pytest.mark.timeout(420)
 

@@ -28,11 +28,11 @@ from pyspark.sql import functions as F
 
 from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, park_outage, send_raw
 from servicebus_emulator import QueueSpec
-from syphon.audit import AUDIT_TABLE, RUNS_TABLE
-from syphon.delta import append_dataframe, read_table
-from syphon.envelope import PING_CONTENT_TYPE
-from syphon.plan import format_summary, run_plan
-from syphon.sender import to_backlog_message
+from syphon.core.envelope import PING_CONTENT_TYPE
+from syphon.job.plan import format_summary, run_plan
+from syphon.producer.paired import to_backlog_message
+from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
+from syphon.store.delta import append_dataframe, read_table
 
 pytestmark = pytest.mark.timeout(420)
 

@@ -17,11 +17,11 @@ from PIL import Image
 from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, send_raw
 from report_html import parse_report, table_dict
 from servicebus_emulator.server import EMULATOR_KEY
-from syphon.audit import AUDIT_TABLE
-from syphon.delta import read_table
-from syphon.report import report_path
-from syphon.run import format_run, run
-from syphon.sender import to_backlog_message
+from syphon.app.report import report_path
+from syphon.job.run import format_run, run
+from syphon.producer.paired import to_backlog_message
+from syphon.store.audit import AUDIT_TABLE
+from syphon.store.delta import read_table
 
 pytestmark = pytest.mark.timeout(300)
 

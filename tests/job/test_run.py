@@ -14,11 +14,11 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, park_outage, send_raw
 from servicebus_emulator import QueueSpec
-from syphon.audit import AUDIT_TABLE, RUNS_TABLE
-from syphon.config import load_config
-from syphon.delta import read_table
-from syphon.run import EXIT_DONE, EXIT_MISSING_DESTINATION, EXIT_PARTIAL, run
-from syphon.sender import to_backlog_message
+from syphon.core.config import load_config
+from syphon.job.run import EXIT_DONE, EXIT_MISSING_DESTINATION, EXIT_PARTIAL, run
+from syphon.producer.paired import to_backlog_message
+from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
+from syphon.store.delta import read_table
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -258,8 +258,8 @@ def test_a_primary_that_goes_down_mid_run_fails_the_run_and_the_next_run_finishe
 def test_a_planned_run_is_replayed_later_and_status_shows_it(
     pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from syphon.plan import run_plan
-    from syphon.run import format_status, replay_run, status
+    from syphon.job.plan import run_plan
+    from syphon.job.run import format_status, replay_run, status
 
     for q in range(2):
         send_raw(pair, q, [to_backlog_message(
@@ -298,9 +298,9 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
 ) -> None:
     from datetime import timedelta as td
 
-    import syphon.replay
-    from syphon.lease import Lease
-    from syphon.run import EXIT_BUSY
+    import syphon.job.replay
+    from syphon.job.run import EXIT_BUSY
+    from syphon.store.lease import Lease
 
     send_raw(pair, 1, [to_backlog_message(
         ServiceBusMessage(f"t{i}".encode(), message_id=f"t-{i}", partition_key="k"), "orders")
@@ -318,7 +318,7 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
     other.release()
 
     # server busy beyond the SDK's own retries: the replay backs off and goes on
-    original_ping = syphon.replay.ping_destinations
+    original_ping = syphon.job.replay.ping_destinations
 
     def ping_then_throttle(*args: Any, **kwargs: Any) -> Any:
         answer = original_ping(*args, **kwargs)
@@ -326,7 +326,7 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
         threading.Timer(15.0, lambda: pair.primary.throttle("orders", busy=False)).start()
         return answer
 
-    monkeypatch.setattr("syphon.replay.ping_destinations", ping_then_throttle)
+    monkeypatch.setattr("syphon.job.replay.ping_destinations", ping_then_throttle)
     done = run(config, lambda: spark)
     assert done.status == "done", done
     assert done.operations["replay.busy_retries"] >= 1
@@ -336,25 +336,25 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
 def test_a_secondary_that_goes_down_while_settling_fails_the_run_and_the_next_run_finishes(
     pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import syphon.settle
+    import syphon.job.settle
 
     messages = [ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}") for i in range(4)]
     send_raw(pair, 2, [to_backlog_message(m, "orders") for m in messages])
     config = job_config(pair, tmp_path, monkeypatch)
-    settle_queues = syphon.settle.settle_queues
+    settle_queues = syphon.job.settle.settle_queues
 
     def settle_with_the_secondary_down(*args: Any, **kwargs: Any) -> Any:
         pair.secondary.make_namespace_unavailable()
         return settle_queues(*args, **kwargs)
 
-    monkeypatch.setattr("syphon.settle.settle_queues", settle_with_the_secondary_down)
+    monkeypatch.setattr("syphon.job.settle.settle_queues", settle_with_the_secondary_down)
     first = run(config, lambda: spark)
     assert (first.status, first.detail) == ("failed", "namespace_fault: secondary"), first
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == [f"s-{i}" for i in range(4)]
     backlog = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/2").messages
     assert len(backlog) == 4  # sent, but nothing settled
 
-    monkeypatch.setattr("syphon.settle.settle_queues", settle_queues)
+    monkeypatch.setattr("syphon.job.settle.settle_queues", settle_queues)
     pair.secondary.clear_faults()
     second = run(config, lambda: spark)
     assert second.status == "done", second

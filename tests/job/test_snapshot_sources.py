@@ -11,9 +11,9 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 
 from paired_env import PRIMARY, Pair, job_config
 from servicebus_emulator import QueueSpec
-from syphon.discovery import discover_by_management, discover_by_probe
-from syphon.sender import to_backlog_message
-from syphon.snapshot import SNAPSHOT_COLUMNS, peek_rows, snapshot_schema
+from syphon.producer.paired import to_backlog_message
+from syphon.servicebus.discovery import discover_by_management, discover_by_probe
+from syphon.servicebus.peek import SNAPSHOT_COLUMNS, peek_rows, snapshot_schema
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -145,8 +145,8 @@ def test_the_data_source_reads_what_the_peek_walk_reads(
 ) -> None:
     import json
 
-    from syphon.config import NamespaceConfig, SecretRef
-    from syphon.datasource import register_backlog_source
+    from syphon.core.config import NamespaceConfig, SecretRef
+    from syphon.job.snapshot import register_backlog_source
 
     fill(pair, queue(0), backlog_messages(300))
     fill(pair, queue(2), backlog_messages(5, destination="sessions"))
@@ -181,8 +181,8 @@ def test_the_data_source_reads_what_the_peek_walk_reads(
 def test_a_large_queue_is_read_in_ranges_exactly_once(
     pair: Pair, spark: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from syphon.datasource import QueueRange, split_ranges
-    from syphon.plan import discover, read_snapshot, snapshot_ranges
+    from syphon.job.plan import discover, read_snapshot, snapshot_ranges
+    from syphon.job.snapshot import QueueRange, split_ranges
 
     fill(pair, queue(1), backlog_messages(620))
     fill(pair, queue(3), backlog_messages(7))
@@ -208,8 +208,8 @@ def test_a_large_queue_is_read_in_ranges_exactly_once(
 
 
 def test_the_data_source_refuses_bad_options(pair: Pair, spark: Any) -> None:
-    from syphon.datasource import parse_queues_option
-    from syphon.errors import ConfigError
+    from syphon.core.errors import ConfigError
+    from syphon.job.snapshot import parse_queues_option
 
     for bad in (None, "", "{", '{"a": 1}', "[1]", '[{"queue": "q", "from": "x"}]'):
         with pytest.raises(ConfigError):

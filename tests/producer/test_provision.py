@@ -10,8 +10,8 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import Emulator
 from servicebus_emulator.pytest_plugin import EmulatorFactory
-from syphon.backlog import TIMESPAN_MAX, backlog_queue_path
-from syphon.provision import provision_backlog
+from syphon.core.naming import TIMESPAN_MAX, backlog_queue_path
+from syphon.servicebus.provision import provision_backlog
 
 pytestmark = pytest.mark.timeout(120)
 PRIMARY = "contoso-primary"
@@ -56,7 +56,7 @@ def test_reports_extras_and_differences_and_deletes_nothing(
     admin.create_queue(f"{PRIMARY}/x-servicebus-transfer/7")
     admin.create_queue(f"{PRIMARY}/x-servicebus-transfer/12")
     admin.create_queue("other-namespace/x-servicebus-transfer/9")
-    with caplog.at_level(logging.WARNING, logger="syphon.provision"):
+    with caplog.at_level(logging.WARNING, logger="syphon.servicebus.provision"):
         result = provision_backlog(admin, PRIMARY, count=5)
     assert len(result.created) == 4
     assert result.extras == [

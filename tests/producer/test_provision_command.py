@@ -8,7 +8,7 @@ import pytest
 
 from servicebus_emulator import QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
-from syphon.cli import main
+from syphon.app.cli import main
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,18 +15,18 @@ from azure.servicebus.exceptions import MessagingEntityDisabledError, ServiceBus
 
 from paired_env import BACKLOG_QUEUES, PRIMARY, Pair
 from servicebus_emulator import Emulator
-from syphon.envelope import (
+from syphon.core.envelope import (
     PATH,
     SCHEDULED_ENQUEUE_TIME,
     SESSION_ID,
     TIME_TO_LIVE,
     restore_from_backlog,
 )
-from syphon.sender import (
+from syphon.core.timespan import timedelta_to_ticks
+from syphon.producer.paired import (
     BacklogMessageTooLargeError,
     PairedClientClosedError,
 )
-from syphon.timespan import timedelta_to_ticks
 
 pytestmark = pytest.mark.timeout(120)
 

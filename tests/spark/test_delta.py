@@ -8,7 +8,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from syphon.delta import append_dataframe, read_table
+from syphon.store.delta import append_dataframe, read_table
 
 
 def frame(spark: Any, start: int, n: int) -> Any:

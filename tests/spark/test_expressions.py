@@ -16,14 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from envelope_cases import EDGE_CASES, REASON_CASES
-from syphon.backlog import (
-    MAX_INDEX,
-    backlog_index_col,
-    backlog_primary_col,
-    backlog_queue_path,
-    match_backlog_queue_path,
-)
-from syphon.envelope import (
+from syphon.core.envelope import (
     ALIASES,
     MAX_TIMESTAMP_MS,
     MIN_TIMESTAMP_MS,
@@ -31,9 +24,16 @@ from syphon.envelope import (
     restore_envelope_col,
     restore_from_typed,
 )
-from syphon.partitioning import effective_partition_key, effective_partition_key_col
-from syphon.properties import KEY_DUPLICATE, typed_properties, typed_properties_spark_type
-from syphon.timespan import TIMESPAN_MAX_TICKS
+from syphon.core.naming import (
+    MAX_INDEX,
+    backlog_index_col,
+    backlog_primary_col,
+    backlog_queue_path,
+    match_backlog_queue_path,
+)
+from syphon.core.partitioning import effective_partition_key, effective_partition_key_col
+from syphon.core.properties import KEY_DUPLICATE, typed_properties, typed_properties_spark_type
+from syphon.core.timespan import TIMESPAN_MAX_TICKS
 
 pytestmark = pytest.mark.spark
 spark_settings = settings(

@@ -6,7 +6,7 @@ import io
 import time
 from typing import Any
 
-from syphon import progress
+from syphon.obs import progress
 
 
 class Terminal(io.StringIO):

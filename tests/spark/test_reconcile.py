@@ -8,8 +8,8 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from snapshot_rows import T0, row
-from syphon.reconcile import classify, order_groups, restore
-from syphon.snapshot import snapshot_schema
+from syphon.job.reconcile import classify, order_groups, restore
+from syphon.servicebus.peek import snapshot_schema
 
 NOW = T0 + timedelta(hours=2)
 
@@ -128,8 +128,8 @@ def sdk_packing(messages: list[Any], limit: int) -> list[int]:
 def test_batches_fit_the_sdk_measure_and_keep_keys_apart(spark: Any) -> None:
     from azure.servicebus import ServiceBusMessageBatch
 
-    from syphon.messages import restored_message
-    from syphon.reconcile import plan_batches
+    from syphon.job.reconcile import plan_batches
+    from syphon.servicebus.messages import restored_message
 
     rows = [
         row(0, i, message_id=f"k-{i}", partition_key="k", minutes=i, body=bytes([i]) * 90_000,

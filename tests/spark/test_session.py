@@ -3,9 +3,9 @@ import sys
 import pytest
 from pyspark.sql import SparkSession
 
-from syphon.config import SparkConfig
-from syphon.errors import SparkSetupError
-from syphon.spark import build_spark_session
+from syphon.app.spark import build_spark_session
+from syphon.core.config import SparkConfig
+from syphon.core.errors import SparkSetupError
 
 
 @pytest.mark.spark

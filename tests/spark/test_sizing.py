@@ -10,10 +10,10 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from snapshot_rows import T0, row
-from syphon.messages import batch_cost, restored_message
-from syphon.reconcile import restore
-from syphon.sizing import message_bytes_bound_col
-from syphon.snapshot import snapshot_schema
+from syphon.core.sizing import message_bytes_bound_col
+from syphon.job.reconcile import restore
+from syphon.servicebus.messages import batch_cost, restored_message
+from syphon.servicebus.peek import snapshot_schema
 
 
 def text(rng: random.Random, longest: int) -> str:

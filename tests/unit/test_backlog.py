@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from syphon.backlog import (
+from syphon.core.errors import BacklogPathError
+from syphon.core.naming import (
     BACKLOG_QUEUE_DESCRIPTION,
     MAX_INDEX,
     BacklogQueue,
@@ -13,8 +14,7 @@ from syphon.backlog import (
     match_backlog_queue_path,
     parse_backlog_queue_path,
 )
-from syphon.errors import BacklogPathError
-from syphon.timespan import TIMESPAN_MAX
+from syphon.core.timespan import TIMESPAN_MAX
 
 namespaces = st.from_regex(r"\A[A-Za-z][A-Za-z0-9-]{4,48}[A-Za-z0-9]\Z")
 indices = st.integers(min_value=0, max_value=MAX_INDEX)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from syphon.cli import main
+from syphon.app.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SYPHON = Path(sys.executable).parent / "syphon"
@@ -26,7 +26,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def test_help_lists_every_command() -> None:
     result = run("--help")
     assert result.returncode == 0
-    for command in ["config", "plan", "run", "replay", "status", "provision", "demo"]:
+    for command in ["config", "plan", "run", "replay", "status", "provision"]:
         assert command in result.stdout
 
 

@@ -2,14 +2,14 @@ from pathlib import Path
 
 import pytest
 
-from syphon.config import (
+from syphon.core.config import (
     CredentialConfig,
     SecretRef,
     default_config_path,
     load_config,
     resolve_secret,
 )
-from syphon.errors import ConfigError, SecretError
+from syphon.core.errors import ConfigError, SecretError
 
 ROOT = Path(__file__).resolve().parents[2]
 

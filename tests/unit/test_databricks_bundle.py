@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from databricks.bundles.jobs import Job
 
-from syphon.cli import build_parser
+from syphon.app.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 

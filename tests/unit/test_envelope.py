@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from envelope_cases import REASON_CASES
 from sdk_wire import as_received
-from syphon.envelope import (
+from syphon.core.envelope import (
     PATH,
     REASONS,
     SCHEDULED_ENQUEUE_TIME,
@@ -18,8 +18,8 @@ from syphon.envelope import (
     restore_from_backlog,
     to_backlog_properties,
 )
-from syphon.properties import typed_value
-from syphon.timespan import TIMESPAN_MAX, TIMESPAN_MAX_TICKS
+from syphon.core.properties import typed_value
+from syphon.core.timespan import TIMESPAN_MAX, TIMESPAN_MAX_TICKS
 
 texts = st.text(min_size=1, max_size=40)
 destinations = st.text(min_size=1, max_size=60).filter(lambda s: "x-servicebus-transfer" not in s)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from syphon.lease import Lease, LeaseLostError, replay_history
+from syphon.store.lease import Lease, LeaseLostError, replay_history
 
 
 def test_many_runs_asking_at_once_get_exactly_one_holder(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from syphon.logs import configure_logging, mask_secrets, run_context
+from syphon.obs.logs import configure_logging, mask_secrets, run_context
 
 KEY = "c2VjcmV0LWtleS0xMjM0NTY3ODkwYWJjZGVm"
 CONNECTION = (

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from syphon.messages import MAX_SENDABLE_TTL, batch_cost, restored_message
-from syphon.timespan import timedelta_to_ticks
+from syphon.core.timespan import timedelta_to_ticks
+from syphon.servicebus.messages import MAX_SENDABLE_TTL, batch_cost, restored_message
 
 
 def row(**fields: object) -> dict[str, object]:

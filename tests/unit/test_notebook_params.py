@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from syphon.notebook import WIDGETS, Parameters, parameters
+from syphon.app.notebook import WIDGETS, Parameters, parameters
 
 
 class Widgets:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from report_html import parse_report, table_dict
-from syphon.report import SPREAD_ROWS, ReportData, render_html, report_path, write_report
+from syphon.app.report import SPREAD_ROWS, ReportData, render_html, report_path, write_report
 
 T0 = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
 

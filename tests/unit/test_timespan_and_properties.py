@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from syphon.properties import KEY_DUPLICATE, KEY_NOT_UTF8, typed_properties, typed_value
-from syphon.timespan import (
+from syphon.core.properties import KEY_DUPLICATE, KEY_NOT_UTF8, typed_properties, typed_value
+from syphon.core.timespan import (
     TIMESPAN_MAX,
     TIMESPAN_MAX_TICKS,
     is_infinite,

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from syphon.backlog import backlog_queue_path, match_backlog_queue_path
+from syphon.core.naming import backlog_queue_path, match_backlog_queue_path
 
 
 @dataclass(frozen=True, order=True)

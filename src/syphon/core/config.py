@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from syphon.backlog import is_namespace_name
-from syphon.errors import ConfigError, SecretError
+from syphon.core.errors import ConfigError, SecretError
+from syphon.core.naming import is_namespace_name
 
 ENV_PREFIX = "SYPHON__"
 CONFIG_PATH_ENV = "SYPHON_CONFIG"
@@ -253,7 +253,7 @@ def default_config_path() -> Path:
     packaged = resources.files("syphon").joinpath("conf/local.yaml")
     if packaged.is_file():
         return Path(str(packaged))
-    return Path(__file__).resolve().parents[2] / "conf" / "local.yaml"
+    return Path(__file__).resolve().parents[3] / "conf" / "local.yaml"
 
 
 def load_config(

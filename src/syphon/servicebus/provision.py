@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from syphon.backlog import (
+from syphon.core.naming import (
     BACKLOG_QUEUE_DESCRIPTION,
     MAX_INDEX,
     BacklogQueueDescription,

@@ -20,18 +20,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon import progress
-from syphon.audit import (
+from syphon.core.config import NamespaceConfig, SyphonConfig
+from syphon.job.snapshot import QueueRange, queues_option, split_ranges
+from syphon.obs import progress
+from syphon.servicebus.access import admin_client, servicebus_client
+from syphon.servicebus.discovery import DiscoveredQueue, discover_by_management, discover_by_probe
+from syphon.store.audit import (
     RunRecord,
     append_run,
     config_fingerprint,
     replayed_frame,
     write_audit,
 )
-from syphon.clients import admin_client, servicebus_client
-from syphon.config import NamespaceConfig, SyphonConfig
-from syphon.datasource import QueueRange, queues_option, split_ranges
-from syphon.discovery import DiscoveredQueue, discover_by_management, discover_by_probe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -150,8 +150,8 @@ def read_snapshot(
     same snapshot: a second read of the source would peek again and could see messages
     that arrived since.
     """
-    from syphon.datasource import register_backlog_source
-    from syphon.snapshot import snapshot_schema
+    from syphon.job.snapshot import register_backlog_source
+    from syphon.servicebus.peek import snapshot_schema
 
     if not queues:
         return spark.createDataFrame([], snapshot_schema())
@@ -176,7 +176,7 @@ def run_plan(
     """
     from pyspark.sql import functions as F
 
-    from syphon.reconcile import reconcile_snapshot
+    from syphon.job.reconcile import reconcile_snapshot
 
     started = now or datetime.now(timezone.utc)
     run_id = run_id or new_run_id(started)

@@ -11,10 +11,11 @@ from datetime import datetime, timezone
 
 import yaml
 
-from syphon import __version__, progress
-from syphon.config import SyphonConfig, load_config, resolve_secret
-from syphon.errors import SecretError, SyphonError
-from syphon.logs import LOG_FORMATS, configure_logging, run_context
+from syphon import __version__
+from syphon.core.config import SyphonConfig, load_config, resolve_secret
+from syphon.core.errors import SecretError, SyphonError
+from syphon.obs import progress
+from syphon.obs.logs import LOG_FORMATS, configure_logging, run_context
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +80,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_option(status)
     status.add_argument("--runs", type=int, default=10, help="how many runs to show (default 10)")
 
-    demo = sub.add_parser(
-        "demo",
-        help="the whole story on this machine: start two local Service Bus namespaces, "
-        "drive an outage with the paired sender, then syphon run",
-    )
-    _add_config_option(demo)
     return parser
 
 
@@ -124,10 +119,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _run(args)
     if args.command == "status":
         return _status(args)
-    if args.command == "demo":
-        from syphon.demo import run_demo
-
-        return run_demo(args.config)
     raise AssertionError(f"unhandled command {args.command}")  # argparse allows no other
 
 
@@ -175,9 +166,9 @@ def _checked_config(args: argparse.Namespace) -> SyphonConfig:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from syphon.plan import new_run_id
-    from syphon.run import format_run, replay_run, run
-    from syphon.spark import build_spark_session
+    from syphon.app.spark import build_spark_session
+    from syphon.job.plan import new_run_id
+    from syphon.job.run import format_run, replay_run, run
 
     run_id = args.run_id or new_run_id(datetime.now(timezone.utc))
     with run_context(run_id):  # every record, the config's included, names the run
@@ -196,11 +187,11 @@ def _run(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from azure.core.exceptions import AzureError
 
-    from syphon.run import format_status, status
+    from syphon.job.run import format_status, status
 
     config = _config(args)
     if config.audit.engine == "spark":  # the ledger is a catalog table: read by Spark
-        from syphon.spark import build_spark_session
+        from syphon.app.spark import build_spark_session
 
         build_spark_session(config.spark)
     try:
@@ -214,8 +205,8 @@ def _status(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from azure.core.exceptions import AzureError
 
-    from syphon.plan import format_summary, new_run_id, run_plan
-    from syphon.spark import build_spark_session
+    from syphon.app.spark import build_spark_session
+    from syphon.job.plan import format_summary, new_run_id, run_plan
 
     run_id = args.run_id or new_run_id(datetime.now(timezone.utc))
     try:
@@ -233,8 +224,8 @@ def _plan(args: argparse.Namespace) -> int:
 def _provision(args: argparse.Namespace) -> int:
     from azure.core.exceptions import AzureError
 
-    from syphon.clients import admin_client
-    from syphon.provision import provision_backlog
+    from syphon.servicebus.access import admin_client
+    from syphon.servicebus.provision import provision_backlog
 
     config = _config(args)
     count = args.count if args.count is not None else config.backlog.queue_count

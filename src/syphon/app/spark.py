@@ -8,8 +8,8 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from syphon.config import SparkConfig
-from syphon.errors import SparkSetupError
+from syphon.core.config import SparkConfig
+from syphon.core.errors import SparkSetupError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from syphon.config import CredentialConfig, NamespaceConfig, resolve_secret
-from syphon.errors import ConfigError
+from syphon.core.config import CredentialConfig, NamespaceConfig, resolve_secret
+from syphon.core.errors import ConfigError
 
 DbutilsGet = Callable[[str, str], str]
 

@@ -5,7 +5,7 @@ reads the secondary namespace's connection string on the driver and keeps it ins
 the registered class. It reaches the executors in the pickled task, never in the
 read's options, so it shows in no query plan, log or Spark UI. Each input partition
 peeks one backlog queue (or one range of its sequence numbers) with
-:func:`syphon.snapshot.peek_rows`: nothing is locked or removed.
+:func:`syphon.servicebus.peek.peek_rows`: nothing is locked or removed.
 
 Options:
 
@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from syphon.clients import resolve_access
-from syphon.config import NamespaceConfig
-from syphon.errors import ConfigError
-from syphon.snapshot import PEEK_PAGE, SNAPSHOT_COLUMNS, peek_rows, snapshot_schema
+from syphon.core.config import NamespaceConfig
+from syphon.core.errors import ConfigError
+from syphon.servicebus.access import resolve_access
+from syphon.servicebus.peek import PEEK_PAGE, SNAPSHOT_COLUMNS, peek_rows, snapshot_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

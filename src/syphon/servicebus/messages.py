@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from syphon.timespan import TICKS_PER_MICROSECOND
+from syphon.core.timespan import TICKS_PER_MICROSECOND
 
 #: The longest TTL the Python SDK can send: it writes the AMQP header's TTL as an
 #: unsigned 32-bit count of milliseconds (about 49.7 days) and refuses a longer one.
@@ -40,7 +40,7 @@ def restored_message(row: Mapping[str, Any], time_to_live: timedelta | None = No
     """The original ``ServiceBusMessage`` of a classified backlog row.
 
     Args:
-        row: a row of :func:`syphon.reconcile.classify` (as a mapping).
+        row: a row of :func:`syphon.job.reconcile.classify` (as a mapping).
         time_to_live: the TTL to send; None keeps the original TTL (the replay passes
             what is left of it). Either is capped at :data:`MAX_SENDABLE_TTL`.
     """

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon.backlog import MAX_ENTITY_PATH_LENGTH, match_backlog_queue_path
-from syphon.errors import SyphonError
-from syphon.properties import TypedValue, typed_properties
-from syphon.timespan import (
+from syphon.core.errors import SyphonError
+from syphon.core.naming import MAX_ENTITY_PATH_LENGTH, match_backlog_queue_path
+from syphon.core.properties import TypedValue, typed_properties
+from syphon.core.timespan import (
     TIMESPAN_MAX_TICKS,
     is_infinite,
     ticks_to_timedelta,
@@ -314,7 +314,7 @@ def restore_envelope_col(properties: Column, key_problem: Column) -> Column:
 
     Args:
         properties: a typed application-property map
-            (:func:`syphon.properties.typed_properties_spark_type`).
+            (:func:`syphon.core.properties.typed_properties_spark_type`).
         key_problem: the map's key problem (string, null when none).
 
     Returns:
@@ -410,6 +410,6 @@ def restore_envelope_col(properties: Column, key_problem: Column) -> Column:
 
 
 def _is_backlog_path(path: Column) -> Column:
-    from syphon.backlog import backlog_primary_col
+    from syphon.core.naming import backlog_primary_col
 
     return backlog_primary_col(path).isNotNull()

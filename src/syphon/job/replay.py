@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon.clients import Access, resolve_access
-from syphon.config import SyphonConfig
-from syphon.envelope import PING_CONTENT_TYPE
-from syphon.failpoints import FailPoint
+from syphon.core.config import SyphonConfig
+from syphon.core.envelope import PING_CONTENT_TYPE
+from syphon.obs.failpoints import FailPoint
+from syphon.servicebus.access import Access, resolve_access
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -131,7 +131,7 @@ def ping_destinations(
         ServiceBusServerBusyError,
     )
 
-    from syphon.clients import servicebus_client
+    from syphon.servicebus.access import servicebus_client
 
     def ping(client: Any, primary: str, name: str) -> str | None:
         ping = ServiceBusMessage(
@@ -450,8 +450,8 @@ def _result(rec: dict[str, Any], outcome: str, detail: str | None, transfers: in
 
 
 def _ttl_left(rec: dict[str, Any], now: datetime) -> timedelta | None:
-    from syphon.reconcile import plain_cell
-    from syphon.timespan import TICKS_PER_MICROSECOND
+    from syphon.core.timespan import TICKS_PER_MICROSECOND
+    from syphon.job.reconcile import plain_cell
 
     ticks = plain_cell(rec["original_time_to_live_ticks"])
     if ticks is None:
@@ -467,8 +467,8 @@ def _ttl_left(rec: dict[str, Any], now: datetime) -> timedelta | None:
 
 
 def _message(rec: dict[str, Any], ttl: timedelta | None, now: datetime) -> Any:
-    from syphon.messages import restored_message
-    from syphon.reconcile import plain_cell
+    from syphon.job.reconcile import plain_cell
+    from syphon.servicebus.messages import restored_message
 
     plain = {k: plain_cell(v) for k, v in rec.items()}
     props = plain["original_application_properties"]

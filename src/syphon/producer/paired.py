@@ -42,15 +42,15 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from syphon.backlog import backlog_queue_path
-from syphon.envelope import (
+from syphon.core.envelope import (
     PING_CONTENT_TYPE,
     PING_TIME_TO_LIVE,
     TIME_TO_LIVE,
     Envelope,
     to_backlog_properties,
 )
-from syphon.errors import SyphonError
+from syphon.core.errors import SyphonError
+from syphon.core.naming import backlog_queue_path
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def to_backlog_message(message: Any, destination: str) -> Any:
 
     Raises:
         EnvelopeError: the message cannot be put in the backlog form (see
-            :func:`syphon.envelope.to_backlog_properties`).
+            :func:`syphon.core.envelope.to_backlog_properties`).
         TypeError: not a ``ServiceBusMessage`` with a data body.
     """
     from azure.servicebus import ServiceBusMessage

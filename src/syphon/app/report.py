@@ -24,13 +24,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from syphon.audit import AuditRoot, read_audit, spread_groups
-from syphon.config import AuditConfig
+from syphon.core.config import AuditConfig
+from syphon.store.audit import AuditRoot, read_audit, spread_groups
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from syphon.run import RunResult
+    from syphon.job.run import RunResult
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from syphon.clients import Access, resolve_access
-from syphon.config import SyphonConfig
-from syphon.failpoints import FailPoint
-from syphon.replay import NAMESPACE_FAULTS
+from syphon.core.config import SyphonConfig
+from syphon.job.replay import NAMESPACE_FAULTS
+from syphon.obs.failpoints import FailPoint
+from syphon.servicebus.access import Access, resolve_access
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from syphon.audit import plan_rows, read_audit
-from syphon.audit import spread_groups as _spread_groups
-from syphon.config import SyphonConfig, load_config
+from syphon.core.config import SyphonConfig, load_config
+from syphon.store.audit import plan_rows, read_audit
+from syphon.store.audit import spread_groups as _spread_groups
 
 if TYPE_CHECKING:
     import pandas as pd  # type: ignore[import-untyped]
@@ -76,7 +76,7 @@ def open_config(params: Parameters) -> SyphonConfig:
 
 def session(config: SyphonConfig) -> SparkSession:
     """The Spark session: the platform's when the config's master is null."""
-    from syphon.spark import build_spark_session
+    from syphon.app.spark import build_spark_session
 
     return build_spark_session(config.spark)
 
@@ -147,8 +147,8 @@ def plan(
     """The run to inspect and replay, and its summary: ``params.run_id`` when the ledger
     says it was planned (nothing is peeked again), else a new plan (recorded
     ``planned``)."""
-    from syphon.audit import read_runs
-    from syphon.plan import format_summary, run_plan
+    from syphon.job.plan import format_summary, run_plan
+    from syphon.store.audit import read_runs
 
     if params.run_id:
         rows = [r for r in read_runs(config.audit) if r["run_id"] == params.run_id]

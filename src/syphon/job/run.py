@@ -14,7 +14,7 @@ The order of the stages is what keeps messages safe:
    ``done`` (nothing left), ``partial`` (some messages stay for a later run) or
    ``failed`` (an error stopped the run; ``detail`` names its class).
 
-Runs hold a lease in Delta (:mod:`syphon.lease`) from planning to the end of the settle:
+Runs hold a lease in Delta (:mod:`syphon.store.lease`) from planning to the end of the settle:
 a run that finds it held records ``busy`` and stops before its snapshot.
 
 Exit codes (see the README): 0 done or empty, 5 partial, 6 busy, 1 failed.
@@ -30,8 +30,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon import failpoints, progress
-from syphon.audit import (
+from syphon.app.report import write_run_report
+from syphon.core.config import AuditConfig, SyphonConfig
+from syphon.obs import failpoints, progress
+from syphon.obs.logs import run_context
+from syphon.store.audit import (
     RunRecord,
     append_outcomes,
     append_run,
@@ -40,15 +43,12 @@ from syphon.audit import (
     read_audit,
     read_runs,
 )
-from syphon.config import AuditConfig, SyphonConfig
-from syphon.lease import Lease
-from syphon.logs import run_context
-from syphon.report import write_run_report
+from syphon.store.lease import Lease
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from syphon.discovery import DiscoveredQueue
+    from syphon.servicebus.discovery import DiscoveredQueue
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def run(
     """Runs every stage (see the module docstring) and returns the result; errors end the
     run with status ``failed`` in the ledger and in the result, never as an exception
     (configuration and secret errors excepted: they come before the run starts)."""
-    from syphon.plan import new_run_id
+    from syphon.job.plan import new_run_id
 
     started = datetime.now(timezone.utc)
     run_id = run_id or new_run_id(started)
@@ -169,7 +169,7 @@ def _run(
     started: datetime,
     dbutils_get: DbutilsGet,
 ) -> RunResult:
-    from syphon.plan import discover
+    from syphon.job.plan import discover
 
     ledger = _Ledger(config, run_id, started)
     clock = time.monotonic()
@@ -232,7 +232,7 @@ def replay_run(
     and no earlier attempt of the run recorded as sent, then settles."""
     mine = [r for r in read_runs(config.audit) if r["run_id"] == run_id]
     if not any(r["status"] == "planned" for r in mine):
-        from syphon.errors import SyphonError
+        from syphon.core.errors import SyphonError
 
         raise SyphonError(f"run {run_id} was never planned in {config.audit.where}")
     started = min(r["started_at"] for r in mine)
@@ -282,7 +282,7 @@ def _plan_replay_settle(
     lease: Lease,
     dbutils_get: DbutilsGet,
 ) -> RunResult:
-    from syphon.plan import run_plan
+    from syphon.job.plan import run_plan
 
     plan = run_plan(spark, config, run_id=ledger.run_id, now=ledger.started,
                     dbutils_get=dbutils_get, queues=queues)  # fmt: skip
@@ -304,14 +304,14 @@ def _replay_and_settle(
 ) -> RunResult:
     from pyspark.sql import functions as F
 
-    from syphon.reconcile import restore
-    from syphon.replay import (
+    from syphon.job.reconcile import restore
+    from syphon.job.replay import (
         NAMESPACE_FAULTS,
         ping_destinations,
         replay_input,
         replay_messages,
     )
-    from syphon.settle import settle_actions, settle_queues
+    from syphon.job.settle import settle_actions, settle_queues
 
     root = config.audit
     progress.watch(spark)
@@ -531,8 +531,8 @@ def _in_doubt(spark: SparkSession, root: AuditConfig) -> DataFrame | None:
 def _resnapshot(
     spark: SparkSession, config: SyphonConfig, planned: DataFrame, dbutils_get: DbutilsGet
 ) -> DataFrame:
-    from syphon.discovery import DiscoveredQueue
-    from syphon.plan import read_snapshot
+    from syphon.job.plan import read_snapshot
+    from syphon.servicebus.discovery import DiscoveredQueue
 
     paths = [r["backlog_queue"] for r in planned.select("backlog_queue").distinct().collect()]
     queues = [DiscoveredQueue("", 0, p, None, False) for p in sorted(paths)]
@@ -574,7 +574,7 @@ def status(
 ) -> StatusReport:
     """Discovers the backlog queues (with their depth when the management API tells it)
     and reads the last runs' final rows from the ledger. No Spark."""
-    from syphon.plan import discover
+    from syphon.job.plan import discover
 
     queues = discover(config, dbutils_get)
     latest: dict[str, dict[str, Any]] = {}

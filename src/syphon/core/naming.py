@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from syphon.errors import BacklogPathError
-from syphon.timespan import TIMESPAN_MAX
+from syphon.core.errors import BacklogPathError
+from syphon.core.timespan import TIMESPAN_MAX
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

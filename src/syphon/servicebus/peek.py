@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon.properties import typed_properties, typed_properties_spark_type
+from syphon.core.properties import typed_properties, typed_properties_spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType

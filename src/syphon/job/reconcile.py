@@ -33,10 +33,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from syphon.backlog import backlog_primary_col
-from syphon.envelope import PING_CONTENT_TYPE, restore_envelope_col
-from syphon.partitioning import effective_partition_key_col
-from syphon.timespan import TICKS_PER_SECOND
+from syphon.core.envelope import PING_CONTENT_TYPE, restore_envelope_col
+from syphon.core.naming import backlog_primary_col
+from syphon.core.partitioning import effective_partition_key_col
+from syphon.core.timespan import TICKS_PER_SECOND
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -304,10 +304,10 @@ _MESSAGE_COLUMNS = (
 
 
 def message_bytes_col() -> Column:
-    """The batch-size bound of a classified row's restored message (:mod:`syphon.sizing`)."""
+    """The batch-size bound of a classified row's restored message (:mod:`syphon.core.sizing`)."""
     from pyspark.sql import functions as F
 
-    from syphon.sizing import message_bytes_bound_col
+    from syphon.core.sizing import message_bytes_bound_col
 
     c = F.col
     return message_bytes_bound_col(
@@ -319,10 +319,10 @@ def message_bytes_col() -> Column:
 
 
 def _exact_size(measure_input: Mapping[str, Any]) -> int | None:
-    """The SDK's own measure of a message (see :func:`syphon.messages.batch_cost`) from
+    """The SDK's own measure of a message (see :func:`syphon.servicebus.messages.batch_cost`) from
     its ``_measure_input``; a zero body of the same size stands for the body (the
     encoding's size does not depend on the bytes). None when the SDK refuses it."""
-    from syphon.messages import batch_cost, restored_message
+    from syphon.servicebus.messages import batch_cost, restored_message
 
     rec = {k: plain_cell(v) for k, v in measure_input.items()}
     props = rec["original_application_properties"]
@@ -400,7 +400,7 @@ _PACKED_SCHEMA = (
 def plan_batches(ordered: DataFrame) -> DataFrame:
     """Packs each (destination, partition key) group's ``replay`` rows, in replay order,
     into batches of at most the destination's limit (``_limit``) by ``message_bytes``
-    (the bound of :mod:`syphon.sizing`; the SDK's own measure where the bound is over
+    (the bound of :mod:`syphon.core.sizing`; the SDK's own measure where the bound is over
     the limit). Adds ``batch_id`` (primary, destination, key and batch number) and
     ``batch_position``. A message over the limit by the SDK's measure becomes
     ``invalid`` / ``too_large``; one the SDK refuses to build, ``invalid`` /

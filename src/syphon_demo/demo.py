@@ -14,7 +14,7 @@ The namespaces live only while the demo runs; the Delta tables stay, so a second
 adds a second run to the same ledger. Every demo uses MessageIds of its own, so an
 earlier demo's replays never make this one's messages duplicates.
 
-This is the only place the product imports the local Service Bus.
+Test and demo code: the product (``syphon``) never imports it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from syphon.config import load_config
+from syphon.core.config import load_config
 
 #: Environment variables the demo sets for the config's secret references and endpoints.
 _SECONDARY_ENV = "SYPHON_SECONDARY_CONNECTION_STRING"
@@ -77,11 +77,15 @@ def run_demo(
     """Runs the demo; returns the run's exit code."""
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-    from syphon.clients import admin_client
-    from syphon.provision import provision_backlog
-    from syphon.run import EXIT_MISSING_DESTINATION, format_run, run
-    from syphon.scenario import Destination, run_outage_scenario
-    from syphon.sender import PairedNamespaceClient, SendAvailabilityOptions, to_backlog_message
+    from syphon.job.run import EXIT_MISSING_DESTINATION, format_run, run
+    from syphon.producer.paired import (
+        PairedNamespaceClient,
+        SendAvailabilityOptions,
+        to_backlog_message,
+    )
+    from syphon.servicebus.access import admin_client
+    from syphon.servicebus.provision import provision_backlog
+    from syphon_demo.scenario import Destination, run_outage_scenario
 
     # The local Service Bus's protocol library logs every connection, and a client that
     # hangs up first as an error ("Broken pipe"): the emulator's internals, not the story.
@@ -143,7 +147,7 @@ def run_demo(
             sender.send_messages(malformed)
         say(f"{len(malformed)} malformed messages added to the backlog")
 
-        from syphon.spark import build_spark_session
+        from syphon.app.spark import build_spark_session
 
         outcome = run(config, spark_factory or (lambda: build_spark_session(config.spark)))
         say(format_run(outcome))
@@ -154,3 +158,22 @@ def run_demo(
                 "'nowhere'; the demo sent it on purpose, so the demo exits 0)")  # fmt: skip
             return 0
         return outcome.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m syphon_demo``: parses ``--config`` and the log options, runs the demo."""
+    import argparse
+
+    from syphon.obs.logs import LOG_FORMATS, configure_logging
+
+    parser = argparse.ArgumentParser(
+        prog="python -m syphon_demo",
+        description="The whole story on this machine: start two local Service Bus "
+        "namespaces, drive an outage with the paired sender, then syphon run.",
+    )
+    parser.add_argument("--config", default=None, help="YAML config (default: conf/local.yaml)")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument("--log-format", default="text", choices=LOG_FORMATS)
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    return run_demo(args.config)

@@ -1,7 +1,7 @@
 """An outage scenario: producers keep sending through a primary outage.
 
 Used by the tests of later stages and by the demo to make realistic backlogs. Several
-producers, each with its own :class:`~syphon.sender.PairedNamespaceClient` (as separate
+producers, each with its own :class:`~syphon.producer.paired.PairedNamespaceClient` (as separate
 processes would have), send a deterministic stream of messages (sessions, partition
 keys, TTLs, scheduled times) in three phases:
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from syphon.sender import PairedCounters, PairedNamespaceClient, counts_as_outage
+from syphon.producer.paired import PairedCounters, PairedNamespaceClient, counts_as_outage
 
 
 @dataclass(frozen=True)

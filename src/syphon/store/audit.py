@@ -20,13 +20,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from syphon.config import AuditConfig
-from syphon.delta import append_arrow, append_dataframe
+from syphon.core.config import AuditConfig
+from syphon.store.delta import append_arrow, append_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from syphon.config import SyphonConfig
+    from syphon.core.config import SyphonConfig
 
 AUDIT_TABLE = "audit"
 RUNS_TABLE = "runs"
@@ -99,7 +99,7 @@ def _append(frame: DataFrame, root: AuditRoot, table: str,
 def _session() -> SparkSession:
     from pyspark.sql import SparkSession
 
-    from syphon.errors import SyphonError
+    from syphon.core.errors import SyphonError
 
     spark = SparkSession.getActiveSession()
     if spark is None:
@@ -151,7 +151,7 @@ def read_audit(spark: SparkSession, root: AuditRoot) -> DataFrame | None:
     """The audit table's current rows as a Spark DataFrame (None before the first run)."""
     from deltalake import DeltaTable
 
-    from syphon.delta import table_exists
+    from syphon.store.delta import table_exists
 
     name = _catalog_name(root, AUDIT_TABLE)
     if name is not None:
@@ -173,7 +173,7 @@ def plan_rows(spark: SparkSession, root: AuditRoot, run_id: str) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    from syphon.errors import SyphonError
+    from syphon.core.errors import SyphonError
 
     audit = read_audit(spark, root)
     if audit is None:
@@ -247,7 +247,7 @@ def append_outcomes(
 
 def read_runs(root: AuditRoot) -> list[dict[str, Any]]:
     """Every row of the run ledger (small: a few rows per run); empty before the first."""
-    from syphon.delta import read_table, table_exists
+    from syphon.store.delta import read_table, table_exists
 
     name = _catalog_name(root, RUNS_TABLE)
     if name is not None:

@@ -1,0 +1,1 @@
+"""The producer half: the paired-namespace sender (seed 004)."""
