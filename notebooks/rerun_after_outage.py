@@ -25,10 +25,7 @@ replay = "no"
 
 # COMMAND ----------
 
-from syphon import notebook as nb
-from syphon.app.cli import databricks_secrets
-from syphon.job.run import format_run, format_status, replay_run, status
-from syphon.obs.logs import configure_logging
+from syphon.app import notebook as nb
 
 params = nb.parameters(
     globals().get("dbutils"),
@@ -38,9 +35,7 @@ params = nb.parameters(
     message_id=message_id,
     replay=replay,
 )
-cfg = nb.open_config(params)
-configure_logging(cfg.logging.level, "text")
-secrets = databricks_secrets()
+ctx = nb.open_context(params)
 
 # COMMAND ----------
 
@@ -50,7 +45,7 @@ secrets = databricks_secrets()
 
 # COMMAND ----------
 
-print(format_status(status(cfg, dbutils_get=secrets)))
+print(nb.backlog_status(ctx))
 
 # COMMAND ----------
 
@@ -60,8 +55,7 @@ print(format_status(status(cfg, dbutils_get=secrets)))
 
 # COMMAND ----------
 
-spark = nb.session(cfg)
-run_id, summary = nb.plan(spark, cfg, params, secrets)
+run_id, summary = nb.plan(ctx, params)
 print(summary)
 
 # COMMAND ----------
@@ -72,7 +66,7 @@ print(summary)
 
 # COMMAND ----------
 
-nb.verdicts(spark, cfg, params, run_id)
+nb.verdicts(ctx, params, run_id)
 
 # COMMAND ----------
 
@@ -83,7 +77,7 @@ nb.verdicts(spark, cfg, params, run_id)
 
 # COMMAND ----------
 
-nb.spread_groups(spark, cfg, params, run_id)
+nb.spread_groups(ctx, params, run_id)
 
 # COMMAND ----------
 
@@ -94,8 +88,7 @@ nb.spread_groups(spark, cfg, params, run_id)
 # COMMAND ----------
 
 if params.replay:
-    result = replay_run(spark, cfg, run_id, dbutils_get=secrets)
-    print(format_run(result))
+    print(nb.replay(ctx, run_id))
 else:
     print(f"run {run_id} not replayed: set the replay parameter to yes")
 
@@ -108,4 +101,4 @@ else:
 
 # COMMAND ----------
 
-nb.audit_for(spark, cfg, params)
+nb.audit_for(ctx, params)

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
+from jvm import TEST_SPARK_CONF
 from paired_env import Pair, make_pair
-from syphon.app.spark import FAST_START_CONF, build_spark_session
+from syphon.app.spark import build_spark_session
 from syphon.core.config import SparkConfig
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def _drop_syphon_log_handler() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = build_spark_session(
-        SparkConfig(master="local[2]", app_name="syphon-tests", conf=FAST_START_CONF)
+        SparkConfig(master="local[2]", app_name="syphon-tests", conf=TEST_SPARK_CONF)
     )
     yield session
     session.stop()

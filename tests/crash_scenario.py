@@ -17,15 +17,15 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import BACKLOG_QUEUES, PRIMARY, job_config, make_pair, send_raw
+from paired_env import BACKLOG_QUEUES, PRIMARY, job_config, make_pair, run_job, send_raw
 from servicebus_emulator import QueueSpec
-from syphon.job.run import run
-from syphon.producer.paired import to_backlog_message
+from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.store.delta import read_table
 
@@ -83,6 +83,19 @@ def settled_safely(root: Path) -> set[str]:
     }  # fmt: skip
 
 
+def wait_for_the_lease_to_expire(root: Path) -> None:
+    """Waits until the killed run's lease has expired (its expiry is in the lease's
+    state), as the next scheduled run would find it."""
+    from datetime import datetime, timezone
+
+    from syphon.store.lease import Lease
+
+    state = Lease(root, "observer", timedelta(seconds=1)).state()
+    if state.expires_at is not None:
+        left = (state.expires_at - datetime.now(timezone.utc)).total_seconds()
+        time.sleep(max(0.0, left) + 0.2)
+
+
 def kill_at_each_then_finish(
     points: list[str], servicebus_emulator: Any, spark: Any, tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -90,7 +103,9 @@ def kill_at_each_then_finish(
     finish, and checks that nothing was lost and every resend is marked."""
     pair = make_pair(servicebus_emulator)
     pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
-    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 3\n")
+    # long enough that a busy machine never loses it mid-run (renewed every 4 s); a
+    # killed run's lease is waited out below
+    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 12\n")
     root = Path(config.audit.path)
     sent: dict[str, str] = {}
 
@@ -109,10 +124,10 @@ def kill_at_each_then_finish(
         gone = set(sent) | {f"bad-r{i}" for i in range(r + 1)}
         gone -= backlog_ids(pair)
         assert gone <= settled_safely(root), (point, gone - settled_safely(root))
-        time.sleep(3.2)  # the dead run's lease expires
+        wait_for_the_lease_to_expire(root)
 
     add_round(pair, len(points), sent)  # and the next scheduled run has work of its own
-    last = run(config, lambda: spark)
+    last = run_job(config, spark)
     assert last.status == "done", last
 
     # nothing lost: every message reached its destination, the backlog is empty

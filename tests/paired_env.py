@@ -13,14 +13,15 @@ from typing import Any
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
+from jvm import java_options
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
-from syphon.app.spark import FAST_START_CONF
-from syphon.core.config import SyphonConfig, load_config
-from syphon.producer.paired import (
-    PairedNamespaceClient,
-    SendAvailabilityOptions,
-    to_backlog_message,
-)
+from syphon.app.services import build_context, run_with_report
+from syphon.core.config import SyphonConfig
+from syphon.core.configfile import load_config
+from syphon.job.context import RunContext
+from syphon.job.ledger import RunResult
+from syphon.producer import PairedNamespaceClient, SendAvailabilityOptions
+from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.servicebus.provision import provision_backlog
 
 PRIMARY = "contoso-primary"
@@ -126,7 +127,7 @@ audit:
   path: "{tmp_path / "delta"}"
 spark:
   conf:
-    spark.driver.extraJavaOptions: "{FAST_START_CONF["spark.driver.extraJavaOptions"]}"
+    spark.driver.extraJavaOptions: "{java_options()}"
 {extra}""",
         encoding="utf-8",
     )
@@ -165,3 +166,47 @@ def make_pair(servicebus_emulator: Callable[..., Emulator]) -> Pair:
     )
     provision_backlog(admin, PRIMARY, count=BACKLOG_QUEUES)
     return Pair(primary, secondary)
+
+
+def context(config: SyphonConfig, spark: Any) -> RunContext:
+    """The services of a command for ``config``, on the tests' shared Spark session (or,
+    given a function, the session it returns: ``lambda: pytest.fail(...)`` proves none is
+    started)."""
+    factory = spark if callable(spark) and not hasattr(spark, "sparkContext") else lambda: spark
+    return build_context(config, spark_factory=factory)
+
+
+def run_job(config: SyphonConfig, spark: Any, run_id: str | None = None,
+            resume: bool = False) -> RunResult:  # fmt: skip
+    """``syphon run`` (or ``syphon replay`` with ``resume``) as the command runs it, report
+    included, on the tests' shared Spark session."""
+    return run_with_report(context(config, spark), run_id, resume=resume)
+
+
+def plan_now(config: SyphonConfig, spark: Any) -> Any:
+    """``syphon plan`` as the command runs it; its ``PlanResult``."""
+    from datetime import datetime, timezone
+
+    from syphon.job.plan import new_run_id, plan
+
+    now = datetime.now(timezone.utc)
+    return plan(context(config, spark), new_run_id(now), now)
+
+
+def stored(pair: Pair, path: str) -> list[Any]:
+    """An entity's messages (scheduled ones included) in sequence order."""
+    entity = pair.primary.broker.entity(path)
+    return [entity.messages[s] for s in sorted(entity.messages)]
+
+
+def backlog_state(pair: Pair) -> dict[str, list[str]]:
+    out = {}
+    for i in range(BACKLOG_QUEUES):
+        path = f"{PRIMARY}/x-servicebus-transfer/{i}"
+        entity = pair.secondary.broker.entity(path)
+        out[path] = sorted(str(m.message_id) for m in entity.messages.values())
+        assert entity.dlq is not None
+        out[path + "/$DeadLetterQueue"] = sorted(
+            str(m.message_id) for m in entity.dlq.messages.values()
+        )
+    return out

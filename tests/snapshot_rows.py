@@ -6,8 +6,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from syphon.core.properties import typed_properties
+from syphon.core.schema import SNAPSHOT, names
 from syphon.core.timespan import timedelta_to_ticks
-from syphon.servicebus.peek import SNAPSHOT_COLUMNS
+
+SNAPSHOT_COLUMNS = names(SNAPSHOT)
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -28,7 +28,6 @@ from proton import (
     Message,
     Terminus,
     symbol,
-    timestamp,
     ulong,
 )
 from proton import int32 as amqp_int
@@ -42,13 +41,13 @@ from servicebus_emulator.codec import (
     AMQP_VALUE,
     MessageFormatError,
     ParsedMessage,
-    encode_annotations,
-    encode_header,
     parse_sections,
     read_value,
+    render_message,
     split_batch,
     split_sections,
 )
+from servicebus_emulator.management import handle_management
 
 log = logging.getLogger(__name__)
 
@@ -471,8 +470,6 @@ class AmqpHandler:
                 self.broker.auth_seen[f"amqp:{_text(app.get('type')) or '?'}"] += 1
             reply.properties = {"status-code": amqp_int(202), "status-description": "Accepted"}
         else:
-            from servicebus_emulator.management import handle_management
-
             entity = state.entity[: -len(MANAGEMENT_SUFFIX)]
             operation = _text(app.get("operation")) or ""
             status, description, body, condition = handle_management(
@@ -560,24 +557,6 @@ def _parse_transfer(payload: bytes) -> list[tuple[ParsedMessage, int]]:
     if inner is None:
         return [(parse_sections(sections), len(payload))]
     return [(parse_sections(parts), len(raw)) for raw, parts in inner]
-
-
-def render_message(msg: StoredMessage, entity_path: str) -> bytes:
-    """The bytes a receiver gets: a fresh header and annotations, then the bare message."""
-    parsed = msg.parsed
-    annotations: dict[Any, Any] = {str(k): v for k, v in parsed.annotations.items()}
-    annotations["x-opt-sequence-number"] = msg.seq
-    annotations["x-opt-enqueue-sequence-number"] = msg.seq
-    annotations["x-opt-enqueued-time"] = timestamp(msg.enqueued_ms)
-    annotations["x-opt-message-state"] = amqp_int(msg.state)
-    if msg.locked_until_ms is not None:
-        annotations["x-opt-locked-until"] = timestamp(msg.locked_until_ms)
-    if msg.dead_letter_source is not None:
-        annotations["x-opt-deadletter-source"] = msg.dead_letter_source
-    durable = bool(parsed.header[0]) if parsed.header else False
-    priority = parsed.header[1] if len(parsed.header) > 1 else None
-    header = encode_header(durable, priority, parsed.ttl_ms, msg.delivery_count)
-    return header + encode_annotations(annotations) + parsed.bare
 
 
 def _tracking_info() -> dict[Any, Any]:

@@ -9,9 +9,12 @@ that every property reaches a receiver byte for byte.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from proton import Data, Described, symbol, timestamp, ubyte, uint, ulong
+from proton import Data, Described, int32, symbol, timestamp, ubyte, uint, ulong
+
+if TYPE_CHECKING:
+    from servicebus_emulator.broker import StoredMessage
 
 HEADER = 0x70
 DELIVERY_ANNOTATIONS = 0x71
@@ -331,3 +334,21 @@ def _encode(value: Any) -> bytes:
 def encode_value(value: Any) -> bytes:
     """Any value, AMQP-encoded (for management response bodies)."""
     return _encode(value)
+
+
+def render_message(msg: StoredMessage, entity_path: str) -> bytes:
+    """The bytes a receiver gets: a fresh header and annotations, then the bare message."""
+    parsed = msg.parsed
+    annotations: dict[Any, Any] = {str(k): v for k, v in parsed.annotations.items()}
+    annotations["x-opt-sequence-number"] = msg.seq
+    annotations["x-opt-enqueue-sequence-number"] = msg.seq
+    annotations["x-opt-enqueued-time"] = timestamp(msg.enqueued_ms)
+    annotations["x-opt-message-state"] = int32(msg.state)
+    if msg.locked_until_ms is not None:
+        annotations["x-opt-locked-until"] = timestamp(msg.locked_until_ms)
+    if msg.dead_letter_source is not None:
+        annotations["x-opt-deadletter-source"] = msg.dead_letter_source
+    durable = bool(parsed.header[0]) if parsed.header else False
+    priority = parsed.header[1] if len(parsed.header) > 1 else None
+    header = encode_header(durable, priority, parsed.ttl_ms, msg.delivery_count)
+    return header + encode_annotations(annotations) + parsed.bare

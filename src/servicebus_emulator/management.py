@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from proton import UNDESCRIBED, Array, Data, symbol, timestamp
 
 from servicebus_emulator.broker import ARGUMENT_ERROR, BrokerError, StoredMessage
-from servicebus_emulator.codec import parse_message
+from servicebus_emulator.codec import parse_message, render_message
 
 if TYPE_CHECKING:
     from servicebus_emulator.amqp import AmqpHandler
@@ -27,8 +27,6 @@ def _ok(body: Any = None) -> Response:
 
 def handle_management(handler: AmqpHandler, entity: str, operation: str, body: Any) -> Response:
     """Runs one management operation; errors come back as status and condition."""
-    from servicebus_emulator.amqp import render_message
-
     broker = handler.broker
     body = body if isinstance(body, dict) else {}
     op = operation.removeprefix("com.microsoft:")

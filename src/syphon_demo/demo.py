@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from syphon.core.config import load_config
+from syphon.core.configfile import load_config
 
 #: Environment variables the demo sets for the config's secret references and endpoints.
 _SECONDARY_ENV = "SYPHON_SECONDARY_CONNECTION_STRING"
@@ -77,19 +77,20 @@ def run_demo(
     """Runs the demo; returns the run's exit code."""
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-    from syphon.job.run import EXIT_MISSING_DESTINATION, format_run, run
-    from syphon.producer.paired import (
-        PairedNamespaceClient,
-        SendAvailabilityOptions,
-        to_backlog_message,
-    )
-    from syphon.servicebus.access import admin_client
+    from syphon.app.services import build_context, run_with_report
+    from syphon.app.text import format_run
+    from syphon.core.errors import ExitCode
+    from syphon.producer import PairedNamespaceClient, SendAvailabilityOptions
+    from syphon.servicebus.backlog_messages import to_backlog_message
     from syphon.servicebus.provision import provision_backlog
     from syphon_demo.scenario import Destination, run_outage_scenario
 
     # The local Service Bus's protocol library logs every connection, and a client that
     # hangs up first as an error ("Broken pipe"): the emulator's internals, not the story.
-    logging.getLogger("proton").setLevel(logging.CRITICAL)
+    for name in ("proton", "servicebus_emulator"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    # the simulated producers' failovers are the outage's story: told as one line below
+    logging.getLogger("syphon.producer").setLevel(logging.ERROR)
     with local_namespaces() as (primary, secondary):
         env = demo_environment(primary, secondary)
         os.environ.update(env)  # the config's secret references read them
@@ -97,7 +98,8 @@ def run_demo(
         primary_name = config.primaries[0].namespace
         count = config.backlog.queue_count
         say(f"local Service Bus: primary {primary_name}, secondary {config.secondary.namespace}")
-        with admin_client(config.secondary) as admin:
+        ctx = build_context(config, spark_factory=spark_factory)
+        with ctx.namespaces.secondary.admin_client() as admin:
             result = provision_backlog(admin, primary_name, count=count)
         say(result.summary())
 
@@ -133,6 +135,10 @@ def run_demo(
         )
         parked = scenario.to_backlog()
         say(f"{len(scenario.messages)} messages sent, {len(parked)} parked in the backlog")
+        failovers = sum(c.failovers for c in scenario.counters)
+        recoveries = sum(c.recoveries for c in scenario.counters)
+        say(f"the producers' senders failed over {failovers} times and came back {recoveries} "
+            "times")  # fmt: skip
         malformed = [
             ServiceBusMessage(b"no destination", message_id=f"{prefix}no-path"),
             to_backlog_message(ServiceBusMessage(b"?", message_id=f"{prefix}lost"), "nowhere"),
@@ -147,17 +153,16 @@ def run_demo(
             sender.send_messages(malformed)
         say(f"{len(malformed)} malformed messages added to the backlog")
 
-        from syphon.app.spark import build_spark_session
-
-        outcome = run(config, spark_factory or (lambda: build_spark_session(config.spark)))
+        outcome = run_with_report(ctx)
         say(format_run(outcome))
-        say(f"audit and ledger: {os.path.abspath(config.audit.path)}")
-        if outcome.status == "done" and outcome.exit_code == EXIT_MISSING_DESTINATION:
+        say(f"audit and ledger: {ctx.store.where}")
+        missing = ExitCode.MISSING_DESTINATION
+        if outcome.status == "done" and outcome.exit_code == missing:
             # the fix line above is about the demo's message to "nowhere", sent on purpose
-            say(f"(syphon run would exit {EXIT_MISSING_DESTINATION} for the message to "
-                "'nowhere'; the demo sent it on purpose, so the demo exits 0)")  # fmt: skip
+            say(f"(syphon run would exit {missing.value} for the message to 'nowhere'; the "
+                "demo sent it on purpose, so the demo exits 0)")  # fmt: skip
             return 0
-        return outcome.exit_code
+        return int(outcome.exit_code)
 
 
 def main(argv: list[str] | None = None) -> int:

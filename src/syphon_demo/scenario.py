@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from syphon.producer.paired import PairedCounters, PairedNamespaceClient, counts_as_outage
+from syphon.producer import PairedCounters, PairedNamespaceClient
+from syphon.servicebus.backlog_messages import counts_as_outage
 
 
 @dataclass(frozen=True)

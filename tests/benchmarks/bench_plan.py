@@ -15,15 +15,18 @@ import os
 import random
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from servicebus_emulator import Emulator, QueueSpec
+from syphon.app.services import build_context
 from syphon.app.spark import build_spark_session
-from syphon.core.config import load_config
-from syphon.job.plan import format_summary, run_plan
-from syphon.producer.paired import to_backlog_message
+from syphon.app.text import format_summary
+from syphon.core.configfile import load_config
+from syphon.job.plan import new_run_id, plan
+from syphon.servicebus.backlog_messages import to_backlog_message
 
 PRIMARY = "bench-primary"
 QUEUES = 10
@@ -95,11 +98,12 @@ audit:
             spark = build_spark_session(config.spark)
             session = time.monotonic() - clock
             clock = time.monotonic()
-            result = run_plan(spark, config)
+            now = datetime.now(timezone.utc)
+            result = plan(build_context(config, spark_factory=lambda: spark), new_run_id(now), now)
             wall = time.monotonic() - clock
     print(format_summary(result).splitlines()[0])
     print(f"spark session start        {session:7.1f} s")
-    for stage, seconds in result.timings.items():
+    for stage, seconds in result.timings.as_map().items():
         print(f"{stage:<26} {seconds:7.1f} s")
     print(f"plan wall time             {wall:7.1f} s  ({args.messages / wall:,.0f} messages/s)")
 

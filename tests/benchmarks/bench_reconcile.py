@@ -28,9 +28,9 @@ from pyspark.sql import functions as F
 
 from syphon.app.spark import build_spark_session
 from syphon.core.config import SparkConfig
+from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.job.reconcile import reconcile_snapshot
-from syphon.servicebus.peek import snapshot_schema
-from syphon.store.audit import write_audit
+from syphon.store.deltars import DeltaRsStore
 
 PRIMARY = "bench-primary"
 QUEUES = 10
@@ -87,7 +87,7 @@ def synthetic_snapshot(spark: SparkSession, rows: int) -> DataFrame:
         body.alias("body"),
         F.lit(1024).alias("body_size"),
     )
-    return df.select(*[F.col(f.name).cast(f.dataType) for f in snapshot_schema().fields])
+    return df.select(*[F.col(f.name).cast(f.dataType) for f in spark_schema(SNAPSHOT).fields])
 
 
 def destinations(spark: SparkSession) -> DataFrame:
@@ -187,7 +187,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp, PeakMemory() as memory:
             started = time.monotonic()
             planned = reconcile_snapshot(snapshot, now, dests).localCheckpoint(eager=True)
-            written = write_audit(planned, tmp, f"bench-{size}", "plan", datetime.now(timezone.utc))
+            store = DeltaRsStore(tmp, lambda: spark)
+            written = store.append_plan(planned, f"bench-{size}", datetime.now(timezone.utc))
             wall = time.monotonic() - started
             counts = {r[0]: r[1] for r in planned.groupBy("verdict").count().collect()}
         assert written == size, (written, size)

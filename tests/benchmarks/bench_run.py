@@ -40,10 +40,9 @@ from typing import Any
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
 
-from syphon.app.spark import build_spark_session
-from syphon.core.config import load_config
-from syphon.job.run import run
-from syphon.producer.paired import to_backlog_message
+from syphon.app.services import build_context, run_with_report
+from syphon.core.configfile import load_config
+from syphon.servicebus.backlog_messages import to_backlog_message
 
 PRIMARY = "bench-primary"
 QUEUES = 10
@@ -189,12 +188,12 @@ def empty_run(conf: Path) -> tuple[float, str, dict[str, Any]]:
     proc = subprocess.run([str(syphon), "run", "--config", str(conf)], capture_output=True,
                           text=True, env=os.environ, check=False)  # fmt: skip
     wall = time.monotonic() - clock
-    from syphon.store.audit import read_runs
+    from syphon.store.deltars import DeltaRsStore
 
-    last = read_runs(load_config(conf).audit.path)[-1]
-    spark_started = "log4j" in proc.stderr  # Spark's first words when it starts
-    status = f"{last['status']} (exit {proc.returncode}, Spark started: {spark_started})"
-    return wall, status, dict(last["operations"])
+    last = DeltaRsStore(load_config(conf).audit.path, lambda: None).runs()[-1]  # type: ignore[arg-type,return-value]
+    spark_started = "Spark" in proc.stderr and "session ready" in proc.stderr
+    status = f"{last.status} (exit {proc.returncode}, Spark started: {spark_started})"
+    return wall, status, last.operations.as_map()
 
 
 def main() -> None:
@@ -224,12 +223,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             config = load_config(write_config(Path(tmp), ns))
             clock, cpu = time.monotonic(), cpu_seconds(ns["pid"])
-            result = run(config, lambda: build_spark_session(config.spark))
+            result = run_with_report(build_context(config))
             syphon_wall = time.monotonic() - clock
             syphon_cpu = cpu_seconds(ns["pid"]) - cpu
             syphon_received, syphon_violations = drain_and_check(primary)
-            sent = result.operations.get("replay.messages_sent", 0)
-            credits = result.operations.get("credits_estimated", 0) / max(sent, 1)
+            sent = result.operations.replay_messages_sent or 0
+            credits = result.operations.credits_estimated / max(sent, 1)
 
             head = f"{'':<9} {'wall s':>8} {'msg/s':>8} {'delivered':>10} {'violations':>11}"
             print(f"{head} {'credits/msg':>12} {'Service Bus CPU s':>18}")
@@ -244,11 +243,11 @@ def main() -> None:
             print(
                 f"syphon / baseline: {base_wall / syphon_wall:.2f}x faster "
                 f"(status {result.status}; stages: "
-                + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())
+                + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.as_map().items())
                 + ")"
             )
             print("syphon operations: " + ", ".join(
-                f"{k} {v}" for k, v in sorted(result.operations.items())))  # fmt: skip
+                f"{k} {v}" for k, v in sorted(result.operations.as_map().items())))  # fmt: skip
 
         for discovery in ("management", "probe"):
             with tempfile.TemporaryDirectory() as tmp:

@@ -9,13 +9,14 @@ from azure.servicebus._pyamqp.message import BatchMessage
 from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
 from proton import Data, Described, ulong
 
-from servicebus_emulator.amqp import _parse_transfer, render_message
+from servicebus_emulator.amqp import _parse_transfer
 from servicebus_emulator.broker import StoredMessage
 from servicebus_emulator.codec import (
     APPLICATION_PROPERTIES,
     DATA,
     PROPERTIES,
     parse_message,
+    render_message,
     replace_application_properties,
     split_batch,
     split_sections,

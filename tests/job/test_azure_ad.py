@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import PRIMARY, Pair, job_config, send_raw
-from syphon.job.run import EXIT_DENIED, EXIT_DONE, run
-from syphon.producer.paired import to_backlog_message
+from paired_env import PRIMARY, Pair, job_config, run_job, send_raw
+from syphon.core.errors import ExitCode
+from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE
 from syphon.store.delta import read_table
 
@@ -106,10 +106,10 @@ def test_a_run_with_a_managed_identity_uses_bearer_tokens_only(
     for emulator in (pair.primary, pair.secondary):
         emulator.broker.auth_seen.clear()
 
-    result = run(config, lambda: spark)
+    result = run_job(config, spark)
 
     assert result.status == "done", result
-    assert result.exit_code == EXIT_DONE
+    assert result.exit_code == ExitCode.DONE
     orders = pair.primary.broker.entity("orders")
     assert sorted(str(m.message_id) for m in orders.messages.values()) == ["m1", "m2"]
     assert not pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages
@@ -142,20 +142,20 @@ def test_an_identity_azure_ad_refuses_names_the_fix_and_exits_3_before_spark(
     job_config(pair, tmp_path, monkeypatch, azure_ad="{type: managed_identity}")
     monkeypatch.setenv("IDENTITY_HEADER", "not-the-header")  # the endpoint answers 401
     monkeypatch.setattr(
-        "syphon.app.spark.build_spark_session",
+        "syphon.app.services.build_spark_session",
         lambda *_: pytest.fail("Spark started for a run that could not discover anything"),
     )
     pair.secondary.broker.auth_seen.clear()  # the pair's provisioning used a SAS
     code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
     out, err = capsys.readouterr()
-    assert code == EXIT_DENIED, out + err
+    assert code == ExitCode.DENIED, out + err
     assert identity_endpoint  # azure-identity asked, and was refused
     fix = [line for line in out.splitlines() if line.startswith("fix: ")]
     assert fix == [
         "fix: the secondary namespace contoso-secondary got no Azure AD token or refused it "
-        "(credential type managed_identity): check that azure-identity finds the identity "
-        "on this machine and that it holds the Azure Service Bus Data Owner role on the "
-        "namespace"
+        "(secondary.credential type managed_identity): check that azure-identity finds the "
+        "identity on this machine and that it holds the Azure Service Bus Data Owner role on "
+        "the namespace"
     ]
     assert not pair.secondary.broker.auth_seen  # nothing reached the namespace
 
@@ -168,7 +168,7 @@ def test_a_service_principal_secret_is_read_from_its_reference_and_never_shown(
     ClientSecretCredential, and no repr of the config or the access shows it."""
     from azure.identity import ClientSecretCredential
 
-    from syphon.core.config import load_config
+    from syphon.core.configfile import load_config
     from syphon.servicebus.access import azure_credential, resolve_access
 
     secret = "sp-secret-" + "x" * 20
@@ -187,11 +187,12 @@ primaries:
         encoding="utf-8",
     )
     config = load_config(path, environ={})
-    access = resolve_access(config.secondary)
+    access = resolve_access(config.secondary, "secondary")
     assert access.client_secret == secret
     assert access.host == "contoso-secondary.servicebus.windows.net"
     credential = azure_credential(access)
     assert isinstance(credential, ClientSecretCredential)
-    assert azure_credential(resolve_access(config.secondary)) is credential  # one per process
+    again = resolve_access(config.secondary, "secondary")
+    assert azure_credential(again) is credential  # one per process
     for text in (repr(config), repr(access), repr(config.secondary)):
         assert secret not in text

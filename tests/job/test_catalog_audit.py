@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import Pair, job_config, send_raw
-from syphon.core.config import load_config
-from syphon.job.run import EXIT_DONE, run, status
-from syphon.producer.paired import to_backlog_message
-from syphon.store.audit import read_runs
+from paired_env import Pair, context, job_config, run_job, send_raw
+from syphon.core.configfile import load_config
+from syphon.core.errors import ExitCode
+from syphon.job.status import status
+from syphon.servicebus.backlog_messages import to_backlog_message
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -46,8 +46,8 @@ def test_a_run_keeps_its_audit_and_ledger_in_catalog_tables(
     })  # fmt: skip
     assert config.audit.where == f"table {database}.audit"
 
-    first = run(config, lambda: spark)
-    assert (first.status, first.exit_code) == ("done", EXIT_DONE), first
+    first = run_job(config, spark)
+    assert (first.status, first.exit_code) == ("done", ExitCode.DONE), first
     orders = pair.primary.broker.entity("orders")
     assert sorted(str(m.message_id) for m in orders.messages.values()) == ["c1", "c2"]
 
@@ -69,19 +69,19 @@ def test_a_run_keeps_its_audit_and_ledger_in_catalog_tables(
     assert Path(first.report).parent == delta / "reports"
     assert "orders" in Path(first.report).read_text(encoding="utf-8")
 
-    runs = sorted(read_runs(config.audit), key=lambda r: r["recorded_at"])
-    assert [r["status"] for r in runs] == ["planned", "replaying", "replayed", "done"]
-    assert dict(runs[-1]["operations"])["replay.messages_sent"] == 2
-    assert status(config).runs[0]["status"] == "done"
+    runs = context(config, spark).store.runs()
+    assert [r.status for r in runs] == ["planned", "replaying", "replayed", "done"]
+    assert runs[-1].operations.replay_messages_sent == 2
+    assert status(context(config, spark)).runs[0].status == "done"
 
     # a later run reads the catalog audit: c1 parked again is a duplicate of what was sent
     park(2, "c1", b"a")
-    second = run(config, lambda: spark)
+    second = run_job(config, spark)
     assert second.status == "done", second
     assert second.counts == {"duplicate": 1}
     assert len(orders.messages) == 2
     # and an empty run is recorded in the catalog ledger too
-    third = run(config, lambda: spark)
+    third = run_job(config, spark)
     assert third.status == "empty"
-    statuses = [r["status"] for r in read_runs(config.audit) if r["run_id"] == third.run_id]
+    statuses = [r.status for r in context(config, spark).store.runs() if r.run_id == third.run_id]
     assert statuses == ["empty"]

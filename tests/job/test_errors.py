@@ -6,9 +6,12 @@ import socket
 from pathlib import Path
 
 import pytest
+from azure.servicebus import ServiceBusMessage
 
+from paired_env import PRIMARY, Pair, job_config, send_raw
 from syphon.app.cli import main
-from syphon.job.run import EXIT_UNREACHABLE
+from syphon.core.errors import ExitCode
+from syphon.servicebus.backlog_messages import to_backlog_message
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,16 +45,91 @@ audit:
         encoding="utf-8",
     )
     monkeypatch.setattr(
-        "syphon.app.spark.build_spark_session",
+        "syphon.app.services.build_spark_session",
         lambda *_: pytest.fail("Spark started for a run that could not discover anything"),
     )
     code = main(["run", "--config", str(conf)])
     out, err = capsys.readouterr()
-    assert code == EXIT_UNREACHABLE, out + err
+    assert code == ExitCode.UNREACHABLE, out + err
     assert ": failed (ServiceRequestError)" in out
     fix = [line for line in out.splitlines() if line.startswith("fix: ")]
     assert fix == [
-        "fix: the secondary namespace gone-secondary cannot be reached: check the Endpoint "
-        "of its connection string (or management_endpoint), DNS, the network and the firewall"
+        f"fix: the secondary namespace gone-secondary cannot be reached at 127.0.0.1:{port}: "
+        "check the Endpoint of secondary.connection_string or secondary.management_endpoint "
+        f"(127.0.0.1:{port}), DNS, the network and the firewall"
     ]
     assert key not in out + err
+
+
+def park_one(pair: Pair) -> None:
+    send_raw(pair, 0, [to_backlog_message(ServiceBusMessage(b"x", message_id="m1"), "orders")])
+
+
+def fix_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("fix: ")]
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "under_proc"])
+def test_an_audit_path_that_cannot_be_written_exits_9_with_a_fix_naming_it(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], where: str,
+) -> None:  # fmt: skip
+    park_one(pair)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    path = str(blocker / "delta") if where == "under_a_file" else "/proc/syphon-audit"
+    config = job_config(pair, tmp_path, monkeypatch)
+    text = (tmp_path / "syphon.yaml").read_text(encoding="utf-8")
+    (tmp_path / "syphon.yaml").write_text(text.replace(config.audit.path, path), "utf-8")
+    monkeypatch.setattr(
+        "syphon.app.services.build_spark_session",
+        lambda *_: pytest.fail("Spark started for a run that cannot keep its audit"),
+    )
+    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.AUDIT_UNAVAILABLE, out + err
+    assert ": failed (AuditStoreError)" in out
+    assert fix_lines(out) == [
+        f"fix: audit.path ({path}) cannot be written: point it at a folder or URI this "
+        "machine and every executor can write, or fix its permissions"
+    ]
+    assert "Traceback" not in out + err
+    assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1
+
+
+def test_without_java_a_run_exits_4_and_says_how_to_install_it(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    park_one(pair)
+    job_config(pair, tmp_path, monkeypatch)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.NO_SPARK, out + err
+    assert ": failed (SparkSetupError)" in out
+    assert fix_lines(out) == [
+        "fix: install a JRE 17 (Debian: apt-get install -y default-jre-headless) or set JAVA_HOME"
+    ]
+
+
+def test_namespaces_that_refuse_connections_exit_7_naming_the_secondary_and_its_host(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    park_one(pair)
+    job_config(pair, tmp_path, monkeypatch)
+    pair.primary.make_namespace_unavailable()
+    pair.secondary.make_namespace_unavailable()  # the management APIs still answer
+    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.UNREACHABLE, out + err
+    host = f"{pair.secondary.host}:{pair.secondary.port}"
+    assert fix_lines(out) == [
+        f"fix: the secondary namespace contoso-secondary cannot be reached at {host}: check "
+        "the Endpoint of secondary.connection_string or secondary.management_endpoint "
+        f"({pair.secondary.admin_endpoint}), DNS, the network and the firewall"
+    ]
+    assert "PythonException" not in out
+    assert pair.secondary.connection_string not in out + err

@@ -14,8 +14,8 @@ from azure.servicebus import ServiceBusMessage
 from paired_env import Pair, job_config, send_raw
 from servicebus_emulator.server import EMULATOR_KEY
 from syphon.app.cli import main
-from syphon.job.run import EXIT_MISSING_DESTINATION
-from syphon.producer.paired import to_backlog_message
+from syphon.core.errors import ExitCode
+from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import RUNS_TABLE
 from syphon.store.delta import read_table
 
@@ -39,7 +39,7 @@ def test_json_logs_carry_the_run_id_and_nothing_secret_is_written_anywhere(
     code = main(["--log-format", "json", "--log-level", "INFO", "run", "--config",
                  str(tmp_path / "syphon.yaml"), "--run-id", "logged-run-1"])  # fmt: skip
     out, err = capsys.readouterr()
-    assert code == EXIT_MISSING_DESTINATION, err[-2000:]  # s5's destination does not exist
+    assert code == ExitCode.MISSING_DESTINATION, err[-2000:]  # s5's destination does not exist
 
     records = [json.loads(line) for line in err.splitlines() if line.strip()]
     assert records, "the run logged nothing"

@@ -14,7 +14,7 @@ from azure.servicebus import ServiceBusMessage
 from notebook_sync import IPYNB, SOURCE, cells_of, rendered
 from paired_env import PRIMARY, Pair, job_config, send_raw
 from servicebus_emulator.server import EMULATOR_KEY
-from syphon.producer.paired import to_backlog_message
+from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.store.delta import read_table
 

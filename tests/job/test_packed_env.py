@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,13 @@ def test_spark_submit_runs_the_job_from_a_packed_environment(
     )  # fmt: skip
     assert packed.returncode == 0, packed.stderr[-3000:]
     assert archive.exists()
-    assert list((tmp_path / "dist").glob("syphon-*.whl"))
+    (wheel,) = (tmp_path / "dist").glob("syphon-*.whl")
+    # the wheel a cluster installs holds the product only: no local Service Bus, no demo
+    with zipfile.ZipFile(wheel) as zipped:
+        tops = {name.split("/", 1)[0] for name in zipped.namelist()}
+        assert "syphon/app/templates/report.html.j2" in zipped.namelist()
+        assert "syphon/app/log4j2.properties" in zipped.namelist()
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"syphon"}
 
     # the driver's copy, unpacked in its working directory as in cluster deploy mode: the
     # driver starts Python workers too (to plan the Python data source's reads)

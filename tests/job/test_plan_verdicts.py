@@ -26,11 +26,11 @@ from proton import Message, timestamp
 from proton.utils import BlockingConnection
 from pyspark.sql import functions as F
 
-from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, park_outage, send_raw
+from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, park_outage, plan_now, send_raw
 from servicebus_emulator import QueueSpec
+from syphon.app.text import format_summary
 from syphon.core.envelope import PING_CONTENT_TYPE
-from syphon.job.plan import format_summary, run_plan
-from syphon.producer.paired import to_backlog_message
+from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.store.delta import append_dataframe, read_table
 
@@ -239,7 +239,7 @@ def test_plan_verdicts_for_an_outage_and_every_kind_of_trouble(
 
     config = job_config(pair, tmp_path, monkeypatch)
     before = broker_state(pair)
-    first = run_plan(spark, config)
+    first = plan_now(config, spark)
     assert broker_state(pair) == before  # peek before = peek after: nothing locked or removed
 
     got = audit_verdicts(config.audit.path, first.run_id)
@@ -285,7 +285,7 @@ def test_plan_verdicts_for_an_outage_and_every_kind_of_trouble(
     )
     assert append_dataframe(sent, audit_root, "test-replay") == 1
 
-    second = run_plan(spark, config)
+    second = plan_now(config, spark)
     assert broker_state(pair) == before
     got = audit_verdicts(config.audit.path, second.run_id)
     at = {label: pos for pos, label in where.items() if label}

@@ -14,14 +14,14 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 from PIL import Image
 
-from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, send_raw
+from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, run_job, send_raw
 from report_html import parse_report, table_dict
 from servicebus_emulator.server import EMULATOR_KEY
-from syphon.app.report import report_path
-from syphon.job.run import format_run, run
-from syphon.producer.paired import to_backlog_message
+from syphon.app.text import format_run
+from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE
 from syphon.store.delta import read_table
+from syphon.store.reports import report_path
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -78,7 +78,7 @@ def test_a_run_writes_a_report_whose_figures_are_the_audits_and_chromium_draws_i
     )  # a duplicate
     config = job_config(pair, tmp_path, monkeypatch)
 
-    result = run(config, lambda: spark, run_id="reported-run")
+    result = run_job(config, spark, "reported-run")
     assert result.status == "done", format_run(result)
     path = Path(report_path(config.audit.path, "reported-run")).absolute()
     assert result.report == str(path)
@@ -106,7 +106,7 @@ def test_a_run_writes_a_report_whose_figures_are_the_audits_and_chromium_draws_i
     windows = table_dict(page.sections["timeline"][0])
     assert set(windows) == {place for place, _ in expected}
     operations = table_dict(page.sections["operations"][0])
-    assert operations["credits_estimated"]["count"] == str(result.operations["credits_estimated"])
+    assert operations["credits_estimated"]["count"] == str(result.operations.credits_estimated)
     assert "Nothing: every message was settled" in page.text["left"]
     assert page.svgs["verdicts"] == page.svgs["timeline"] == 1
     assert [r for r in page.references if not r[2].startswith("#")] == []
@@ -148,9 +148,7 @@ def test_an_empty_run_writes_a_report_without_starting_spark(
     pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = job_config(pair, tmp_path, monkeypatch)
-    result = run(
-        config, lambda: pytest.fail("an empty run must not start Spark"), run_id="empty-run"
-    )
+    result = run_job(config, lambda: pytest.fail("an empty run must not start Spark"), "empty-run")
     assert result.status == "empty"
     page = parse_report(Path(report_path(config.audit.path, "empty-run")).read_text("utf-8"))
     assert "empty" in page.text["summary"]

@@ -9,11 +9,14 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from paired_env import PRIMARY, Pair, job_config
+from paired_env import PRIMARY, Pair, context, job_config
 from servicebus_emulator import QueueSpec
-from syphon.producer.paired import to_backlog_message
+from syphon.core.schema import SNAPSHOT, names, spark_schema
+from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.servicebus.discovery import discover_by_management, discover_by_probe
-from syphon.servicebus.peek import SNAPSHOT_COLUMNS, peek_rows, snapshot_schema
+from syphon.servicebus.peek import peek_rows
+
+SNAPSHOT_COLUMNS = names(SNAPSHOT)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -134,7 +137,7 @@ def test_rows_keep_what_the_replay_needs(pair: Pair, spark: Any) -> None:
     assert props["x-ms-timetolive"]["int"] == 3 * 60 * 10_000_000
     assert props["raw"]["bytes"] == b"bytes-value"
     assert props["n"]["int"] == 5
-    df = spark.createDataFrame([row], snapshot_schema())
+    df = spark.createDataFrame([row], spark_schema(SNAPSHOT))
     back = df.collect()[0]
     assert back["body"] == b"\x00\xffbody"
     assert back["application_properties"]["x-ms-path"]["bytes"] == b"sessions"
@@ -147,13 +150,14 @@ def test_the_data_source_reads_what_the_peek_walk_reads(
 
     from syphon.core.config import NamespaceConfig, SecretRef
     from syphon.job.snapshot import register_backlog_source
+    from syphon.servicebus.access import resolve_access
 
     fill(pair, queue(0), backlog_messages(300))
     fill(pair, queue(2), backlog_messages(5, destination="sessions"))
     secret = pair.secondary.connection_string
     monkeypatch.setenv("SNAPSHOT_TEST_SECONDARY", secret)
     secondary = NamespaceConfig("contoso-secondary", SecretRef(env="SNAPSHOT_TEST_SECONDARY"))
-    name = register_backlog_source(spark, secondary)
+    name = register_backlog_source(spark, resolve_access(secondary, "secondary"))
     monkeypatch.delenv("SNAPSHOT_TEST_SECONDARY")  # read once, on the driver
 
     queues = [queue(0), queue(2), {"queue": queue(0), "from": 100, "until": 149}]
@@ -181,8 +185,8 @@ def test_the_data_source_reads_what_the_peek_walk_reads(
 def test_a_large_queue_is_read_in_ranges_exactly_once(
     pair: Pair, spark: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from syphon.job.plan import discover, read_snapshot, snapshot_ranges
-    from syphon.job.snapshot import QueueRange, split_ranges
+    from syphon.job.plan import discover
+    from syphon.job.snapshot import QueueRange, read_snapshot, snapshot_ranges, split_ranges
 
     fill(pair, queue(1), backlog_messages(620))
     fill(pair, queue(3), backlog_messages(7))
@@ -192,14 +196,15 @@ def test_a_large_queue_is_read_in_ranges_exactly_once(
             while removed < 100:  # a settled head: the queue now starts at 101
                 removed += len(r.receive_messages(100 - removed, max_wait_time=2))
     config = job_config(pair, tmp_path, monkeypatch, split_messages=200)
-    queues = [q for q in discover(config) if not q.empty]
+    ctx = context(config, spark)
+    queues = [q for q in discover(ctx) if not q.empty]
     assert [(q.index, q.message_count) for q in queues] == [(1, 520), (3, 7)]
-    ranges = snapshot_ranges(config, queues)
+    ranges = snapshot_ranges(ctx.namespaces.secondary, queues, 200)
     assert ranges == [
         QueueRange(queue(1), 101, 300), QueueRange(queue(1), 301, 500),
         QueueRange(queue(1), 501, None), QueueRange(queue(3)),
     ]  # fmt: skip
-    df = read_snapshot(spark, config, queues)
+    df = read_snapshot(spark, ctx.namespaces.secondary, queues, 200)
     got = sorted((r["backlog_queue"], r["sequence_number"]) for r in df.collect())
     assert got == sorted([(queue(1), s) for s in range(101, 621)] +
                          [(queue(3), s) for s in range(1, 8)])  # fmt: skip

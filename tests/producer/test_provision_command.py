@@ -21,7 +21,8 @@ def test_provision_command(
 ) -> None:
     secondary = servicebus_emulator()
     monkeypatch.setenv("SYPHON_SECONDARY_CONNECTION_STRING", secondary.connection_string)
-    monkeypatch.setenv("SYPHON_PRIMARY_CONNECTION_STRING", "unused by provision")
+    # every command reads and checks every secret first, the primary's too
+    monkeypatch.setenv("SYPHON_PRIMARY_CONNECTION_STRING", secondary.connection_string)
     monkeypatch.setenv("SYPHON__SECONDARY__MANAGEMENT_ENDPOINT", secondary.admin_endpoint)
     monkeypatch.setenv("SYPHON__SECONDARY__CA_BUNDLE", secondary.ca_bundle)
     monkeypatch.setenv("SYPHON__BACKLOG__QUEUE_COUNT", "3")
@@ -47,9 +48,14 @@ def test_provision_reports_an_unreachable_management_api(
 ) -> None:
     secret = "Endpoint=sb://127.0.0.1:9;SharedAccessKeyName=k;SharedAccessKey=TOPSECRET;"
     monkeypatch.setenv("SYPHON_SECONDARY_CONNECTION_STRING", secret)
-    monkeypatch.setenv("SYPHON_PRIMARY_CONNECTION_STRING", "unused")
+    monkeypatch.setenv("SYPHON_PRIMARY_CONNECTION_STRING", secret)
     monkeypatch.setenv("SYPHON__SECONDARY__MANAGEMENT_ENDPOINT", "127.0.0.1:9")
-    assert main(["provision"]) != 0
+    assert main(["provision"]) == 7
     err = capsys.readouterr().err
-    assert "management API of syphon-secondary failed" in err
+    assert "syphon provision: failed (ServiceRequestError)" in err
+    assert (
+        "fix: the secondary namespace syphon-secondary cannot be reached at 127.0.0.1:9: check "
+        "the Endpoint of secondary.connection_string or secondary.management_endpoint "
+        "(127.0.0.1:9), DNS, the network and the firewall"
+    ) in err
     assert "TOPSECRET" not in err

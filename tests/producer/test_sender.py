@@ -23,7 +23,7 @@ from syphon.core.envelope import (
     restore_from_backlog,
 )
 from syphon.core.timespan import timedelta_to_ticks
-from syphon.producer.paired import (
+from syphon.producer import (
     BacklogMessageTooLargeError,
     PairedClientClosedError,
 )

@@ -32,7 +32,8 @@ from syphon.core.naming import (
     match_backlog_queue_path,
 )
 from syphon.core.partitioning import effective_partition_key, effective_partition_key_col
-from syphon.core.properties import KEY_DUPLICATE, typed_properties, typed_properties_spark_type
+from syphon.core.properties import KEY_DUPLICATE, typed_properties
+from syphon.core.schema import spark_type
 from syphon.core.timespan import TIMESPAN_MAX_TICKS
 
 pytestmark = pytest.mark.spark
@@ -144,7 +145,7 @@ def _assert_envelope_agrees(spark: SparkSession, rows: list[tuple[Any, ...]]) ->
     schema = T.StructType(
         [
             T.StructField("id", T.IntegerType()),
-            T.StructField("props", typed_properties_spark_type()),
+            T.StructField("props", spark_type("properties")),
             T.StructField("key_problem", T.StringType()),
         ]
     )
@@ -184,7 +185,7 @@ def _assert_envelope_agrees(spark: SparkSession, rows: list[tuple[Any, ...]]) ->
 
 
 def test_envelope_column_handles_a_null_map(spark: SparkSession) -> None:
-    schema = T.StructType([T.StructField("props", typed_properties_spark_type())])
+    schema = T.StructType([T.StructField("props", spark_type("properties"))])
     df = spark.createDataFrame([(None,)], schema)
     row = df.select(restore_envelope_col(F.col("props"), F.lit(None)).alias("e")).first()
     assert row is not None
@@ -196,7 +197,7 @@ def test_own_properties_survive_the_column_with_their_values(spark: SparkSession
     typed, _ = typed_properties(
         {b"x-ms-path": b"orders", b"n": 7, b"u": uuid.UUID(int=1), b"s": b"v"}
     )
-    schema = T.StructType([T.StructField("props", typed_properties_spark_type())])
+    schema = T.StructType([T.StructField("props", spark_type("properties"))])
     df = spark.createDataFrame([(typed,)], schema)
     row = df.select(restore_envelope_col(F.col("props"), F.lit(None)).alias("e")).first()
     assert row is not None

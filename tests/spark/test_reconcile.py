@@ -8,8 +8,8 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from snapshot_rows import T0, row
+from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.job.reconcile import classify, order_groups, restore
-from syphon.servicebus.peek import snapshot_schema
 
 NOW = T0 + timedelta(hours=2)
 
@@ -49,7 +49,7 @@ CASES: list[tuple[dict[str, Any], str, str | None]] = [
 
 
 def classified(spark: Any, rows: list[dict[str, Any]]) -> Any:
-    snapshot = spark.createDataFrame(rows, snapshot_schema())
+    snapshot = spark.createDataFrame(rows, spark_schema(SNAPSHOT))
     destinations = spark.createDataFrame(
         [
             ("contoso-primary", "orders", True, True, False, 256 * 1024),
@@ -128,7 +128,7 @@ def sdk_packing(messages: list[Any], limit: int) -> list[int]:
 def test_batches_fit_the_sdk_measure_and_keep_keys_apart(spark: Any) -> None:
     from azure.servicebus import ServiceBusMessageBatch
 
-    from syphon.job.reconcile import plan_batches
+    from syphon.job.batches import plan_batches
     from syphon.servicebus.messages import restored_message
 
     rows = [

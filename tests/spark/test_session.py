@@ -1,8 +1,13 @@
+import os
+import signal
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from jvm import java_options
 from syphon.app.spark import build_spark_session
 from syphon.core.config import SparkConfig
 from syphon.core.errors import SparkSetupError
@@ -27,14 +32,65 @@ def test_a_local_session_without_java_says_how_to_install_it(
 ) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(SparkSetupError, match="apt-get install -y default-jre-headless"):
+    with pytest.raises(SparkSetupError, match="Java is not installed") as info:
         build_spark_session(SparkConfig(master="local[1]"))
+    assert info.value.fix is not None
+    assert "apt-get install -y default-jre-headless" in info.value.fix
+    assert info.value.exit_code == 4
 
 
 def test_without_pyspark_the_error_names_the_extra_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "pyspark.sql", None)  # import fails as if not installed
-    with pytest.raises(SparkSetupError, match=r"pip install 'syphon\[local\]'") as info:
+    with pytest.raises(SparkSetupError, match="PySpark is not installed") as info:
         build_spark_session(SparkConfig(master="local[1]"))
+    assert info.value.fix is not None
+    assert "pip install 'syphon[local]'" in info.value.fix
     assert info.value.exit_code == 4
+
+
+SCRATCH_SCRIPT = """
+import sys, time
+from pyspark import StorageLevel
+from syphon.app.spark import build_spark_session
+from syphon.core.config import SparkConfig
+conf = {"spark.shuffle.compress": "false", "spark.rdd.compress": "false",
+        "spark.driver.extraJavaOptions": sys.argv[2]}
+spark = build_spark_session(SparkConfig(master="local[2]", conf=conf))
+marker = sys.argv[1].encode()
+bodies = spark.sparkContext.parallelize([marker * 50 + bytes([i]) for i in range(200)], 4)
+bodies.persist(StorageLevel.DISK_ONLY).count()  # blocks on disk
+bodies.map(lambda b: (b[-1] % 3, b)).groupByKey().count()  # and a shuffle
+print(spark.conf.get("spark.local.dir"), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_sessions_scratch_files_hold_no_clear_body_and_the_next_start_removes_them(
+    tmp_path: Path,
+) -> None:
+    from syphon.app.spark import clean_stale_scratch
+
+    marker = "BODY-MARKER-" + "q" * 20
+    root = tmp_path / "scratch"
+    process = subprocess.Popen(
+        [sys.executable, "-c", SCRATCH_SCRIPT, marker, java_options()],
+        env={**os.environ, "SYPHON_SPARK_SCRATCH": str(root)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        folder = Path(process.stdout.readline().strip())
+        assert folder.parent == root
+        files = [p for p in folder.rglob("*") if p.is_file() and p.stat().st_size > 0]
+        assert any("shuffle" in p.name for p in files)
+        assert any(p.name.startswith("rdd_") for p in files)
+        assert not [p for p in files if marker.encode() in p.read_bytes()]  # encrypted
+        assert clean_stale_scratch(root) == []  # a live session's folder stays
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    assert folder.is_dir()  # a killed session cleans nothing up ...
+    assert clean_stale_scratch(root) == [folder]  # ... the next start does
+    assert not folder.exists()

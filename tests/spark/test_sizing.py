@@ -10,10 +10,10 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from snapshot_rows import T0, row
+from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.core.sizing import message_bytes_bound_col
 from syphon.job.reconcile import restore
 from syphon.servicebus.messages import batch_cost, restored_message
-from syphon.servicebus.peek import snapshot_schema
 
 
 def text(rng: random.Random, longest: int) -> str:
@@ -59,7 +59,7 @@ def random_row(rng: random.Random, seq: int) -> dict[str, Any]:
 def test_the_bound_is_never_below_the_sdk_measure_and_stays_close(spark: Any) -> None:
     rng = random.Random(20261123)
     rows = [random_row(rng, i) for i in range(1, 401)]
-    restored = restore(spark.createDataFrame(rows, snapshot_schema())).where(
+    restored = restore(spark.createDataFrame(rows, spark_schema(SNAPSHOT))).where(
         F.col("envelope_reason").isNull()
     )
     bound = message_bytes_bound_col(

@@ -110,10 +110,107 @@ primaries:
 """,
         encoding="utf-8",
     )
-    monkeypatch.setenv("SECONDARY_CS_FOR_THIS_TEST", "Endpoint=sb://x/;SharedAccessKey=k")
+    monkeypatch.setenv(
+        "SECONDARY_CS_FOR_THIS_TEST", "Endpoint=sb://x/;SharedAccessKeyName=n;SharedAccessKey=k"
+    )
     monkeypatch.delenv("SP_SECRET_FOR_THIS_TEST", raising=False)
     assert main(["run", "--config", str(conf)]) == 2
     assert capsys.readouterr().err.strip() == (
         f"syphon run: {conf}: primaries.0.credential.client_secret: "
         "environment variable SP_SECRET_FOR_THIS_TEST is not set"
     )
+
+
+BARE = """
+secondary:
+  namespace: contoso-secondary
+  connection_string: {env: CLI_TEST_SECONDARY}
+primaries:
+  - namespace: contoso
+    connection_string: {env: CLI_TEST_SECONDARY}
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("not a connection string", "an item is not key=value"),
+        ("SharedAccessKeyName=n;SharedAccessKey=k", "it has no Endpoint"),
+        ("Endpoint=https://x/;SharedAccessKeyName=n;SharedAccessKey=k", "not sb://<host>/"),
+        ("Endpoint=sb://x/;SharedAccessKeyName=n", "neither SharedAccessKeyName and"),
+    ],
+)
+def test_a_malformed_connection_string_is_a_config_error_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    value: str, problem: str,
+) -> None:  # fmt: skip
+    conf = tmp_path / "bad.yaml"
+    conf.write_text(BARE, encoding="utf-8")
+    monkeypatch.setenv("CLI_TEST_SECONDARY", value)
+    assert main(["run", "--config", str(conf)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"syphon run: {conf}: secondary.connection_string: environment variable "
+        "CLI_TEST_SECONDARY does not hold a Service Bus connection string: "
+    )
+    assert problem in err
+    assert value not in err
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("fs.azure.account.key.acct.dfs.core.windows.net", "c2VjcmV0LWtleQ=="),
+        ("fs.azure.account.oauth2.client.secret", "s3cr3t"),
+        ("spark.hadoop.javax.jdo.option.ConnectionPassword", "hunter2"),
+        ("spark.some.setting", "DefaultEndpointsProtocol=https;AccountKey=abc"),
+        ("spark.other.setting", "https://a.blob.core.windows.net/c?sv=2024-01-01&sig=abc"),
+    ],
+)
+def test_a_literal_secret_in_spark_conf_is_refused_and_never_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    setting: str, value: str,
+) -> None:  # fmt: skip
+    conf = tmp_path / "spark.yaml"
+    conf.write_text(BARE + f'spark:\n  conf:\n    {setting}: "{value}"\n', encoding="utf-8")
+    monkeypatch.setenv("CLI_TEST_SECONDARY", "Endpoint=sb://x/;SharedAccessKeyName=n;"
+                       "SharedAccessKey=k")  # fmt: skip
+    for command in ("config", "run"):
+        assert main([command, "--config", str(conf)]) == 2
+        out, err = capsys.readouterr()
+        assert f"spark.conf.{setting}: looks like a literal secret" in err
+        assert value not in out + err
+
+
+def test_a_spark_setting_can_reference_its_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from syphon.app.spark import spark_settings
+    from syphon.core.configfile import load_config
+
+    conf = tmp_path / "ref.yaml"
+    setting = "fs.azure.account.key.acct.dfs.core.windows.net"
+    conf.write_text(BARE + f"spark:\n  conf:\n    {setting}: {{env: STORAGE_KEY}}\n"
+                    "    spark.sql.shuffle.partitions: 8\n", encoding="utf-8")  # fmt: skip
+    assert main(["config", "--config", str(conf)]) == 0
+    assert "STORAGE_KEY" in capsys.readouterr().out
+    config = load_config(conf, environ={})
+    with pytest.raises(Exception, match=f"spark.conf.{setting}: environment variable"):
+        spark_settings(config.spark, environ={})
+    settings = spark_settings(config.spark, environ={"STORAGE_KEY": "k3y"})
+    assert settings[setting] == "k3y"
+    assert settings["spark.sql.shuffle.partitions"] == "8"
+
+
+def test_the_readme_and_the_help_show_the_one_exit_code_table() -> None:
+    from syphon.core.errors import EXIT_CODES
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in readme.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    table = [tuple(cell.strip() for cell in row.strip("|").split("|")) for row in rows]
+    assert table == [(str(d.code.value), d.meaning, d.action) for d in EXIT_CODES]
+    help_text = run("run", "--help").stdout
+    for doc in EXIT_CODES:
+        assert f"{doc.code.value} {doc.code.name.lower().replace('_', ' ')}" in " ".join(
+            help_text.split()
+        )

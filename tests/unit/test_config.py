@@ -2,14 +2,10 @@ from pathlib import Path
 
 import pytest
 
-from syphon.core.config import (
-    CredentialConfig,
-    SecretRef,
-    default_config_path,
-    load_config,
-    resolve_secret,
-)
+from syphon.core.config import CredentialConfig, SecretRef, default_config_path
+from syphon.core.configfile import load_config
 from syphon.core.errors import ConfigError, SecretError
+from syphon.servicebus.secrets import resolve_secret
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -79,3 +79,30 @@ def test_mask_keeps_everything_but_the_secret() -> None:
 def test_an_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="text, json"):
         configure_logging("INFO", "xml")
+
+
+@pytest.mark.parametrize(
+    ("level", "sdk_level", "shown"),
+    [
+        ("INFO", "WARNING", ["syphon INFO", "azure WARNING"]),
+        ("INFO", "INFO", ["syphon INFO", "azure INFO", "azure WARNING", "py4j INFO"]),
+        ("WARNING", "INFO", ["azure WARNING"]),  # never below syphon's own level
+        (
+            "DEBUG",
+            "WARNING",
+            ["syphon INFO", "azure DEBUG", "azure INFO", "azure WARNING", "py4j INFO"],
+        ),
+    ],
+)
+def test_the_libraries_chatter_stays_below_the_default_level(
+    stream: io.StringIO, level: str, sdk_level: str, shown: list[str]
+) -> None:
+    configure_logging(level, "text", stream, sdk_level=sdk_level)
+    logging.getLogger("syphon.job.run").info("syphon INFO")
+    sdk = logging.getLogger("azure.servicebus._pyamqp.link")
+    sdk.debug("azure DEBUG")
+    sdk.info("azure INFO")
+    sdk.warning("azure WARNING")
+    logging.getLogger("py4j.clientserver").info("py4j INFO")
+    lines = [line.split(": ", 1)[1] for line in stream.getvalue().splitlines()]
+    assert lines == shown

@@ -27,3 +27,10 @@ def test_the_cap_applies_to_the_ttl_the_replay_passes_too() -> None:
     message = restored_message(row(), time_to_live=timedelta(days=400))
     assert message.time_to_live <= MAX_SENDABLE_TTL
     assert batch_cost(message) > 0
+
+
+def test_the_size_bound_assumes_the_sdks_own_empty_batch_size() -> None:
+    from syphon.core.sizing import EMPTY_BATCH_BYTES
+    from syphon.servicebus.messages import empty_batch_bytes
+
+    assert empty_batch_bytes() == EMPTY_BATCH_BYTES  # an SDK upgrade that changes it fails here

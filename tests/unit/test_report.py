@@ -8,7 +8,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from report_html import parse_report, table_dict
-from syphon.app.report import SPREAD_ROWS, ReportData, render_html, report_path, write_report
+from syphon.app.report import render_html
+from syphon.job.report import SPREAD_ROWS, ReportData
+from syphon.store.reports import report_path, write_page
 
 T0 = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
 
@@ -18,7 +20,7 @@ def figures(**changes: object) -> ReportData:
         run_id="r-1",
         status="partial",
         detail=None,
-        hint=None,
+        fix=None,
         generated_at=T0 + timedelta(hours=2),
         counts={"replay": 7, "invalid": 1, "duplicate": 2},
         outcomes={"replay_sent": 6, "replay_skipped": 1, "settle_left": 1},
@@ -154,7 +156,7 @@ def test_many_spread_groups_are_counted_and_the_largest_listed() -> None:
 
 
 def test_the_same_figures_draw_the_same_page(tmp_path: Path) -> None:
-    first = write_report(figures(), tmp_path)
+    first = write_page(tmp_path, "r-1", render_html(figures()).encode("utf-8"))
     again = render_html(figures())
     assert first == report_path(tmp_path.absolute(), "r-1")
     assert Path(first).read_text(encoding="utf-8") == again

@@ -1,21 +1,31 @@
-"""The ``syphon`` command. It parses arguments, sets up logging and calls the library."""
+"""The ``syphon`` command. It parses arguments, sets up logging, builds the services once
+and calls the library; every error becomes one line, a ``fix:`` line when there is one,
+and an exit code (:mod:`syphon.job.failures`)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import NoReturn
 
 import yaml
 
 from syphon import __version__
-from syphon.core.config import SyphonConfig, load_config, resolve_secret
-from syphon.core.errors import SecretError, SyphonError
+from syphon.app.services import build_context, run_with_report
+from syphon.app.text import format_run, format_status, format_summary
+from syphon.core.config import LOG_LEVELS, SyphonConfig
+from syphon.core.configfile import load_config
+from syphon.core.errors import EXIT_CODES, SyphonError
+from syphon.job.context import RunContext
+from syphon.job.failures import explain
+from syphon.job.plan import new_run_id, plan
+from syphon.job.status import status
 from syphon.obs import progress
 from syphon.obs.logs import LOG_FORMATS, configure_logging, run_context
+from syphon.servicebus.secrets import databricks_secrets
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Bring Azure Service Bus messages home from paired-namespace backlog queues.",
     )
     parser.add_argument("--version", action="version", version=f"syphon {__version__}")
-    parser.add_argument(
-        "--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default: from config)"
-    )
+    parser.add_argument("--log-level", default=None, type=str.upper, choices=LOG_LEVELS,
+                        help="DEBUG (the SDK's logs too), INFO, WARNING or ERROR "
+                        "(default: from config)")  # fmt: skip
     parser.add_argument(
         "--log-format",
         default=None,
@@ -43,13 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_option(check)
 
-    plan = sub.add_parser(
+    planned = sub.add_parser(
         "plan",
         help="snapshot, reconcile and audit the backlog: record a verdict for every message; "
         "send nothing, remove nothing",
     )
-    _add_config_option(plan)
-    plan.add_argument("--run-id", default=None, help="the run id (default: time and random)")
+    _add_config_option(planned)
+    planned.add_argument("--run-id", default=None, help="the run id (default: time and random)")
 
     provision = sub.add_parser(
         "provision",
@@ -61,14 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--count", type=int, default=None, help="backlog queue count (default: backlog.queue_count)"
     )
 
-    run = sub.add_parser(
+    codes = ", ".join(f"{d.code.value} {d.code.name.lower().replace('_', ' ')}" for d in EXIT_CODES)
+    ran = sub.add_parser(
         "run",
-        help="plan, replay to the primaries, settle the backlog (exit 0 done, 1 failed, "
-        "2 bad config, 3 credentials refused, 4 no Java, 5 work left for a later run, "
-        "6 another run holds the lease, 7 namespace unreachable, 8 missing destination)",
+        help=f"plan, replay to the primaries, settle the backlog (exit codes: {codes})",
+        epilog=f"exit codes: {codes} (what each means and what to do: the README)",
     )
-    _add_config_option(run)
-    run.add_argument("--run-id", default=None, help="the run id (default: time and random)")
+    _add_config_option(ran)
+    ran.add_argument("--run-id", default=None, help="the run id (default: time and random)")
 
     replay = sub.add_parser(
         "replay", help="resume the replay and settle of a planned run (same exit codes as run)"
@@ -76,10 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_option(replay)
     replay.add_argument("--run-id", required=True, help="the planned run to resume")
 
-    status = sub.add_parser("status", help="backlog depth per queue and the last runs")
-    _add_config_option(status)
-    status.add_argument("--runs", type=int, default=10, help="how many runs to show (default 10)")
-
+    shown = sub.add_parser("status", help="backlog depth per queue and the last runs")
+    _add_config_option(shown)
+    shown.add_argument("--runs", type=int, default=10, help="how many runs to show (default 10)")
     return parser
 
 
@@ -99,156 +108,92 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress.install(sys.stderr)
     try:
         return _dispatch(args)
-    except SyphonError as exc:
-        print(f"syphon {args.command}: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except Exception as exc:  # one line, a fix line, an exit code: never a traceback
+        failure = explain(exc)
+        message = str(exc) if isinstance(exc, SyphonError) else f"failed ({failure.detail})"
+        print(f"syphon {args.command}: {message}", file=sys.stderr)
+        if failure.fix:
+            print(f"fix: {failure.fix}", file=sys.stderr)
+        log.debug("syphon %s failed", args.command, exc_info=exc)
+        return int(failure.code)
     finally:
         progress.uninstall()
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    if args.command == "config":
+    run_id = getattr(args, "run_id", None) or new_run_id(datetime.now(timezone.utc))
+    with run_context(run_id):  # every record, the config's included, names the run
         config = _config(args)
-        print(yaml.safe_dump(config.as_dict(), sort_keys=False), end="")
-        return 0
-    if args.command == "provision":
-        return _provision(args)
-    if args.command == "plan":
-        return _plan(args)
-    if args.command in ("run", "replay"):
-        return _run(args)
-    if args.command == "status":
-        return _status(args)
-    raise AssertionError(f"unhandled command {args.command}")  # argparse allows no other
-
-
-def databricks_secrets() -> Callable[[str, str], str] | None:
-    """``dbutils.secrets.get`` when running on a Databricks cluster (the runtime sets
-    ``DATABRICKS_RUNTIME_VERSION``), for ``{scope, key}`` secret references; else None.
-    Not testable off Databricks: the tests cover the None path only."""
-    if not os.environ.get("DATABRICKS_RUNTIME_VERSION"):
-        return None
-
-    def get(scope: str, key: str) -> str:
-        from pyspark.dbutils import DBUtils  # type: ignore[import-not-found]
-        from pyspark.sql import SparkSession
-
-        return str(DBUtils(SparkSession.builder.getOrCreate()).secrets.get(scope, key))
-
-    return get
+        if args.command == "config":
+            print(yaml.safe_dump(config.as_dict(), sort_keys=False), end="")
+            return 0
+        ctx = build_context(config, dbutils_get=databricks_secrets())
+        if args.command == "provision":
+            return _provision(ctx, args.count)
+        if args.command == "status":
+            return _status(ctx, args.runs)
+        if args.command == "plan":
+            return _plan(ctx, run_id)
+        result = run_with_report(ctx, run_id, resume=args.command == "replay")
+    print(format_run(result))
+    print(f"audit: {ctx.store.where}")
+    return int(result.exit_code)
 
 
 def _config(args: argparse.Namespace) -> SyphonConfig:
     """The config, and logging as it asks where the command line did not say."""
     config = load_config(args.config)
     fmt = args.log_format or config.logging.format
-    configure_logging(args.log_level or config.logging.level, fmt)
+    level = args.log_level or config.logging.level
+    configure_logging(level, fmt, sdk_level=config.logging.sdk_level)
     if fmt == "json":  # JSON lines are for machines: no progress between them
         progress.uninstall()
     return config
 
 
-def _checked_config(args: argparse.Namespace) -> SyphonConfig:
-    config = _config(args)
-    keys = [("secondary", config.secondary)]
-    keys += [(f"primaries.{i}", p) for i, p in enumerate(config.primaries)]
-    for key, namespace in keys:  # fail before Spark starts, naming the key
-        refs = [(f"{key}.connection_string", namespace.connection_string),
-                (f"{key}.credential.client_secret",
-                 namespace.credential.client_secret if namespace.credential else None)]  # fmt: skip
-        for name, ref in refs:
-            if ref is not None and ref.env is not None:
-                try:
-                    resolve_secret(ref)
-                except SecretError as exc:
-                    raise SecretError(f"{config.source}: {name}: {exc}") from None
-    return config
-
-
-def _run(args: argparse.Namespace) -> int:
-    from syphon.app.spark import build_spark_session
-    from syphon.job.plan import new_run_id
-    from syphon.job.run import format_run, replay_run, run
-
-    run_id = args.run_id or new_run_id(datetime.now(timezone.utc))
-    with run_context(run_id):  # every record, the config's included, names the run
-        config = _checked_config(args)
-        if args.command == "run":
-            result = run(config, lambda: build_spark_session(config.spark), run_id=run_id,
-                         dbutils_get=databricks_secrets())  # fmt: skip
-        else:
-            result = replay_run(build_spark_session(config.spark), config, run_id,
-                                dbutils_get=databricks_secrets())  # fmt: skip
-    print(format_run(result))
-    print(f"audit: {config.audit.where}")
-    return result.exit_code
-
-
-def _status(args: argparse.Namespace) -> int:
-    from azure.core.exceptions import AzureError
-
-    from syphon.job.run import format_status, status
-
-    config = _config(args)
-    if config.audit.engine == "spark":  # the ledger is a catalog table: read by Spark
-        from syphon.app.spark import build_spark_session
-
-        build_spark_session(config.spark)
+def _status(ctx: RunContext, runs: int) -> int:
     try:
-        report = status(config, last_runs=args.runs, dbutils_get=databricks_secrets())
-    except AzureError as exc:
-        raise SyphonError(f"Service Bus failed: {type(exc).__name__}") from None
+        report = status(ctx, last_runs=runs)
+    except Exception as exc:
+        _raise_as(exc, ctx)
     print(format_status(report))
     return 0
 
 
-def _plan(args: argparse.Namespace) -> int:
-    from azure.core.exceptions import AzureError
-
-    from syphon.app.spark import build_spark_session
-    from syphon.job.plan import format_summary, new_run_id, run_plan
-
-    run_id = args.run_id or new_run_id(datetime.now(timezone.utc))
+def _plan(ctx: RunContext, run_id: str) -> int:
     try:
-        with run_context(run_id):
-            config = _checked_config(args)
-            spark = build_spark_session(config.spark)
-            result = run_plan(spark, config, run_id=run_id, dbutils_get=databricks_secrets())
-    except AzureError as exc:
-        raise SyphonError(f"Service Bus failed: {type(exc).__name__}") from None
+        result = plan(ctx, run_id, datetime.now(timezone.utc))
+    except Exception as exc:
+        _raise_as(exc, ctx)
     print(format_summary(result))
-    print(f"audit: {config.audit.where}")
+    print(f"audit: {ctx.store.where}")
     return 0
 
 
-def _provision(args: argparse.Namespace) -> int:
-    from azure.core.exceptions import AzureError
-
-    from syphon.servicebus.access import admin_client
+def _provision(ctx: RunContext, count: int | None) -> int:
     from syphon.servicebus.provision import provision_backlog
 
-    config = _config(args)
-    count = args.count if args.count is not None else config.backlog.queue_count
-    admin = admin_client(config.secondary, databricks_secrets())
+    wanted = count if count is not None else ctx.config.backlog.queue_count
     warnings = 0
     try:
-        with admin:
-            for primary in config.primaries:
-                result = provision_backlog(admin, primary.namespace, count=count)
+        with ctx.namespaces.secondary.admin_client() as admin:
+            for primary in ctx.config.primaries:
+                result = provision_backlog(admin, primary.namespace, count=wanted)
                 print(result.summary())
                 for path in result.created:
                     print(f"  created {path}")
                 for line in result.warnings:
                     print(f"  warning: {line}")
                 warnings += len(result.warnings)
-    except AzureError as exc:
-        raise SyphonError(
-            f"the management API of {config.secondary.namespace} failed: "
-            f"{type(exc).__name__}: {exc.message if hasattr(exc, 'message') else exc}"
-        ) from None
+    except Exception as exc:
+        _raise_as(exc, ctx)
     print(f"done: {warnings} warning(s)")
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def _raise_as(exc: Exception, ctx: RunContext) -> NoReturn:
+    """Re-raises ``exc`` as a syphon error explained for the secondary namespace."""
+    failure = explain(exc, ctx.namespaces.secondary)
+    error = SyphonError(f"failed ({failure.detail})", fix=failure.fix)
+    error.exit_code = failure.code
+    raise error from None

@@ -2,8 +2,9 @@
 
 The notebook reads its parameters (Databricks widgets, or papermill's parameters cell
 elsewhere), then calls these functions; each returns something small to look at (text
-or a pandas frame), never a message body. On Databricks the session is the cluster's
-(``spark.master: null`` in the config); elsewhere it is built from the config.
+or a pandas frame), never a message body. :func:`open_context` builds the services once
+(on Databricks, secrets from secret scopes and the cluster's session with
+``spark.master: null``; elsewhere a session built from the config).
 """
 
 from __future__ import annotations
@@ -11,13 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.config import SyphonConfig, load_config
-from syphon.store.audit import plan_rows, read_audit
-from syphon.store.audit import spread_groups as _spread_groups
+from syphon.app.services import build_context, run_with_report
+from syphon.app.text import format_run, format_status, format_summary
+from syphon.core.configfile import load_config
+from syphon.core.schema import Stage
+from syphon.job.context import RunContext
+from syphon.job.plan import new_run_id
+from syphon.job.plan import plan as plan_run
+from syphon.job.status import status
+from syphon.obs.logs import configure_logging
+from syphon.servicebus.secrets import databricks_secrets
+from syphon.store import queries
 
 if TYPE_CHECKING:
     import pandas as pd  # type: ignore[import-untyped]
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 #: The notebook's widgets: name -> (default, label).
 WIDGETS = {
@@ -68,17 +77,17 @@ def parameters(dbutils: Any = None, **values: str) -> Parameters:
                       got["message_id"].strip(), replay == "yes")  # fmt: skip
 
 
-def open_config(params: Parameters) -> SyphonConfig:
+def open_context(params: Parameters) -> RunContext:
     """The config the parameters name (``SYPHON_CONFIG`` or the embedded default when
-    empty)."""
-    return load_config(params.config or None)
+    empty), logging as it says, and the services built once."""
+    config = load_config(params.config or None)
+    configure_logging(config.logging.level, "text", sdk_level=config.logging.sdk_level)
+    return build_context(config, dbutils_get=databricks_secrets())
 
 
-def session(config: SyphonConfig) -> SparkSession:
-    """The Spark session: the platform's when the config's master is null."""
-    from syphon.app.spark import build_spark_session
-
-    return build_spark_session(config.spark)
+def backlog_status(ctx: RunContext) -> str:
+    """Messages in each backlog queue, and the last runs in the ledger."""
+    return format_status(status(ctx))
 
 
 def _only(df: DataFrame, params: Parameters) -> DataFrame:
@@ -92,12 +101,20 @@ def _only(df: DataFrame, params: Parameters) -> DataFrame:
     return df.where(wanted)
 
 
-def verdicts(spark: SparkSession, config: SyphonConfig, params: Parameters,
-             run_id: str) -> pd.DataFrame:  # fmt: skip
+def _plan_rows(ctx: RunContext, run_id: str) -> DataFrame:
+    from syphon.core.errors import SyphonError
+
+    rows = ctx.store.run_rows(run_id, Stage.PLAN)
+    if rows is None:
+        raise SyphonError(f"no audit at {ctx.store.where}: no run was planned there")
+    return rows
+
+
+def verdicts(ctx: RunContext, params: Parameters, run_id: str) -> pd.DataFrame:
     """The run's plan: messages per destination, verdict and reason."""
     from pyspark.sql import functions as F
 
-    rows = _only(plan_rows(spark, config.audit, run_id), params)
+    rows = _only(_plan_rows(ctx, run_id), params)
     return (
         rows.groupBy("primary", "destination", "verdict", "reason")
         .agg(F.count(F.lit(1)).alias("messages"))
@@ -106,12 +123,12 @@ def verdicts(spark: SparkSession, config: SyphonConfig, params: Parameters,
     )
 
 
-def spread_groups(spark: SparkSession, config: SyphonConfig, params: Parameters,
-                  run_id: str, limit: int = 100) -> pd.DataFrame:  # fmt: skip
+def spread_groups(ctx: RunContext, params: Parameters, run_id: str,
+                  limit: int = 100) -> pd.DataFrame:  # fmt: skip
     """The run's replay groups (destination and partition key) that sit in several backlog
     queues, the most spread first: messages, queues, time span."""
-    rows = _only(plan_rows(spark, config.audit, run_id), params)
-    return _spread_groups(rows).limit(limit).toPandas()
+    rows = _only(_plan_rows(ctx, run_id), params)
+    return queries.spread_groups(rows).limit(limit).toPandas()
 
 
 #: The audit columns shown for one message.
@@ -122,18 +139,19 @@ MESSAGE_COLUMNS = (
 )  # fmt: skip
 
 
-def audit_for(spark: SparkSession, config: SyphonConfig, params: Parameters) -> pd.DataFrame:
+def audit_for(ctx: RunContext, params: Parameters) -> pd.DataFrame:
     """Every audit row of the MessageId in ``params.message_id``, over all runs, oldest
     first: where it was found, its verdict and what each stage did with it."""
     from pyspark.sql import functions as F
 
-    audit = read_audit(spark, config.audit)
+    audit = ctx.store.audit()
     if audit is None or not params.message_id:
         import pandas as pd
 
         return pd.DataFrame(columns=list(MESSAGE_COLUMNS))
     rows = _only(audit.where(F.col("message_id") == params.message_id), params)
-    order = F.when(F.col("stage") == "plan", 0).when(F.col("stage") == "replay", 1).otherwise(2)
+    order = (F.when(F.col("stage") == Stage.PLAN, 0).when(F.col("stage") == Stage.REPLAY, 1)
+             .otherwise(2))  # fmt: skip
     return (
         rows.orderBy("recorded_at", order, "backlog_queue", "sequence_number")
         .select(*MESSAGE_COLUMNS)
@@ -141,22 +159,25 @@ def audit_for(spark: SparkSession, config: SyphonConfig, params: Parameters) -> 
     )
 
 
-def plan(
-    spark: SparkSession, config: SyphonConfig, params: Parameters, dbutils_get: Any = None
-) -> tuple[str, str]:
+def plan(ctx: RunContext, params: Parameters) -> tuple[str, str]:
     """The run to inspect and replay, and its summary: ``params.run_id`` when the ledger
     says it was planned (nothing is peeked again), else a new plan (recorded
     ``planned``)."""
-    from syphon.job.plan import format_summary, run_plan
-    from syphon.store.audit import read_runs
+    from datetime import datetime, timezone
 
     if params.run_id:
-        rows = [r for r in read_runs(config.audit) if r["run_id"] == params.run_id]
-        planned = [r for r in rows if r["status"] == "planned"]
+        rows = [r for r in ctx.store.runs() if r.run_id == params.run_id]
+        planned = [r for r in rows if r.status == "planned"]
         if planned:
-            latest = max(rows, key=lambda r: r["recorded_at"])
-            counts = ", ".join(f"{k} {v}" for k, v in sorted(dict(planned[0]["counts"]).items()))
+            latest = rows[-1]
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(planned[0].counts.items()))
             return params.run_id, (f"run {params.run_id}: planned earlier, now "
-                                   f"{latest['status']}; verdicts: {counts}")  # fmt: skip
-    result = run_plan(spark, config, run_id=params.run_id or None, dbutils_get=dbutils_get)
+                                   f"{latest.status}; verdicts: {counts}")  # fmt: skip
+    now = datetime.now(timezone.utc)
+    result = plan_run(ctx, params.run_id or new_run_id(now), now)
     return result.run_id, format_summary(result)
+
+
+def replay(ctx: RunContext, run_id: str) -> str:
+    """Replays and settles the planned run; its summary."""
+    return format_run(run_with_report(ctx, run_id, resume=True))

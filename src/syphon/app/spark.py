@@ -1,22 +1,39 @@
-"""The one place a SparkSession is built. The session is passed down, never global."""
+"""The one place a SparkSession is built. The session is passed down, never global.
+
+Message bodies pass through Spark's scratch files (shuffle, spill, blocks kept on disk),
+so a local session encrypts them (``spark.io.encryption.enabled``) and keeps them in a
+scratch folder of its own under ``<tmp>/syphon-spark``, locked while the session lives:
+a session killed without cleaning up (SIGKILL) leaves its folder, and the next local
+session removes every folder whose lock is free. On a cluster the operator sets the
+same encryption (see the README).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import shutil
 import sys
-from typing import TYPE_CHECKING
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
-from syphon.core.config import SparkConfig
-from syphon.core.errors import SparkSetupError
+from syphon.core.config import SecretRef, SparkConfig
+from syphon.core.errors import SecretError, SparkSetupError
+from syphon.servicebus.secrets import resolve_secret
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-#: Settings for a local session: fewer partitions, no UI, loopback only.
+#: Settings for a local session: fewer partitions, no UI, loopback only, scratch files
+#: encrypted.
 LOCAL_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -24,13 +41,7 @@ LOCAL_CONF: dict[str, str] = {
     "spark.default.parallelism": "2",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-}
-
-#: A JVM that starts fast and runs slowly (C1 only, serial GC): for the tests' small
-#: sessions only. A real run keeps the full JIT: the reconcile of a million messages
-#: took 123 s with these flags and 61 s without (tests/benchmarks/bench_reconcile.py).
-FAST_START_CONF: dict[str, str] = {
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+    "spark.io.encryption.enabled": "true",
 }
 
 #: Settings syphon relies on wherever it runs.
@@ -40,47 +51,132 @@ COMMON_CONF: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
+#: Where local sessions keep their scratch folders.
+SCRATCH_ROOT_ENV = "SYPHON_SPARK_SCRATCH"
+_LOCK = ".syphon-session.lock"
+_held: list[IO[str]] = []  # the locks of this process's scratch folders, held until exit
 
-def build_spark_session(config: SparkConfig) -> SparkSession:
+
+def scratch_root() -> Path:
+    """The folder that holds local sessions' scratch folders."""
+    return Path(os.environ.get(SCRATCH_ROOT_ENV) or Path(tempfile.gettempdir()) / "syphon-spark")
+
+
+def clean_stale_scratch(root: Path) -> list[Path]:
+    """Removes the scratch folders under ``root`` whose session is gone (their lock is
+    free); returns them."""
+    removed = []
+    for folder in sorted(root.glob("session-*")) if root.is_dir() else []:
+        lock = folder / _LOCK
+        try:
+            with open(lock, "a+") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a live session holds it
+        except OSError:
+            pass  # no lock file (a folder cut short): nobody holds it
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def new_scratch(root: Path) -> Path:
+    """A scratch folder for this process's session, locked until the process ends (one
+    per process: a second build joins the running session and its folder)."""
+    for handle in _held:
+        return Path(handle.name).parent
+    root.mkdir(parents=True, exist_ok=True)
+    folder = root / f"session-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(mode=0o700)
+    handle = open(folder / _LOCK, "a+")  # noqa: SIM115 - held for the process's life
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _held.append(handle)
+    return folder
+
+
+def spark_settings(
+    config: SparkConfig,
+    dbutils_get: Callable[[str, str], str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Every setting the session gets: syphon's, then the config's (its secret
+    references read here, never logged).
+
+    Raises:
+        SecretError: a referenced secret is not set.
+    """
+    local = bool(config.master and config.master.startswith("local"))
+    settings = dict(COMMON_CONF)
+    if local:
+        settings.update(LOCAL_CONF)
+    for key, value in config.conf.items():
+        if isinstance(value, SecretRef):
+            try:
+                value = resolve_secret(value, environ, dbutils_get)
+            except SecretError as exc:
+                raise SecretError(f"spark.conf.{key}: {exc}") from None
+        settings[key] = value
+    return settings
+
+
+def build_spark_session(
+    config: SparkConfig, dbutils_get: Callable[[str, str], str] | None = None
+) -> SparkSession:
     """Builds (or joins) the Spark session syphon runs in.
 
     With ``config.master`` set (``local[2]``, ``spark://…``) a session is built with
-    that master and, for ``local`` masters, the fast local settings. With no master the
-    platform's session is joined (Databricks, spark-submit). ``config.conf`` is
-    applied last and wins.
+    that master and, for ``local`` masters, the local settings and a scratch folder of
+    its own (stale ones of killed sessions are removed first). With no master the
+    platform's session is joined (Databricks, spark-submit). ``config.conf`` is applied
+    last and wins.
 
     Raises:
-        SparkSetupError: Java is missing or the session cannot start.
+        SparkSetupError: PySpark or Java is missing, or the session cannot start.
     """
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
         raise SparkSetupError(
-            "PySpark is not installed: pip install 'syphon[local]' (PySpark 4.2.0), or run "
-            "on a Spark cluster (spark-submit, Databricks)"
+            "PySpark is not installed",
+            fix="pip install 'syphon[local]' (PySpark 4.2.0), or run on a Spark cluster "
+            "(spark-submit, Databricks)",
         ) from exc
 
     local = bool(config.master and config.master.startswith("local"))
     if local and not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
         raise SparkSetupError(
-            "Java is not installed: install a JRE 17 (Debian: apt-get install -y "
-            "default-jre-headless) or set JAVA_HOME"
+            "Java is not installed",
+            fix="install a JRE 17 (Debian: apt-get install -y default-jre-headless) or set "
+            "JAVA_HOME",
         )
     # Executors must start the interpreter that has syphon's dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+    settings = spark_settings(config, dbutils_get)
+    if local:  # the JVM's own log: errors only (its start-up lines come before any setting)
+        quiet = f"-Dlog4j2.configurationFile={resources.files('syphon.app') / 'log4j2.properties'}"
+        options = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{quiet} {options}".strip()
+    if local and "spark.local.dir" not in settings:
+        root = scratch_root()
+        with contextlib.suppress(OSError):
+            for gone in clean_stale_scratch(root):
+                log.info("removed the scratch folder of a session that ended uncleanly: %s",
+                         gone)  # fmt: skip
+        settings["spark.local.dir"] = str(new_scratch(root))
     builder = SparkSession.builder.appName(config.app_name)
-    settings = dict(COMMON_CONF)
     if config.master:
         builder = builder.master(config.master)
-    if local:
-        settings.update(LOCAL_CONF)
-    settings.update(config.conf)
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
     except Exception as exc:  # pyspark raises several unrelated types here
-        raise SparkSetupError(f"the Spark session did not start: {exc}") from exc
+        raise SparkSetupError(
+            f"the Spark session did not start ({type(exc).__name__})",
+            fix="check that Java 17 runs (java -version) and the spark settings of the config",
+        ) from exc
+    if local and logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
+        session.sparkContext.setLogLevel("INFO")
     log.info("Spark %s session ready (master %s)", session.version, config.master or "platform")
     return session

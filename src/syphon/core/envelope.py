@@ -314,7 +314,7 @@ def restore_envelope_col(properties: Column, key_problem: Column) -> Column:
 
     Args:
         properties: a typed application-property map
-            (:func:`syphon.core.properties.typed_properties_spark_type`).
+            (the ``properties`` type of :mod:`syphon.core.schema`).
         key_problem: the map's key problem (string, null when none).
 
     Returns:

@@ -1,31 +1,152 @@
-"""The errors syphon raises. Entry points turn them into one line and an exit code."""
+"""The errors syphon raises, and the one table of exit codes.
+
+Every error syphon raises on purpose is a :class:`SyphonError`; its class says the exit
+code, and ``fix`` (when set) is one line telling the operator what to do. Errors that
+come from elsewhere (the SDK, Spark, the file system) are turned into one of these by
+:func:`syphon.job.failures.explain`, the only place that maps errors to exit codes.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The exit codes of ``syphon run`` and ``syphon replay`` (the other commands use 0,
+    1, 2 and the codes of the errors they meet)."""
+
+    DONE = 0
+    FAILED = 1
+    CONFIG = 2
+    DENIED = 3
+    NO_SPARK = 4
+    PARTIAL = 5
+    BUSY = 6
+    UNREACHABLE = 7
+    MISSING_DESTINATION = 8
+    AUDIT_UNAVAILABLE = 9
+
+
+@dataclass(frozen=True)
+class ExitCodeDoc:
+    """What an exit code means and what the operator does about it."""
+
+    code: ExitCode
+    meaning: str
+    action: str
+
+
+#: The table the README and ``syphon run --help`` show (a test keeps them equal).
+EXIT_CODES: tuple[ExitCodeDoc, ...] = (
+    ExitCodeDoc(ExitCode.DONE, "done, or nothing to do", "-"),
+    ExitCodeDoc(
+        ExitCode.FAILED,
+        "the run failed (the ledger row and the line say the error class)",
+        "rerun; the next run finishes what is in doubt",
+    ),
+    ExitCodeDoc(
+        ExitCode.CONFIG,
+        "a config key is missing or bad, a secret reference cannot be resolved or holds a "
+        "malformed connection string, or a literal secret is in the config (checked before "
+        "anything starts; the line names the file, the key and what it must be)",
+        "fix the key or set the variable",
+    ),
+    ExitCodeDoc(
+        ExitCode.DENIED,
+        "a namespace refused the credentials, or azure-identity got no token",
+        "check the key name and key (Manage and Listen rights); with Azure AD, that the "
+        "identity is found on this machine and holds Azure Service Bus Data Owner",
+    ),
+    ExitCodeDoc(
+        ExitCode.NO_SPARK,
+        "no Java, no PySpark, or Spark cannot start",
+        "install a JRE 17 (`apt-get install -y default-jre-headless`) or set `JAVA_HOME`",
+    ),
+    ExitCodeDoc(
+        ExitCode.PARTIAL,
+        "work was left for a later run (a skipped destination, a failed send, a message "
+        "not received; late arrivals do not count)",
+        "see the outcomes; rerun when the destination is back",
+    ),
+    ExitCodeDoc(
+        ExitCode.BUSY,
+        "another run holds the lease",
+        "wait for it, or for `run.lease_seconds` after a crash",
+    ),
+    ExitCodeDoc(
+        ExitCode.UNREACHABLE,
+        "a namespace cannot be reached (the line names it and its host)",
+        "check its Endpoint (or `fully_qualified_namespace`, `management_endpoint`), DNS, "
+        "network, firewall",
+    ),
+    ExitCodeDoc(
+        ExitCode.MISSING_DESTINATION,
+        "a destination does not exist on its primary (the line names each one: messages "
+        "for a destination the primary's listing lacks are dead-lettered in the backlog "
+        "with reason `destination_unknown`; those for one a send did not find, when the "
+        "listing was unavailable, stay in the backlog). Wins over 5.",
+        "create the entity (resubmit dead-lettered messages from the backlog queue's "
+        "dead-letter queue), or correct the senders' entity names",
+    ),
+    ExitCodeDoc(
+        ExitCode.AUDIT_UNAVAILABLE,
+        "the audit location (`audit.path`) cannot be written or read",
+        "point `audit.path` at a folder or URI this machine (and every executor) can "
+        "write, or fix its permissions",
+    ),
+)
 
 
 class SyphonError(Exception):
     """Base of every error syphon raises on purpose."""
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.FAILED
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 class ConfigError(SyphonError):
     """A configuration file or override is missing, malformed or invalid."""
 
-    exit_code = 2
+    exit_code = ExitCode.CONFIG
 
 
 class SecretError(SyphonError):
-    """A secret reference cannot be resolved (unset variable, no secret scope)."""
+    """A secret reference cannot be resolved, or resolves to something malformed."""
 
-    exit_code = 2
+    exit_code = ExitCode.CONFIG
+
+
+class SparkSetupError(SyphonError):
+    """A Spark session cannot be built here (no Java, no PySpark, bad master)."""
+
+    exit_code = ExitCode.NO_SPARK
+
+
+class NamespaceUnreachableError(SyphonError):
+    """A namespace cannot be reached (DNS, network, firewall, a closed port)."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+class CredentialsRefusedError(SyphonError):
+    """A namespace refused the credentials, or no Azure AD token could be had."""
+
+    exit_code = ExitCode.DENIED
+
+
+class AuditStoreError(SyphonError):
+    """The audit location cannot be written or read."""
+
+    exit_code = ExitCode.AUDIT_UNAVAILABLE
+
+
+class LeaseLostError(SyphonError):
+    """The run's lease expired and another run may hold it now."""
 
 
 class BacklogPathError(SyphonError, ValueError):
     """A string is not a backlog queue path, or a backlog path cannot be built from the parts."""
-
-
-class SparkSetupError(SyphonError):
-    """A Spark session cannot be built here (no Java, bad master)."""
-
-    exit_code = 4

@@ -27,10 +27,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from pyspark.sql.types import DataType
+from typing import Any
 
 KINDS = ("null", "bool", "int", "float", "bytes", "string", "timestamp", "uuid", "other")
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
@@ -107,26 +104,17 @@ def typed_properties(
     return typed, problem
 
 
-def typed_value_spark_type() -> DataType:
-    """The Spark struct type of one typed value."""
-    from pyspark.sql import types as T
-
-    return T.StructType(
-        [
-            T.StructField("kind", T.StringType(), False),
-            T.StructField("bool", T.BooleanType()),
-            T.StructField("int", T.LongType()),
-            T.StructField("float", T.DoubleType()),
-            T.StructField("bytes", T.BinaryType()),
-            T.StructField("string", T.StringType()),
-            T.StructField("timestamp", T.TimestampType()),
-            T.StructField("text", T.StringType()),
-        ]
-    )
-
-
-def typed_properties_spark_type() -> DataType:
-    """The Spark type of a typed application-property map."""
-    from pyspark.sql import types as T
-
-    return T.MapType(T.StringType(), typed_value_spark_type(), valueContainsNull=False)
+def plain_value(typed: Mapping[str, Any]) -> Any:
+    """The Python value of a typed value (``uuid`` back to UUID; ``other``, which only a
+    foreign sender writes, as its text)."""
+    kind = typed["kind"]
+    if kind == "null":
+        return None
+    if kind == "uuid":
+        return uuid.UUID(typed["text"])
+    if kind == "other":
+        return typed["text"]
+    value = typed[kind]
+    if kind == "timestamp" and isinstance(value, datetime) and value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value

@@ -17,7 +17,6 @@ the replay sends it; a batch may hold a few messages fewer than the SDK would pa
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -42,12 +41,9 @@ _SCHEDULED_NAME = len("x-opt-scheduled-enqueue-time")
 _VALUE_WIDTH = {"null": 1, "bool": 2, "int": 5, "float": 9, "timestamp": 9, "uuid": 17}
 
 
-@lru_cache(maxsize=1)
-def empty_batch_bytes() -> int:
-    """The size the SDK gives an empty ``ServiceBusMessageBatch``."""
-    from azure.servicebus import ServiceBusMessageBatch
-
-    return int(ServiceBusMessageBatch(max_size_in_bytes=2**62).size_in_bytes)
+#: The size the SDK gives an empty ``ServiceBusMessageBatch`` (checked against the SDK
+#: by a test: :func:`syphon.servicebus.messages.empty_batch_bytes`).
+EMPTY_BATCH_BYTES = 0
 
 
 def _text(col: Column) -> Column:
@@ -118,7 +114,7 @@ def message_bytes_bound_col(
         F.lit(0),
     )
     return (
-        F.lit(empty_batch_bytes() + _BATCH_OVERHEAD + _HEADER + _DATA)
+        F.lit(EMPTY_BATCH_BYTES + _BATCH_OVERHEAD + _HEADER + _DATA)
         + properties
         + annotations
         + F.lit(_SECTION)

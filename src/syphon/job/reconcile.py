@@ -30,42 +30,22 @@ number. Messages without a MessageId are never duplicates.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from syphon.core.envelope import PING_CONTENT_TYPE, restore_envelope_col
 from syphon.core.naming import backlog_primary_col
 from syphon.core.partitioning import effective_partition_key_col
+from syphon.core.schema import DESTINATION_KEY, DESTINATIONS, ORDER_COLUMNS, Verdict, names
 from syphon.core.timespan import TICKS_PER_SECOND
+from syphon.job.batches import plan_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-
-VERDICTS = ("replay", "duplicate", "conflict", "expired", "ping", "invalid")
-
-#: Columns of a destinations frame (one row per primary entity, when known).
-DESTINATION_COLUMNS = (
-    "primary",
-    "destination",
-    "exists",
-    "requires_duplicate_detection",
-    "requires_session",
-    "max_message_bytes",
-)
-
-#: Columns of an earlier-replays frame (what earlier runs sent).
-REPLAYED_COLUMNS = ("primary", "destination", "message_id", "body_sha256")
-
-#: A destination: the primary namespace and the entity path in it.
-DESTINATION_KEY = ("primary", "destination")
 
 #: The Python SDK sends an integer property as an AMQP int (32 bits) and refuses
 #: identifiers longer than 128 characters.
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _SDK_ID_LENGTH = 128
-
-#: The order of messages within a (destination, partition key) group.
-ORDER_COLUMNS = ("original_enqueued_time", "backlog_queue", "sequence_number")
 
 
 def restore(snapshot: DataFrame) -> DataFrame:
@@ -101,10 +81,10 @@ def classify(
     Args:
         restored: the output of :func:`restore`.
         now: the run's reference time (a timestamp column or literal).
-        destinations: :data:`DESTINATION_COLUMNS` per primary entity, when the
+        destinations: :data:`syphon.core.schema.DESTINATIONS` per primary entity, when the
             management API told them; missing destinations count as unknown settings
             (duplicate detection assumed, existence not checked).
-        replayed: :data:`REPLAYED_COLUMNS` of earlier runs' replays.
+        replayed: :data:`syphon.core.schema.REPLAYED` of earlier runs' replays.
         default_max_message_bytes: the limit when a destination's is unknown.
         listed_primaries: primaries whose every entity is in ``destinations`` (their
             management API listed them all): a destination missing there does not exist.
@@ -114,7 +94,7 @@ def classify(
 
     df = restored
     if destinations is not None:
-        known = destinations.select(*DESTINATION_COLUMNS)
+        known = destinations.select(*names(DESTINATIONS))
         known = known.withColumnRenamed("primary", "_k_primary").withColumnRenamed(
             "destination", "_k_dest"
         )
@@ -231,15 +211,15 @@ def classify(
     df = df.withColumn("_dup_reason", dup_reason)
 
     verdict = (
-        F.when(F.col("_is_ping"), F.lit("ping"))
-        .when(F.col("_invalid").isNotNull(), F.lit("invalid"))
-        .when(F.col("_expired"), F.lit("expired"))
+        F.when(F.col("_is_ping"), F.lit(Verdict.PING))
+        .when(F.col("_invalid").isNotNull(), F.lit(Verdict.INVALID))
+        .when(F.col("_expired"), F.lit(Verdict.EXPIRED))
         .when(
             F.col("_dup_reason").isin("already_replayed", "duplicate_in_snapshot"),
-            F.lit("duplicate"),
+            F.lit(Verdict.DUPLICATE),
         )
-        .when(F.col("_dup_reason").isNotNull(), F.lit("conflict"))
-        .otherwise(F.lit("replay"))
+        .when(F.col("_dup_reason").isNotNull(), F.lit(Verdict.CONFLICT))
+        .otherwise(F.lit(Verdict.REPLAY))
     )
     reason = (
         F.when(F.col("_is_ping"), F.lit(None).cast("string"))
@@ -267,7 +247,7 @@ def order_groups(classified: DataFrame) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    replay = F.col("verdict") == "replay"
+    replay = F.col("verdict") == Verdict.REPLAY
     group = [*DESTINATION_KEY, "partition_key_effective", "_in_replay"]
     ordered = Window.partitionBy(*group).orderBy(*[F.col(c) for c in ORDER_COLUMNS])
     whole = Window.partitionBy(*group)
@@ -318,125 +298,6 @@ def message_bytes_col() -> Column:
     )  # fmt: skip
 
 
-def _exact_size(measure_input: Mapping[str, Any]) -> int | None:
-    """The SDK's own measure of a message (see :func:`syphon.servicebus.messages.batch_cost`) from
-    its ``_measure_input``; a zero body of the same size stands for the body (the
-    encoding's size does not depend on the bytes). None when the SDK refuses it."""
-    from syphon.servicebus.messages import batch_cost, restored_message
-
-    rec = {k: plain_cell(v) for k, v in measure_input.items()}
-    props = rec["original_application_properties"]
-    rec["original_application_properties"] = dict(props) if props is not None else {}
-    rec["body"] = bytes(int(rec["body_size"] or 0))
-    try:
-        return batch_cost(restored_message(rec))
-    except Exception:
-        return None
-
-
-_PACK_COLUMNS = (
-    "replay_order", "backlog_queue", "sequence_number", "message_bytes", "_limit",
-    "_measure_input",
-)  # fmt: skip
-
-
-def _pack(chunks: Any) -> Any:
-    """mapInPandas over rows sorted by (destination, partition key, replay order): each
-    group's batches, greedy in replay order; a batch never passes its destination's
-    limit. A group may span chunks: the packing state carries over. A message over its
-    limit by the bound is measured by the SDK: over it still, it is rejected."""
-    import pandas as pd  # type: ignore[import-untyped]
-
-    group: tuple[Any, ...] | None = None
-    batch = used = position = 0
-    for pdf in chunks:
-        keys = zip(
-            pdf["primary"].tolist(),
-            pdf["destination"].tolist(),
-            pdf["partition_key_effective"].tolist(),
-            strict=True,
-        )
-        sizes: list[int | None] = []
-        numbers: list[int | None] = []
-        positions: list[int | None] = []
-        rejected: list[str | None] = []
-        rows = zip(keys, pdf["message_bytes"].tolist(), pdf["_limit"].tolist(),
-                   pdf["_measure_input"].tolist(), strict=True)  # fmt: skip
-        for key, bound, limit, measure_input in rows:
-            if key != group:
-                group, batch, used, position = key, 0, 0, 0
-            cost = bound if measure_input is None else _exact_size(measure_input)
-            sizes.append(cost)
-            if cost is None or cost > limit:
-                numbers.append(None)
-                positions.append(None)
-                rejected.append("not_sendable" if cost is None else "too_large")
-                continue
-            if position and used + cost > limit:
-                batch, used, position = batch + 1, 0, 0
-            numbers.append(batch)
-            positions.append(position)
-            rejected.append(None)
-            used += cost
-            position += 1
-        yield pd.DataFrame(
-            {
-                "backlog_queue": pdf["backlog_queue"],
-                "sequence_number": pdf["sequence_number"],
-                "_bytes": pd.array(sizes, dtype="Int64"),
-                "_batch_no": pd.array(numbers, dtype="Int64"),
-                "batch_position": pd.array(positions, dtype="Int64"),
-                "_rejected": pd.array(rejected, dtype="string"),
-            }
-        )
-
-
-_PACKED_SCHEMA = (
-    "backlog_queue string, sequence_number long, _bytes long, _batch_no long, "
-    "batch_position long, _rejected string"
-)
-
-
-def plan_batches(ordered: DataFrame) -> DataFrame:
-    """Packs each (destination, partition key) group's ``replay`` rows, in replay order,
-    into batches of at most the destination's limit (``_limit``) by ``message_bytes``
-    (the bound of :mod:`syphon.core.sizing`; the SDK's own measure where the bound is over
-    the limit). Adds ``batch_id`` (primary, destination, key and batch number) and
-    ``batch_position``. A message over the limit by the SDK's measure becomes
-    ``invalid`` / ``too_large``; one the SDK refuses to build, ``invalid`` /
-    ``not_sendable``. Reads metadata only: bodies may have been dropped.
-    """
-    from pyspark.sql import functions as F
-
-    group = [*DESTINATION_KEY, "partition_key_effective"]
-    plan = (
-        ordered.where(F.col("verdict") == "replay")
-        .select(*group, *_PACK_COLUMNS)
-        .repartition(*group)
-        .sortWithinPartitions(*group, "replay_order")
-        .mapInPandas(_pack, _PACKED_SCHEMA)
-    )
-    batch_id = F.when(
-        F.col("_batch_no").isNotNull(),
-        F.concat_ws(
-            "#",
-            F.col("primary"),
-            F.col("destination"),
-            F.coalesce(F.col("partition_key_effective"), F.lit("")),
-            F.col("_batch_no").cast("string"),
-        ),
-    )
-    rejected = F.col("_rejected").isNotNull()
-    return (
-        ordered.join(plan, ["backlog_queue", "sequence_number"], "left")
-        .withColumn("message_bytes", F.coalesce(F.col("_bytes"), F.col("message_bytes")))
-        .withColumn("verdict", F.when(rejected, F.lit("invalid")).otherwise(F.col("verdict")))
-        .withColumn("reason", F.when(rejected, F.col("_rejected")).otherwise(F.col("reason")))
-        .withColumn("batch_id", batch_id)
-        .drop("_batch_no", "_limit", "_bytes", "_rejected", "_measure_input")
-    )
-
-
 def reconcile_snapshot(
     snapshot: DataFrame,
     now: Column,
@@ -456,19 +317,3 @@ def reconcile_snapshot(
     # materialized once: the batch plan reads it twice (its groups, and the join back)
     ordered = order_groups(classified).localCheckpoint(eager=True)
     return plan_batches(ordered)
-
-
-def plain_cell(value: Any) -> Any:
-    """A pandas cell as a plain Python value: NaN/NaT/NA become None, whole floats of
-    nullable long columns become ints, Timestamps become datetimes."""
-    import pandas as pd
-
-    if value is None or isinstance(value, (bytes, bytearray, dict, list, tuple, str)):
-        return value
-    if pd.isna(value):
-        return None
-    if isinstance(value, pd.Timestamp):
-        return value.to_pydatetime()
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value

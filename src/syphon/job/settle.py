@@ -21,71 +21,73 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.config import SyphonConfig
-from syphon.job.replay import NAMESPACE_FAULTS
+from syphon.core.schema import (
+    PLACE,
+    SETTLE_ACTION,
+    SETTLE_RESULT,
+    Detail,
+    Outcome,
+    Verdict,
+    names,
+    spark_schema,
+)
 from syphon.obs.failpoints import FailPoint
-from syphon.servicebus.access import Access, resolve_access
+from syphon.servicebus.access import Access
+from syphon.servicebus.errors import NAMESPACE_FAULTS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
-#: Columns of the settle stage's result rows.
-RESULT_SCHEMA = (
-    "backlog_queue string, sequence_number long, outcome string, detail string, "
-    "received int, abandoned int"
-)
-_RESULT_COLUMNS = [c.split()[0] for c in RESULT_SCHEMA.split(", ")]
-
-#: Plan verdicts settled by completing the backlog message.
-COMPLETE_VERDICTS = ("duplicate", "expired", "ping")
-#: Plan verdicts settled by dead-lettering it.
-DEAD_LETTER_VERDICTS = ("invalid", "conflict")
+_RESULT_COLUMNS = list(names(SETTLE_RESULT))
 
 RECEIVE_PAGE = 100
 RECEIVE_WAIT_SECONDS = 2.0
 
 
+#: What the settle does with a message.
+COMPLETE, DEAD_LETTER, LEAVE = "complete", "dead_letter", "leave"
+
+
 def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> DataFrame:
-    """What to do with each snapshot message: ``complete``, ``dead_letter`` or ``leave``,
-    with the dead-letter reason (backlog_queue, sequence_number, action, reason)."""
+    """What to do with each snapshot message (:data:`syphon.core.schema.SETTLE_ACTION`):
+    ``complete`` what was replayed (an outcome ``sent`` in ``replay_results``),
+    duplicated, expired or a ping; ``dead_letter`` what is invalid or a conflict, with
+    the verdict's reason; ``leave`` everything else."""
     from pyspark.sql import functions as F
 
-    plan = plan_rows.select("backlog_queue", "sequence_number", "verdict", "reason")
+    plan = plan_rows.select(*PLACE, "verdict", "reason")
     if replay_results is not None:
-        sent = replay_results.where(F.col("outcome") == "sent").select(
-            "backlog_queue", "sequence_number", F.lit(True).alias("_sent")
+        sent = (
+            replay_results.where(F.col("outcome") == Outcome.SENT)
+            .select(*PLACE, F.lit(True).alias("_sent"))
+            .distinct()
         )
-        plan = plan.join(sent, ["backlog_queue", "sequence_number"], "left")
+        plan = plan.join(sent, list(PLACE), "left")
     else:
         plan = plan.withColumn("_sent", F.lit(None).cast("boolean"))
     verdict = F.col("verdict")
+    replayed = (verdict == Verdict.REPLAY) & F.coalesce(F.col("_sent"), F.lit(False))
     action = (
-        F.when(verdict.isin(*COMPLETE_VERDICTS), F.lit("complete"))
-        .when(verdict.isin(*DEAD_LETTER_VERDICTS), F.lit("dead_letter"))
-        .when((verdict == "replay") & F.coalesce(F.col("_sent"), F.lit(False)), "complete")
-        .otherwise(F.lit("leave"))
+        F.when(verdict.isin(*Verdict.COMPLETED_AS_IS), F.lit(COMPLETE))
+        .when(verdict.isin(*Verdict.DEAD_LETTERED), F.lit(DEAD_LETTER))
+        .when(replayed, F.lit(COMPLETE))
+        .otherwise(F.lit(LEAVE))
     )
-    reason = F.when(verdict.isin(*DEAD_LETTER_VERDICTS), F.coalesce(F.col("reason"), verdict))
+    reason = F.when(verdict.isin(*Verdict.DEAD_LETTERED), F.coalesce(F.col("reason"), verdict))
     return plan.select(
-        "backlog_queue", "sequence_number", action.alias("action"), reason.alias("reason"),
-        verdict.alias("verdict"),
-    )  # fmt: skip
+        *PLACE, action.alias("action"), reason.alias("reason"), verdict.alias("verdict")
+    ).select(*names(SETTLE_ACTION))
 
 
 def settle_queues(
-    actions: DataFrame,
-    config: SyphonConfig,
-    run_id: str,
-    dbutils_get: Callable[[str, str], str] | None = None,
-    failpoint: FailPoint | None = None,
+    actions: DataFrame, secondary: Access, run_id: str, failpoint: FailPoint | None = None
 ) -> DataFrame:
     """Settles every queue of ``actions`` (lazy: read the result exactly once)."""
-    task = _SettleTask(resolve_access(config.secondary, dbutils_get), run_id, failpoint)
+    task = _SettleTask(secondary, run_id, failpoint)
 
     def settle_one_queue(pdf: Any) -> Any:  # a plain function: Spark counts its arguments
         return task(pdf)
@@ -94,7 +96,7 @@ def settle_queues(
     return (
         actions.repartition(max(1, queues), "backlog_queue")
         .groupBy("backlog_queue")
-        .applyInPandas(settle_one_queue, RESULT_SCHEMA)
+        .applyInPandas(settle_one_queue, spark_schema(SETTLE_RESULT))
     )
 
 
@@ -127,12 +129,13 @@ class _SettleTask:
                 self._drain(receiver, queue, todo, out)
         except Exception as exc:  # the namespace or the queue failed: the rest waits
             name = type(exc).__name__
-            stopped = "namespace_fault" if name in NAMESPACE_FAULTS else f"receive_failed_{name}"
+            stopped = (Detail.NAMESPACE_FAULT if name in NAMESPACE_FAULTS
+                       else f"{Detail.RECEIVE_FAILED}{name}")  # fmt: skip
             log.warning("settling %s stopped: %s", queue, name)
         for seq, (action, _, _) in todo.items():
             if seq not in out:
-                detail = None if action == "leave" else (stopped or "not_received")
-                out[seq] = _row(queue, seq, "left", detail, 0)
+                detail = None if action == LEAVE else (stopped or Detail.NOT_RECEIVED)
+                out[seq] = _row(queue, seq, Outcome.LEFT, detail, 0)
         return pd.DataFrame(list(out.values()), columns=_RESULT_COLUMNS)
 
     def _drain(
@@ -142,7 +145,7 @@ class _SettleTask:
         todo: dict[int, tuple[str, str | None, str]],
         out: dict[int, dict[str, Any]],
     ) -> None:
-        remaining = sum(1 for a, _, _ in todo.values() if a != "leave")
+        remaining = sum(1 for a, _, _ in todo.values() if a != LEAVE)
         held: list[Any] = []
         settled = 0
         try:
@@ -155,27 +158,26 @@ class _SettleTask:
                 for m in messages:
                     seq = int(m.sequence_number or 0)
                     action, reason, verdict = todo.get(seq, ("new", None, ""))
-                    if action not in ("complete", "dead_letter"):
+                    if action not in (COMPLETE, DEAD_LETTER):
                         held.append(m)
-                        detail = "arrived_after_snapshot" if action == "new" else None
-                        out.setdefault(seq, _row(queue, seq, "left", detail, 0))
+                        detail = Detail.ARRIVED_AFTER_SNAPSHOT if action == "new" else None
+                        out.setdefault(seq, _row(queue, seq, Outcome.LEFT, detail, 0))
                         out[seq]["received"] += 1
                         continue
                     remaining -= 1
                     try:
-                        if action == "complete":
+                        if action == COMPLETE:
                             receiver.complete_message(m)
-                            out[seq] = _row(queue, seq, "completed", None, 1)
+                            out[seq] = _row(queue, seq, Outcome.COMPLETED, None, 1)
                         else:
                             description = f"syphon run {self.run_id}: {verdict}"
                             receiver.dead_letter_message(
                                 m, reason=reason, error_description=description
                             )
-                            out[seq] = _row(queue, seq, "dead_lettered", reason, 1)
+                            out[seq] = _row(queue, seq, Outcome.DEAD_LETTERED, reason, 1)
                     except Exception as exc:  # a lapsed lock: the next run settles it
-                        out[seq] = _row(
-                            queue, seq, "left", f"settle_failed_{type(exc).__name__}", 1
-                        )
+                        failed = f"{Detail.SETTLE_FAILED}{type(exc).__name__}"
+                        out[seq] = _row(queue, seq, Outcome.LEFT, failed, 1)
                         if type(exc).__name__ in NAMESPACE_FAULTS:
                             raise
                         continue

@@ -1,7 +1,7 @@
-"""The backlog as a Spark data source: ``spark.read.format("syphon-backlog")``.
+"""Snapshot: peek every backlog queue into a DataFrame, through a Spark data source.
 
-Registered by the job (or from a notebook) with :func:`register_backlog_source`, which
-reads the secondary namespace's connection string on the driver and keeps it inside
+``spark.read.format("syphon-backlog")`` is registered by :func:`register_backlog_source`
+with the secondary namespace's access (its secret read once, on the driver), kept inside
 the registered class. It reaches the executors in the pickled task, never in the
 read's options, so it shows in no query plan, log or Spark UI. Each input partition
 peeks one backlog queue (or one range of its sequence numbers) with
@@ -18,17 +18,18 @@ Options:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.config import NamespaceConfig
 from syphon.core.errors import ConfigError
-from syphon.servicebus.access import resolve_access
-from syphon.servicebus.peek import PEEK_PAGE, SNAPSHOT_COLUMNS, peek_rows, snapshot_schema
+from syphon.core.schema import SNAPSHOT, names, spark_schema
+from syphon.servicebus.access import Access
+from syphon.servicebus.discovery import DiscoveredQueue
+from syphon.servicebus.peek import PEEK_PAGE, first_sequence_number, peek_rows
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 SOURCE_NAME = "syphon-backlog"
 
@@ -96,15 +97,12 @@ def parse_queues_option(text: str | None) -> list[QueueRange]:
     return out
 
 
-def register_backlog_source(
-    spark: SparkSession,
-    secondary: NamespaceConfig,
-    dbutils_get: Callable[[str, str], str] | None = None,
-) -> str:
-    """Registers the data source for ``secondary``'s backlog queues; returns its name."""
+def register_backlog_source(spark: SparkSession, access: Access) -> str:
+    """Registers the data source for the backlog queues ``access`` reaches; returns its
+    name."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    access = resolve_access(secondary, dbutils_get)
+    columns = names(SNAPSHOT)
 
     class _Partition(InputPartition):
         def __init__(self, queue_range: QueueRange) -> None:
@@ -127,7 +125,7 @@ def register_backlog_source(
                 client.get_queue_receiver(r.queue) as receiver,
             ):
                 for row in peek_rows(receiver, r.queue, r.first, r.last, self.page):
-                    yield tuple(row[c] for c in SNAPSHOT_COLUMNS)
+                    yield tuple(row[c] for c in columns)
 
     class BacklogDataSource(DataSource):
         """Peeks backlog queues into rows of the snapshot schema."""
@@ -137,10 +135,43 @@ def register_backlog_source(
             return SOURCE_NAME
 
         def schema(self) -> Any:
-            return snapshot_schema()
+            return spark_schema(SNAPSHOT)
 
         def reader(self, schema: Any) -> Any:
             return _Reader(dict(self.options))
 
     spark.dataSource.register(BacklogDataSource)
     return SOURCE_NAME
+
+
+def snapshot_ranges(
+    access: Access, queues: list[DiscoveredQueue], split_messages: int
+) -> list[QueueRange]:
+    """The snapshot's input partitions: one per queue, several for a queue known to hold
+    more than ``split_messages`` (its first sequence number costs one peek)."""
+    ranges: list[QueueRange] = []
+    for q in queues:
+        first = None
+        if (q.message_count or 0) > split_messages:
+            first = first_sequence_number(access, q.path)
+        if first is None:
+            ranges.append(QueueRange(q.path))
+        else:
+            ranges.extend(split_ranges(q.path, first, q.message_count or 0, split_messages))
+    return ranges
+
+
+def read_snapshot(
+    spark: SparkSession, access: Access, queues: list[DiscoveredQueue], split_messages: int
+) -> DataFrame:
+    """Peeks ``queues`` into a DataFrame, read exactly once.
+
+    The rows are kept by Spark (``localCheckpoint``) so that every later use sees the
+    same snapshot: a second read of the source would peek again and could see messages
+    that arrived since.
+    """
+    if not queues:
+        return spark.createDataFrame([], spark_schema(SNAPSHOT))
+    name = register_backlog_source(spark, access)
+    option = queues_option(snapshot_ranges(access, queues, split_messages))
+    return spark.read.format(name).option("queues", option).load().localCheckpoint(eager=True)

@@ -79,7 +79,18 @@ class _JsonFormatter(logging.Formatter):
         return mask_secrets(json.dumps(entry, default=str))
 
 
-def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | None = None) -> None:
+#: The libraries' loggers: their INFO lines narrate every AMQP link state, HTTP request
+#: and py4j call, which buries what syphon says.
+LIBRARY_LOGGERS = ("azure", "uamqp", "py4j", "proton", "urllib3", "matplotlib", "msal",
+)  # fmt: skip
+
+
+def configure_logging(
+    level: str = "INFO",
+    fmt: str = "text",
+    stream: TextIO | None = None,
+    sdk_level: str = "WARNING",
+) -> None:
     """Installs (or replaces) syphon's handler on the root logger.
 
     Args:
@@ -87,6 +98,8 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | N
         fmt: ``text`` (one readable line) or ``json`` (one JSON object per line with
             ``time``, ``level``, ``logger``, ``run_id``, ``message``, ``error``).
         stream: where records go (standard error by default).
+        sdk_level: the level of :data:`LIBRARY_LOGGERS` (never below ``level``); at
+            ``DEBUG`` they log at DEBUG too.
     """
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)} (got {fmt!r})")
@@ -99,5 +112,8 @@ def configure_logging(level: str = "INFO", fmt: str = "text", stream: TextIO | N
     handler.setFormatter(_JsonFormatter() if fmt == "json" else _TextFormatter())
     root.addHandler(handler)
     root.setLevel(level.upper())
-    # py4j narrates every call at INFO: only its warnings are worth a line
-    logging.getLogger("py4j").setLevel(max(logging.WARNING, root.level))
+    libraries = logging.DEBUG if root.level <= logging.DEBUG else max(
+        logging.getLevelName(sdk_level.upper()), root.level
+    )  # fmt: skip
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(libraries)

@@ -1,37 +1,68 @@
-"""Service Bus clients built from the configuration.
+"""How syphon reaches its namespaces, resolved once at the entry point.
 
-A namespace is reached with a connection string or with an Azure AD credential
-(azure-identity). Secrets are resolved from their references only here, into an
-:class:`Access` that Spark tasks receive pickled, and are never logged, printed or stored.
+:func:`resolve_namespaces` reads every secret the config refers to (connection strings,
+a service principal's secret), checks that each connection string is one, and returns a
+:class:`Namespaces`: one :class:`Access` per namespace, handed to the stages and pickled
+into Spark tasks. An :class:`Access` builds the SDK clients; its repr shows no secret,
+and nothing here logs, prints or stores one.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from syphon.core.config import CredentialConfig, NamespaceConfig, resolve_secret
-from syphon.core.errors import ConfigError
-
-DbutilsGet = Callable[[str, str], str]
+from syphon.core.config import CredentialConfig, NamespaceConfig, SyphonConfig
+from syphon.core.errors import ConfigError, SecretError
+from syphon.servicebus.secrets import (
+    DbutilsGet,
+    connection_string_problem,
+    endpoint_host,
+    resolve_secret,
+    with_endpoint,
+)
 
 #: Hosts on which the AMQP port has no TLS (the local Service Bus), as the SDK's own
 #: ``UseDevelopmentEmulator=true`` assumes for connection strings.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 
+#: The largest message (and batch) a tier takes.
+TIER_LIMITS = {"standard": 256 * 1024, "premium": 1024 * 1024}
+
 
 @dataclass(frozen=True)
 class Access:
     """How to reach one namespace: a connection string, or a host and an Azure AD
-    credential recipe. Built on the driver, pickled into tasks; its repr shows no secret."""
+    credential recipe, plus where its management API is. Built on the driver, pickled
+    into tasks; its repr shows no secret.
+
+    Attributes:
+        namespace: the namespace's name.
+        key: its config key (``secondary``, ``primaries.0``), for messages.
+        host: where it is: the connection string's endpoint host, or the Azure AD
+            fully-qualified namespace.
+    """
 
     namespace: str
+    key: str
+    host: str
     connection_string: str | None = field(default=None, repr=False)
-    host: str | None = None
     credential: CredentialConfig | None = None
     client_secret: str | None = field(default=None, repr=False)
+    tier: str = "standard"
+    management_endpoint: str | None = None
+    ca_bundle: str | None = None
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The tier's message and batch limit."""
+        return TIER_LIMITS[self.tier]
+
+    @property
+    def uses_azure_ad(self) -> bool:
+        return self.connection_string is None
 
     def client(self, **kwargs: Any) -> Any:
         """A ``ServiceBusClient`` (data plane)."""
@@ -39,9 +70,42 @@ class Access:
 
         if self.connection_string is not None:
             return ServiceBusClient.from_connection_string(self.connection_string, **kwargs)
-        assert self.host is not None
         kwargs.setdefault("use_tls", not is_loopback(self.host))
         return ServiceBusClient(self.host, azure_credential(self), **kwargs)
+
+    def admin_client(self, **kwargs: Any) -> Any:
+        """A ``ServiceBusAdministrationClient`` for the management API, at
+        ``management_endpoint`` when set, trusting ``ca_bundle`` when set."""
+        from azure.servicebus.management import ServiceBusAdministrationClient
+
+        if self.ca_bundle is not None:
+            kwargs.setdefault("connection_verify", self.ca_bundle)
+        if self.connection_string is None:
+            host = self.management_endpoint or self.host
+            return ServiceBusAdministrationClient(host, azure_credential(self), **kwargs)
+        secret = self.connection_string
+        if self.management_endpoint is not None:
+            secret = with_endpoint(secret, self.management_endpoint)
+        return ServiceBusAdministrationClient.from_connection_string(secret, **kwargs)
+
+
+@dataclass(frozen=True)
+class Namespaces:
+    """Every namespace of a config, resolved: the secondary and the primaries by name."""
+
+    secondary: Access
+    primaries: Mapping[str, Access]
+
+    def primary(self, name: str) -> Access:
+        """The primary of that name.
+
+        Raises:
+            ConfigError: no primary of that name is configured.
+        """
+        try:
+            return self.primaries[name]
+        except KeyError:
+            raise ConfigError(f"no primary namespace {name!r} in primaries") from None
 
 
 def is_loopback(host: str) -> bool:
@@ -49,17 +113,74 @@ def is_loopback(host: str) -> bool:
     return name in LOOPBACK_HOSTS
 
 
-def resolve_access(namespace: NamespaceConfig, dbutils_get: DbutilsGet | None = None) -> Access:
-    """Reads the namespace's secret (connection string, or service principal secret)."""
+def resolve_access(
+    namespace: NamespaceConfig,
+    key: str,
+    source: str = "",
+    *,
+    dbutils_get: DbutilsGet | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Access:
+    """Reads one namespace's secret and checks it.
+
+    Raises:
+        SecretError: the secret is unset, or the connection string is malformed (the
+            message names ``source``, the config key and the variable, never the value).
+    """
+    where = f"{source}: " if source else ""
+    common: dict[str, Any] = {
+        "namespace": namespace.namespace,
+        "key": key,
+        "tier": namespace.tier,
+        "management_endpoint": namespace.management_endpoint,
+        "ca_bundle": namespace.ca_bundle,
+    }
     if namespace.credential is None:
-        assert namespace.connection_string is not None
-        secret = resolve_secret(namespace.connection_string, dbutils_get=dbutils_get)
-        return Access(namespace.namespace, connection_string=secret)
+        ref = namespace.connection_string
+        assert ref is not None  # the config holds exactly one of the two
+        name = f"{key}.connection_string"
+        try:
+            secret = resolve_secret(ref, environ, dbutils_get)
+        except SecretError as exc:
+            raise SecretError(f"{where}{name}: {exc}") from None
+        problem = connection_string_problem(secret)
+        if problem is not None:
+            raise SecretError(
+                f"{where}{name}: {ref.describe()} does not hold a Service Bus connection "
+                f"string: {problem}"
+            )
+        return Access(host=endpoint_host(secret), connection_string=secret, **common)
     client_secret = None
     if namespace.credential.client_secret is not None:
-        client_secret = resolve_secret(namespace.credential.client_secret, dbutils_get=dbutils_get)
-    return Access(namespace.namespace, host=namespace.host, credential=namespace.credential,
-                  client_secret=client_secret)  # fmt: skip
+        name = f"{key}.credential.client_secret"
+        try:
+            client_secret = resolve_secret(namespace.credential.client_secret, environ,
+                                           dbutils_get)  # fmt: skip
+        except SecretError as exc:
+            raise SecretError(f"{where}{name}: {exc}") from None
+    return Access(host=namespace.host, credential=namespace.credential,
+                  client_secret=client_secret, **common)  # fmt: skip
+
+
+def resolve_namespaces(
+    config: SyphonConfig,
+    dbutils_get: DbutilsGet | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Namespaces:
+    """Every namespace of ``config``, its secrets read and checked once.
+
+    Raises:
+        SecretError: a secret is unset or malformed (exit code 2, before anything starts).
+    """
+    secondary = resolve_access(config.secondary, "secondary", config.source,
+                               dbutils_get=dbutils_get, environ=environ)  # fmt: skip
+    primaries = {
+        p.namespace: resolve_access(
+            p, f"primaries.{i}", config.source, dbutils_get=dbutils_get, environ=environ
+        )
+        for i, p in enumerate(config.primaries)
+    }
+    return Namespaces(secondary, primaries)
 
 
 _credentials: dict[tuple[Any, ...], Any] = {}
@@ -90,50 +211,3 @@ def _new_credential(spec: CredentialConfig, client_secret: str | None) -> Any:
     if spec.client_id:
         return identity.DefaultAzureCredential(managed_identity_client_id=spec.client_id)
     return identity.DefaultAzureCredential()
-
-
-def _parts(connection_string: str) -> list[tuple[str, str]]:
-    out = []
-    for item in connection_string.split(";"):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError("a connection string item is not key=value")
-        out.append((key.strip(), value.strip()))
-    return out
-
-
-def with_endpoint(connection_string: str, endpoint: str) -> str:
-    """The same connection string pointed at ``endpoint`` (``host:port``)."""
-    parts = _parts(connection_string)
-    if not any(k.lower() == "endpoint" for k, _ in parts):
-        raise ConfigError("the connection string has no Endpoint")
-    items = [(k, f"sb://{endpoint}/" if k.lower() == "endpoint" else v) for k, v in parts]
-    return "".join(f"{k}={v};" for k, v in items)
-
-
-def servicebus_client(
-    namespace: NamespaceConfig, dbutils_get: DbutilsGet | None = None, **kwargs: Any
-) -> Any:
-    """A ``ServiceBusClient`` for the namespace (data plane)."""
-    return resolve_access(namespace, dbutils_get).client(**kwargs)
-
-
-def admin_client(
-    namespace: NamespaceConfig, dbutils_get: DbutilsGet | None = None, **kwargs: Any
-) -> Any:
-    """A ``ServiceBusAdministrationClient`` for the namespace's management API, at
-    ``management_endpoint`` when set, trusting ``ca_bundle`` when set."""
-    from azure.servicebus.management import ServiceBusAdministrationClient
-
-    if namespace.ca_bundle is not None:
-        kwargs.setdefault("connection_verify", namespace.ca_bundle)
-    access = resolve_access(namespace, dbutils_get)
-    if access.connection_string is None:
-        host = namespace.management_endpoint or namespace.host
-        return ServiceBusAdministrationClient(host, azure_credential(access), **kwargs)
-    secret = access.connection_string
-    if namespace.management_endpoint is not None:
-        secret = with_endpoint(secret, namespace.management_endpoint)
-    return ServiceBusAdministrationClient.from_connection_string(secret, **kwargs)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from syphon.core.config import BacklogConfig
 from syphon.core.naming import backlog_queue_path, match_backlog_queue_path
 
 
@@ -116,3 +117,19 @@ def discover_by_probe(
     with ThreadPoolExecutor(max_workers=max(1, min(PROBE_THREADS, len(probes)))) as pool:
         found = [q for q in pool.map(lambda pi: probe(*pi), probes) if q is not None]
     return sorted(found)
+
+
+def discover_backlog(
+    access: Any, primaries: Sequence[str], backlog: BacklogConfig
+) -> list[DiscoveredQueue]:
+    """The backlog queues of ``primaries`` in the namespace ``access`` reaches, the way
+    ``backlog.discovery`` says.
+
+    Args:
+        access: a :class:`syphon.servicebus.access.Access` of the secondary namespace.
+    """
+    if backlog.discovery == "management":
+        with access.admin_client() as admin:
+            return discover_by_management(admin, primaries, backlog.queue_count)
+    with access.client() as client:
+        return discover_by_probe(client, primaries, backlog.queue_count, backlog.probe_limit)

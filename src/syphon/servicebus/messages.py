@@ -6,11 +6,11 @@ the plan counted are the bytes the replay sends.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
+from syphon.core.properties import plain_value
 from syphon.core.timespan import TICKS_PER_MICROSECOND
 
 #: The longest TTL the Python SDK can send: it writes the AMQP header's TTL as an
@@ -18,22 +18,6 @@ from syphon.core.timespan import TICKS_PER_MICROSECOND
 #: A longer original TTL is sent as this one; the entity's default TTL caps it anyway
 #: when that is shorter.
 MAX_SENDABLE_TTL = timedelta(milliseconds=2**32 - 1)
-
-
-def plain_value(typed: Mapping[str, Any]) -> Any:
-    """The Python value of a typed application-property value (``uuid`` back to UUID;
-    ``other``, which only a foreign sender writes, as its text)."""
-    kind = typed["kind"]
-    if kind == "null":
-        return None
-    if kind == "uuid":
-        return uuid.UUID(typed["text"])
-    if kind == "other":
-        return typed["text"]
-    value = typed[kind]
-    if kind == "timestamp" and isinstance(value, datetime) and value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value
 
 
 def restored_message(row: Mapping[str, Any], time_to_live: timedelta | None = None) -> Any:
@@ -82,3 +66,12 @@ def batch_cost(message: Any) -> int:
     batch = ServiceBusMessageBatch(max_size_in_bytes=2**62)
     batch.add_message(message)
     return int(batch.size_in_bytes)
+
+
+def empty_batch_bytes() -> int:
+    """The size the SDK gives an empty ``ServiceBusMessageBatch`` (the size bound of
+    :mod:`syphon.core.sizing` assumes :data:`syphon.core.sizing.EMPTY_BATCH_BYTES`; a test
+    keeps the two equal)."""
+    from azure.servicebus import ServiceBusMessageBatch
+
+    return int(ServiceBusMessageBatch(max_size_in_bytes=2**62).size_in_bytes)

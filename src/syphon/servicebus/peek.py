@@ -1,7 +1,7 @@
 """Reading backlog queues by peeking: never a lock, never a removal.
 
 :func:`peek_rows` walks one backlog queue by sequence number and turns every message
-into a row of :func:`snapshot_schema`: everything the replay needs (the body's exact
+into a row of :data:`syphon.core.schema.SNAPSHOT`: everything the replay needs (the body's exact
 bytes, every system property, the typed application properties) plus where it was
 found. A peek answers at most a few hundred messages and may answer fewer than asked
 (the service caps a call at 256 KB; a partitioned queue answers one partition at a
@@ -12,38 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from syphon.core.properties import typed_properties, typed_properties_spark_type
-
-if TYPE_CHECKING:
-    from pyspark.sql.types import StructType
+from syphon.core.properties import typed_properties
 
 PEEK_PAGE = 250
-
-#: The columns of a snapshot row, in order.
-SNAPSHOT_COLUMNS = (
-    "backlog_queue",
-    "sequence_number",
-    "enqueued_time",
-    "delivery_count",
-    "message_id",
-    "session_id",
-    "partition_key",
-    "content_type",
-    "correlation_id",
-    "subject",
-    "to",
-    "reply_to",
-    "reply_to_session_id",
-    "time_to_live_ms",
-    "scheduled_enqueue_time",
-    "application_properties",
-    "property_problem",
-    "body_type",
-    "body",
-    "body_size",
-)
 
 
 def _text(value: Any) -> str | None:
@@ -130,32 +103,12 @@ def peek_rows(
         next_seq = messages[-1].sequence_number + 1
 
 
-def snapshot_schema() -> StructType:
-    """The Spark schema of snapshot rows (:data:`SNAPSHOT_COLUMNS`)."""
-    from pyspark.sql import types as T
+def first_sequence_number(access: Any, queue: str) -> int | None:
+    """The lowest sequence number in ``queue`` (one peek), or None when it is empty.
 
-    string = T.StringType()
-    return T.StructType(
-        [
-            T.StructField("backlog_queue", string, False),
-            T.StructField("sequence_number", T.LongType(), False),
-            T.StructField("enqueued_time", T.TimestampType()),
-            T.StructField("delivery_count", T.IntegerType()),
-            T.StructField("message_id", string),
-            T.StructField("session_id", string),
-            T.StructField("partition_key", string),
-            T.StructField("content_type", string),
-            T.StructField("correlation_id", string),
-            T.StructField("subject", string),
-            T.StructField("to", string),
-            T.StructField("reply_to", string),
-            T.StructField("reply_to_session_id", string),
-            T.StructField("time_to_live_ms", T.LongType()),
-            T.StructField("scheduled_enqueue_time", T.TimestampType()),
-            T.StructField("application_properties", typed_properties_spark_type()),
-            T.StructField("property_problem", string),
-            T.StructField("body_type", string),
-            T.StructField("body", T.BinaryType()),
-            T.StructField("body_size", T.IntegerType()),
-        ]
-    )
+    Args:
+        access: a :class:`syphon.servicebus.access.Access` of the queue's namespace.
+    """
+    with access.client() as client, client.get_queue_receiver(queue) as receiver:
+        peeked = receiver.peek_messages(1, sequence_number=1)
+    return int(peeked[0].sequence_number) if peeked else None

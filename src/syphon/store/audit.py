@@ -1,324 +1,164 @@
-"""The audit: append-only tables, under ``audit.path`` (engine ``delta-rs``) or in
-Spark's catalog (engine ``spark``: ``audit.table`` and ``<audit.table>_runs``).
+"""The audit store: one interface, chosen once from the config.
 
-- ``audit`` — one row per message per run and stage: where the message was found, its
-  keys, verdict and reason, sizes and body hash (never the body), the planned batch and
-  position; later stages (replay, settle) append their outcomes as rows of their own.
-- ``runs`` — the run ledger: one row per run and status change, with counts by verdict,
-  operations performed, timings per stage and a fingerprint of the configuration (built
-  from secret *references*, never values).
+- ``audit`` — one row per message per run and stage (:data:`syphon.core.schema.AUDIT`):
+  where the message was found, its keys, verdict and reason, sizes and body hash (never
+  the body), the planned batch and position; the replay and the settle append their
+  outcomes as rows of their own.
+- ``runs`` — the run ledger (:data:`syphon.core.schema.RUNS`): one row per run and status
+  change.
+
+Two backends implement :class:`AuditStore`: :class:`syphon.store.deltars.DeltaRsStore`
+(Delta tables at ``audit.path``, written by Spark's executors and committed by delta-rs)
+and :class:`syphon.store.catalog.CatalogStore` (catalog tables through Spark's own
+table format). :func:`syphon.store.open_store` picks one; nothing else asks which. The
+lease and the run reports live at ``audit.path`` with either.
+
+A store reads through Spark only when asked for a DataFrame: it is given a *provider*
+that starts the session on first use, so a run that needs no Spark starts none.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import abc
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Protocol
 
-from syphon.core.config import AuditConfig
-from syphon.store.delta import append_arrow, append_dataframe
+from syphon.core.ledger import RunRecord
+from syphon.core.schema import Stage
+from syphon.store import queries
+from syphon.store.lease import Lease
+from syphon.store.reports import write_page
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from syphon.core.config import SyphonConfig
+#: Starts (or returns) the Spark session when a store first needs it.
+SparkProvider = Callable[[], "SparkSession"]
 
 AUDIT_TABLE = "audit"
 RUNS_TABLE = "runs"
 
-#: Where the audit functions read and write: a folder of delta-rs tables, or the config's
-#: ``audit`` section, whose engine says which kind of tables and where.
-AuditRoot: TypeAlias = "str | os.PathLike[str] | AuditConfig"
 
-#: Audit columns taken from a planned row under another name (the rest keep theirs).
-_RENAMED = {
-    "backlog_enqueued_time": "enqueued_time",
-    "session_id": "original_session_id",
-    "time_to_live_ticks": "original_time_to_live_ticks",
-    "scheduled_enqueue_time": "original_scheduled_enqueue_time",
-}
+class AuditStore(Protocol):
+    """Where a run's plan, outcomes and ledger rows go, and what runs read back."""
 
-#: The audit table's columns, in order (see the README for their meaning).
-AUDIT_COLUMNS = (
-    "run_id", "stage", "recorded_at", "backlog_queue", "sequence_number",
-    "backlog_enqueued_time", "primary", "destination", "message_id", "session_id",
-    "partition_key", "partition_key_effective", "partition_key_source", "verdict", "reason",
-    "body_size", "body_sha256", "message_bytes", "time_to_live_ticks",
-    "scheduled_enqueue_time", "replay_order", "group_size", "group_spread",
-    "group_span_seconds", "batch_id", "batch_position", "outcome", "detail",
-)  # fmt: skip
+    @property
+    def where(self) -> str:
+        """Where the audit is, for messages: a folder or URI, or a catalog table."""
+        ...
 
-#: Outcomes recorded per stage: the plan records ``planned``; the replay ``sent``,
-#: ``failed``, ``skipped`` or ``in_doubt`` (a crash hid whether the send happened);
-#: the settle ``completed``, ``dead_lettered`` or ``left``.
-OUTCOMES = {
-    "plan": ("planned",),
-    "replay": ("sent", "failed", "skipped", "in_doubt"),
-    "settle": ("completed", "dead_lettered", "left"),
-}
+    def append_plan(self, planned: DataFrame, run_id: str, recorded_at: datetime) -> int:
+        """Appends a planned snapshot's audit rows in one commit; returns how many."""
+        ...
 
-#: Outcomes after which the destination holds the message. ``in_doubt`` is not one: such
-#: a message is sent again by the next run (and marked so), never settled unsent.
-REPLAYED_OUTCOMES = ("sent",)
+    def append_outcomes(self, results: DataFrame, planned: DataFrame, run_id: str,
+                        stage: str, recorded_at: datetime) -> int:  # fmt: skip
+        """Appends a stage's results (keys from ``planned``) in one commit; returns how
+        many rows."""
+        ...
 
+    def append_run(self, record: RunRecord) -> None:
+        """Appends a row to the run ledger."""
+        ...
 
-def audit_path(root: AuditRoot, table: str) -> Path:
-    """A delta-rs table's folder under the audit root."""
-    return Path(root.path if isinstance(root, AuditConfig) else root) / table
+    def runs(self) -> list[RunRecord]:
+        """Every row of the run ledger (a few per run), oldest first."""
+        ...
 
+    def audit(self) -> DataFrame | None:
+        """Every audit row, as Spark reads them; None before the first plan."""
+        ...
 
-def _catalog_name(root: AuditRoot, table: str) -> str | None:
-    """The catalog table for ``table`` under engine ``spark``, else None."""
-    if isinstance(root, AuditConfig) and root.engine == "spark":
-        assert root.table is not None
-        return root.table if table == AUDIT_TABLE else f"{root.table}_{table}"
-    return None
+    def run_rows(self, run_id: str, stage: str | None = None) -> DataFrame | None:
+        """One run's audit rows (of one stage); None when there is no audit yet."""
+        ...
 
+    def replayed(self) -> DataFrame | None:
+        """What earlier runs' replays delivered (for duplicates across runs)."""
+        ...
 
-def _append(frame: DataFrame, root: AuditRoot, table: str,
-            label: str) -> int:  # fmt: skip
-    """Appends ``frame`` to an audit table in one commit; returns how many rows."""
-    name = _catalog_name(root, table)
-    if name is None:
-        return append_dataframe(frame, audit_path(root, table), label)
-    assert isinstance(root, AuditConfig)
-    frame = frame.persist()
-    try:
-        rows = frame.count()
-        frame.write.format(root.format).mode("append").saveAsTable(name)
-    finally:
-        frame.unpersist()
-    return rows
+    def in_doubt(self) -> DataFrame | None:
+        """Backlog messages whose earlier send is unknown."""
+        ...
+
+    def spread_groups(self, run_id: str) -> DataFrame | None:
+        """A run's replay groups spread over several backlog queues."""
+        ...
+
+    def lease(self, run_id: str, ttl: timedelta) -> Lease:
+        """The lease that keeps two runs from replaying at once."""
+        ...
+
+    def write_report(self, run_id: str, page: bytes) -> str:
+        """Writes a run's report page; returns where."""
+        ...
 
 
-def _session() -> SparkSession:
-    from pyspark.sql import SparkSession
+class TableStore(abc.ABC):
+    """What both backends share: the questions asked of the tables (the same
+    transforms, :mod:`syphon.store.queries`), the lease and the reports at ``root``."""
 
-    from syphon.core.errors import SyphonError
+    def __init__(self, root: str, spark: SparkProvider) -> None:
+        self.root = root
+        self._spark = spark
 
-    spark = SparkSession.getActiveSession()
-    if spark is None:
-        raise SyphonError("audit.engine spark reads and writes through Spark: no session")
-    return spark
+    @property
+    @abc.abstractmethod
+    def where(self) -> str: ...
 
+    @abc.abstractmethod
+    def _append(self, frame: DataFrame, table: str, label: str) -> int:
+        """Appends ``frame`` to a table in one commit; returns how many rows."""
 
-def audit_frame(planned: DataFrame, run_id: str, stage: str, recorded_at: datetime) -> DataFrame:
-    """The audit rows of a planned snapshot (the output of ``plan_batches``)."""
-    from pyspark.sql import functions as F
+    @abc.abstractmethod
+    def append_run(self, record: RunRecord) -> None: ...
 
-    run = {
-        "run_id": F.lit(run_id),
-        "stage": F.lit(stage),
-        "recorded_at": F.lit(recorded_at).cast("timestamp"),
-        "outcome": F.lit(OUTCOMES[stage][0]),
-        "detail": F.lit(None).cast("string"),
-    }
-    return planned.select(
-        *[(run[c] if c in run else F.col(_RENAMED.get(c, c))).alias(c) for c in AUDIT_COLUMNS]
-    )
+    @abc.abstractmethod
+    def runs(self) -> list[RunRecord]: ...
 
+    @abc.abstractmethod
+    def audit(self) -> DataFrame | None: ...
 
-def write_audit(planned: DataFrame, root: AuditRoot, run_id: str,
-                stage: str, recorded_at: datetime) -> int:  # fmt: skip
-    """Appends a planned snapshot's audit rows; returns how many."""
-    frame = audit_frame(planned, run_id, stage, recorded_at)
-    return _append(frame, root, AUDIT_TABLE, f"{stage}-{run_id}")
+    def append_plan(self, planned: DataFrame, run_id: str, recorded_at: datetime) -> int:
+        frame = queries.plan_audit_rows(planned, run_id, recorded_at)
+        return self._append(frame, AUDIT_TABLE, f"{Stage.PLAN}-{run_id}")
 
+    def append_outcomes(self, results: DataFrame, planned: DataFrame, run_id: str,
+                        stage: str, recorded_at: datetime) -> int:  # fmt: skip
+        frame = queries.outcome_audit_rows(results, planned, run_id, stage, recorded_at)
+        return self._append(frame, AUDIT_TABLE, f"{stage}-{run_id}")
 
-def replayed_frame(spark: SparkSession, root: AuditRoot) -> DataFrame | None:
-    """What earlier runs' replays may have delivered: ``primary``, ``destination``,
-    ``message_id``, ``body_sha256`` of the audit rows of stage ``replay`` with a
-    :data:`REPLAYED_OUTCOMES` outcome and a MessageId. Read by Spark from the table's
-    current files (the audit grows with every run); None before the first audit."""
-    from pyspark.sql import functions as F
+    def run_rows(self, run_id: str, stage: str | None = None) -> DataFrame | None:
+        audit = self.audit()
+        return None if audit is None else queries.run_rows(audit, run_id, stage)
 
-    rows = read_audit(spark, root)
-    if rows is None:
-        return None
-    return rows.where(
-        (F.col("stage") == "replay")
-        & F.col("outcome").isin(*REPLAYED_OUTCOMES)
-        & F.col("message_id").isNotNull()
-    ).select("primary", "destination", "message_id", "body_sha256")
+    def replayed(self) -> DataFrame | None:
+        audit = self.audit()
+        return None if audit is None else queries.replayed_messages(audit)
 
+    def in_doubt(self) -> DataFrame | None:
+        records = self.runs()
+        audit = self.audit() if records else None
+        if audit is None:
+            return None
+        return queries.in_doubt_messages(audit, queries.interrupted_runs(records))
 
-def read_audit(spark: SparkSession, root: AuditRoot) -> DataFrame | None:
-    """The audit table's current rows as a Spark DataFrame (None before the first run)."""
-    from deltalake import DeltaTable
+    def spread_groups(self, run_id: str) -> DataFrame | None:
+        plan = self.run_rows(run_id, Stage.PLAN)
+        return None if plan is None else queries.spread_groups(plan)
 
-    from syphon.store.delta import table_exists
+    def lease(self, run_id: str, ttl: timedelta) -> Lease:
+        return Lease(self.root, run_id, ttl)
 
-    name = _catalog_name(root, AUDIT_TABLE)
-    if name is not None:
-        return spark.table(name) if spark.catalog.tableExists(name) else None
-    path = audit_path(root, AUDIT_TABLE)
-    if not table_exists(path):
-        return None
-    files = DeltaTable(str(path)).file_uris()
-    if not files:
-        return None
-    return spark.read.parquet(*files)
+    def write_report(self, run_id: str, page: bytes) -> str:
+        return write_page(self.root, run_id, page)
 
 
-def plan_rows(spark: SparkSession, root: AuditRoot, run_id: str) -> DataFrame:
-    """A run's plan rows from the audit.
-
-    Raises:
-        SyphonError: the run has no plan rows.
-    """
-    from pyspark.sql import functions as F
-
-    from syphon.core.errors import SyphonError
-
-    audit = read_audit(spark, root)
-    if audit is None:
-        where = root.where if isinstance(root, AuditConfig) else root
-        raise SyphonError(f"no audit table at {where}: no run was planned there")
-    rows = audit.where((F.col("run_id") == run_id) & (F.col("stage") == "plan"))
-    return rows
-
-
-def spread_groups(plan: DataFrame) -> DataFrame:
-    """The replay groups (primary, destination, partition key) of a run's plan rows whose
-    messages sit in several backlog queues, the most spread first: ``messages``,
-    ``backlog_queues`` and ``span_seconds``."""
-    from pyspark.sql import functions as F
-
-    return (
-        plan.where((F.col("verdict") == "replay") & F.col("group_spread"))
-        .groupBy("primary", "destination", "partition_key_effective")
-        .agg(
-            F.count(F.lit(1)).alias("messages"),
-            F.countDistinct("backlog_queue").alias("backlog_queues"),
-            F.max("group_span_seconds").alias("span_seconds"),
-        )
-        .orderBy(
-            F.desc("backlog_queues"),
-            F.desc("messages"),
-            "primary",
-            "destination",
-            "partition_key_effective",
-        )
-    )
-
-
-def outcome_frame(
-    results: DataFrame, planned: DataFrame, run_id: str, stage: str, recorded_at: datetime
-) -> DataFrame:
-    """Audit rows for a stage's results (``backlog_queue``, ``sequence_number``,
-    ``outcome``, ``detail``): the message's keys come from its plan row (``planned``, the
-    run's plan rows from the audit); a message the plan never saw keeps only its place."""
-    from pyspark.sql import functions as F
-
-    if stage not in OUTCOMES or stage == "plan":
-        raise ValueError(f"not an outcome stage: {stage}")
-    keys = planned.drop("run_id", "stage", "recorded_at", "outcome", "detail")
-    joined = results.select("backlog_queue", "sequence_number", "outcome", "detail").join(
-        keys, ["backlog_queue", "sequence_number"], "left"
-    )
-    types = dict(planned.dtypes)
-    run = {
-        "run_id": F.lit(run_id),
-        "stage": F.lit(stage),
-        "recorded_at": F.lit(recorded_at).cast("timestamp"),
-    }
-    return joined.select(
-        *[(run[c] if c in run else F.col(c)).cast(types[c]).alias(c) for c in AUDIT_COLUMNS]
-    )
-
-
-def append_outcomes(
-    results: DataFrame,
-    planned: DataFrame,
-    root: AuditRoot,
-    run_id: str,
-    stage: str,
-    recorded_at: datetime,
-) -> int:
-    """Appends a stage's results to the audit in one commit; returns how many rows."""
-    frame = outcome_frame(results, planned, run_id, stage, recorded_at)
-    return _append(frame, root, AUDIT_TABLE, f"{stage}-{run_id}")
-
-
-def read_runs(root: AuditRoot) -> list[dict[str, Any]]:
-    """Every row of the run ledger (small: a few rows per run); empty before the first."""
-    from syphon.store.delta import read_table, table_exists
-
-    name = _catalog_name(root, RUNS_TABLE)
-    if name is not None:
-        spark = _session()
-        if not spark.catalog.tableExists(name):
-            return []
-        return list(spark.table(name).toArrow().to_pylist())
-
-    path = audit_path(root, RUNS_TABLE)
-    return read_table(path).to_pylist() if table_exists(path) else []
-
-
-def config_fingerprint(config: SyphonConfig) -> str:
-    """A short hash of the configuration (references only: no secret is in it)."""
-    text = json.dumps(config.as_dict(), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-@dataclass
-class RunRecord:
-    """One row of the run ledger."""
-
-    run_id: str
-    status: str
-    started_at: datetime
-    finished_at: datetime | None
-    config_fingerprint: str
-    counts: Mapping[str, int] = field(default_factory=dict)
-    operations: Mapping[str, int] = field(default_factory=dict)
-    timings: Mapping[str, float] = field(default_factory=dict)
-    detail: str | None = None
-    credits_per_replayed_message: float | None = None
-
-
-def append_run(record: RunRecord, root: AuditRoot) -> None:
-    """Appends a row to the run ledger."""
-    import pyarrow as pa  # type: ignore[import-untyped]
-
-    counts = pa.map_(pa.string(), pa.int64())
-    schema = pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("status", pa.string()),
-            ("recorded_at", pa.timestamp("us", tz="UTC")),
-            ("started_at", pa.timestamp("us", tz="UTC")),
-            ("finished_at", pa.timestamp("us", tz="UTC")),
-            ("config_fingerprint", pa.string()),
-            ("counts", counts),
-            ("operations", counts),
-            ("timings", pa.map_(pa.string(), pa.float64())),
-            ("detail", pa.string()),
-            ("credits_per_replayed_message", pa.float64()),
-        ]
-    )
-    row: dict[str, Any] = {
-        "run_id": [record.run_id],
-        "status": [record.status],
-        "recorded_at": [datetime.now(timezone.utc)],
-        "started_at": [record.started_at],
-        "finished_at": [record.finished_at],
-        "config_fingerprint": [record.config_fingerprint],
-        "counts": [list(record.counts.items())],
-        "operations": [list(record.operations.items())],
-        "timings": [list(record.timings.items())],
-        "detail": [record.detail],
-        "credits_per_replayed_message": [record.credits_per_replayed_message],
-    }
-    table = pa.table(row, schema=schema)
-    name = _catalog_name(root, RUNS_TABLE)
-    if name is None:
-        append_arrow(table, audit_path(root, RUNS_TABLE))
-        return
-    assert isinstance(root, AuditConfig)
-    _session().createDataFrame(table).write.format(root.format).mode("append").saveAsTable(name)
+def absolute(path: str) -> str:
+    """A local path made absolute (Spark's executors write to file URIs); URIs as they
+    are."""
+    if "://" in path:
+        return path
+    return os.path.abspath(path)

@@ -12,17 +12,58 @@ Small tables (the run ledger) are written from Arrow directly with
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from syphon.core.errors import AuditStoreError
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame
 
+log = logging.getLogger(__name__)
+
 STAGING_PREFIX = "syphon-"
+
+
+@contextlib.contextmanager
+def guarded(root: str, doing: str) -> Iterator[None]:
+    """Turns a storage failure at ``root`` into an :class:`AuditStoreError` naming
+    ``audit.path`` (exit code 9), with the error's class, never a raw traceback."""
+    try:
+        yield
+    except AuditStoreError:
+        raise
+    except Exception as exc:
+        if not _is_storage_error(exc):
+            raise
+        name = type(exc).__name__
+        log.debug("the audit at %s failed to %s", root, doing, exc_info=exc)
+        raise AuditStoreError(
+            f"the audit at {root} cannot {doing} ({name}: {_short(exc)})",
+            fix=f"audit.path ({root}) cannot be written: point it at a folder or URI this "
+            "machine and every executor can write, or fix its permissions",
+        ) from None
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return True
+    module = type(exc).__module__ or ""
+    return module.startswith(("deltalake", "_internal")) or type(exc).__name__ in (
+        "DeltaError", "DeltaProtocolError", "TableNotFoundError", "CommitFailedError",
+    )  # fmt: skip
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return text[:200]
 
 
 def table_exists(path: str | os.PathLike[str]) -> bool:

@@ -27,6 +27,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from syphon.core.errors import LeaseLostError
+from syphon.core.schema import LEASE, arrow_schema
+from syphon.store.delta import guarded
+
 log = logging.getLogger(__name__)
 
 LEASES_TABLE = "leases"
@@ -34,10 +38,6 @@ LEASES_TABLE = "leases"
 _HOLDER = "syphon.lease.holder"
 _ACTION = "syphon.lease.action"
 _EXPIRES = "syphon.lease.expires"
-
-
-class LeaseLostError(RuntimeError):
-    """The lease expired and someone else may hold it now."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ class Lease:
     """
 
     def __init__(self, root: str | os.PathLike[str], holder: str, ttl: timedelta) -> None:
+        self.root = os.fspath(root)
         self.path = Path(root) / LEASES_TABLE
         self.holder = f"{holder}#{uuid.uuid4().hex[:8]}"
         self.ttl = ttl
@@ -97,35 +98,25 @@ class Lease:
 
         now = datetime.now(timezone.utc)
         expires = now + self.ttl if action != "release" else now
-        row = pa.table(
-            {
-                "holder": [self.holder],
-                "action": [action],
-                "recorded_at": [now],
-                "expires_at": [expires],
-            },
-            schema=pa.schema(
-                [
-                    ("holder", pa.string()),
-                    ("action", pa.string()),
-                    ("recorded_at", pa.timestamp("us", tz="UTC")),
-                    ("expires_at", pa.timestamp("us", tz="UTC")),
-                ]
-            ),
+        row = pa.Table.from_pylist(
+            [{"holder": self.holder, "action": action, "recorded_at": now, "expires_at": expires}],
+            schema=arrow_schema(LEASE),
         )
-        self.path.mkdir(parents=True, exist_ok=True)
         metadata = {_HOLDER: self.holder, _ACTION: action, _EXPIRES: expires.isoformat()}
-        write_deltalake(
-            str(self.path),
-            row,
-            mode="append",
-            commit_properties=CommitProperties(custom_metadata=metadata),
-        )
+        with guarded(self.root, f"{action} the lease"):
+            self.path.mkdir(parents=True, exist_ok=True)
+            write_deltalake(
+                str(self.path),
+                row,
+                mode="append",
+                commit_properties=CommitProperties(custom_metadata=metadata),
+            )
 
     def state(self) -> LeaseState:
         from deltalake import DeltaTable
 
-        return replay_history(DeltaTable(str(self.path)).history())
+        with guarded(self.root, "read the lease"):
+            return replay_history(DeltaTable(str(self.path)).history())
 
     def acquire(self) -> LeaseState:
         """Asks for the lease; returns the state after asking (check ``held_by``)."""

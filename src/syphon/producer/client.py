@@ -32,174 +32,28 @@ threads share its state. Messages are ``ServiceBusMessage`` objects with data bo
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
 from typing import Any
 
-from syphon.core.envelope import (
-    PING_CONTENT_TYPE,
-    PING_TIME_TO_LIVE,
-    TIME_TO_LIVE,
-    Envelope,
-    to_backlog_properties,
-)
-from syphon.core.errors import SyphonError
 from syphon.core.naming import backlog_queue_path
+from syphon.producer.options import (
+    PRIMARY,
+    SECONDARY,
+    BacklogUnavailableError,
+    PairedClientClosedError,
+    PairedCounters,
+    SendAvailabilityOptions,
+    close_quietly,
+)
+from syphon.producer.sender import PairedSender
+from syphon.servicebus.backlog_messages import ping_message
 
 log = logging.getLogger(__name__)
-
-PRIMARY, SECONDARY = "primary", "secondary"
-
-
-class PairedNamespaceError(SyphonError):
-    """A paired-namespace send cannot be done."""
-
-
-class BacklogUnavailableError(PairedNamespaceError):
-    """Every backlog queue has failed a send and left the rotation."""
-
-
-class BacklogMessageTooLargeError(PairedNamespaceError, ValueError):
-    """A message's backlog form (the original plus its aliases) exceeds the limit."""
-
-
-class PairedClientClosedError(PairedNamespaceError):
-    """The paired client (or one of its sides) is closed or faulted."""
-
-
-@dataclass(frozen=True)
-class SendAvailabilityOptions:
-    """The seed's send-availability options.
-
-    Attributes:
-        backlog_queue_count: backlog queues per primary namespace (seed default 10).
-        failover_interval: how long an entity may go without a successful send after a
-            non-transient failure before it fails over.
-        ping_primary_interval: how often a failed-over entity is pinged (seed default
-            1 minute).
-        partner_close_timeout: how long the other side may stay open after one side is
-            closed or faults (seed: 5 seconds).
-    """
-
-    backlog_queue_count: int = 10
-    failover_interval: timedelta = timedelta(minutes=1)
-    ping_primary_interval: timedelta = timedelta(minutes=1)
-    partner_close_timeout: timedelta = timedelta(seconds=5)
-
-    def __post_init__(self) -> None:
-        if self.backlog_queue_count < 1:
-            raise ValueError("backlog_queue_count must be at least 1")
-        for name in ("failover_interval", "ping_primary_interval", "partner_close_timeout"):
-            if getattr(self, name) < timedelta(0):
-                raise ValueError(f"{name} must not be negative")
-
-
-@dataclass
-class PairedCounters:
-    """What a paired client did: the operations the seed's cost section counts."""
-
-    primary_sends: int = 0
-    primary_failures: int = 0
-    backlog_sends: int = 0
-    backlog_failures: int = 0
-    pings_sent: int = 0
-    pings_failed: int = 0
-    failovers: int = 0
-    recoveries: int = 0
-    backlog_queues_removed: int = 0
-
-
-@dataclass(frozen=True)
-class SendRoute:
-    """Where one ``send_messages`` call went: ``primary`` or ``backlog`` (and which
-    queue), with the number of messages."""
-
-    target: str
-    queue: str
-    count: int
-
-
-def counts_as_outage(exc: BaseException) -> bool:
-    """True for errors that start (or continue) the failover timer.
-
-    Server-busy is transient and never fails over; errors about the message itself
-    (size, bad values) would fail on any entity and do not count either.
-    """
-    from azure.servicebus.exceptions import (
-        MessageSizeExceededError,
-        ServiceBusError,
-        ServiceBusServerBusyError,
-    )
-
-    if isinstance(exc, (ServiceBusServerBusyError, MessageSizeExceededError)):
-        return False
-    return isinstance(exc, (ServiceBusError, TimeoutError, ConnectionError))
-
-
-def ping_message() -> Any:
-    """The seed's ping: empty, its own content type, TTL 1 second."""
-    from azure.servicebus import ServiceBusMessage
-
-    return ServiceBusMessage(b"", content_type=PING_CONTENT_TYPE, time_to_live=PING_TIME_TO_LIVE)
-
-
-def to_backlog_message(message: Any, destination: str) -> Any:
-    """The backlog form of ``message`` (a ``ServiceBusMessage``) bound for ``destination``.
-
-    Raises:
-        EnvelopeError: the message cannot be put in the backlog form (see
-            :func:`syphon.core.envelope.to_backlog_properties`).
-        TypeError: not a ``ServiceBusMessage`` with a data body.
-    """
-    from azure.servicebus import ServiceBusMessage
-    from azure.servicebus._pyamqp.types import TYPE, VALUE, AMQPTypes
-    from azure.servicebus.amqp import AmqpMessageBodyType
-
-    if not isinstance(message, ServiceBusMessage):
-        raise TypeError(f"expected a ServiceBusMessage, got {type(message).__name__}")
-    if message.body_type != AmqpMessageBodyType.DATA:
-        raise TypeError("only messages with data bodies can be sent through the backlog")
-    app: dict[str, Any] = {}
-    for key, value in (message.application_properties or {}).items():
-        app[key.decode("utf-8") if isinstance(key, bytes) else str(key)] = value
-    envelope = Envelope(
-        destination=destination,
-        session_id=message.session_id,
-        time_to_live=message.time_to_live,
-        scheduled_enqueue_time_utc=message.scheduled_enqueue_time_utc,
-        application_properties=app,
-    )
-    props = to_backlog_properties(envelope)
-    if TIME_TO_LIVE in props:  # ticks go on the wire as an AMQP long, as .NET sends them
-        props[TIME_TO_LIVE] = {TYPE: AMQPTypes.long, VALUE: props[TIME_TO_LIVE]}
-    return ServiceBusMessage(
-        b"".join(message.body),
-        application_properties=props,  # type: ignore[arg-type]  # the typed long is pyamqp's
-        message_id=message.message_id,
-        partition_key=message.partition_key,
-        content_type=message.content_type,
-        correlation_id=message.correlation_id,
-        subject=message.subject,
-        to=message.to,
-        reply_to=message.reply_to,
-        reply_to_session_id=message.reply_to_session_id,
-    )
-
-
-def _close_quietly(handler: Any) -> None:
-    """Closes an SDK client or sender; one of a failed namespace may fail to close."""
-    if handler is None:
-        return
-    try:
-        handler.close()
-    except Exception as exc:
-        log.debug("closing %s failed: %s", type(handler).__name__, type(exc).__name__)
 
 
 @dataclass
@@ -350,7 +204,7 @@ class PairedNamespaceClient:
                     self._count("pings_failed")
                     log.debug("ping to %s failed: %s", entity, type(exc).__name__)
                     # a handler that failed may be unusable: the next ping starts afresh
-                    _close_quietly(sender)
+                    close_quietly(sender)
                     sender = None
                     continue
                 with self._lock:
@@ -360,7 +214,7 @@ class PairedNamespaceClient:
                 log.warning("%s is available again: sends go to the primary", entity)
                 return
         finally:
-            _close_quietly(sender)
+            close_quietly(sender)
 
     def _backlog_index(self, current: int | None) -> int:
         """The sender's backlog queue: its current one while in the rotation, else a
@@ -437,7 +291,7 @@ class PairedNamespaceClient:
         self._close_client(partner)
 
     def _close_client(self, side: str) -> None:
-        _close_quietly(self._clients[side])
+        close_quietly(self._clients[side])
 
     def close(self) -> None:
         """Closes both sides and stops the ping tasks."""
@@ -452,147 +306,6 @@ class PairedNamespaceClient:
                 state.ping_thread.join(5)
 
     def __enter__(self) -> PairedNamespaceClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class PairedSender:
-    """Sends to one queue or topic of the primary, through the backlog when failed over."""
-
-    def __init__(self, client: PairedNamespaceClient, entity: str, kind: str) -> None:
-        client.check_open()
-        self.client = client
-        self.entity = entity
-        self.kind = kind
-        self._primary: Any = None
-        self._backlog: Any = None
-        self._backlog_at: int | None = None
-        # one random pick per sender, so that unrelated clients spread their load
-        # (with none in the rotation, sends say so; the pick happens when one is back)
-        self._choice: int | None = None
-        with contextlib.suppress(BacklogUnavailableError):
-            self._choice = client._backlog_index(None)
-
-    @property
-    def backlog_queue(self) -> str:
-        """The backlog queue this sender uses when its entity is failed over."""
-        self._choice = self.client._backlog_index(self._choice)
-        return self.client.backlog_paths[self._choice]
-
-    def _primary_sender(self) -> Any:
-        if self._primary is None:
-            primary = self.client._clients[PRIMARY]
-            self._primary = (
-                primary.get_queue_sender(self.entity)
-                if self.kind == "queue"
-                else primary.get_topic_sender(self.entity)
-            )
-        return self._primary
-
-    def _backlog_sender(self, index: int) -> Any:
-        if self._backlog_at != index:
-            self._close_backlog()
-            path = self.client.backlog_paths[index]
-            self._backlog = self.client._clients[SECONDARY].get_queue_sender(path)
-            self._backlog_at = index
-        return self._backlog
-
-    def _close_backlog(self) -> None:
-        _close_quietly(self._backlog)
-        self._backlog = None
-        self._backlog_at = None
-
-    def send_messages(self, message: Any | Iterable[Any]) -> SendRoute:
-        """Sends one message or a list (one transfer to the primary, in order).
-
-        Returns:
-            Where the messages went.
-
-        Raises:
-            PairedClientClosedError: the client is closed or faulted.
-            BacklogUnavailableError: failed over, and no backlog queue accepts sends.
-            BacklogMessageTooLargeError: a message's backlog form is over the limit.
-            azure.servicebus.exceptions.ServiceBusError: the primary's error, while the
-                entity is not (yet) failed over.
-        """
-        from azure.servicebus import ServiceBusMessage
-
-        self.client.check_open()
-        messages = [message] if isinstance(message, ServiceBusMessage) else list(message)
-        if not messages:
-            return SendRoute("primary", self.entity, 0)
-        state = self.client._state(self.entity, self.kind)
-        if not state.failed_over:
-            try:
-                self._primary_sender().send_messages(
-                    messages[0] if len(messages) == 1 else messages
-                )
-            except Exception as exc:
-                if not counts_as_outage(exc):
-                    raise
-                self._auth_fault(PRIMARY, exc)
-                if not self.client._record_failure(self.entity, self.kind, exc):
-                    raise
-            else:
-                self.client._record_success(self.entity, self.kind, len(messages))
-                return SendRoute("primary", self.entity, len(messages))
-        return self._send_to_backlog(messages)
-
-    def _auth_fault(self, side: str, exc: BaseException) -> None:
-        from azure.servicebus.exceptions import ServiceBusAuthorizationError
-
-        if isinstance(exc, ServiceBusAuthorizationError):
-            self.client.fault(side, exc)
-
-    def _send_to_backlog(self, messages: list[Any]) -> SendRoute:
-        from azure.servicebus.exceptions import MessageSizeExceededError
-
-        pending = [to_backlog_message(m, self.entity) for m in messages]
-        while True:
-            self.client.check_open()
-            index = self.client._backlog_index(self._choice)
-            self._choice = index
-            sender = self._backlog_sender(index)
-            path = self.client.backlog_paths[index]
-            try:
-                while pending:
-                    batch = sender.create_message_batch()
-                    taken = 0
-                    for item in pending:
-                        try:
-                            batch.add_message(item)
-                        except MessageSizeExceededError:
-                            if taken == 0:
-                                raise BacklogMessageTooLargeError(
-                                    f"a message for {self.entity} is too large for the backlog: "
-                                    f"its backlog form (with the x-ms-* aliases) exceeds the "
-                                    f"{batch.max_size_in_bytes} bytes {path} accepts"
-                                ) from None
-                            break
-                        taken += 1
-                    sender.send_messages(batch)
-                    pending = pending[taken:]
-                    self.client._count("backlog_sends", taken)
-            except BacklogMessageTooLargeError:
-                raise
-            except Exception as exc:
-                if not counts_as_outage(exc):
-                    raise
-                self.client._count("backlog_failures")
-                self._auth_fault(SECONDARY, exc)
-                self.client._remove_from_rotation(index, exc)
-                self._close_backlog()
-                continue
-            return SendRoute("backlog", path, len(messages))
-
-    def close(self) -> None:
-        _close_quietly(self._primary)
-        self._primary = None
-        self._close_backlog()
-
-    def __enter__(self) -> PairedSender:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,52 @@
+"""The services of a command, built once at the entry point (the CLI, the notebook, the
+demo) and handed to the job as one :class:`~syphon.job.context.RunContext`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from syphon.app.report import write_run_report
+from syphon.app.spark import build_spark_session
+from syphon.core.config import SyphonConfig
+from syphon.job import run as job_run
+from syphon.job.context import RunContext, SparkOnDemand
+from syphon.job.ledger import RunResult
+from syphon.servicebus.access import resolve_namespaces
+from syphon.servicebus.secrets import DbutilsGet
+from syphon.store import open_store
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def build_context(
+    config: SyphonConfig,
+    *,
+    spark_factory: Callable[[], SparkSession] | None = None,
+    dbutils_get: DbutilsGet | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> RunContext:
+    """Reads every secret once (failing before anything starts), chooses the audit store,
+    and prepares the Spark session to start on first use.
+
+    Raises:
+        SecretError: a secret is unset, or a connection string is malformed.
+    """
+    namespaces = resolve_namespaces(config, dbutils_get, environ)
+    factory = spark_factory or (lambda: build_spark_session(config.spark, dbutils_get))
+    spark = SparkOnDemand(factory)
+    return RunContext(config, namespaces, open_store(config.audit, spark), spark)
+
+
+def run_with_report(ctx: RunContext, run_id: str | None = None,
+                    resume: bool = False) -> RunResult:  # fmt: skip
+    """``syphon run`` (or, with ``resume``, ``syphon replay`` of ``run_id``), then the run's
+    report."""
+    if resume:
+        assert run_id is not None
+        result = job_run.resume(ctx, run_id)
+    else:
+        result = job_run.run(ctx, run_id)
+    result.report = write_run_report(ctx, result)
+    return result

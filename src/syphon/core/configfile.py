@@ -1,0 +1,398 @@
+"""Reading a config: a YAML file plus environment overrides, checked once.
+
+Every value is checked when the config is built; an error names the file (or the
+environment variable) and the key. A literal secret anywhere (a connection string, a
+storage key, a SAS, a secret-named Spark setting) is refused: secrets are references.
+
+Environment overrides: ``SYPHON__<SECTION>__<KEY>=<yaml value>``, with list items by
+index, e.g. ``SYPHON__BACKLOG__QUEUE_COUNT=12`` or ``SYPHON__PRIMARIES__0__TIER=premium``.
+Key segments are case-insensitive, except Spark settings under ``SYPHON__SPARK__CONF__``.
+The file's path itself may come from ``SYPHON_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from syphon.core.config import (
+    AUDIT_ENGINES,
+    CONFIG_PATH_ENV,
+    CREDENTIAL_TYPES,
+    DISCOVERY_MODES,
+    ENV_PREFIX,
+    LOG_LEVELS,
+    TIERS,
+    AuditConfig,
+    BacklogConfig,
+    CredentialConfig,
+    LoggingConfig,
+    NamespaceConfig,
+    RunConfig,
+    SecretRef,
+    SparkConfig,
+    SyphonConfig,
+    default_config_path,
+)
+from syphon.core.errors import ConfigError
+from syphon.core.naming import is_namespace_name
+
+#: Text that only a literal secret would contain: a Service Bus or storage connection
+#: string, an account key, a shared access signature.
+_LITERAL_SECRET = re.compile(
+    r"SharedAccessKey\s*=|SharedAccessSignature|Endpoint\s*=\s*sb://|AccountKey\s*=|"
+    r"DefaultEndpointsProtocol\s*=|[?&]sig=|^sv=\d{4}-\d\d-\d\d&",
+    re.I,
+)
+#: Spark settings whose value is a secret (storage keys, SAS tokens, OAuth secrets,
+#: passwords): their value must be a reference.
+_SECRET_SETTING = re.compile(
+    r"secret|password|passwd|account\.key|fs\.azure\.sas\.(?!token\.provider)", re.I
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENDPOINT = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$")
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){1,2}$")
+_HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$")
+
+T = TypeVar("T")
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> SyphonConfig:
+    """Loads, overrides and validates a config.
+
+    Args:
+        path: a YAML file; None takes ``SYPHON_CONFIG`` or else the embedded default.
+        environ: the environment to read overrides from (``os.environ`` by default).
+
+    Raises:
+        ConfigError: the file is missing or malformed, or a key is unknown or invalid.
+    """
+    env = os.environ if environ is None else environ
+    chosen = Path(path) if path is not None else None
+    if chosen is None and env.get(CONFIG_PATH_ENV):
+        chosen = Path(env[CONFIG_PATH_ENV])
+    chosen = chosen or default_config_path()
+    try:
+        text = chosen.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{chosen}: cannot read the config file ({exc.strerror})") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{chosen}: not valid YAML: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{chosen}: the top level must be a mapping of sections")
+    origins: dict[str, str] = {}
+    _apply_env_overrides(raw, env, origins, str(chosen))
+    return _Builder(str(chosen), origins).config(raw)
+
+
+def _apply_env_overrides(
+    raw: dict[str, Any], env: Mapping[str, str], origins: dict[str, str], source: str
+) -> None:
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        segments = name[len(ENV_PREFIX) :].split("__")
+        parts = [p.lower() for p in segments]
+        if parts[:2] == ["spark", "conf"]:  # Spark settings are case-sensitive
+            parts[2:] = segments[2:]
+        if not all(parts):
+            raise ConfigError(f"environment variable {name}: empty key segment")
+        try:
+            value = yaml.safe_load(env[name])
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"environment variable {name}: not a YAML value: {exc}") from exc
+        node: Any = raw
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            dotted = ".".join(parts[: i + 1])
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ConfigError(
+                        f"environment variable {name}: {dotted}: no such list item in {source}"
+                    )
+                if last:
+                    node[int(part)] = value
+                else:
+                    node = node[int(part)]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                else:
+                    node = node.setdefault(part, {})
+            else:
+                raise ConfigError(f"environment variable {name}: {dotted} is not a section")
+        origins[".".join(parts)] = f"environment variable {name}"
+
+
+class _Builder:
+    """Turns the raw mapping into dataclasses, naming file/variable and key on error."""
+
+    def __init__(self, source: str, origins: Mapping[str, str]) -> None:
+        self.source = source
+        self.origins = origins
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        where = self.origins.get(key, self.source)
+        if where != self.source:
+            where = f"{self.source} ({where})"
+        return ConfigError(f"{where}: {key}: {message}")
+
+    def section(self, raw: Any, key: str, known: tuple[str, ...]) -> dict[str, Any]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            raise self.fail(key, "must be a mapping")
+        for name in raw:
+            if name not in known:
+                raise self.fail(
+                    f"{key}.{name}" if key else str(name),
+                    f"unknown key (known: {', '.join(known)})",
+                )
+        return raw
+
+    def typed(self, raw: dict[str, Any], key: str, name: str, kind: type[T], default: T) -> T:
+        value = raw.get(name, default)
+        dotted = f"{key}.{name}"
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise self.fail(dotted, f"must be an integer (got {value!r})")
+        if kind is str and not isinstance(value, str):
+            raise self.fail(dotted, f"must be a string (got {value!r})")
+        if isinstance(value, str) and _LITERAL_SECRET.search(value):
+            raise self.fail(
+                dotted, "looks like a literal secret; reference it instead ({env: NAME})"
+            )
+        return value  # type: ignore[no-any-return]
+
+    def choice(
+        self, raw: dict[str, Any], key: str, name: str, choices: tuple[str, ...], default: str
+    ) -> str:
+        value = self.typed(raw, key, name, str, default)
+        if value not in choices:
+            raise self.fail(f"{key}.{name}", f"must be one of {', '.join(choices)} (got {value!r})")
+        return value
+
+    def required(self, raw: dict[str, Any], key: str, name: str) -> Any:
+        if raw.get(name) is None:
+            raise self.fail(f"{key}.{name}", "is required")
+        return raw[name]
+
+    def secret(self, raw: Any, key: str) -> SecretRef:
+        if isinstance(raw, str):
+            raise self.fail(
+                key,
+                "secrets are references, not values: write {env: VARIABLE} or "
+                "{scope: SCOPE, key: KEY}",
+            )
+        ref = self.section(raw, key, ("env", "scope", "key"))
+        env, scope, skey = ref.get("env"), ref.get("scope"), ref.get("key")
+        if env is not None and (scope is not None or skey is not None):
+            raise self.fail(key, "give either env or scope/key, not both")
+        if env is not None:
+            if not isinstance(env, str) or not _ENV_NAME.match(env):
+                raise self.fail(f"{key}.env", f"must be an environment variable name (got {env!r})")
+            return SecretRef(env=env)
+        if not (isinstance(scope, str) and scope and isinstance(skey, str) and skey):
+            raise self.fail(key, "needs env, or both scope and key")
+        return SecretRef(scope=scope, key=skey)
+
+    def namespace(self, raw: Any, key: str) -> NamespaceConfig:
+        ns = self.section(
+            raw,
+            key,
+            ("namespace", "connection_string", "credential", "fully_qualified_namespace",
+             "tier", "management_endpoint", "ca_bundle"),
+        )  # fmt: skip
+        name = self.required(ns, key, "namespace")
+        if not isinstance(name, str) or not is_namespace_name(name):
+            raise self.fail(
+                f"{key}.namespace",
+                f"{name!r} is not a namespace name (6-50 letters, digits or hyphens, "
+                "starting with a letter, ending with a letter or digit)",
+            )
+        has_string = ns.get("connection_string") is not None
+        has_credential = ns.get("credential") is not None
+        if has_string == has_credential:
+            raise self.fail(key, "give a connection_string or an Azure AD credential (exactly one)")
+        fqns = self.optional_str(ns, key, "fully_qualified_namespace")
+        if fqns is not None and not _HOST.match(fqns):
+            raise self.fail(f"{key}.fully_qualified_namespace",
+                            f"must be host or host:port, no scheme (got {fqns!r})")  # fmt: skip
+        if fqns is not None and has_string:
+            raise self.fail(
+                f"{key}.fully_qualified_namespace",
+                "is for Azure AD; a connection string names its own endpoint",
+            )
+        return NamespaceConfig(
+            namespace=name,
+            connection_string=(
+                self.secret(ns["connection_string"], f"{key}.connection_string")
+                if has_string else None
+            ),
+            tier=self.choice(ns, key, "tier", TIERS, "standard"),
+            management_endpoint=self.endpoint(ns, key),
+            ca_bundle=self.optional_str(ns, key, "ca_bundle"),
+            credential=self.credential(ns["credential"], f"{key}.credential")
+            if has_credential else None,
+            fully_qualified_namespace=fqns,
+        )  # fmt: skip
+
+    def credential(self, raw: Any, key: str) -> CredentialConfig:
+        c = self.section(raw, key, ("type", "client_id", "tenant_id", "client_secret"))
+        kind = self.choice(c, key, "type", CREDENTIAL_TYPES, "default")
+        client_id = self.optional_str(c, key, "client_id")
+        tenant_id = self.optional_str(c, key, "tenant_id")
+        secret = c.get("client_secret")
+        if kind == "service_principal":
+            for name in ("client_id", "tenant_id", "client_secret"):
+                self.required(c, key, name)
+            return CredentialConfig(kind, client_id, tenant_id,
+                                    self.secret(secret, f"{key}.client_secret"))  # fmt: skip
+        for name in ("tenant_id", "client_secret"):
+            if c.get(name) is not None:
+                raise self.fail(f"{key}.{name}", "is for type service_principal only")
+        return CredentialConfig(kind, client_id)
+
+    def optional_str(self, raw: dict[str, Any], key: str, name: str) -> str | None:
+        if raw.get(name) is None:
+            return None
+        value = self.typed(raw, key, name, str, "")
+        if not value:
+            raise self.fail(f"{key}.{name}", "must not be empty")
+        return value
+
+    def endpoint(self, raw: dict[str, Any], key: str) -> str | None:
+        value = self.optional_str(raw, key, "management_endpoint")
+        if value is not None and not _ENDPOINT.match(value):
+            raise self.fail(
+                f"{key}.management_endpoint", f"must be host:port, no scheme (got {value!r})"
+            )
+        return value
+
+    def config(self, raw: dict[str, Any]) -> SyphonConfig:
+        top = self.section(
+            raw, "", ("secondary", "primaries", "backlog", "spark", "audit", "run", "logging")
+        )
+        secondary = self.namespace(self.required(top, "", "secondary"), "secondary")
+        primaries_raw = self.required(top, "", "primaries")
+        if not isinstance(primaries_raw, list) or not primaries_raw:
+            raise self.fail("primaries", "must be a non-empty list")
+        primaries = tuple(self.namespace(p, f"primaries.{i}") for i, p in enumerate(primaries_raw))
+        names = [p.namespace for p in primaries]
+        if len(set(names)) != len(names):
+            raise self.fail("primaries", "a namespace is listed twice")
+        if secondary.namespace in names:
+            raise self.fail("secondary.namespace", "must differ from every primary namespace")
+        return SyphonConfig(
+            source=self.source,
+            secondary=secondary,
+            primaries=primaries,
+            backlog=self.backlog(top.get("backlog")),
+            spark=self.spark(top.get("spark")),
+            audit=self.audit(top.get("audit")),
+            run=self.run(top.get("run")),
+            logging=self.logging(top.get("logging")),
+        )
+
+    def backlog(self, raw: Any) -> BacklogConfig:
+        b = self.section(
+            raw, "backlog", ("queue_count", "discovery", "probe_limit", "split_messages")
+        )
+        count = self.typed(b, "backlog", "queue_count", int, 10)
+        if not 1 <= count <= 1000:
+            raise self.fail("backlog.queue_count", f"must be between 1 and 1000 (got {count})")
+        limit = self.typed(b, "backlog", "probe_limit", int, max(64, count))
+        if limit < count:
+            raise self.fail("backlog.probe_limit", f"must be at least queue_count ({count})")
+        split = self.typed(b, "backlog", "split_messages", int, 50_000)
+        if split < 100:
+            raise self.fail("backlog.split_messages", f"must be at least 100 (got {split})")
+        return BacklogConfig(
+            queue_count=count,
+            discovery=self.choice(b, "backlog", "discovery", DISCOVERY_MODES, "management"),
+            probe_limit=limit,
+            split_messages=split,
+        )
+
+    def spark(self, raw: Any) -> SparkConfig:
+        s = self.section(raw, "spark", ("master", "app_name", "conf"))
+        master = s.get("master", "local[2]")
+        if master is not None and not isinstance(master, str):
+            raise self.fail("spark.master", f"must be a string or null (got {master!r})")
+        conf = s.get("conf") or {}
+        if not isinstance(conf, dict):
+            raise self.fail("spark.conf", "must be a mapping of Spark settings")
+        settings: dict[str, str | SecretRef] = {}
+        for k, v in conf.items():
+            key = f"spark.conf.{k}"
+            if isinstance(v, dict):  # a secret setting's reference
+                settings[str(k)] = self.secret(v, key)
+                continue
+            if isinstance(v, list) or v is None:
+                raise self.fail(key, "must be a scalar, or a secret reference {env: NAME}")
+            value = _spark_value(v)
+            if _LITERAL_SECRET.search(value) or (_SECRET_SETTING.search(str(k)) and value):
+                raise self.fail(
+                    key,
+                    "looks like a literal secret; reference it instead ({env: NAME} or "
+                    "{scope: SCOPE, key: KEY})",
+                )
+            settings[str(k)] = value
+        return SparkConfig(
+            master=master,
+            app_name=self.typed(s, "spark", "app_name", str, "syphon"),
+            conf=settings,
+        )
+
+    def audit(self, raw: Any) -> AuditConfig:
+        a = self.section(raw, "audit", ("path", "engine", "table", "format"))
+        path = self.typed(a, "audit", "path", str, ".syphon/delta")
+        if not path.strip():
+            raise self.fail("audit.path", "must not be empty")
+        engine = self.choice(a, "audit", "engine", AUDIT_ENGINES, "delta-rs")
+        table = self.optional_str(a, "audit", "table")
+        fmt = self.typed(a, "audit", "format", str, "delta")
+        if engine == "spark":
+            if table is None:
+                raise self.fail("audit.table", "is required with engine spark")
+            if not _TABLE_NAME.match(table):
+                raise self.fail("audit.table", f"must be [catalog.]schema.name (got {table!r})")
+        elif table is not None:
+            raise self.fail("audit.table", "is for engine spark (delta-rs uses audit.path)")
+        return AuditConfig(path=path, engine=engine, table=table, format=fmt)
+
+    def run(self, raw: Any) -> RunConfig:
+        r = self.section(raw, "run", ("lease_seconds",))
+        lease = self.typed(r, "run", "lease_seconds", int, 3600)
+        if lease < 1:
+            raise self.fail("run.lease_seconds", f"must be at least 1 (got {lease})")
+        return RunConfig(lease_seconds=lease)
+
+    def logging(self, raw: Any) -> LoggingConfig:
+        lg = self.section(raw, "logging", ("level", "format", "sdk_level"))
+        level = self.typed(lg, "logging", "level", str, "INFO").upper()
+        if level not in LOG_LEVELS:
+            raise self.fail("logging.level", f"must be one of {', '.join(LOG_LEVELS)}")
+        fmt = self.typed(lg, "logging", "format", str, "text").lower()
+        if fmt not in ("text", "json"):
+            raise self.fail("logging.format", "must be text or json")
+        sdk_level = self.typed(lg, "logging", "sdk_level", str, "WARNING").upper()
+        if sdk_level not in LOG_LEVELS:
+            raise self.fail("logging.sdk_level", f"must be one of {', '.join(LOG_LEVELS)}")
+        return LoggingConfig(level=level, format=fmt, sdk_level=sdk_level)
+
+
+def _spark_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

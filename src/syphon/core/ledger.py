@@ -1,0 +1,162 @@
+"""The run ledger's record: one row per run and status change, typed.
+
+The ledger table stores operations and timings as maps (``discover.peeks`` → 3) so that
+any engine can read them; in code they are :class:`Operations` and :class:`Timings`,
+whose fields say what a run counts. :meth:`Operations.as_map` and
+:meth:`Operations.from_map` convert between the two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+_T = TypeVar("_T", bound="_Metrics")
+
+
+@dataclass
+class _Metrics:
+    """Fields named ``stage_what`` stored under ``stage.what``."""
+
+    def as_map(self) -> dict[str, Any]:
+        """The stored form: ``stage.what`` keys, unset fields left out."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                stage, _, what = f.name.partition("_")
+                out[f"{stage}.{what}" if what else stage] = value
+        return out
+
+    @classmethod
+    def from_map(cls: type[_T], stored: Mapping[str, Any] | None) -> _T:
+        """Reads the stored form back (unknown keys, from other versions, are ignored)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k.replace(".", "_", 1): v for k, v in dict(stored or {}).items()}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+@dataclass
+class Operations(_Metrics):
+    """Service operations a run performed, by stage."""
+
+    discover_management_calls: int | None = None
+    discover_peeks: int | None = None
+    discover_backlog_queues: int | None = None
+    destinations_management_calls: int | None = None
+    snapshot_queues_peeked: int | None = None
+    snapshot_messages_peeked: int | None = None
+    replay_pings: int | None = None
+    replay_send_transfers: int | None = None
+    replay_messages_sent: int | None = None
+    replay_busy_retries: int | None = None
+    settle_receives: int | None = None
+    settle_completes: int | None = None
+    settle_dead_letters: int | None = None
+    settle_abandons: int | None = None
+
+    @property
+    def credits_estimated(self) -> int:
+        """Billable message operations: one per message peeked, sent, received, completed
+        or dead-lettered, one per ping and per probe peek (management calls are not
+        metered per message)."""
+        billed = (
+            self.snapshot_messages_peeked, self.replay_messages_sent, self.settle_receives,
+            self.settle_completes, self.settle_dead_letters, self.replay_pings,
+            self.discover_peeks,
+        )  # fmt: skip
+        return sum(v or 0 for v in billed)
+
+    def credits_per_replayed_message(self) -> float | None:
+        """Estimated credits per message replayed, once the run has settled."""
+        sent = self.replay_messages_sent
+        if not sent or self.settle_receives is None:
+            return None
+        return self.credits_estimated / sent
+
+    def as_map(self) -> dict[str, Any]:
+        out = super().as_map()
+        if self.settle_receives is not None:  # a run that reached its settle
+            out["credits_estimated"] = self.credits_estimated
+        return out
+
+
+@dataclass
+class Timings(_Metrics):
+    """Seconds per stage (and, within the replay, its pings and sends)."""
+
+    discover: float | None = None
+    destinations: float | None = None
+    snapshot: float | None = None
+    reconcile: float | None = None
+    audit: float | None = None
+    replay: float | None = None
+    replay_pings: float | None = None
+    replay_sends: float | None = None
+    settle: float | None = None
+
+
+@dataclass
+class RunRecord:
+    """One row of the run ledger.
+
+    Attributes:
+        counts: messages by verdict (keys from :class:`syphon.core.schema.Verdict`).
+        recorded_at: when the row was written (set by the store).
+    """
+
+    run_id: str
+    status: str
+    started_at: datetime
+    finished_at: datetime | None = None
+    config_fingerprint: str = ""
+    counts: Mapping[str, int] = field(default_factory=dict)
+    operations: Operations = field(default_factory=Operations)
+    timings: Timings = field(default_factory=Timings)
+    detail: str | None = None
+    recorded_at: datetime | None = None
+
+    def as_row(self, recorded_at: datetime) -> dict[str, Any]:
+        """The row as the ledger table stores it (see :data:`syphon.core.schema.RUNS`)."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "recorded_at": recorded_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "config_fingerprint": self.config_fingerprint,
+            "counts": list(dict(self.counts).items()),
+            "operations": list(self.operations.as_map().items()),
+            "timings": list(self.timings.as_map().items()),
+            "detail": self.detail,
+            "credits_per_replayed_message": self.operations.credits_per_replayed_message(),
+        }
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
+        """A stored row (maps as lists of pairs or dicts) back as a record."""
+        return cls(
+            run_id=row["run_id"],
+            status=row["status"],
+            started_at=row["started_at"],
+            finished_at=row.get("finished_at"),
+            config_fingerprint=row.get("config_fingerprint") or "",
+            counts={k: int(v) for k, v in dict(row.get("counts") or {}).items()},
+            operations=Operations.from_map(dict(row.get("operations") or {})),
+            timings=Timings.from_map(dict(row.get("timings") or {})),
+            detail=row.get("detail"),
+            recorded_at=row.get("recorded_at"),
+        )
+
+
+def latest_per_run(records: list[RunRecord]) -> dict[str, RunRecord]:
+    """Each run's newest row."""
+    latest: dict[str, RunRecord] = {}
+    for r in records:
+        seen = latest.get(r.run_id)
+        if seen is None or (r.recorded_at or r.started_at) >= (seen.recorded_at or seen.started_at):
+            latest[r.run_id] = r
+    return latest

@@ -1,0 +1,356 @@
+"""Every schema syphon reads or writes, and the words its tables use.
+
+One notation: a schema is a tuple of :class:`Field` whose types are a few names
+(``string``, ``long``, ``int``, ``double``, ``boolean``, ``binary``, ``timestamp``,
+``map<string,long>``, ``map<string,double>`` and ``properties``, the typed
+application-property map of :mod:`syphon.core.properties`). :func:`spark_schema` and
+:func:`arrow_schema` render one for Spark or for Arrow, so a table written through
+either engine has the same columns and types.
+
+The vocabularies (verdicts, stages, outcomes, details, run statuses) are plain strings
+grouped in classes, because they are stored in tables that other tools read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType, StructType
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column: its name, its type name (see the module docstring), and whether it may
+    hold nulls."""
+
+    name: str
+    type: str
+    nullable: bool = True
+
+
+def names(fields: Iterable[Field]) -> tuple[str, ...]:
+    """The column names of a schema, in order."""
+    return tuple(f.name for f in fields)
+
+
+# --- vocabularies -----------------------------------------------------------------------
+
+
+class Verdict:
+    """What the reconcile decides for a message (one each)."""
+
+    REPLAY: Final = "replay"
+    DUPLICATE: Final = "duplicate"
+    CONFLICT: Final = "conflict"
+    EXPIRED: Final = "expired"
+    PING: Final = "ping"
+    INVALID: Final = "invalid"
+    ALL: Final = (REPLAY, DUPLICATE, CONFLICT, EXPIRED, PING, INVALID)
+    #: settled by completing the backlog message (a replayed one too, once ``sent``)
+    COMPLETED_AS_IS: Final = (DUPLICATE, EXPIRED, PING)
+    #: settled by dead-lettering it, with the verdict's reason
+    DEAD_LETTERED: Final = (INVALID, CONFLICT)
+
+
+class Stage:
+    """The audit's ``stage`` column: which stage wrote the row."""
+
+    PLAN: Final = "plan"
+    REPLAY: Final = "replay"
+    SETTLE: Final = "settle"
+
+
+class Outcome:
+    """The audit's ``outcome`` column, per stage."""
+
+    PLANNED: Final = "planned"
+    SENT: Final = "sent"
+    FAILED: Final = "failed"
+    SKIPPED: Final = "skipped"
+    IN_DOUBT: Final = "in_doubt"
+    COMPLETED: Final = "completed"
+    DEAD_LETTERED: Final = "dead_lettered"
+    LEFT: Final = "left"
+    BY_STAGE: Final = {
+        Stage.PLAN: (PLANNED,),
+        Stage.REPLAY: (SENT, FAILED, SKIPPED, IN_DOUBT),
+        Stage.SETTLE: (COMPLETED, DEAD_LETTERED, LEFT),
+    }
+    #: after which the destination holds the message (``in_doubt`` is not one: such a
+    #: message is sent again by the next run, and marked, never settled unsent)
+    REPLAYED: Final = (SENT,)
+
+
+class Detail:
+    """The audit's ``detail`` column: why a message was skipped, left or marked. Error
+    classes (``failed``, ``in_doubt``) and the prefixed reasons carry a class name."""
+
+    RESENT_IN_DOUBT: Final = "resent_in_doubt"
+    # replay skips
+    EARLIER_BATCH_FAILED: Final = "earlier_batch_failed"
+    DESTINATION_FAILING: Final = "destination_failing"
+    BACKLOG_CHANGED: Final = "backlog_changed"
+    EXPIRED_BEFORE_SEND: Final = "expired_before_send"
+    NOT_SENDABLE: Final = "not_sendable"
+    BATCH_NOT_SENDABLE: Final = "batch_not_sendable"
+    NAMESPACE_FAULT: Final = "namespace_fault"
+    # destinations skipped by the pings
+    DESTINATION_MISSING: Final = "destination_missing"
+    DESTINATION_UNAVAILABLE: Final = "destination_unavailable"
+    PING_FAILED: Final = "ping_failed_"  # + the error class
+    # settle
+    ARRIVED_AFTER_SNAPSHOT: Final = "arrived_after_snapshot"
+    NOT_RECEIVED: Final = "not_received"
+    SETTLE_FAILED: Final = "settle_failed_"  # + the error class
+    RECEIVE_FAILED: Final = "receive_failed_"  # + the error class
+
+
+class Status:
+    """The run ledger's ``status`` column."""
+
+    PLANNED: Final = "planned"
+    REPLAYING: Final = "replaying"
+    REPLAYED: Final = "replayed"
+    DONE: Final = "done"
+    PARTIAL: Final = "partial"
+    FAILED: Final = "failed"
+    EMPTY: Final = "empty"
+    BUSY: Final = "busy"
+    FINAL: Final = (DONE, PARTIAL, FAILED, EMPTY, BUSY)
+
+
+# --- schemas ----------------------------------------------------------------------------
+
+#: One typed application-property value (:mod:`syphon.core.properties`).
+TYPED_VALUE: Final = (
+    Field("kind", "string", False),
+    Field("bool", "boolean"),
+    Field("int", "long"),
+    Field("float", "double"),
+    Field("bytes", "binary"),
+    Field("string", "string"),
+    Field("timestamp", "timestamp"),
+    Field("text", "string"),
+)
+
+#: A peeked backlog message: everything the replay needs, and where it was found.
+SNAPSHOT: Final = (
+    Field("backlog_queue", "string", False),
+    Field("sequence_number", "long", False),
+    Field("enqueued_time", "timestamp"),
+    Field("delivery_count", "int"),
+    Field("message_id", "string"),
+    Field("session_id", "string"),
+    Field("partition_key", "string"),
+    Field("content_type", "string"),
+    Field("correlation_id", "string"),
+    Field("subject", "string"),
+    Field("to", "string"),
+    Field("reply_to", "string"),
+    Field("reply_to_session_id", "string"),
+    Field("time_to_live_ms", "long"),
+    Field("scheduled_enqueue_time", "timestamp"),
+    Field("application_properties", "properties"),
+    Field("property_problem", "string"),
+    Field("body_type", "string"),
+    Field("body", "binary"),
+    Field("body_size", "int"),
+)
+
+#: The audit table: one row per message per run and stage (never a body or a value).
+AUDIT: Final = (
+    Field("run_id", "string"),
+    Field("stage", "string"),
+    Field("recorded_at", "timestamp"),
+    Field("backlog_queue", "string"),
+    Field("sequence_number", "long"),
+    Field("backlog_enqueued_time", "timestamp"),
+    Field("primary", "string"),
+    Field("destination", "string"),
+    Field("message_id", "string"),
+    Field("session_id", "string"),
+    Field("partition_key", "string"),
+    Field("partition_key_effective", "string"),
+    Field("partition_key_source", "string"),
+    Field("verdict", "string"),
+    Field("reason", "string"),
+    Field("body_size", "int"),
+    Field("body_sha256", "string"),
+    Field("message_bytes", "long"),
+    Field("time_to_live_ticks", "long"),
+    Field("scheduled_enqueue_time", "timestamp"),
+    Field("replay_order", "int"),
+    Field("group_size", "long"),
+    Field("group_spread", "boolean"),
+    Field("group_span_seconds", "double"),
+    Field("batch_id", "string"),
+    Field("batch_position", "long"),
+    Field("outcome", "string"),
+    Field("detail", "string"),
+)
+
+#: Audit columns taken from a planned row under another name (the rest keep theirs).
+AUDIT_FROM_PLANNED: Final = {
+    "backlog_enqueued_time": "enqueued_time",
+    "session_id": "original_session_id",
+    "time_to_live_ticks": "original_time_to_live_ticks",
+    "scheduled_enqueue_time": "original_scheduled_enqueue_time",
+}
+
+#: The run ledger: one row per run and status change.
+RUNS: Final = (
+    Field("run_id", "string"),
+    Field("status", "string"),
+    Field("recorded_at", "timestamp"),
+    Field("started_at", "timestamp"),
+    Field("finished_at", "timestamp"),
+    Field("config_fingerprint", "string"),
+    Field("counts", "map<string,long>"),
+    Field("operations", "map<string,long>"),
+    Field("timings", "map<string,double>"),
+    Field("detail", "string"),
+    Field("credits_per_replayed_message", "double"),
+)
+
+#: The lease table's rows (the lease itself lives in its commits' metadata).
+LEASE: Final = (
+    Field("holder", "string"),
+    Field("action", "string"),
+    Field("recorded_at", "timestamp"),
+    Field("expires_at", "timestamp"),
+)
+
+#: What the replay returns per message.
+REPLAY_RESULT: Final = (
+    Field("backlog_queue", "string"),
+    Field("sequence_number", "long"),
+    Field("outcome", "string"),
+    Field("detail", "string"),
+    Field("transfers", "int"),
+    Field("busy_retries", "int"),
+)
+
+#: What the settle returns per message.
+SETTLE_RESULT: Final = (
+    Field("backlog_queue", "string"),
+    Field("sequence_number", "long"),
+    Field("outcome", "string"),
+    Field("detail", "string"),
+    Field("received", "int"),
+    Field("abandoned", "int"),
+)
+
+#: What the settle is told to do per message.
+SETTLE_ACTION: Final = (
+    Field("backlog_queue", "string"),
+    Field("sequence_number", "long"),
+    Field("action", "string"),
+    Field("reason", "string"),
+    Field("verdict", "string"),
+)
+
+#: One entity of a primary namespace and the settings the reconcile uses.
+DESTINATIONS: Final = (
+    Field("primary", "string"),
+    Field("destination", "string"),
+    Field("exists", "boolean"),
+    Field("requires_duplicate_detection", "boolean"),
+    Field("requires_session", "boolean"),
+    Field("max_message_bytes", "long"),
+)
+
+#: What earlier runs replayed (for duplicates across runs).
+REPLAYED: Final = (
+    Field("primary", "string"),
+    Field("destination", "string"),
+    Field("message_id", "string"),
+    Field("body_sha256", "string"),
+)
+
+#: Messages whose earlier send is unknown.
+MESSAGE_KEY: Final = (
+    Field("backlog_queue", "string"),
+    Field("sequence_number", "long"),
+)
+
+#: The batch plan's answer per replayable message (:mod:`syphon.job.batches`).
+PACKED: Final = (
+    Field("backlog_queue", "string"),
+    Field("sequence_number", "long"),
+    Field("_bytes", "long"),
+    Field("_batch_no", "long"),
+    Field("batch_position", "long"),
+    Field("_rejected", "string"),
+)
+
+#: A destination: the primary namespace and the entity path in it.
+DESTINATION_KEY: Final = ("primary", "destination")
+#: A message's place in the backlog (unique within a snapshot).
+PLACE: Final = ("backlog_queue", "sequence_number")
+#: The order of messages within a (destination, partition key) group.
+ORDER_COLUMNS: Final = ("original_enqueued_time", "backlog_queue", "sequence_number")
+
+
+# --- rendering --------------------------------------------------------------------------
+
+_SPARK_SIMPLE = {
+    "string": "StringType",
+    "long": "LongType",
+    "int": "IntegerType",
+    "double": "DoubleType",
+    "boolean": "BooleanType",
+    "binary": "BinaryType",
+    "timestamp": "TimestampType",
+}
+
+
+def spark_type(name: str) -> DataType:
+    """The Spark type of a type name."""
+    from pyspark.sql import types as T
+
+    if name in _SPARK_SIMPLE:
+        kind: Any = getattr(T, _SPARK_SIMPLE[name])
+        return kind()  # type: ignore[no-any-return]
+    if name == "properties":
+        return T.MapType(T.StringType(), spark_schema(TYPED_VALUE), valueContainsNull=False)
+    if name.startswith("map<string,") and name.endswith(">"):
+        return T.MapType(T.StringType(), spark_type(name[len("map<string,") : -1]))
+    raise ValueError(f"not a schema type: {name}")
+
+
+def spark_schema(fields: Iterable[Field]) -> StructType:
+    """A schema as a Spark ``StructType``."""
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(f.name, spark_type(f.type), f.nullable) for f in fields])
+
+
+def arrow_type(name: str) -> Any:
+    """The Arrow type of a type name (timestamps in microseconds, UTC, as Delta stores
+    them)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    simple = {
+        "string": pa.string(),
+        "long": pa.int64(),
+        "int": pa.int32(),
+        "double": pa.float64(),
+        "boolean": pa.bool_(),
+        "binary": pa.binary(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }
+    if name in simple:
+        return simple[name]
+    if name.startswith("map<string,") and name.endswith(">"):
+        return pa.map_(pa.string(), arrow_type(name[len("map<string,") : -1]))
+    raise ValueError(f"not an Arrow schema type: {name}")
+
+
+def arrow_schema(fields: Iterable[Field]) -> Any:
+    """A schema as a ``pyarrow.Schema``."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(f.name, arrow_type(f.type), f.nullable) for f in fields])

@@ -1,0 +1,52 @@
+"""What every stage is handed: the config, the namespaces (secrets already read), the
+audit store and the Spark session on demand — built once by the entry point
+(:func:`syphon.app.services.build_context`), swapped for fakes in tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from syphon.core.config import SyphonConfig
+from syphon.servicebus.access import Namespaces
+from syphon.store.audit import AuditStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class SparkOnDemand:
+    """Starts the Spark session the first time it is called, then returns it. A run that
+    needs no Spark (an empty one) never calls it."""
+
+    def __init__(self, factory: Callable[[], SparkSession]) -> None:
+        self._factory = factory
+        self._session: SparkSession | None = None
+
+    def __call__(self) -> SparkSession:
+        if self._session is None:
+            self._session = self._factory()
+        return self._session
+
+    @property
+    def started(self) -> SparkSession | None:
+        """The session if it was started, else None."""
+        return self._session
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """The services of one command.
+
+    Attributes:
+        config: the checked configuration.
+        namespaces: every namespace's access, its secret read once.
+        store: the audit store the config chose.
+        spark: the Spark session, started on first use.
+    """
+
+    config: SyphonConfig
+    namespaces: Namespaces
+    store: AuditStore
+    spark: SparkOnDemand

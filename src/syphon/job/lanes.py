@@ -1,0 +1,220 @@
+"""The replay's rules, batch by batch: what is sent, what is skipped, and why.
+
+A *lane* is a (primary, destination, partition key): its batches go out in plan order,
+each only after the one before it was sent. :class:`Replayer` applies the rules to one
+batch at a time, given a ``send`` callable (a :class:`~syphon.servicebus.sending.SenderPool`
+in a Spark task; a fake in tests) and a ``build`` callable that rebuilds a message:
+
+- a destination the pings skipped: every batch ``skipped`` with the ping's reason;
+- a primary that faulted earlier in the task: ``skipped`` / ``namespace_fault``;
+- a lane whose earlier batch was not sent: ``skipped`` / ``earlier_batch_failed`` (so the
+  next run starts from the first unsent message and order is never broken);
+- a destination with ``failed_batches_per_destination`` failed batches in this task:
+  ``skipped`` / ``destination_failing``;
+- within a batch, a message whose snapshot body is not the planned one: ``skipped`` /
+  ``backlog_changed``; one whose TTL ran out since the plan: ``skipped`` /
+  ``expired_before_send``; one the SDK refuses to build: ``skipped`` / ``not_sendable``,
+  with the rest of its batch ``batch_not_sendable`` and its lane broken;
+- a throttled send backs off (doubling, capped) and tries the same batch again, at most
+  ``busy_retries`` times, then ``failed`` / ``ServiceBusServerBusyError``;
+- otherwise ``sent`` (``resent_in_doubt`` when an earlier run left the message in doubt,
+  or this task is a retry that may have sent it already), ``failed`` or ``in_doubt``
+  with the error class.
+
+Records are plain mappings (the replay input's columns, see :mod:`syphon.job.replay`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from syphon.core.schema import Detail, Outcome
+from syphon.core.timespan import TICKS_PER_MICROSECOND
+from syphon.servicebus.sending import Destination, Sent
+
+Record = Mapping[str, Any]
+Result = dict[str, Any]
+#: Sends one batch of built messages to a destination.
+Send = Callable[[Destination, list[Any]], Sent]
+#: Rebuilds a record's message with the TTL left and the time of sending; raises when the
+#: SDK refuses it.
+Build = Callable[[Record, "timedelta | None", datetime], Any]
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """How hard the replay tries.
+
+    Attributes:
+        busy_retries: retries of one batch after server-busy answers.
+        backoff_seconds: the first back-off; it doubles up to ``backoff_max_seconds``.
+        backoff_max_seconds: the longest back-off.
+        failed_batches_per_destination: after this many failed batches in one task, a
+            destination's remaining batches in that task are skipped.
+    """
+
+    busy_retries: int = 8
+    backoff_seconds: float = 1.0
+    backoff_max_seconds: float = 30.0
+    failed_batches_per_destination: int = 3
+
+
+def result(rec: Record, outcome: str, detail: str | None, transfers: int = 0,
+           busy: int = 0) -> Result:  # fmt: skip
+    """One row of :data:`syphon.core.schema.REPLAY_RESULT`."""
+    return {
+        "backlog_queue": rec["backlog_queue"],
+        "sequence_number": int(rec["sequence_number"]),
+        "outcome": outcome,
+        "detail": detail,
+        "transfers": transfers,
+        "busy_retries": busy,
+    }
+
+
+def ttl_left(rec: Record, now: datetime) -> timedelta | None:
+    """What is left of a message's original TTL at ``now`` (None: it never expires),
+    counted from its original enqueue time."""
+    ticks = rec.get("original_time_to_live_ticks")
+    if ticks is None:
+        return None
+    ttl = timedelta(microseconds=int(ticks) // TICKS_PER_MICROSECOND)
+    enqueued = rec.get("original_enqueued_time")
+    if enqueued is None:
+        return ttl
+    if enqueued.tzinfo is None:
+        enqueued = enqueued.replace(tzinfo=timezone.utc)
+    left: timedelta = ttl - (now - enqueued)
+    return left
+
+
+class Replayer:
+    """Applies the rules (see the module docstring) to one task's batches, in order.
+
+    Args:
+        settings: retries and thresholds.
+        skip: destinations the pings skipped, with the reason.
+        send: sends a batch (never raises).
+        build: rebuilds a message.
+        retried: this task is a retry of one that failed (and may have sent some).
+        now: the clock; ``sleep``: how to wait (both replaceable in tests).
+        on_sent: called with the number of batches sent so far (the fail point).
+    """
+
+    def __init__(
+        self,
+        settings: ReplaySettings,
+        skip: Mapping[Destination, str | None],
+        send: Send,
+        build: Build,
+        *,
+        retried: bool = False,
+        now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        sleep: Callable[[float], None] = time.sleep,
+        on_sent: Callable[[int], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.skip = {k: v for k, v in skip.items() if v}
+        self._send = send
+        self._build = build
+        self.retried = retried
+        self._now = now
+        self._sleep = sleep
+        self._on_sent = on_sent
+        self.batches_sent = 0
+        self.broken_lanes: set[tuple[str, str, str]] = set()
+        self.failures: dict[Destination, int] = {}
+        self.faulted: set[str] = set()
+
+    def replay(self, batch: Sequence[Record]) -> list[Result]:
+        """Sends one planned batch (records of one ``batch_id``, in position order) or
+        skips it; returns one result per record."""
+        first = batch[0]
+        dest = (first["primary"], first["destination"])
+        key = first["partition_key_effective"]
+        lane = (dest[0], dest[1], key) if key is not None else None
+
+        def all_as(detail: str) -> list[Result]:
+            return [result(r, Outcome.SKIPPED, detail) for r in batch]
+
+        if dest in self.skip:
+            return all_as(str(self.skip[dest]))
+        if dest[0] in self.faulted:
+            return all_as(Detail.NAMESPACE_FAULT)
+        if lane is not None and lane in self.broken_lanes:
+            return all_as(Detail.EARLIER_BATCH_FAILED)
+        if self.failures.get(dest, 0) >= self.settings.failed_batches_per_destination:
+            return all_as(Detail.DESTINATION_FAILING)
+
+        now = self._now()
+        results: list[Result] = []
+        messages: list[Any] = []
+        sending: list[Record] = []
+        for i, rec in enumerate(batch):
+            if not rec["snapshot_matches"]:
+                results.append(result(rec, Outcome.SKIPPED, Detail.BACKLOG_CHANGED))
+                continue
+            ttl = ttl_left(rec, now)
+            if ttl is not None and ttl <= timedelta(0):
+                results.append(result(rec, Outcome.SKIPPED, Detail.EXPIRED_BEFORE_SEND))
+                continue
+            try:
+                messages.append(self._build(rec, ttl, now))
+            except Exception:
+                # the plan rejects what the SDK is known to refuse; anything else stops
+                # the batch here, and the lane's later batches, so order is kept
+                if lane is not None:
+                    self.broken_lanes.add(lane)
+                return [
+                    *results,
+                    *(result(r, Outcome.SKIPPED, Detail.BATCH_NOT_SENDABLE) for r in sending),
+                    result(rec, Outcome.SKIPPED, Detail.NOT_SENDABLE),
+                    *(result(r, Outcome.SKIPPED, Detail.BATCH_NOT_SENDABLE)
+                      for r in batch[i + 1 :]),
+                ]  # fmt: skip
+            sending.append(rec)
+        if not messages:
+            return results
+
+        sent, transfers, busy = self._transfer(dest, messages)
+        if sent.status != "sent":
+            if lane is not None:
+                self.broken_lanes.add(lane)
+            self.failures[dest] = self.failures.get(dest, 0) + 1
+            if sent.namespace_fault:
+                self.faulted.add(dest[0])
+        outcome = {"sent": Outcome.SENT, "in_doubt": Outcome.IN_DOUBT}.get(
+            sent.status, Outcome.FAILED
+        )
+        for i, rec in enumerate(sending):
+            detail = sent.error
+            if outcome == Outcome.SENT and (rec["in_doubt"] or self.retried):
+                detail = Detail.RESENT_IN_DOUBT
+            results.append(result(rec, outcome, detail, transfers if i == 0 else 0,
+                                  busy if i == 0 else 0))  # fmt: skip
+        return results
+
+    def _transfer(self, dest: Destination, messages: list[Any]) -> tuple[Sent, int, int]:
+        """Sends, backing off on throttling; returns the last answer, the transfers tried
+        and the busy answers met."""
+        delay = self.settings.backoff_seconds
+        transfers = busy = 0
+        while True:
+            transfers += 1
+            sent = self._send(dest, messages)
+            if sent.status == "busy":
+                busy += 1
+                if busy > self.settings.busy_retries:
+                    return Sent("failed", sent.error), transfers, busy
+                self._sleep(delay)
+                delay = min(delay * 2, self.settings.backoff_max_seconds)
+                continue
+            if sent.status == "sent":
+                self.batches_sent += 1
+                if self._on_sent is not None:
+                    self._on_sent(self.batches_sent)
+            return sent, transfers, busy

@@ -1,0 +1,104 @@
+"""A run's rows in the ledger, and what the run tells its caller."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from syphon.core.errors import ExitCode
+from syphon.core.ledger import Operations, RunRecord, Timings
+from syphon.core.schema import Status
+from syphon.job.context import RunContext
+from syphon.job.failures import Failure, explain
+from syphon.servicebus.access import Access
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    """What a run did.
+
+    Attributes:
+        outcomes: messages by ``replay_<outcome>`` and ``settle_<outcome>``.
+        detail: the error class of a failed run, or why a run did not start.
+        fix: one line naming what to do, when there is something to do.
+        code: an exit code more precise than the status's (see :attr:`exit_code`).
+        report: where the run's HTML report was written.
+    """
+
+    run_id: str
+    status: str
+    counts: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    operations: Operations = field(default_factory=Operations)
+    timings: Timings = field(default_factory=Timings)
+    detail: str | None = None
+    fix: str | None = None
+    code: ExitCode | None = None
+    report: str | None = None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.code is not None:
+            return self.code
+        return {
+            Status.DONE: ExitCode.DONE,
+            Status.EMPTY: ExitCode.DONE,
+            Status.PARTIAL: ExitCode.PARTIAL,
+            Status.BUSY: ExitCode.BUSY,
+        }.get(self.status, ExitCode.FAILED)
+
+
+class Ledger:
+    """Appends a run's status rows, carrying its counts, operations and timings
+    forward."""
+
+    def __init__(self, ctx: RunContext, run_id: str, started: datetime) -> None:
+        self.ctx = ctx
+        self.run_id = run_id
+        self.started = started
+        self.counts: dict[str, int] = {}
+        self.operations = Operations()
+        self.timings = Timings()
+
+    def record(self, status: str, detail: str | None = None, final: bool = False) -> None:
+        self.ctx.store.append_run(
+            RunRecord(
+                run_id=self.run_id,
+                status=status,
+                started_at=self.started,
+                finished_at=datetime.now(timezone.utc) if final else None,
+                config_fingerprint=self.ctx.config.fingerprint(),
+                counts=self.counts,
+                operations=self.operations,
+                timings=self.timings,
+                detail=detail,
+            )
+        )
+
+    def result(self, status: str, detail: str | None = None,
+               outcomes: dict[str, int] | None = None) -> RunResult:  # fmt: skip
+        """Records the final row and returns the result."""
+        self.record(status, detail=detail, final=True)
+        return RunResult(self.run_id, status, dict(self.counts), outcomes or {},
+                         self.operations, self.timings, detail)  # fmt: skip
+
+    def busy(self, holder: str | None) -> RunResult:
+        detail = f"another run holds the lease: {holder}"
+        log.warning("run %s did not start: %s", self.run_id, detail)
+        return self.result(Status.BUSY, detail)
+
+    def failed(self, exc: BaseException, namespace: Access | None = None) -> RunResult:
+        """Ends the run as ``failed`` (recorded when the ledger can still be written)."""
+        failure: Failure = explain(exc, namespace)
+        log.error("run %s failed: %s", self.run_id, failure.detail)
+        log.debug("run %s failed", self.run_id, exc_info=exc)  # the trace, at DEBUG only
+        try:
+            self.record(Status.FAILED, detail=failure.detail, final=True)
+        except Exception as again:
+            log.error("run %s: the failure could not be recorded in the ledger (%s)",
+                      self.run_id, explain(again).detail)  # fmt: skip
+        return RunResult(self.run_id, Status.FAILED, dict(self.counts), {}, self.operations,
+                         self.timings, failure.detail, failure.fix, failure.code)  # fmt: skip

@@ -1,0 +1,153 @@
+"""The run report's figures: a few aggregations of one run's audit rows.
+
+Each aggregation is a DataFrame → DataFrame function (tested on hand-made rows);
+:func:`gather` runs them and collects their small answers into a :class:`ReportData`,
+which :mod:`syphon.app.report` draws. The figures are counts, names of destinations and
+partition keys, and times — never a body, a property value or a secret.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from syphon.core.schema import Outcome, Stage
+from syphon.job.ledger import RunResult
+from syphon.store import queries
+from syphon.store.audit import AuditStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+#: Spread groups listed (the largest spread first); the count says how many there are.
+SPREAD_ROWS = 50
+#: Time buckets of the outage timeline.
+TIMELINE_BUCKETS = 60
+
+
+@dataclass
+class ReportData:
+    """What a report shows; ``by_destination`` and the rest are empty when the run
+    recorded no audit rows (an empty run, a busy one, one that failed before its plan)."""
+
+    run_id: str
+    status: str
+    detail: str | None
+    fix: str | None
+    generated_at: datetime
+    counts: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    operations: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    #: (primary, destination) -> verdict -> messages
+    by_destination: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    #: (primary, destination) -> (first, last) original enqueue time
+    windows: dict[tuple[str, str], tuple[datetime, datetime]] = field(default_factory=dict)
+    #: (primary, destination, bucket start) -> messages
+    timeline: dict[tuple[str, str, datetime], int] = field(default_factory=dict)
+    spread_groups: int = 0
+    #: the largest spread groups: primary, destination, partition_key_effective, messages,
+    #: backlog_queues, span_seconds
+    spread: list[dict[str, Any]] = field(default_factory=list)
+    #: what the run did not finish: stage, outcome, detail, count
+    left: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _place() -> list[Column]:
+    from pyspark.sql import functions as F
+
+    return [
+        F.coalesce(F.col("primary"), F.lit("?")).alias("primary"),
+        F.coalesce(F.col("destination"), F.lit("")).alias("destination"),
+    ]
+
+
+def verdicts_by_destination(plan: DataFrame) -> DataFrame:
+    """Messages per (primary, destination, verdict); an unknown place as ``?`` / ``""``."""
+    return plan.groupBy(*_place(), "verdict").count()
+
+
+def outage_windows(plan: DataFrame) -> DataFrame:
+    """Per (primary, destination), the first and last time a parked message was sent
+    (its backlog enqueue time)."""
+    from pyspark.sql import functions as F
+
+    timed = plan.where(F.col("backlog_enqueued_time").isNotNull())
+    return timed.groupBy(*_place()).agg(
+        F.min("backlog_enqueued_time").alias("first"),
+        F.max("backlog_enqueued_time").alias("last"),
+    )
+
+
+def outage_timeline(plan: DataFrame, buckets: int = TIMELINE_BUCKETS) -> DataFrame:
+    """Messages per (primary, destination) and time slice: the span of backlog enqueue
+    times cut into ``buckets`` slices, ``at`` the slice's start."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    timed = plan.where(F.col("backlog_enqueued_time").isNotNull())
+    seconds = F.col("backlog_enqueued_time").cast("double")
+    everything = Window.partitionBy()
+    lo, hi = F.min(seconds).over(everything), F.max(seconds).over(everything)
+    width = F.greatest((hi - lo) / F.lit(buckets), F.lit(1e-3))
+    bucket = F.least(F.floor((seconds - lo) / width), F.lit(buckets - 1))
+    start = (lo + bucket * width).cast("timestamp")
+    return timed.select(*_place(), start.alias("at")).groupBy("primary", "destination",
+                                                              "at").count()  # fmt: skip
+
+
+def left_for_next_run(rows: DataFrame) -> DataFrame:
+    """What a run did not finish, per (stage, outcome, detail): replay outcomes other
+    than ``sent`` and settle outcomes ``left``."""
+    from pyspark.sql import functions as F
+
+    unfinished = rows.where(
+        ((F.col("stage") == Stage.REPLAY) & (F.col("outcome") != Outcome.SENT))
+        | ((F.col("stage") == Stage.SETTLE) & (F.col("outcome") == Outcome.LEFT))
+    )
+    return (
+        unfinished.groupBy("stage", "outcome", "detail")
+        .count()
+        .orderBy("stage", "outcome", "detail")
+    )
+
+
+def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData:
+    """The report's figures: the run's result, and (``read_audit``, when Spark ran) its
+    audit rows."""
+    data = ReportData(
+        result.run_id,
+        result.status,
+        result.detail,
+        result.fix,
+        datetime.now(timezone.utc),
+        dict(result.counts),
+        dict(result.outcomes),
+        result.operations.as_map(),
+        result.timings.as_map(),
+    )
+    rows = store.run_rows(result.run_id) if read_audit else None
+    if rows is None:
+        return data
+    rows = rows.localCheckpoint(eager=True)
+    plan = queries.run_rows(rows, result.run_id, Stage.PLAN)
+    for r in verdicts_by_destination(plan).collect():
+        place = (r["primary"], r["destination"])
+        data.by_destination.setdefault(place, {})[r["verdict"]] = int(r["count"])
+    for r in outage_windows(plan).collect():
+        data.windows[(r["primary"], r["destination"])] = (_utc(r["first"]), _utc(r["last"]))
+    for r in outage_timeline(plan).collect():
+        data.timeline[(r["primary"], r["destination"], _utc(r["at"]))] = int(r["count"])
+    groups = queries.spread_groups(plan).localCheckpoint(eager=True)
+    data.spread_groups = groups.count()
+    data.spread = [r.asDict() for r in groups.limit(SPREAD_ROWS).collect()]
+    data.left = [r.asDict() for r in left_for_next_run(rows).collect()]
+    return data
+
+
+def _utc(value: datetime) -> datetime:
+    """Spark hands back naive local times; the report speaks UTC."""
+    if value.tzinfo is None:
+        value = value.astimezone()  # naive = the session's (the process's) local time
+    return value.astimezone(timezone.utc)

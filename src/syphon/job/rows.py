@@ -1,0 +1,21 @@
+"""pandas rows (in ``mapInPandas`` and ``applyInPandas`` tasks) as plain Python values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def plain_cell(value: Any) -> Any:
+    """A pandas cell as a plain Python value: NaN/NaT/NA become None, whole floats of
+    nullable long columns become ints, Timestamps become datetimes."""
+    import pandas as pd  # type: ignore[import-untyped]
+
+    if value is None or isinstance(value, (bytes, bytearray, dict, list, tuple, str)):
+        return value
+    if pd.isna(value):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.to_pydatetime()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value

@@ -1,0 +1,61 @@
+"""What a stage's results add up to, read in one Spark job per stage."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class Line:
+    """Messages with one (outcome, detail), and the sums of the counted columns."""
+
+    outcome: str
+    detail: str | None
+    count: int
+    sums: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Tally:
+    """A stage's results by (outcome, detail)."""
+
+    columns: tuple[str, ...]
+    lines: tuple[Line, ...]
+
+    def by_outcome(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for line in self.lines:
+            out[line.outcome] = out.get(line.outcome, 0) + line.count
+        return out
+
+    def count(self, outcome: str, except_details: Iterable[str | None] = ()) -> int:
+        """Messages with ``outcome``, leaving out those with one of ``except_details``."""
+        skip = set(except_details)
+        return sum(x.count for x in self.lines if x.outcome == outcome and x.detail not in skip)
+
+    def total(self, column: str) -> int:
+        i = self.columns.index(column)
+        return sum(line.sums[i] for line in self.lines)
+
+    def any_detail(self, details: Iterable[str]) -> bool:
+        wanted = set(details)
+        return any(line.detail in wanted for line in self.lines)
+
+
+def tally(results: DataFrame, *summed: str) -> Tally:
+    """One Spark job: per (outcome, detail), the count and the sums of ``summed``."""
+    from pyspark.sql import functions as F
+
+    rows = results.groupBy("outcome", "detail").agg(
+        F.count(F.lit(1)).alias("count"), *[F.sum(c).alias(c) for c in summed]
+    )
+    lines = tuple(
+        Line(r["outcome"], r["detail"], int(r["count"]), tuple(int(r[c] or 0) for c in summed))
+        for r in rows.collect()
+    )
+    return Tally(tuple(summed), lines)

@@ -1,0 +1,179 @@
+"""Sending to the primaries: pings that probe destinations, and a task's senders.
+
+A :class:`SenderPool` holds one client per primary and one sender per destination,
+opens them side by side (the SDK's link set-up is mostly waiting), sends one batch per
+call and says what happened as a :class:`Sent` — never raising, so the replay's rules
+(:mod:`syphon.job.lanes`) decide what a failure means for the batches after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from syphon.core.envelope import PING_CONTENT_TYPE
+from syphon.core.schema import Detail
+from syphon.servicebus import errors
+from syphon.servicebus.access import Access
+
+log = logging.getLogger(__name__)
+
+#: The SDK's own retries per send: few, so that server-busy comes back to the replay's
+#: backoff (which counts it) and a dead namespace is noticed in seconds.
+SDK_RETRIES = 2
+
+#: Senders opened side by side (pings, and a replay task's destinations).
+OPEN_THREADS = 16
+
+#: A destination: (primary namespace, entity path).
+Destination = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What one send of a batch did.
+
+    Attributes:
+        status: ``sent``, ``busy`` (throttled: nothing sent, try again later),
+            ``in_doubt`` (the transfer started and the answer was lost: the batch may
+            have arrived) or ``failed`` (the service refused it: nothing arrived).
+        error: the error's class name, when not sent.
+        namespace_fault: the namespace itself failed (all its senders are closed).
+    """
+
+    status: str
+    error: str | None = None
+    namespace_fault: bool = False
+
+
+def ping_destinations(
+    primaries: Mapping[str, Access], destinations: Iterable[Destination]
+) -> dict[Destination, str | None]:
+    """Pings every (primary, destination); None for the healthy ones, else a skip reason
+    (``destination_missing``, ``destination_unavailable``, ``ping_failed_<Error>``). A
+    ping is what the paired sender sends: an empty message of content type ping with a
+    one-second TTL, which the service never delivers."""
+    from azure.servicebus import ServiceBusMessage
+
+    def ping(client: Any, primary: str, name: str) -> str | None:
+        message = ServiceBusMessage(
+            b"", content_type=PING_CONTENT_TYPE, time_to_live=timedelta(seconds=1)
+        )
+        try:
+            with client.get_queue_sender(name, keep_alive=None) as sender:
+                sender.send_messages(message)
+            return None
+        except Exception as exc:
+            name_of = type(exc).__name__
+            if name_of in errors.BUSY:
+                return None  # up, only throttled: the sends back off
+            if name_of in errors.ENTITY_MISSING:
+                reason = Detail.DESTINATION_MISSING
+            elif name_of in errors.ENTITY_DISABLED:
+                reason = Detail.DESTINATION_UNAVAILABLE
+            elif isinstance(exc, OSError) or _is_azure(exc):
+                reason = f"{Detail.PING_FAILED}{name_of}"
+            else:
+                raise
+        log.warning("destination %s of %s is skipped: %s", name, primary, reason)
+        return reason
+
+    out: dict[Destination, str | None] = {}
+    by_primary: dict[str, list[str]] = {}
+    for primary, destination in destinations:
+        by_primary.setdefault(primary, []).append(destination)
+    for primary, names in by_primary.items():
+        # each sender has its own connection: the pings go side by side
+        with (
+            primaries[primary].client(retry_total=1) as client,
+            ThreadPoolExecutor(max_workers=OPEN_THREADS) as pool,
+        ):
+            reasons = pool.map(ping, [client] * len(names), [primary] * len(names), names)
+            out.update(((primary, name), r) for name, r in zip(names, reasons, strict=True))
+    return out
+
+
+def _is_azure(exc: BaseException) -> bool:
+    from azure.core.exceptions import AzureError
+
+    return isinstance(exc, AzureError)
+
+
+class SenderPool:
+    """One replay task's clients (one per primary) and senders (one per destination)."""
+
+    def __init__(self, primaries: Mapping[str, Access]) -> None:
+        self.primaries = primaries
+        self.clients: dict[str, Any] = {}
+        self.senders: dict[Destination, Any] = {}
+
+    def sender(self, destination: Destination) -> Any:
+        if destination not in self.senders:
+            primary = destination[0]
+            if primary not in self.clients:
+                self.clients[primary] = self.primaries[primary].client(
+                    retry_total=SDK_RETRIES, keep_alive=None
+                )
+            # keep_alive=None: the client's does not reach its senders, and a sender's
+            # keep-alive thread makes its close wait up to a second
+            self.senders[destination] = self.clients[primary].get_queue_sender(
+                destination[1], keep_alive=None
+            )
+        return self.senders[destination]
+
+    def open(self, destinations: Iterable[Destination]) -> None:
+        """Opens the senders of ``destinations`` side by side. An error here is left for
+        the send, which reports it."""
+        todo = sorted({d for d in destinations if d not in self.senders})
+        if len(todo) < 2:
+            return
+        senders = [self.sender(d) for d in todo]
+
+        def open_one(sender: Any) -> None:
+            with contextlib.suppress(Exception):
+                sender.__enter__()
+
+        with ThreadPoolExecutor(max_workers=min(OPEN_THREADS, len(senders))) as pool:
+            list(pool.map(open_one, senders))
+
+    def send(self, destination: Destination, messages: list[Any]) -> Sent:
+        """Sends ``messages`` as one batch; never raises."""
+        try:
+            self.sender(destination).send_messages(messages)
+            return Sent("sent")
+        except Exception as exc:
+            name = type(exc).__name__
+            if name in errors.BUSY:
+                return Sent("busy", name)
+            self.drop(destination)
+            fault = name in errors.NAMESPACE_FAULTS
+            if fault:
+                self.close_namespace(destination[0])
+            status = "in_doubt" if name in errors.IN_DOUBT else "failed"
+            return Sent(status, name, fault)
+
+    def drop(self, destination: Destination) -> None:
+        sender = self.senders.pop(destination, None)
+        if sender is not None:
+            with contextlib.suppress(Exception):  # a failed sender may fail to close
+                sender.close()
+
+    def close_namespace(self, primary: str) -> None:
+        """The primary failed: close all of its senders and its client now."""
+        for key in [k for k in self.senders if k[0] == primary]:
+            self.drop(key)
+        client = self.clients.pop(primary, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def close(self) -> None:
+        for key in list(self.senders):
+            self.drop(key)
+        for primary in list(self.clients):
+            self.close_namespace(primary)

@@ -1,0 +1,62 @@
+"""The audit as catalog tables written through Spark's own table format (Delta on
+Databricks): ``audit.table`` and ``<audit.table>_runs``. Every read and write goes
+through Spark, so with this engine even an empty run starts a session (free on a
+cluster). The lease and the reports stay at ``audit.path``."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from syphon.core.ledger import RunRecord
+from syphon.core.schema import RUNS, arrow_schema
+from syphon.store.audit import AUDIT_TABLE, SparkProvider, TableStore, absolute
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+class CatalogStore(TableStore):
+    """Catalog tables ``table`` (the audit) and ``table_runs`` (the ledger)."""
+
+    def __init__(self, table: str, table_format: str, root: str, spark: SparkProvider) -> None:
+        super().__init__(absolute(root), spark)
+        self.table = table
+        self.format = table_format
+
+    @property
+    def where(self) -> str:
+        return f"table {self.table}"
+
+    def _name(self, table: str) -> str:
+        return self.table if table == AUDIT_TABLE else f"{self.table}_{table}"
+
+    def _append(self, frame: DataFrame, table: str, label: str) -> int:
+        frame = frame.persist()
+        try:
+            rows = frame.count()
+            frame.write.format(self.format).mode("append").saveAsTable(self._name(table))
+        finally:
+            frame.unpersist()
+        return rows
+
+    def append_run(self, record: RunRecord) -> None:
+        import pyarrow as pa  # type: ignore[import-untyped]
+
+        row = record.as_row(datetime.now(timezone.utc))
+        frame = self._spark().createDataFrame(pa.Table.from_pylist([row], arrow_schema(RUNS)))
+        frame.write.format(self.format).mode("append").saveAsTable(self._name("runs"))
+
+    def runs(self) -> list[RunRecord]:
+        spark = self._spark()
+        name = self._name("runs")
+        if not spark.catalog.tableExists(name):
+            return []
+        rows = spark.table(name).toArrow().to_pylist()
+        records = [RunRecord.from_row(r) for r in rows]
+        return sorted(records, key=lambda r: r.recorded_at or r.started_at)
+
+    def audit(self) -> DataFrame | None:
+        spark = self._spark()
+        name = self._name(AUDIT_TABLE)
+        return spark.table(name) if spark.catalog.tableExists(name) else None

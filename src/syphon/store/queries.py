@@ -1,0 +1,154 @@
+"""The audit's shape and the questions runs ask of it: pure DataFrame transforms.
+
+Both audit backends read their tables as DataFrames and answer with these functions, so
+the answers are the same whichever engine wrote the rows. Tested on hand-made rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from syphon.core.ledger import RunRecord
+from syphon.core.schema import (
+    AUDIT,
+    AUDIT_FROM_PLANNED,
+    MESSAGE_KEY,
+    PLACE,
+    REPLAYED,
+    Outcome,
+    Stage,
+    Status,
+    Verdict,
+    names,
+    spark_type,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def _typed(column: str) -> str:
+    return next(f.type for f in AUDIT if f.name == column)
+
+
+def plan_audit_rows(planned: DataFrame, run_id: str, recorded_at: datetime) -> DataFrame:
+    """The audit rows (:data:`syphon.core.schema.AUDIT`) of a planned snapshot."""
+    from pyspark.sql import functions as F
+
+    run = {
+        "run_id": F.lit(run_id),
+        "stage": F.lit(Stage.PLAN),
+        "recorded_at": F.lit(recorded_at).cast("timestamp"),
+        "outcome": F.lit(Outcome.PLANNED),
+        "detail": F.lit(None),
+    }
+    return planned.select(*[
+        (run[c] if c in run else F.col(AUDIT_FROM_PLANNED.get(c, c))).cast(spark_type(_typed(c)))
+        .alias(c) for c in names(AUDIT)
+    ])  # fmt: skip
+
+
+def outcome_audit_rows(
+    results: DataFrame, planned: DataFrame, run_id: str, stage: str, recorded_at: datetime
+) -> DataFrame:
+    """Audit rows for a stage's results (``backlog_queue``, ``sequence_number``,
+    ``outcome``, ``detail``): the message's keys come from its plan row (``planned``, the
+    run's plan rows from the audit); a message the plan never saw keeps only its place.
+
+    Raises:
+        ValueError: ``stage`` is not the replay or the settle.
+    """
+    from pyspark.sql import functions as F
+
+    if stage not in (Stage.REPLAY, Stage.SETTLE):
+        raise ValueError(f"not an outcome stage: {stage}")
+    keys = planned.drop("run_id", "stage", "recorded_at", "outcome", "detail")
+    joined = results.select(*PLACE, "outcome", "detail").join(keys, list(PLACE), "left")
+    run = {
+        "run_id": F.lit(run_id),
+        "stage": F.lit(stage),
+        "recorded_at": F.lit(recorded_at).cast("timestamp"),
+    }
+    return joined.select(*[
+        (run[c] if c in run else F.col(c)).cast(spark_type(_typed(c))).alias(c)
+        for c in names(AUDIT)
+    ])  # fmt: skip
+
+
+def run_rows(audit: DataFrame, run_id: str, stage: str | None = None) -> DataFrame:
+    """One run's audit rows (of one stage, when given)."""
+    from pyspark.sql import functions as F
+
+    wanted = F.col("run_id") == run_id
+    if stage is not None:
+        wanted = wanted & (F.col("stage") == stage)
+    return audit.where(wanted)
+
+
+def replayed_messages(audit: DataFrame) -> DataFrame:
+    """What earlier runs' replays delivered (:data:`syphon.core.schema.REPLAYED`): the
+    replay rows with an :attr:`Outcome.REPLAYED` outcome and a MessageId."""
+    from pyspark.sql import functions as F
+
+    return audit.where(
+        (F.col("stage") == Stage.REPLAY)
+        & F.col("outcome").isin(*Outcome.REPLAYED)
+        & F.col("message_id").isNotNull()
+    ).select(*names(REPLAYED))
+
+
+def interrupted_runs(records: Iterable[RunRecord]) -> list[str]:
+    """Runs that recorded ``replaying`` but never ``replayed``: a crash, or an earlier
+    attempt of a resumed run, cut their sends off."""
+    reached = {r.run_id for r in records if r.status == Status.REPLAYING}
+    committed = {r.run_id for r in records if r.status == Status.REPLAYED}
+    return sorted(reached - committed)
+
+
+def in_doubt_messages(audit: DataFrame, interrupted: list[str]) -> DataFrame:
+    """Backlog messages whose earlier send is unknown (:data:`MESSAGE_KEY` columns):
+    replay rows recorded ``in_doubt``, and the ``replay``-verdict plan rows of the
+    ``interrupted`` runs that have no replay outcome."""
+    from pyspark.sql import functions as F
+
+    doubt = audit.where(
+        (F.col("stage") == Stage.REPLAY) & (F.col("outcome") == Outcome.IN_DOUBT)
+    ).select(*names(MESSAGE_KEY))
+    if not interrupted:
+        return doubt
+    planned = audit.where(
+        (F.col("stage") == Stage.PLAN)
+        & (F.col("verdict") == Verdict.REPLAY)
+        & F.col("run_id").isin(*interrupted)
+    ).select("run_id", *PLACE)
+    recorded = audit.where(
+        (F.col("stage") == Stage.REPLAY) & F.col("run_id").isin(*interrupted)
+    ).select("run_id", *PLACE)
+    lost = planned.join(recorded, ["run_id", *PLACE], "left_anti")
+    return doubt.unionByName(lost.drop("run_id"))
+
+
+def spread_groups(plan: DataFrame) -> DataFrame:
+    """The replay groups (primary, destination, partition key) of a run's plan rows whose
+    messages sit in several backlog queues, the most spread first: ``messages``,
+    ``backlog_queues`` and ``span_seconds``."""
+    from pyspark.sql import functions as F
+
+    return (
+        plan.where((F.col("verdict") == Verdict.REPLAY) & F.col("group_spread"))
+        .groupBy("primary", "destination", "partition_key_effective")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.countDistinct("backlog_queue").alias("backlog_queues"),
+            F.max("group_span_seconds").alias("span_seconds"),
+        )
+        .orderBy(
+            F.desc("backlog_queues"),
+            F.desc("messages"),
+            "primary",
+            "destination",
+            "partition_key_effective",
+        )
+    )

@@ -1,0 +1,148 @@
+"""``syphon run`` when things go wrong mid-run: a primary or the secondary goes down, a
+destination throttles, another run holds the lease."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+
+from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, run_job, send_raw, stored
+from syphon.core.errors import ExitCode
+from syphon.servicebus.backlog_messages import to_backlog_message
+from syphon.store.audit import AUDIT_TABLE
+from syphon.store.delta import read_table
+
+pytestmark = pytest.mark.timeout(420)
+
+
+def test_a_primary_that_goes_down_mid_run_fails_the_run_and_the_next_run_finishes(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parked = {}
+    for q in range(BACKLOG_QUEUES):
+        batch = []
+        for i in range(8):
+            mid = f"m-{q}-{i}"
+            batch.append(to_backlog_message(
+                ServiceBusMessage(mid.encode(), message_id=mid, partition_key=f"k{i % 4}"),
+                "orders"))  # fmt: skip
+            parked[mid] = "orders"
+        send_raw(pair, q, batch)
+    config = job_config(pair, tmp_path, monkeypatch)
+    pair.primary.slow_down(0.3, "orders")  # a replay long enough to fail in the middle
+    fault_at: list[float] = []
+
+    def take_the_primary_down() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if pair.primary.broker.entity("orders").messages:  # some batches are through
+                pair.primary.make_namespace_unavailable()
+                fault_at.append(time.monotonic())
+                return
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=take_the_primary_down)
+    watcher.start()
+    first = run_job(config, spark)
+    watcher.join()
+    assert fault_at
+    assert first.status == "failed", first
+    assert first.exit_code == 1
+    assert first.detail == "namespace_fault: primary"
+    assert stored(pair, "orders")
+    audit = read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
+    cut = {
+        r["message_id"]
+        for r in audit
+        if r["stage"] == "replay"
+        and r["outcome"] in ("in_doubt", "skipped")
+        and r["run_id"] == first.run_id
+    }
+    assert cut  # the batches in flight or still to send when the namespace went down
+
+    pair.primary.clear_faults()
+    second = run_job(config, spark)
+    assert second.status == "done", second
+    assert second.operations.replay_messages_sent == len(cut)
+    delivered = Counter(str(m.message_id) for m in stored(pair, "orders"))
+    assert set(delivered) == set(parked)  # nothing lost
+    audit = read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
+    resent = {r["message_id"] for r in audit if r["detail"] == "resent_in_doubt"}
+    assert {m for m, n in delivered.items() if n > 1} <= resent
+    assert not any(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/{q}").messages
+                   for q in range(BACKLOG_QUEUES))  # fmt: skip
+
+
+def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta as td
+
+    import syphon.job.run
+    from syphon.store.lease import Lease
+
+    send_raw(pair, 1, [to_backlog_message(
+        ServiceBusMessage(f"t{i}".encode(), message_id=f"t-{i}", partition_key="k"), "orders")
+        for i in range(5)])  # fmt: skip
+    config = job_config(pair, tmp_path, monkeypatch)
+
+    # another run holds the lease: this one records busy and touches nothing
+    other = Lease(config.audit.path, "another-run", td(minutes=5))
+    assert other.acquire().holder == other.holder
+    busy = run_job(config, lambda: pytest.fail("a busy run must not start Spark"))
+    assert (busy.status, busy.exit_code) == ("busy", ExitCode.BUSY)
+    assert busy.detail is not None
+    assert "another-run" in busy.detail
+    assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/1").messages) == 5
+    other.release()
+
+    # server busy beyond the SDK's own retries: the replay backs off and goes on
+    original_ping = syphon.job.run.ping_destinations
+
+    def ping_then_throttle(*args: Any, **kwargs: Any) -> Any:
+        answer = original_ping(*args, **kwargs)
+        pair.primary.throttle("orders")
+        threading.Timer(15.0, lambda: pair.primary.throttle("orders", busy=False)).start()
+        return answer
+
+    monkeypatch.setattr("syphon.job.run.ping_destinations", ping_then_throttle)
+    done = run_job(config, spark)
+    assert done.status == "done", done
+    assert (done.operations.replay_busy_retries or 0) >= 1
+    assert [str(m.message_id) for m in stored(pair, "orders")] == [f"t-{i}" for i in range(5)]
+
+
+def test_a_secondary_that_goes_down_while_settling_fails_the_run_and_the_next_run_finishes(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import syphon.job.run
+
+    messages = [ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}") for i in range(4)]
+    send_raw(pair, 2, [to_backlog_message(m, "orders") for m in messages])
+    config = job_config(pair, tmp_path, monkeypatch)
+    settle_queues = syphon.job.run.settle_queues
+
+    def settle_with_the_secondary_down(*args: Any, **kwargs: Any) -> Any:
+        pair.secondary.make_namespace_unavailable()
+        return settle_queues(*args, **kwargs)
+
+    monkeypatch.setattr("syphon.job.run.settle_queues", settle_with_the_secondary_down)
+    first = run_job(config, spark)
+    assert (first.status, first.detail) == ("failed", "namespace_fault: secondary"), first
+    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == [f"s-{i}" for i in range(4)]
+    backlog = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/2").messages
+    assert len(backlog) == 4  # sent, but nothing settled
+
+    monkeypatch.setattr("syphon.job.run.settle_queues", settle_queues)
+    pair.secondary.clear_faults()
+    second = run_job(config, spark)
+    assert second.status == "done", second
+    assert second.counts == {"duplicate": 4}  # already replayed: completed, not sent again
+    assert not backlog
+    assert len(stored(pair, "orders")) == 4

@@ -1,0 +1,63 @@
+"""The tests' JVMs: quick to start, slow to run (fine for small data).
+
+- C1 only and the serial GC: about 3 s less per start.
+- A class-data-sharing archive of the classes a Spark session loads, when one exists
+  (``./dev.sh test`` makes it once per environment with ``python tests/jvm.py``): about
+  6 s less per start. A missing or stale archive only costs the time back; the JVM
+  says nothing.
+
+A real run keeps the full JIT: the reconcile of a million messages took 123 s with the
+C1-only flags and 61 s without (tests/benchmarks/bench_reconcile.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+#: Where ``./dev.sh test`` keeps the archive (inside the environment it belongs to).
+ARCHIVE = Path(os.environ.get("SYPHON_TEST_CDS") or Path(sys.prefix) / "spark-classes.jsa")
+
+_QUICK = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def java_options() -> str:
+    """The tests' ``spark.driver.extraJavaOptions``."""
+    if ARCHIVE.is_file():
+        return f"{_QUICK} -Xshare:auto -XX:SharedArchiveFile={ARCHIVE} {_QUIET}"
+    return _QUICK
+
+
+#: The tests' Spark settings for local sessions.
+TEST_SPARK_CONF = {"spark.driver.extraJavaOptions": java_options()}
+
+
+def make_archive() -> None:
+    """Runs a small Spark session that loads what the tests' sessions load (a shuffle,
+    a pandas UDF, a Parquet write) and archives its classes at exit."""
+    import tempfile
+
+    from syphon.app.spark import build_spark_session
+    from syphon.core.config import SparkConfig
+
+    partial = ARCHIVE.with_suffix(".partial")
+    options = f"{_QUICK} -XX:ArchiveClassesAtExit={partial} {_QUIET}"
+    spark = build_spark_session(
+        SparkConfig(master="local[2]", conf={"spark.driver.extraJavaOptions": options})
+    )
+    df = spark.range(1000).selectExpr("id % 7 as k", "id as v")
+    grouped = df.groupBy("k").count().mapInPandas(lambda frames: frames, "k long, count long")
+    with tempfile.TemporaryDirectory() as folder:
+        grouped.write.parquet(f"{folder}/out")
+        spark.read.parquet(f"{folder}/out").collect()
+    jvm = spark.sparkContext._gateway.proc  # type: ignore[union-attr]
+    spark.stop()
+    jvm.stdin.close()  # the JVM ends when its input does, and writes the archive then
+    jvm.wait(timeout=120)
+    partial.replace(ARCHIVE)
+
+
+if __name__ == "__main__":  # python tests/jvm.py: (re)make the archive
+    make_archive()

@@ -1,0 +1,264 @@
+"""The transforms the run, the store and the report are built of, on hand-made rows:
+what to settle, what to send, what is in doubt, the audit's shape, the report's figures."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from syphon.core.ledger import RunRecord
+from syphon.core.schema import AUDIT, names, spark_schema
+from syphon.job.plan import verdicts_by_destination as plan_summary
+from syphon.job.replay import replay_input, still_to_send
+from syphon.job.report import (
+    left_for_next_run,
+    outage_timeline,
+    outage_windows,
+    verdicts_by_destination,
+)
+from syphon.job.settle import settle_actions
+from syphon.store import queries
+
+pytestmark = pytest.mark.spark
+
+T0 = datetime(2026, 11, 23, 8, 0, tzinfo=timezone.utc)
+Q0, Q1 = "contoso/x-servicebus-transfer/0", "contoso/x-servicebus-transfer/1"
+
+
+def audit_rows(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
+    """Audit rows: every column null but those given."""
+    full = [{c: r.get(c) for c in names(AUDIT)} for r in rows]
+    return spark.createDataFrame(full, spark_schema(AUDIT))
+
+
+def plan_row(seq: int, verdict: str | None, queue: str = Q0, **more: Any) -> dict[str, Any]:
+    return {"run_id": "r1", "stage": "plan", "backlog_queue": queue, "sequence_number": seq,
+            "verdict": verdict, "outcome": "planned", **more}  # fmt: skip
+
+
+def places(df: DataFrame, *extra: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r[c] for c in ("backlog_queue", "sequence_number", *extra))
+                  for r in df.collect())  # fmt: skip
+
+
+def test_settle_completes_what_was_replayed_or_needs_nothing_and_dead_letters_the_bad(
+    spark: SparkSession,
+) -> None:
+    plan = audit_rows(spark, [
+        plan_row(1, "replay"), plan_row(2, "replay"), plan_row(3, "duplicate"),
+        plan_row(4, "expired"), plan_row(5, "ping"), plan_row(6, "invalid", reason="path_missing"),
+        plan_row(7, "conflict", reason="message_id_reused_in_snapshot"),
+        plan_row(8, "invalid"), plan_row(9, None),
+    ])  # fmt: skip
+    results = spark.createDataFrame(
+        [(Q0, 1, "sent"), (Q0, 1, "sent"), (Q0, 2, "failed"), (Q0, 8, "sent")],
+        "backlog_queue string, sequence_number long, outcome string",
+    )
+    actions = settle_actions(plan, results)
+    assert actions.columns == ["backlog_queue", "sequence_number", "action", "reason", "verdict"]
+    assert places(actions, "action", "reason") == [
+        (Q0, 1, "complete", None),  # sent (twice: one action)
+        (Q0, 2, "leave", None),  # its send failed
+        (Q0, 3, "complete", None),
+        (Q0, 4, "complete", None),
+        (Q0, 5, "complete", None),
+        (Q0, 6, "dead_letter", "path_missing"),
+        (Q0, 7, "dead_letter", "message_id_reused_in_snapshot"),
+        (Q0, 8, "dead_letter", "invalid"),  # no reason: the verdict is the reason
+        (Q0, 9, "leave", None),  # a null verdict is never settled
+    ]
+    unsent = settle_actions(plan, None)
+    assert [a for _, s, a in places(unsent, "action") if s in (1, 2)] == ["leave", "leave"]
+
+
+def test_a_resumed_run_sends_only_what_no_earlier_attempt_sent(spark: SparkSession) -> None:
+    plan = audit_rows(spark, [plan_row(1, "replay"), plan_row(2, "replay"),
+                              plan_row(3, "duplicate"), plan_row(4, "replay")])  # fmt: skip
+    earlier = audit_rows(spark, [
+        {"backlog_queue": Q0, "sequence_number": 1, "stage": "replay", "outcome": "sent"},
+        {"backlog_queue": Q0, "sequence_number": 2, "stage": "replay", "outcome": "in_doubt"},
+        {"backlog_queue": Q0, "sequence_number": 4, "stage": "replay", "outcome": None},
+    ])  # fmt: skip
+    assert places(still_to_send(plan, None)) == [(Q0, 1), (Q0, 2), (Q0, 4)]
+    assert places(still_to_send(plan, earlier)) == [(Q0, 2), (Q0, 4)]
+
+
+def test_the_replay_input_flags_changed_bodies_and_messages_in_doubt(spark: SparkSession) -> None:
+    todo = audit_rows(spark, [
+        plan_row(1, "replay", body_sha256="a", primary="contoso", destination="orders"),
+        plan_row(2, "replay", body_sha256="b", primary="contoso", destination="orders"),
+        plan_row(3, "replay", body_sha256="c", primary="contoso", destination="orders"),
+        plan_row(4, "duplicate", body_sha256="d"),
+    ])  # fmt: skip
+    restored = spark.createDataFrame(
+        [(Q0, 1, b"x", "a"), (Q0, 2, b"y", "changed"), (Q0, 4, b"z", "d")],
+        "backlog_queue string, sequence_number long, body binary, body_sha256 string",
+    )
+    for name in (
+        "message_id",
+        "partition_key",
+        "original_session_id",
+        "content_type",
+        "correlation_id",
+        "subject",
+        "to",
+        "reply_to",
+        "reply_to_session_id",
+    ):
+        restored = restored.withColumn(name, restored["body_sha256"].substr(0, 0))
+    restored = (restored.withColumn("original_time_to_live_ticks", restored["sequence_number"])
+                .withColumn("original_scheduled_enqueue_time", restored["sequence_number"]
+                            .cast("timestamp"))
+                .withColumn("original_enqueued_time", restored["sequence_number"].cast("timestamp"))
+                .selectExpr("*", "map() as original_application_properties"))  # fmt: skip
+    doubt = spark.createDataFrame([(Q0, 3), (Q0, 3), (Q1, 9)], "backlog_queue string, "
+                                  "sequence_number long")  # fmt: skip
+    rows = replay_input(restored, todo, doubt)
+    got = places(rows, "snapshot_matches", "in_doubt")
+    # 2's body changed, 3 is gone from the snapshot; 3 was left in doubt; 4 is no replay
+    assert got == [(Q0, 1, True, False), (Q0, 2, False, False), (Q0, 3, False, True)]
+    assert places(replay_input(restored, todo, None), "in_doubt") == [
+        (Q0, 1, False), (Q0, 2, False), (Q0, 3, False)]  # fmt: skip
+
+
+def test_in_doubt_are_in_doubt_sends_and_the_unrecorded_sends_of_interrupted_runs(
+    spark: SparkSession,
+) -> None:
+    def run(run_id: str, *statuses: str) -> list[RunRecord]:
+        return [RunRecord(run_id, s, T0) for s in statuses]
+
+    records = [
+        *run("done", "planned", "replaying", "replayed", "done"),
+        *run("crashed", "planned", "replaying"),
+        *run("planned-only", "planned"),
+    ]
+    assert queries.interrupted_runs(records) == ["crashed"]
+    audit = audit_rows(spark, [
+        {**plan_row(1, "replay"), "run_id": "done"},
+        {"run_id": "done", "stage": "replay", "backlog_queue": Q0, "sequence_number": 1,
+         "outcome": "in_doubt"},
+        {**plan_row(2, "replay"), "run_id": "crashed"},
+        {**plan_row(3, "replay"), "run_id": "crashed"},
+        {**plan_row(4, "duplicate"), "run_id": "crashed"},
+        {"run_id": "crashed", "stage": "replay", "backlog_queue": Q0, "sequence_number": 3,
+         "outcome": "sent"},
+        {**plan_row(5, "replay"), "run_id": "planned-only"},
+        {**plan_row(6, None), "run_id": "crashed"},
+    ])  # fmt: skip
+    doubt = queries.in_doubt_messages(audit, queries.interrupted_runs(records))
+    # 1 was recorded in doubt; 2 was planned by a run that crashed before recording it;
+    # 3 that run recorded; 4 was no replay; 5's run never reached its replay
+    assert places(doubt) == [(Q0, 1), (Q0, 2)]
+    assert places(queries.in_doubt_messages(audit, [])) == [(Q0, 1)]
+
+
+def test_the_audit_rows_of_a_plan_have_exactly_the_audit_schema(spark: SparkSession) -> None:
+    planned = spark.createDataFrame(
+        [(Q0, 1, T0, "s1", 7, "replay", 2, None)],
+        "backlog_queue string, sequence_number long, enqueued_time timestamp, "
+        "original_session_id string, replay_order int, verdict string, group_size long, "
+        "body_size long",
+    )
+    for f in AUDIT:
+        if f.name not in planned.columns and f.name not in ("backlog_enqueued_time", "session_id"):
+            planned = planned.selectExpr("*", f"null as `{f.name}`")
+    for col in ("original_time_to_live_ticks", "original_scheduled_enqueue_time"):
+        planned = planned.selectExpr("*", f"null as `{col}`")
+    rows = queries.plan_audit_rows(planned, "r1", T0)
+    assert [(f.name, f.dataType) for f in rows.schema] == [
+        (f.name, f.dataType) for f in spark_schema(AUDIT)]  # fmt: skip
+    (row,) = rows.collect()
+    assert (row["run_id"], row["stage"], row["outcome"], row["session_id"]) == (
+        "r1", "plan", "planned", "s1")  # fmt: skip
+    results = spark.createDataFrame([(Q0, 1, "sent", None), (Q1, 5, "left", "new")],
+                                    "backlog_queue string, sequence_number long, "
+                                    "outcome string, detail string")  # fmt: skip
+    outcomes = queries.outcome_audit_rows(results, rows, "r1", "settle", T0)
+    assert [(f.name, f.dataType) for f in outcomes.schema] == [
+        (f.name, f.dataType) for f in spark_schema(AUDIT)]  # fmt: skip
+    got = {
+        (r["sequence_number"], r["verdict"], r["stage"], r["outcome"]) for r in outcomes.collect()
+    }
+    assert got == {(1, "replay", "settle", "sent"), (5, None, "settle", "left")}
+    with pytest.raises(ValueError, match="not an outcome stage"):
+        queries.outcome_audit_rows(results, rows, "r1", "plan", T0)
+
+
+def test_what_earlier_runs_replayed_is_what_they_sent_with_a_message_id(
+    spark: SparkSession,
+) -> None:
+    audit = audit_rows(spark, [
+        {"stage": "replay", "outcome": "sent", "primary": "p", "destination": "d",
+         "message_id": "m1", "body_sha256": "h"},
+        {"stage": "replay", "outcome": "in_doubt", "message_id": "m2"},
+        {"stage": "replay", "outcome": "sent", "message_id": None},
+        {"stage": "plan", "outcome": "planned", "message_id": "m3"},
+    ])  # fmt: skip
+    got = [tuple(r) for r in queries.replayed_messages(audit).collect()]
+    assert got == [("p", "d", "m1", "h")]
+
+
+def test_spread_groups_are_replay_groups_over_several_queues_most_spread_first(
+    spark: SparkSession,
+) -> None:
+    def g(seq: int, queue: str, key: str | None, spread: bool | None,
+          verdict: str = "replay") -> dict[str, Any]:  # fmt: skip
+        return plan_row(seq, verdict, queue, primary="p", destination="d",
+                        partition_key_effective=key, group_spread=spread,
+                        group_span_seconds=float(seq))  # fmt: skip
+
+    plan = audit_rows(spark, [
+        g(1, Q0, "a", True), g(2, Q1, "a", True), g(3, "c/x-servicebus-transfer/2", "a", True),
+        g(4, Q0, "b", True), g(5, Q1, "b", True), g(6, Q0, "c", False),
+        g(7, Q0, None, None), g(8, Q1, "d", True, verdict="duplicate"),
+    ])  # fmt: skip
+    got = [(r["partition_key_effective"], r["messages"], r["backlog_queues"], r["span_seconds"])
+           for r in queries.spread_groups(plan).collect()]  # fmt: skip
+    assert got == [("a", 3, 3, 3.0), ("b", 2, 2, 5.0)]
+
+
+def test_the_reports_figures(spark: SparkSession) -> None:
+    def at(minutes: float) -> datetime:
+        return T0 + timedelta(minutes=minutes)
+
+    rows = audit_rows(spark, [
+        plan_row(1, "replay", primary="p", destination="orders", backlog_enqueued_time=at(0)),
+        plan_row(2, "replay", primary="p", destination="orders", backlog_enqueued_time=at(10)),
+        plan_row(3, "invalid", primary="p", destination="orders", backlog_enqueued_time=at(5)),
+        plan_row(4, "invalid", primary=None, destination=None, backlog_enqueued_time=None),
+        {"stage": "replay", "outcome": "sent", "backlog_queue": Q0, "sequence_number": 1},
+        {"stage": "replay", "outcome": "skipped", "detail": "destination_missing",
+         "backlog_queue": Q0, "sequence_number": 2},
+        {"stage": "settle", "outcome": "left", "detail": None, "backlog_queue": Q0,
+         "sequence_number": 2},
+        {"stage": "settle", "outcome": "completed", "backlog_queue": Q0, "sequence_number": 1},
+    ])  # fmt: skip
+    plan = rows.where("stage = 'plan'")
+    by_place = {(r["primary"], r["destination"], r["verdict"]): r["count"]
+                for r in verdicts_by_destination(plan).collect()}  # fmt: skip
+    assert by_place == {("p", "orders", "replay"): 2, ("p", "orders", "invalid"): 1,
+                        ("?", "", "invalid"): 1}  # fmt: skip
+    windows = [(r["primary"], r["destination"], r["first"], r["last"])
+               for r in outage_windows(plan).collect()]  # fmt: skip
+    assert windows == [("p", "orders", at(0).replace(tzinfo=None), at(10).replace(tzinfo=None))]
+    timeline = {r["at"]: r["count"] for r in outage_timeline(plan, buckets=2).collect()}
+    assert timeline == {at(0).replace(tzinfo=None): 1, at(5).replace(tzinfo=None): 2}
+    left = [tuple(r) for r in left_for_next_run(rows).collect()]
+    assert left == [("replay", "skipped", "destination_missing", 1), ("settle", "left", None, 1)]
+
+
+def test_the_plans_summary_per_destination(spark: SparkSession) -> None:
+    planned = spark.createDataFrame(
+        [("p", "orders", "replay", True, 1, T0), ("p", "orders", "replay", True, 2, T0),
+         ("p", "orders", "ping", None, None, T0), ("p", None, "invalid", None, None, None)],
+        "primary string, destination string, verdict string, group_spread boolean, "
+        "replay_order int, original_enqueued_time timestamp",
+    )  # fmt: skip
+    got = {
+        r["destination"]: (r["messages"], r["replay"], r["ping"], r["invalid"], r["spread_groups"])
+        for r in plan_summary(planned).collect()
+    }
+    assert got == {"orders": (3, 2, 1, 0, 1), None: (1, 0, 0, 1, 0)}

@@ -1,0 +1,184 @@
+"""The package shows its architecture: layers by boundary, no cycles, small modules.
+
+Read from the source with ``ast`` (nothing is imported): every ``import`` of a module,
+at its top or inside a function, is an edge; imports under ``if TYPE_CHECKING:`` are
+for annotations only and are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGES = ("syphon", "servicebus_emulator", "syphon_demo")
+
+#: What each layer of the product may import (besides itself). ``core`` and ``obs`` are
+#: the foundation; ``app`` is the top.
+ALLOWED = {
+    "core": set(),
+    "obs": {"core"},
+    "servicebus": {"core", "obs"},
+    "store": {"core", "obs"},
+    "job": {"core", "obs", "servicebus", "store"},
+    "producer": {"core", "obs", "servicebus"},
+    "app": {"core", "obs", "servicebus", "store", "job", "producer"},
+}
+
+#: Third-party roots only one layer may import.
+CONFINED = {"azure": "servicebus", "deltalake": "store", "pyarrow.fs": "store"}
+
+#: About 400 lines: a module longer than that does more than one job. (The longest is
+#: the envelope, a reader and the Spark expression that mirrors it, kept together.)
+MAX_LINES = 420
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((SRC / pkg).rglob("*.py"))}
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node, except what sits under ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def imports(name: str, path: Path) -> set[str]:
+    """The absolute names ``name`` imports at run time."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    """Edges between this repository's modules (an import of ``a.b.c`` where ``a.b.c`` is
+    a name inside module ``a.b`` counts as an edge to ``a.b``)."""
+    mods = modules()
+    edges: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        targets = set()
+        for imported in imports(name, path):
+            while imported and imported not in mods:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        edges[name] = targets
+    return edges
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle, or None. Packages importing their own modules (``a`` → ``a.b``)
+    are how packages re-export; an edge from a package's ``__init__`` to its child is left
+    out, as Python runs the child with its parent already in ``sys.modules``."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt.startswith(node + "."):
+                continue
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_there_is_no_import_cycle_anywhere() -> None:
+    assert find_cycle(graph()) is None
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycle(edges) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def layer_of(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if parts[0] == "syphon" and len(parts) > 1 and parts[1] in ALLOWED else None
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_each_layer_imports_only_the_layers_below_it(layer: str) -> None:
+    wrong = set()
+    for name, targets in graph().items():
+        if layer_of(name) != layer:
+            continue
+        for target in targets:
+            other = layer_of(target)
+            if target.startswith(("servicebus_emulator", "syphon_demo")):
+                wrong.add((name, target))
+            elif target.split(".")[0] == "syphon" and other is None and target != "syphon":
+                wrong.add((name, target))  # a module outside the layers
+            elif other is not None and other != layer and other not in ALLOWED[layer]:
+                wrong.add((name, target))
+    assert not wrong
+
+
+def test_the_product_has_no_module_outside_its_layers() -> None:
+    loose = [n for n in modules() if n.startswith("syphon.") and layer_of(n) is None]
+    assert loose == []
+
+
+def test_sdk_and_storage_libraries_stay_behind_their_boundary() -> None:
+    wrong = set()
+    for name, path in modules().items():
+        if not name.startswith("syphon."):
+            continue
+        for imported in imports(name, path):
+            for root, owner in CONFINED.items():
+                if (imported == root or imported.startswith(root + ".")) and (
+                    layer_of(name) != owner
+                ):
+                    wrong.add((name, imported))
+    assert not wrong
+
+
+def test_no_product_module_is_over_about_400_lines() -> None:
+    long = {
+        name: n
+        for name, path in modules().items()
+        if name.startswith("syphon") and not name.startswith("syphon_demo")
+        and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }  # fmt: skip
+    assert long == {}

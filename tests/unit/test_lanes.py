@@ -1,0 +1,255 @@
+"""The replay's rules, batch by batch, with a fake ``send``: no Spark, no Service Bus.
+
+Every skip reason, the busy back-off, the resend mark and the ordering promise (a lane's
+next batch is never sent after one of its batches failed) fail here when broken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from syphon.core.timespan import timedelta_to_ticks
+from syphon.job.lanes import Replayer, ReplaySettings, ttl_left
+from syphon.servicebus.sending import Sent
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
+ORDERS = ("contoso", "orders")
+
+
+def rec(seq: int, batch: str, key: str | None = "k1", dest: tuple[str, str] = ORDERS,
+        **changes: Any) -> dict[str, Any]:  # fmt: skip
+    row: dict[str, Any] = {
+        "backlog_queue": "contoso/x-servicebus-transfer/0",
+        "sequence_number": seq,
+        "primary": dest[0],
+        "destination": dest[1],
+        "partition_key_effective": key,
+        "batch_id": batch,
+        "snapshot_matches": True,
+        "in_doubt": False,
+        "original_time_to_live_ticks": None,
+        "original_enqueued_time": NOW - timedelta(minutes=5),
+    }
+    row.update(changes)
+    return row
+
+
+class FakeService:
+    """Answers sends from a script: per destination, a list of statuses (the last one
+    repeats); records what was sent."""
+
+    def __init__(self, script: dict[tuple[str, str], list[Sent]] | None = None) -> None:
+        self.script = script or {}
+        self.sent: list[tuple[tuple[str, str], list[int]]] = []
+        self.attempts = 0
+
+    def send(self, dest: tuple[str, str], messages: list[Any]) -> Sent:
+        self.attempts += 1
+        answers = self.script.get(dest, [Sent("sent")])
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if answer.status == "sent":
+            self.sent.append((dest, [m["sequence_number"] for m in messages]))
+        return answer
+
+
+def build(rec: Any, ttl: timedelta | None, now: datetime) -> Any:
+    if rec.get("unbuildable"):
+        raise ValueError("the SDK refuses it")
+    return {"sequence_number": rec["sequence_number"], "ttl": ttl}
+
+
+def replayer(service: FakeService, skip: dict[tuple[str, str], str | None] | None = None,
+             settings: ReplaySettings | None = None, **kwargs: Any) -> Replayer:  # fmt: skip
+    sleeps: list[float] = []
+    r = Replayer(settings or ReplaySettings(), skip or {}, service.send, build,
+                 now=lambda: NOW, sleep=sleeps.append, **kwargs)  # fmt: skip
+    r.sleeps = sleeps  # type: ignore[attr-defined]
+    return r
+
+
+def outcomes(results: Iterable[dict[str, Any]]) -> list[tuple[int, str, str | None]]:
+    return [(r["sequence_number"], r["outcome"], r["detail"]) for r in results]
+
+
+def test_batches_are_sent_in_order_and_counted_once() -> None:
+    service = FakeService()
+    r = replayer(service)
+    first = r.replay([rec(1, "b0"), rec(2, "b0")])
+    second = r.replay([rec(3, "b1")])
+    assert outcomes(first + second) == [(1, "sent", None), (2, "sent", None), (3, "sent", None)]
+    assert service.sent == [(ORDERS, [1, 2]), (ORDERS, [3])]
+    assert [x["transfers"] for x in first] == [1, 0]  # counted on the batch's first row
+    assert r.batches_sent == 2
+
+
+def test_after_a_failed_batch_the_lanes_later_batches_are_skipped_and_other_lanes_go_on() -> None:
+    service = FakeService({ORDERS: [Sent("sent"), Sent("failed", "MessageSizeExceededError"),
+                                    Sent("sent")]})  # fmt: skip
+    r = replayer(service)
+    results = [
+        *r.replay([rec(1, "k1#0")]),
+        *r.replay([rec(2, "k1#1")]),  # fails
+        *r.replay([rec(3, "k1#2")]),  # never sent after its lane failed
+        *r.replay([rec(4, "k2#0", key="k2")]),  # another lane of the destination
+        *r.replay([rec(5, "k1#3")]),
+    ]
+    assert outcomes(results) == [
+        (1, "sent", None),
+        (2, "failed", "MessageSizeExceededError"),
+        (3, "skipped", "earlier_batch_failed"),
+        (4, "sent", None),
+        (5, "skipped", "earlier_batch_failed"),
+    ]
+    assert [seqs for _, seqs in service.sent] == [[1], [4]]
+
+
+def test_keyless_batches_do_not_break_each_other() -> None:
+    service = FakeService({ORDERS: [Sent("failed", "X"), Sent("sent")]})
+    r = replayer(service)
+    results = [*r.replay([rec(1, "n0", key=None)]), *r.replay([rec(2, "n1", key=None)])]
+    assert outcomes(results) == [(1, "failed", "X"), (2, "sent", None)]
+
+
+def test_a_destination_that_keeps_failing_is_skipped_after_the_threshold() -> None:
+    service = FakeService({ORDERS: [Sent("failed", "X")]})
+    r = replayer(service, settings=ReplaySettings(failed_batches_per_destination=2))
+    other = ("contoso", "payments")
+    results = [
+        *r.replay([rec(1, "a", key="a")]),
+        *r.replay([rec(2, "b", key="b")]),
+        *r.replay([rec(3, "c", key="c")]),  # a fresh lane, but the destination is failing
+        *r.replay([rec(4, "p", key="a", dest=other)]),  # another destination goes on
+    ]
+    assert outcomes(results) == [
+        (1, "failed", "X"),
+        (2, "failed", "X"),
+        (3, "skipped", "destination_failing"),
+        (4, "sent", None),
+    ]
+    assert service.attempts == 3
+
+
+def test_destinations_the_pings_skipped_are_skipped_with_the_pings_reason() -> None:
+    service = FakeService()
+    r = replayer(service, skip={ORDERS: "destination_missing", ("contoso", "ok"): None})
+    assert outcomes(r.replay([rec(1, "b"), rec(2, "b")])) == [
+        (1, "skipped", "destination_missing"),
+        (2, "skipped", "destination_missing"),
+    ]
+    assert outcomes(r.replay([rec(3, "c", dest=("contoso", "ok"))])) == [(3, "sent", None)]
+    assert service.attempts == 1
+
+
+def test_a_changed_or_expired_message_is_skipped_and_the_rest_of_its_batch_is_sent() -> None:
+    service = FakeService()
+    r = replayer(service)
+    expired = {"original_time_to_live_ticks": timedelta_to_ticks(timedelta(minutes=1))}
+    alive = {"original_time_to_live_ticks": timedelta_to_ticks(timedelta(hours=1))}
+    results = r.replay([
+        rec(1, "b", snapshot_matches=False), rec(2, "b", **expired), rec(3, "b", **alive),
+    ])  # fmt: skip
+    assert outcomes(results) == [
+        (1, "skipped", "backlog_changed"),
+        (2, "skipped", "expired_before_send"),
+        (3, "sent", None),
+    ]
+    assert service.sent == [(ORDERS, [3])]
+
+
+def test_the_ttl_sent_is_what_is_left_of_the_original() -> None:
+    ticks = timedelta_to_ticks(timedelta(hours=1))
+    left = ttl_left({"original_time_to_live_ticks": ticks,
+                     "original_enqueued_time": NOW - timedelta(minutes=20)}, NOW)  # fmt: skip
+    assert left == timedelta(minutes=40)
+    assert ttl_left({"original_time_to_live_ticks": None}, NOW) is None
+    naive = (NOW - timedelta(minutes=20)).replace(tzinfo=None)
+    assert ttl_left({"original_time_to_live_ticks": ticks,
+                     "original_enqueued_time": naive}, NOW) == timedelta(minutes=40)  # fmt: skip
+
+
+def test_a_message_the_sdk_refuses_stops_its_batch_and_breaks_its_lane() -> None:
+    service = FakeService()
+    r = replayer(service)
+    results = [
+        *r.replay([rec(1, "b0"), rec(2, "b0", unbuildable=True), rec(3, "b0")]),
+        *r.replay([rec(4, "b1")]),
+    ]
+    assert outcomes(results) == [
+        (1, "skipped", "batch_not_sendable"),
+        (2, "skipped", "not_sendable"),
+        (3, "skipped", "batch_not_sendable"),
+        (4, "skipped", "earlier_batch_failed"),
+    ]
+    assert service.sent == []
+
+
+def test_server_busy_backs_off_doubling_and_sends_the_same_batch_again() -> None:
+    busy = Sent("busy", "ServiceBusServerBusyError")
+    service = FakeService({ORDERS: [busy, busy, busy, Sent("sent")]})
+    settings = ReplaySettings(busy_retries=5, backoff_seconds=1.0, backoff_max_seconds=3.0)
+    r = replayer(service, settings=settings)
+    results = r.replay([rec(1, "b"), rec(2, "b")])
+    assert outcomes(results) == [(1, "sent", None), (2, "sent", None)]
+    assert (results[0]["transfers"], results[0]["busy_retries"]) == (4, 3)
+    assert r.sleeps == [1.0, 2.0, 3.0]  # type: ignore[attr-defined]
+
+
+def test_busy_retries_exhausted_fail_the_batch_and_break_the_lane() -> None:
+    busy = Sent("busy", "ServiceBusServerBusyError")
+    service = FakeService({ORDERS: [busy]})
+    r = replayer(service, settings=ReplaySettings(busy_retries=2))
+    results = [*r.replay([rec(1, "b0")]), *r.replay([rec(2, "b1")])]
+    assert outcomes(results) == [
+        (1, "failed", "ServiceBusServerBusyError"),
+        (2, "skipped", "earlier_batch_failed"),
+    ]
+    assert results[0]["busy_retries"] == 3
+    assert service.attempts == 3
+
+
+def test_a_lost_answer_is_in_doubt_and_breaks_the_lane() -> None:
+    service = FakeService({ORDERS: [Sent("in_doubt", "OperationTimeoutError")]})
+    r = replayer(service)
+    results = [*r.replay([rec(1, "b0")]), *r.replay([rec(2, "b1")])]
+    assert outcomes(results) == [
+        (1, "in_doubt", "OperationTimeoutError"),
+        (2, "skipped", "earlier_batch_failed"),
+    ]
+
+
+def test_a_namespace_fault_skips_the_rest_of_that_primary_only() -> None:
+    fault = Sent("in_doubt", "ServiceBusConnectionError", namespace_fault=True)
+    elsewhere = ("fabrikam", "orders")
+    service = FakeService({ORDERS: [fault]})
+    r = replayer(service)
+    results = [
+        *r.replay([rec(1, "a", key="a")]),
+        *r.replay([rec(2, "b", key="b", dest=("contoso", "payments"))]),
+        *r.replay([rec(3, "c", key="c", dest=elsewhere)]),
+    ]
+    assert outcomes(results) == [
+        (1, "in_doubt", "ServiceBusConnectionError"),
+        (2, "skipped", "namespace_fault"),
+        (3, "sent", None),
+    ]
+
+
+@pytest.mark.parametrize(("in_doubt", "retried"), [(True, False), (False, True)])
+def test_a_resend_of_something_in_doubt_is_marked(in_doubt: bool, retried: bool) -> None:
+    r = replayer(FakeService(), retried=retried)
+    assert outcomes(r.replay([rec(1, "b", in_doubt=in_doubt), rec(2, "b")])) == [
+        (1, "sent", "resent_in_doubt"),
+        (2, "sent", "resent_in_doubt" if retried else None),
+    ]
+
+
+def test_the_fail_point_hears_every_batch_sent() -> None:
+    heard: list[int] = []
+    r = replayer(FakeService(), on_sent=heard.append)
+    for i in range(3):
+        r.replay([rec(i, f"b{i}", key=f"k{i}")])
+    assert heard == [1, 2, 3]
