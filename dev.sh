@@ -95,7 +95,9 @@ case "$cmd" in
     ensure_test_jvm_archive
     # Test files go to parallel workers (pytest-xdist, one file per worker at a time):
     # most tests wait on the network, not the CPU. SYPHON_TEST_WORKERS=0 runs serially.
-    exec "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile "$@"
+    # Files go out in collection order (the slowest first, see tests/conftest.py).
+    exec "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile \
+      --no-loadscope-reorder "$@"
     ;;
   demo)
     setup

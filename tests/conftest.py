@@ -53,3 +53,28 @@ def pair(servicebus_emulator: Callable[..., Emulator]) -> Pair:
     """A primary namespace (queues orders and sessions, topic events) and a secondary one
     with provisioned backlog queues, each a local Service Bus (see paired_env.py)."""
     return make_pair(servicebus_emulator)
+
+
+#: The slowest test files (about 2-5 minutes each on 2 busy cores), slowest first: the
+#: parallel workers take files in collection order, so these start at once and the short
+#: files fill the gaps, instead of a long file starting last and running alone.
+SLOWEST_FIRST = (
+    "tests/job/test_packed_env.py",
+    "tests/job/test_crash.py",
+    "tests/job/test_demo.py",
+    "tests/job/test_crash_settle.py",
+    "tests/emulator/test_sdk_samples.py",
+    "tests/job/test_run_faults.py",
+    "tests/job/test_plan_verdicts.py",
+    "tests/job/test_run.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
+
+    def order(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return rank.get(path, len(rank))
+
+    items.sort(key=order)  # stable: the rest keep their order

@@ -103,9 +103,9 @@ def kill_at_each_then_finish(
     finish, and checks that nothing was lost and every resend is marked."""
     pair = make_pair(servicebus_emulator)
     pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
-    # long enough that a busy machine never loses it mid-run (renewed every 4 s); a
+    # long enough that a busy machine does not lose it mid-run (renewed every 3 s); a
     # killed run's lease is waited out below
-    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 12\n")
+    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 9\n")
     root = Path(config.audit.path)
     sent: dict[str, str] = {}
 

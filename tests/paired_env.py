@@ -13,7 +13,7 @@ from typing import Any
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from jvm import java_options
+from jvm import SMALL_DATA_CONF, java_options
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
 from syphon.app.services import build_context, run_with_report
 from syphon.core.config import SyphonConfig
@@ -84,6 +84,11 @@ def park_outage(pair: Pair, *, producers: int = 2, messages_per_phase: int = 6) 
     )
 
 
+def spark_conf_lines() -> str:
+    """The tests' small-data Spark settings as lines of a config's ``spark.conf``."""
+    return "\n".join(f'    {k}: "{v}"' for k, v in SMALL_DATA_CONF.items())
+
+
 def job_config(
     pair: Pair,
     tmp_path: Path,
@@ -128,6 +133,7 @@ audit:
 spark:
   conf:
     spark.driver.extraJavaOptions: "{java_options()}"
+{spark_conf_lines()}
 {extra}""",
         encoding="utf-8",
     )

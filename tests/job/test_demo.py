@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jvm import java_options
+from jvm import SMALL_DATA_CONF, java_options
 from servicebus_emulator.server import EMULATOR_KEY
 from syphon.store.audit import RUNS_TABLE
 from syphon.store.delta import read_table
@@ -19,13 +19,14 @@ pytestmark = pytest.mark.timeout(420)
 SYPHON = Path(sys.executable).parent / "syphon"
 #: the tests' quick JVM for the demo's Spark session (an override of conf/local.yaml)
 QUICK_JVM = "SYPHON__SPARK__CONF__spark.driver.extraJavaOptions"
+SMALL_DATA = {f"SYPHON__SPARK__CONF__{k}": v for k, v in SMALL_DATA_CONF.items()}
 
 
 def test_the_demo_runs_the_whole_story_and_can_run_again(tmp_path: Path) -> None:
     for attempt in (1, 2):
         result = subprocess.run(
             [sys.executable, "-m", "syphon_demo"], cwd=tmp_path, capture_output=True, text=True,
-            env={**os.environ, QUICK_JVM: java_options()},
+            env={**os.environ, QUICK_JVM: java_options(), **SMALL_DATA},
             timeout=400, check=False,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]

@@ -22,6 +22,8 @@ import pytest
 
 from paired_env import Pair, job_config, park_orders
 
+QUICK = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
 pytestmark = pytest.mark.timeout(600)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,6 +98,8 @@ def test_spark_submit_runs_the_job_from_a_packed_environment(
     result = subprocess.run(
         [str(BIN / "spark-submit"), "--master", "local-cluster[1,2,1024]",
          "--conf", "spark.ui.enabled=false", "--archives", f"{archive}#environment",
+         # the tests' quick JVMs (C1 only, serial GC) for the driver and the executor
+         "--driver-java-options", QUICK, "--conf", f"spark.executor.extraJavaOptions={QUICK}",
          str(ROOT / "jobs" / "syphon_submit.py"), "--log-format", "json", "run",
          "--config", str(tmp_path / "syphon.yaml")],
         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=400, check=False,

@@ -53,9 +53,15 @@ def test_the_audit_engine_is_one_key(tmp_path: Path) -> None:
     text = MINIMAL + "audit: {engine: spark, table: main.ops.syphon_audit}\n"
     audit = load_config(write(tmp_path, text), environ={}).audit
     assert (audit.engine, audit.table, audit.format) == ("spark", "main.ops.syphon_audit", "delta")
-    assert audit.where == "table main.ops.syphon_audit"
     plain = load_config(write(tmp_path, MINIMAL), environ={}).audit
-    assert (plain.engine, plain.table, plain.where) == ("delta-rs", None, ".syphon/delta")
+    assert (plain.engine, plain.table, plain.path) == ("delta-rs", None, ".syphon/delta")
+    from syphon.store import open_store
+
+    def no_spark() -> None:
+        raise AssertionError("no Spark to say where the audit is")
+
+    assert open_store(audit, no_spark).where == "table main.ops.syphon_audit"  # type: ignore[arg-type]
+    assert open_store(plain, no_spark).where == str(Path(".syphon/delta").absolute())  # type: ignore[arg-type]
 
 
 def test_defaults_fill_what_a_minimal_file_leaves_out(tmp_path: Path) -> None:

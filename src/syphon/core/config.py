@@ -164,11 +164,6 @@ class AuditConfig:
     table: str | None = None
     format: str = "delta"
 
-    @property
-    def where(self) -> str:
-        """Where the audit is, for messages: a folder, or a catalog table."""
-        return f"table {self.table}" if self.engine == "spark" else self.path
-
 
 @dataclass(frozen=True)
 class RunConfig:

@@ -50,3 +50,29 @@ class RunContext:
     namespaces: Namespaces
     store: AuditStore
     spark: SparkOnDemand
+
+
+#: Messages per shuffle partition when syphon sizes a run's shuffles itself.
+MESSAGES_PER_SHUFFLE_PARTITION = 5_000
+_SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+_SPARK_DEFAULT = "200"
+
+
+def fit_shuffle_partitions(ctx: RunContext, messages: int) -> int | None:
+    """Sizes the run's shuffles to its backlog: one partition per
+    :data:`MESSAGES_PER_SHUFFLE_PARTITION` messages, at least the session's default
+    parallelism (Spark's fixed 200 runs 200 tasks per stage for a backlog of six
+    messages). Left alone when the operator chose a value (in ``spark.conf`` or the
+    cluster's settings: anything but Spark's default). Returns the value set, or None."""
+    spark = ctx.spark()
+    if _SHUFFLE_PARTITIONS in ctx.config.spark.conf:
+        return None
+    if spark.conf.get(_SHUFFLE_PARTITIONS, _SPARK_DEFAULT) != _SPARK_DEFAULT:
+        return None
+    try:
+        cores = int(spark.sparkContext.defaultParallelism)
+    except Exception:  # a session without a reachable SparkContext (shared clusters)
+        return None
+    partitions = max(1, cores, -(-messages // MESSAGES_PER_SHUFFLE_PARTITION))
+    spark.conf.set(_SHUFFLE_PARTITIONS, str(partitions))
+    return partitions

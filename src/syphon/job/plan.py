@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from syphon.core.ledger import Operations, RunRecord, Timings
 from syphon.core.schema import DESTINATIONS, Status, Verdict, spark_schema
-from syphon.job.context import RunContext
+from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.reconcile import reconcile_snapshot
 from syphon.job.snapshot import read_snapshot
 from syphon.obs import progress
@@ -152,6 +152,7 @@ def plan(
                              ctx.config.backlog.split_messages)  # fmt: skip
     peeked = snapshot.count()
     timings.snapshot = time.monotonic() - clock
+    fit_shuffle_partitions(ctx, peeked)
 
     clock = time.monotonic()
     progress.step(f"reconcile: {peeked} messages")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from syphon.core.errors import SyphonError
 from syphon.core.schema import Detail, Outcome, Stage, Status, Verdict
-from syphon.job.context import RunContext
+from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.failures import missing_destinations
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.plan import discover, discovery_operations, new_run_id, plan
@@ -125,6 +125,7 @@ def _replay_and_settle(
     if planned is None:
         raise SyphonError(f"no audit at {ctx.store.where}: run {ledger.run_id} has no plan")
     planned = planned.localCheckpoint(eager=True)
+    fit_shuffle_partitions(ctx, planned.count())  # a resumed run was not sized by its plan
     if not ledger.counts:
         ledger.counts = {r["verdict"]: int(r["count"])
                          for r in planned.groupBy("verdict").count().collect()}  # fmt: skip
