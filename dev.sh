@@ -84,6 +84,13 @@ ensure_test_jvm_archive() {
   echo "$want" > "$VENV/spark-classes.stamp"
 }
 
+# the official SDK samples the local Service Bus is tested with: fetched once (the SDK's
+# source archive, checked against requirements.lock's hashes) into ~/.cache/syphon-tests
+ensure_sdk_samples() {
+  "$VENV/bin/python" tests/sdk_samples.py >/dev/null 2>&1 \
+    || { say "could not fetch the SDK samples (tests/sdk_samples.py): their tests will fail"; }
+}
+
 setup() { ensure_python; ensure_java; ensure_venv; }
 
 cmd=${1:-help}
@@ -93,6 +100,7 @@ case "$cmd" in
     setup
     ensure_chromium
     ensure_test_jvm_archive
+    ensure_sdk_samples
     # Test files go to parallel workers (pytest-xdist, one file per worker at a time):
     # most tests wait on the network, not the CPU. SYPHON_TEST_WORKERS=0 runs serially.
     # Files go out in collection order (the slowest first, see tests/conftest.py).

@@ -33,8 +33,11 @@ class Pair:
     primary: Emulator
     secondary: Emulator
 
-    def client(self, rng_seed: int | None = 7, **options: Any) -> PairedNamespaceClient:
-        """A paired client with fresh SDK clients (no retries, so faults show at once)."""
+    def client(
+        self, rng_seed: int | None = 7, timer: Any = None, **options: Any
+    ) -> PairedNamespaceClient:
+        """A paired client with fresh SDK clients (no retries, so faults show at once);
+        ``timer`` replaces the grace-period watchdog's ``threading.Timer``."""
         return PairedNamespaceClient(
             ServiceBusClient.from_connection_string(self.primary.connection_string, retry_total=0),
             ServiceBusClient.from_connection_string(
@@ -43,6 +46,7 @@ class Pair:
             PRIMARY,
             SendAvailabilityOptions(backlog_queue_count=BACKLOG_QUEUES, **options),
             rng=None if rng_seed is None else random.Random(rng_seed),
+            **({} if timer is None else {"timer": timer}),
         )
 
     def backlog(self) -> dict[str, list[Any]]:

@@ -18,6 +18,7 @@ from azure.servicebus.exceptions import (
     MessageSizeExceededError,
     MessagingEntityDisabledError,
     MessagingEntityNotFoundError,
+    OperationTimeoutError,
     ServiceBusError,
     ServiceBusServerBusyError,
 )
@@ -393,14 +394,22 @@ def test_a_throttled_entity_answers_server_busy(servicebus_emulator: EmulatorFac
         client.get_queue_sender("q").send_messages(ServiceBusMessage("x"))
 
 
-def test_slow_replies_are_slow(servicebus_emulator: EmulatorFactory) -> None:
-    sb = servicebus_emulator(QueueSpec("q"))
-    with client_for(sb) as client, client.get_queue_sender("q") as sender:
+def test_slow_replies_outlast_a_shorter_client_timeout(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    sb = servicebus_emulator(QueueSpec("q"), QueueSpec("fast"))
+    with client_for(sb, retry_total=0) as client, client.get_queue_sender("q") as sender:
         sender.send_messages(ServiceBusMessage("warm"))
-        sb.slow_down(0.5, "q")
-        started = time.monotonic()
-        sender.send_messages(ServiceBusMessage("slow"))
-        assert time.monotonic() - started >= 0.5
+        sb.slow_down(5, "q")
+        # a reply held five seconds: a send that waits one gives up (no elapsed-time check:
+        # the client's own timeout is the clock)
+        with pytest.raises(OperationTimeoutError):
+            sender.send_messages(ServiceBusMessage("slow"), timeout=1)
+        # only that entity is slow
+        with client.get_queue_sender("fast") as fast:
+            fast.send_messages(ServiceBusMessage("quick"), timeout=30)
+        sb.clear_faults()
+        sender.send_messages(ServiceBusMessage("after"), timeout=30)
 
 
 def test_dropped_connections_recover_on_the_next_call(servicebus_emulator: EmulatorFactory) -> None:

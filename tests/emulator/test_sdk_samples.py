@@ -1,7 +1,8 @@
 """The official azure-servicebus 7.15.0 samples run green against the local Service Bus.
 
-The samples are not copied here: the test downloads the SDK's source archive from PyPI
-(cached under ~/.cache/syphon-tests) and runs each sample unchanged through
+The samples are not copied here: ``./dev.sh test`` fetches the SDK's source archive once
+(``tests/sdk_samples.py``: the version and hashes of ``requirements.lock``, cached under
+~/.cache/syphon-tests), and the test runs each sample unchanged through
 ``sample_harness.py``, which only replaces Azure AD with the emulator's shared key.
 Which samples run, and why the others cannot, is listed in
 ``src/servicebus_emulator/README.md``; keep the two lists in step.
@@ -12,16 +13,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from sdk_samples import samples_dir
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
 
-SDK = "azure-servicebus==7.15.0"
 HARNESS = Path(__file__).with_name("sample_harness.py")
 
 SAMPLES = [
@@ -57,33 +57,12 @@ SAMPLES = [
 
 
 def _samples_dir() -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "syphon-tests"
-    root = cache / "azure_servicebus-7.15.0" / "samples"
-    if root.is_dir():
-        return root
-    cache.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-binary",
-            ":all:",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "-d",
-            str(cache),
-            SDK,
-        ],
-        check=True,
-        timeout=300,
-    )
-    (archive,) = cache.glob("azure_servicebus-7.15.0.tar.gz")
-    with tarfile.open(archive) as tar:
-        members = [m for m in tar.getmembers() if "/samples/" in m.name]
-        tar.extractall(cache, members=members, filter="data")
+    root = samples_dir()
+    if not root.is_dir():
+        pytest.fail(
+            f"the SDK samples are not in {root}: ./dev.sh test fetches them once "
+            "(python tests/sdk_samples.py)"
+        )
     return root
 
 

@@ -146,3 +146,68 @@ def test_a_secondary_that_goes_down_while_settling_fails_the_run_and_the_next_ru
     assert second.counts == {"duplicate": 4}  # already replayed: completed, not sent again
     assert not backlog
     assert len(stored(pair, "orders")) == 4
+
+
+def test_a_run_that_loses_its_lease_settles_nothing_and_the_next_run_finishes(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from syphon.store.lease import Lease
+
+    messages = [ServiceBusMessage(f"l{i}".encode(), message_id=f"l-{i}") for i in range(3)]
+    send_raw(pair, 1, [to_backlog_message(m, "orders") for m in messages])
+    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 2\n")
+    root = Path(config.audit.path)
+    leases: list[Lease] = []
+    start_heartbeat = Lease.start_heartbeat
+
+    def recorded(lease: Lease) -> None:
+        leases.append(lease)
+        start_heartbeat(lease)
+
+    taken: list[Lease] = []
+
+    def stall_after_the_replay(name: str) -> None:
+        """The run stalls after its replay is recorded (its heartbeat with it) longer
+        than its lease, and another run takes the lease meanwhile."""
+        if name != "after_replayed" or taken:
+            return  # once
+        (lease,) = leases
+        lease.stop_heartbeat()
+        deadline = time.monotonic() + 60
+        while (lease.state().expires_at or datetime.min.replace(tzinfo=timezone.utc)) >= (
+            datetime.now(timezone.utc)
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        other = Lease(root, "other-run", timedelta(minutes=5))
+        assert other.acquire().holder == other.holder
+        taken.append(other)
+
+    monkeypatch.setattr(Lease, "start_heartbeat", recorded)
+    monkeypatch.setattr("syphon.obs.failpoints.check", stall_after_the_replay)
+    first = run_job(config, spark)
+    assert taken
+    assert (first.status, first.detail, first.exit_code) == ("failed", "LeaseLostError", 1)
+    assert first.fix is not None
+    assert "run.lease_seconds (2 s)" in first.fix
+    # sent, but nothing settled: the backlog keeps every message, the audit no settle row
+    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == ["l-0", "l-1", "l-2"]
+    backlog = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/1").messages
+    assert len(backlog) == 3
+    audit = read_table(root / AUDIT_TABLE).to_pylist()
+    mine = [r for r in audit if r["run_id"] == first.run_id]
+    assert {r["stage"] for r in mine} == {"plan", "replay"}
+    # the loser's release at its end left the new holder's lease alone
+    (other,) = taken
+    assert other.held()
+
+    # the holder ends; the next run settles what was sent and sends nothing again
+    other.release()
+    leases.clear()
+    second = run_job(config, spark)
+    assert second.status == "done", second
+    assert second.counts == {"duplicate": 3}
+    assert not backlog
+    assert len(stored(pair, "orders")) == 3

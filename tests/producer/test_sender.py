@@ -7,7 +7,7 @@ import random
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
@@ -277,25 +277,56 @@ def test_a_message_too_large_for_the_backlog_form_fails_clearly(pair: Pair) -> N
     assert backlog_count(pair) == 0
 
 
-def test_a_closed_side_closes_its_partner_within_the_grace_period(pair: Pair) -> None:
-    paired = pair.client()
+class ManualTimer:
+    """``threading.Timer`` that fires when the test says so."""
+
+    started: ClassVar[list[ManualTimer]] = []
+
+    def __init__(self, interval: float, function: Any, args: tuple[Any, ...] = ()) -> None:
+        self.interval, self.function, self.args = interval, function, args
+        self.daemon = False
+        self.cancelled = False
+
+    def start(self) -> None:
+        ManualTimer.started.append(self)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def fire(self) -> None:
+        if not self.cancelled:
+            self.function(*self.args)
+
+
+def test_a_closed_side_closes_its_partner_after_the_grace_period(pair: Pair) -> None:
+    ManualTimer.started.clear()
+    paired = pair.client(timer=ManualTimer)
     sender = paired.get_queue_sender("orders")
     sender.send_messages(ServiceBusMessage("before"))
-    started = time.monotonic()
     paired.close_primary()
     with pytest.raises(PairedClientClosedError, match="primary side"):
         sender.send_messages(ServiceBusMessage("x"))
-    while paired.counters and time.monotonic() - started < 8:
-        try:
-            paired.check_open()
-        except PairedClientClosedError as exc:
-            if "did not close within 5 s" in str(exc):
-                break
-        time.sleep(0.1)
-    elapsed = time.monotonic() - started
-    assert 4.5 <= elapsed <= 6.5
+    (watchdog,) = ManualTimer.started
+    assert watchdog.interval == 5.0  # the default grace period
+    # within the grace period only the primary side is closed
+    with pytest.raises(PairedClientClosedError, match="primary side of the paired client is"):
+        paired.check_open()
+    watchdog.fire()  # the grace period is over and the secondary was not closed
     with pytest.raises(PairedClientClosedError, match="secondary side did not close within 5 s"):
         paired.get_queue_sender("orders")
+
+
+def test_closing_both_sides_in_time_cancels_the_watchdog(pair: Pair) -> None:
+    ManualTimer.started.clear()
+    paired = pair.client(timer=ManualTimer)
+    paired.close_primary()
+    paired.close_secondary()
+    (watchdog,) = ManualTimer.started
+    assert watchdog.cancelled
+    watchdog.fire()  # too late: nothing happens
+    with pytest.raises(PairedClientClosedError, match="primary side of the paired client is"):
+        paired.check_open()
+    paired.close()
 
 
 def test_closing_both_sides_in_time_is_a_clean_close(pair: Pair) -> None:

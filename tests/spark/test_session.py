@@ -94,3 +94,29 @@ def test_a_killed_sessions_scratch_files_hold_no_clear_body_and_the_next_start_r
     assert folder.is_dir()  # a killed session cleans nothing up ...
     assert clean_stale_scratch(root) == [folder]  # ... the next start does
     assert not folder.exists()
+
+
+def test_a_run_sizes_its_shuffles_to_its_backlog_unless_the_operator_chose(
+    spark: SparkSession,
+) -> None:
+    from syphon.job.context import fit_shuffle_partitions
+
+    key = "spark.sql.shuffle.partitions"
+    kept = spark.conf.get(key)
+    cores = spark.sparkContext.defaultParallelism
+    try:
+        spark.conf.set(key, "200")  # Spark's default, as on a cluster nobody tuned
+        assert fit_shuffle_partitions(spark, 6, {}) == cores
+        assert spark.conf.get(key) == str(cores)
+        spark.conf.set(key, "200")
+        assert fit_shuffle_partitions(spark, 1_000_001, {}) == 201
+        assert spark.conf.get(key) == "201"
+        # the operator's choice wins: in the config, or in the session's settings
+        spark.conf.set(key, "200")
+        assert fit_shuffle_partitions(spark, 1_000_001, {key: "200"}) is None
+        assert spark.conf.get(key) == "200"
+        spark.conf.set(key, "7")
+        assert fit_shuffle_partitions(spark, 1_000_001, {}) is None
+        assert spark.conf.get(key) == "7"
+    finally:
+        spark.conf.set(key, kept)

@@ -84,3 +84,55 @@ def test_history_rules() -> None:
     assert state.holder == "a"
     assert state.expires_at is not None
     assert state.expires_at.second == 30
+
+
+def _wait_until_expired(lease: Lease, timeout: float = 30.0) -> None:
+    """Waits (polling the lease's own state) until its expiry has passed."""
+    from datetime import datetime, timezone
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        expires = lease.state().expires_at
+        if expires is None or expires < datetime.now(timezone.utc):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the lease never expired")
+
+
+def test_a_release_by_someone_else_leaves_the_lease_with_its_holder(tmp_path: Path) -> None:
+    holder = Lease(tmp_path, "holder", timedelta(minutes=5))
+    assert holder.acquire().holder == holder.holder
+    other = Lease(tmp_path, "other", timedelta(minutes=5))
+    other.release()  # a run that never held it, ending
+    assert other.state().holder == holder.holder
+    assert holder.held()
+    holder.check()  # still its own
+    assert other.acquire().holder == holder.holder  # and still not free
+
+
+def test_check_fails_once_another_run_took_the_expired_lease(tmp_path: Path) -> None:
+    stalled = Lease(tmp_path, "stalled", timedelta(seconds=0.3))
+    stalled.acquire()
+    stalled.check()  # held: no error
+    _wait_until_expired(stalled)  # a run that stalled longer than its lease
+    thief = Lease(tmp_path, "next", timedelta(minutes=5))
+    assert thief.acquire().holder == thief.holder
+    with pytest.raises(LeaseLostError, match="was lost"):
+        stalled.check()
+    stalled.release()  # the loser's release leaves the new holder alone
+    assert thief.held()
+
+
+def test_the_heartbeat_remembers_a_lost_lease_and_stops_renewing(tmp_path: Path) -> None:
+    lease = Lease(tmp_path, "slow", timedelta(seconds=0.3))
+    lease.acquire()
+    _wait_until_expired(lease)
+    thief = Lease(tmp_path, "next", timedelta(minutes=5))
+    assert thief.acquire().holder == thief.holder
+    lease.start_heartbeat()
+    lease._thread.join(timeout=30)  # its first renewal finds the lease gone, and it ends
+    assert not lease._thread.is_alive()
+    assert lease.lost is True
+    with pytest.raises(LeaseLostError):
+        lease.check()
+    assert thief.held()

@@ -4,7 +4,7 @@ audit store and the Spark session on demand — built once by the entry point
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,14 +58,16 @@ _SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 _SPARK_DEFAULT = "200"
 
 
-def fit_shuffle_partitions(ctx: RunContext, messages: int) -> int | None:
-    """Sizes the run's shuffles to its backlog: one partition per
+def fit_shuffle_partitions(
+    spark: SparkSession, messages: int, spark_conf: Mapping[str, object]
+) -> int | None:
+    """Sizes a run's shuffles to its backlog: one partition per
     :data:`MESSAGES_PER_SHUFFLE_PARTITION` messages, at least the session's default
     parallelism (Spark's fixed 200 runs 200 tasks per stage for a backlog of six
-    messages). Left alone when the operator chose a value (in ``spark.conf`` or the
-    cluster's settings: anything but Spark's default). Returns the value set, or None."""
-    spark = ctx.spark()
-    if _SHUFFLE_PARTITIONS in ctx.config.spark.conf:
+    messages). Left alone when the operator chose a value: in ``spark_conf`` (the
+    config's ``spark.conf``) or in the session (anything but Spark's default). Returns
+    the value set, or None."""
+    if _SHUFFLE_PARTITIONS in spark_conf:
         return None
     if spark.conf.get(_SHUFFLE_PARTITIONS, _SPARK_DEFAULT) != _SPARK_DEFAULT:
         return None

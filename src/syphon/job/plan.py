@@ -152,7 +152,7 @@ def plan(
                              ctx.config.backlog.split_messages)  # fmt: skip
     peeked = snapshot.count()
     timings.snapshot = time.monotonic() - clock
-    fit_shuffle_partitions(ctx, peeked)
+    fit_shuffle_partitions(spark, peeked, ctx.config.spark.conf)
 
     clock = time.monotonic()
     progress.step(f"reconcile: {peeked} messages")

@@ -125,7 +125,8 @@ def _replay_and_settle(
     if planned is None:
         raise SyphonError(f"no audit at {ctx.store.where}: run {ledger.run_id} has no plan")
     planned = planned.localCheckpoint(eager=True)
-    fit_shuffle_partitions(ctx, planned.count())  # a resumed run was not sized by its plan
+    # a resumed run was not sized by its plan
+    fit_shuffle_partitions(spark, planned.count(), ctx.config.spark.conf)
     if not ledger.counts:
         ledger.counts = {r["verdict"]: int(r["count"])
                          for r in planned.groupBy("verdict").count().collect()}  # fmt: skip

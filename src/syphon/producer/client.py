@@ -75,6 +75,8 @@ class PairedNamespaceClient:
         options: the send-availability options.
         rng: the random source for backlog choices (seed it in tests).
         clock: a monotonic clock in seconds (for the failover timer).
+        timer: starts the grace-period watchdog (``threading.Timer``'s signature; a
+            manual one in tests).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class PairedNamespaceClient:
         *,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        timer: Callable[..., threading.Timer] = threading.Timer,
     ) -> None:
         self.options = options or SendAvailabilityOptions()
         self.primary_namespace = primary_namespace
@@ -96,6 +99,7 @@ class PairedNamespaceClient:
         self._clients = {PRIMARY: primary, SECONDARY: secondary}
         self._rng = rng or random.Random()  # noqa: S311 (load spreading, not security)
         self._clock = clock
+        self._timer = timer
         self._lock = threading.RLock()
         self._entities: dict[str, _EntityState] = {}
         self._rotation = list(range(len(self.backlog_paths)))
@@ -272,7 +276,7 @@ class PairedNamespaceClient:
                     self._watchdog.cancel()
                 return
             grace = self.options.partner_close_timeout.total_seconds()
-            self._watchdog = threading.Timer(grace, self._close_partner, (side, partner, how))
+            self._watchdog = self._timer(grace, self._close_partner, (side, partner, how))
             self._watchdog.daemon = True
             self._watchdog.start()
         self._close_client(side)

@@ -134,7 +134,7 @@ class Lease:
         """
         self._commit("renew")
         if not self.held():
-            raise LeaseLostError(f"the lease of {self.holder} was lost")
+            raise self._lost()
 
     def release(self) -> None:
         self.stop_heartbeat()
@@ -171,4 +171,13 @@ class Lease:
     def check(self) -> None:
         """Raises LeaseLostError when the heartbeat found the lease lost."""
         if getattr(self, "lost", False) or not self.held():
-            raise LeaseLostError(f"the lease of {self.holder} was lost")
+            raise self._lost()
+
+    def _lost(self) -> LeaseLostError:
+        seconds = f"{self.ttl.total_seconds():g}"
+        return LeaseLostError(
+            f"the lease of {self.holder} was lost",
+            fix=f"this run went more than run.lease_seconds ({seconds} s) without renewing "
+            "its lease and another run may hold it: it settles nothing more, and the next "
+            "run settles what it sent; if runs stall that long, raise run.lease_seconds",
+        )
