@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import socket
 from collections import defaultdict
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMessageState
 
 from paired_env import (
     PRIMARY,
@@ -44,6 +45,8 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     # trouble: an invalid message, a duplicate of a parked one, and a destination that
     # refuses sends during the run
     dup = parked[0]
+    now = datetime.now(timezone.utc)
+    later = (now + timedelta(hours=1)).replace(microsecond=0)
     send_raw(pair, 3, [
         to_backlog_message(ServiceBusMessage(b"x", message_id="bad-1"), "nowhere"),
         to_backlog_message(ServiceBusMessage(dup.body, message_id=dup.message_id,
@@ -51,7 +54,18 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
                                              partition_key=dup.partition_key), dup.destination),
         to_backlog_message(ServiceBusMessage(b"p1", message_id="paused-1"), "paused"),
         to_backlog_message(ServiceBusMessage(b"p2", message_id="paused-2"), "paused"),
+        # every header a sender may set, and scheduled times in the past and the future
+        to_backlog_message(ServiceBusMessage(
+            b'{"a": 1}', message_id="rich-1", content_type="application/json",
+            correlation_id="corr-1", subject="subj-1", to="to-1", reply_to="reply-q",
+            reply_to_session_id="reply-s"), "orders"),
+        to_backlog_message(ServiceBusMessage(
+            b"past", message_id="past-1", scheduled_enqueue_time_utc=now - timedelta(minutes=5)),
+            "orders"),
+        to_backlog_message(ServiceBusMessage(
+            b"later", message_id="later-1", scheduled_enqueue_time_utc=later), "orders"),
     ])  # fmt: skip
+    extra = {"orders": {"rich-1", "past-1", "later-1"}}
     primary.make_unavailable("paused")
     before = {path: [str(m.message_id) for m in stored(pair, p)] for path, p in ENTITIES.items()}
 
@@ -72,7 +86,7 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
         ids = [str(m.message_id) for m in stored(pair, path)]
         assert ids[: len(before[name])] == before[name]
         replayed = ids[len(before[name]) :]
-        want = {m.message_id for m in parked if m.destination == name}
+        want = {m.message_id for m in parked if m.destination == name} | extra.get(name, set())
         assert sorted(replayed) == sorted(want), name
     # in the original order per partition key (the scenario's seq grows per producer)
     by_id = {m.message_id: m for m in parked}
@@ -100,6 +114,20 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     assert props == {"producer": sample.producer, "seq": sample.seq}
     assert copy.expires_ms is not None
     assert 0 < copy.expires_ms - copy.enqueued_ms < 3600 * 1000  # TTL less the time parked
+    # every header as the sender set it; a past schedule sent at once, a future one kept
+    with (
+        ServiceBusClient.from_connection_string(primary.connection_string) as client,
+        client.get_queue_receiver("orders") as receiver,
+    ):
+        at_orders = {str(m.message_id): m for m in receiver.peek_messages(500)}
+    rich = at_orders["rich-1"]
+    assert (rich.content_type, rich.correlation_id, rich.subject, rich.to, rich.reply_to,
+            rich.reply_to_session_id) == ("application/json", "corr-1", "subj-1", "to-1",
+                                          "reply-q", "reply-s")  # fmt: skip
+    assert b"".join(rich.body) == b'{"a": 1}'
+    assert at_orders["past-1"].state == ServiceBusMessageState.ACTIVE
+    assert at_orders["later-1"].state == ServiceBusMessageState.SCHEDULED
+    assert at_orders["later-1"].scheduled_enqueue_time_utc == later
 
     # the backlog keeps only the paused destination's messages; the invalid one is
     # dead-lettered, the duplicate completed
@@ -122,13 +150,13 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
                    if r["run_id"] == first.run_id), key=lambda r: r["recorded_at"])  # fmt: skip
     assert [r["status"] for r in runs] == ["planned", "replaying", "replayed", "partial"]
     ops = dict(runs[-1]["operations"])
-    assert ops["replay.messages_sent"] == len(parked)
-    assert ops["settle.completes"] == len(parked) + 1
+    assert ops["replay.messages_sent"] == len(parked) + 3
+    assert ops["settle.completes"] == len(parked) + 4
     assert ops["settle.dead_letters"] == 1
     assert ops["replay.pings"] == 4  # orders, sessions, events, paused
-    assert ops["snapshot.messages_peeked"] == len(parked) + 4
+    assert ops["snapshot.messages_peeked"] == len(parked) + 7
     assert runs[-1]["credits_per_replayed_message"] == pytest.approx(
-        ops["credits_estimated"] / len(parked)
+        ops["credits_estimated"] / (len(parked) + 3)
     )
 
     # the destination is back: the next run finishes the work
@@ -189,8 +217,6 @@ def test_a_destination_the_primary_cannot_list_and_the_send_does_not_find_is_lef
 def test_a_planned_run_is_replayed_later_and_status_shows_it(
     pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from datetime import datetime, timezone
-
     from syphon.app.text import format_status
     from syphon.job.plan import new_run_id, plan
     from syphon.job.status import status
