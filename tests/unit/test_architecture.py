@@ -71,7 +71,7 @@ def imports(name: str, path: Path) -> set[str]:
             if node.level:
                 parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parent, base] if base else parent)
-            out.add(base)
+            out.add(base)  # ``from a import b`` runs ``a`` (its __init__), then ``a.b``
             out.update(f"{base}.{alias.name}" for alias in node.names)
     return out
 
@@ -93,9 +93,9 @@ def graph() -> dict[str, set[str]]:
 
 
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle, or None. Packages importing their own modules (``a`` → ``a.b``)
-    are how packages re-export; an edge from a package's ``__init__`` to its child is left
-    out, as Python runs the child with its parent already in ``sys.modules``."""
+    """One import cycle, or None. A package's ``__init__`` that imports its own modules
+    counts like any module: a child that imports its package (``from a import b``) then
+    closes a cycle through it."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -103,8 +103,6 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         state[node] = 1
         stack.append(node)
         for nxt in sorted(edges.get(node, ())):
-            if nxt.startswith(node + "."):
-                continue
             if state.get(nxt) == 1:
                 return [*stack[stack.index(nxt) :], nxt]
             if nxt not in state:
@@ -131,6 +129,8 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(edges) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+    # a child that imports its package, whose __init__ imports the child
+    assert find_cycle({"p": {"p.m"}, "p.m": {"p"}}) == ["p", "p.m", "p"]
 
 
 def layer_of(name: str) -> str | None:

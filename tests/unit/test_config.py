@@ -55,7 +55,7 @@ def test_the_audit_engine_is_one_key(tmp_path: Path) -> None:
     assert (audit.engine, audit.table, audit.format) == ("spark", "main.ops.syphon_audit", "delta")
     plain = load_config(write(tmp_path, MINIMAL), environ={}).audit
     assert (plain.engine, plain.table, plain.path) == ("delta-rs", None, ".syphon/delta")
-    from syphon.store import open_store
+    from syphon.store.backend import open_store
 
     def no_spark() -> None:
         raise AssertionError("no Spark to say where the audit is")

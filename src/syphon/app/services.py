@@ -14,7 +14,7 @@ from syphon.job.context import RunContext, SparkOnDemand
 from syphon.job.ledger import RunResult
 from syphon.servicebus.access import resolve_namespaces
 from syphon.servicebus.secrets import DbutilsGet
-from syphon.store import open_store
+from syphon.store.backend import open_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

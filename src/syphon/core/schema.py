@@ -290,6 +290,13 @@ PACKED: Final = (
 DESTINATION_KEY: Final = ("primary", "destination")
 #: A message's place in the backlog (unique within a snapshot).
 PLACE: Final = ("backlog_queue", "sequence_number")
+#: The restored columns that rebuild a message, its body aside (the replay builds from
+#: them, the reconcile measures with them).
+MESSAGE_HEADERS: Final = (
+    "message_id", "partition_key", "original_session_id", "original_time_to_live_ticks",
+    "original_scheduled_enqueue_time", "original_application_properties", "content_type",
+    "correlation_id", "subject", "to", "reply_to", "reply_to_session_id",
+)  # fmt: skip
 #: The order of messages within a (destination, partition key) group.
 ORDER_COLUMNS: Final = ("original_enqueued_time", "backlog_queue", "sequence_number")
 

@@ -35,7 +35,15 @@ from typing import TYPE_CHECKING
 from syphon.core.envelope import PING_CONTENT_TYPE, restore_envelope_col
 from syphon.core.naming import backlog_primary_col
 from syphon.core.partitioning import effective_partition_key_col
-from syphon.core.schema import DESTINATION_KEY, DESTINATIONS, ORDER_COLUMNS, Verdict, names
+from syphon.core.schema import (
+    DESTINATION_KEY,
+    DESTINATIONS,
+    MESSAGE_HEADERS,
+    ORDER_COLUMNS,
+    PLACE,
+    Verdict,
+    names,
+)
 from syphon.core.timespan import TICKS_PER_SECOND
 from syphon.job.batches import plan_batches
 
@@ -275,12 +283,7 @@ def order_groups(classified: DataFrame) -> DataFrame:
 
 
 #: Columns that rebuild a message (its body aside: only its size matters to a measure).
-_MESSAGE_COLUMNS = (
-    "backlog_queue", "sequence_number", "body_size", "message_id", "partition_key",
-    "original_session_id", "original_time_to_live_ticks", "original_scheduled_enqueue_time",
-    "original_application_properties", "content_type", "correlation_id", "subject", "to",
-    "reply_to", "reply_to_session_id",
-)  # fmt: skip
+_MESSAGE_COLUMNS = (*PLACE, "body_size", *MESSAGE_HEADERS)
 
 
 def message_bytes_col() -> Column:

@@ -27,7 +27,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.schema import PLACE, REPLAY_RESULT, Outcome, Verdict, names, spark_schema
+from syphon.core.schema import (
+    MESSAGE_HEADERS,
+    PLACE,
+    REPLAY_RESULT,
+    Outcome,
+    Verdict,
+    names,
+    spark_schema,
+)
 from syphon.job.lanes import Replayer, ReplaySettings
 from syphon.job.rows import plain_cell
 from syphon.obs.failpoints import FailPoint
@@ -40,21 +48,13 @@ if TYPE_CHECKING:
 
 #: Columns the replay reads (restored snapshot columns plus the plan's).
 INPUT_COLUMNS = (
-    "backlog_queue", "sequence_number", "primary", "destination", "partition_key_effective",
-    "replay_order", "batch_id", "batch_position", "body", "message_id", "partition_key",
-    "original_session_id", "original_time_to_live_ticks", "original_scheduled_enqueue_time",
-    "original_enqueued_time", "original_application_properties", "content_type",
-    "correlation_id", "subject", "to", "reply_to", "reply_to_session_id", "in_doubt",
+    *PLACE, "primary", "destination", "partition_key_effective", "replay_order", "batch_id",
+    "batch_position", "body", *MESSAGE_HEADERS, "original_enqueued_time", "in_doubt",
     "snapshot_matches",
 )  # fmt: skip
 
 #: Snapshot columns that rebuild a message.
-_MESSAGE_COLUMNS = (
-    "body", "body_sha256", "message_id", "partition_key", "original_session_id",
-    "original_time_to_live_ticks", "original_scheduled_enqueue_time", "original_enqueued_time",
-    "original_application_properties", "content_type", "correlation_id", "subject", "to",
-    "reply_to", "reply_to_session_id",
-)  # fmt: skip
+_MESSAGE_COLUMNS = ("body", "body_sha256", *MESSAGE_HEADERS, "original_enqueued_time")
 
 
 def still_to_send(planned: DataFrame, earlier: DataFrame | None) -> DataFrame:

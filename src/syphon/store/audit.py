@@ -10,7 +10,7 @@
 Two backends implement :class:`AuditStore`: :class:`syphon.store.deltars.DeltaRsStore`
 (Delta tables at ``audit.path``, written by Spark's executors and committed by delta-rs)
 and :class:`syphon.store.catalog.CatalogStore` (catalog tables through Spark's own
-table format). :func:`syphon.store.open_store` picks one; nothing else asks which. The
+table format). :func:`syphon.store.backend.open_store` picks one; nothing else asks which. The
 lease and the run reports live at ``audit.path`` with either.
 
 A store reads through Spark only when asked for a DataFrame: it is given a *provider*
