@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from syphon.core.ledger import RunRecord
-from syphon.core.schema import RUNS, arrow_schema
+from syphon.core.schema import AUDIT, RUNS, arrow_schema, spark_schema
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE, SparkProvider, TableStore, absolute
 from syphon.store.delta import append_arrow, append_dataframe, guarded, read_table, table_exists
 
@@ -58,4 +58,5 @@ class DeltaRsStore(TableStore):
             files = DeltaTable(path).file_uris()
         if not files:
             return None
-        return self._spark().read.parquet(*files)
+        # the schema is known: no Spark job to read every file's footer on each read
+        return self._spark().read.schema(spark_schema(AUDIT)).parquet(*files)
