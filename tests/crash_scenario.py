@@ -7,6 +7,9 @@ fail point armed (:mod:`syphon.obs.failpoints`); the last run happens in the tes
 After it: nothing is lost, the backlog is empty, the destination with duplicate
 detection holds every message exactly once, and on the one without it a message may be
 there twice only if the audit marks its second send ``resent_in_doubt``.
+
+A run killed in the middle of its replay or after the replay's commit is also resumed at
+once, as ``syphon replay --run-id`` would (:func:`resume_the_killed_run`).
 """
 
 from __future__ import annotations
@@ -96,11 +99,52 @@ def wait_for_the_lease_to_expire(root: Path) -> None:
         time.sleep(max(0.0, left) + 0.2)
 
 
+def killed_run_id(root: Path) -> str:
+    """The run the last kill interrupted: the latest in the ledger."""
+    runs = read_table(root / RUNS_TABLE).to_pylist()
+    return str(max(runs, key=lambda r: r["recorded_at"])["run_id"])
+
+
+def resume_the_killed_run(config: Any, spark: Any, pair: Any, point: str,
+                          before: dict[str, Counter[str]]) -> None:  # fmt: skip
+    """``syphon replay --run-id`` on the run just killed at ``point``: nothing whose send
+    was committed is sent again, and every message the killed attempt may have sent is
+    marked ``resent_in_doubt`` when it is sent again. ``before``: the destinations'
+    messages before the killed run started."""
+    root = Path(config.audit.path)
+    run_id = killed_run_id(root)
+    after_kill = {d: destination_ids(pair, d) for d in ("orders", "dd")}
+    resumed = run_job(config, spark, run_id, resume=True)
+    assert resumed.status == "done", (point, resumed)
+    if point == "after_replay_commit":  # every send committed: nothing is sent again
+        assert resumed.operations.replay_messages_sent == 0, point
+        assert {d: destination_ids(pair, d) for d in ("orders", "dd")} == after_kill
+        return
+    # killed mid-replay: what it had sent is sent again, each marked
+    rows = read_table(root / AUDIT_TABLE).to_pylist()
+    marked = {r["message_id"] for r in rows if r["run_id"] == run_id
+              and r["stage"] == "replay" and r["detail"] == "resent_in_doubt"}  # fmt: skip
+    sent_by_the_killed = {m for d in after_kill for m in after_kill[d] - before[d]}
+    assert sent_by_the_killed, point  # the fail point waits for three batches
+    assert sent_by_the_killed <= marked, (point, sent_by_the_killed - marked)
+    assert all(n == 1 for n in destination_ids(pair, "dd").values())
+
+
+def destination_ids(pair: Any, path: str) -> Counter[str]:
+    return Counter(str(m.message_id) for m in pair.primary.broker.entity(path).messages.values())
+
+
 def kill_at_each_then_finish(
-    points: list[str], servicebus_emulator: Any, spark: Any, tmp_path: Path, monkeypatch: Any
+    points: list[str],
+    servicebus_emulator: Any,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: Any,
+    resume: tuple[str, ...] = (),
 ) -> None:
-    """Kills a run at each of ``points`` in turn (fresh work each round), then lets a run
-    finish, and checks that nothing was lost and every resend is marked."""
+    """Kills a run at each of ``points`` in turn (fresh work each round; the runs killed
+    at a point of ``resume`` resumed at once), then lets a run finish, and checks that
+    nothing was lost and every resend is marked."""
     pair = make_pair(servicebus_emulator)
     pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
     # long enough that a busy machine does not lose it mid-run (renewed every 3 s); a
@@ -111,6 +155,7 @@ def kill_at_each_then_finish(
 
     for r, point in enumerate(points):
         add_round(pair, r, sent)
+        before = {d: destination_ids(pair, d) for d in ("orders", "dd")}
         killed = subprocess.run(
             [str(SYPHON), "run", "--config", str(tmp_path / "syphon.yaml")],
             # one core: a killed run's parallelism is not what is tested, and one Python
@@ -128,17 +173,15 @@ def kill_at_each_then_finish(
         gone -= backlog_ids(pair)
         assert gone <= settled_safely(root), (point, gone - settled_safely(root))
         wait_for_the_lease_to_expire(root)
+        if point in resume:
+            resume_the_killed_run(config, spark, pair, point, before)
 
     add_round(pair, len(points), sent)  # and the next scheduled run has work of its own
     last = run_job(config, spark)
     assert last.status == "done", last
 
     # nothing lost: every message reached its destination, the backlog is empty
-    def ids(path: str) -> Counter[str]:
-        stored = pair.primary.broker.entity(path).messages.values()
-        return Counter(str(m.message_id) for m in stored)
-
-    orders, dd = ids("orders"), ids("dd")
+    orders, dd = destination_ids(pair, "orders"), destination_ids(pair, "dd")
     assert set(orders) == {m for m, d in sent.items() if d == "orders"}
     assert set(dd) == {m for m, d in sent.items() if d == "dd"}
     assert all(n == 1 for n in dd.values())  # duplicate detection: exactly once

@@ -111,9 +111,13 @@ class Faults:
     busy: bool = False
     delay_s: float = 0.0
     partitions_down: set[int] = field(default_factory=set)
+    #: sends (transfers of real messages, not pings) still accepted before the entity
+    #: starts refusing them as unavailable; None: no such limit
+    sends_left: int | None = None
 
     def any(self) -> bool:
-        return self.unavailable or self.busy or self.delay_s > 0 or bool(self.partitions_down)
+        return (self.unavailable or self.busy or self.delay_s > 0 or bool(self.partitions_down)
+                or self.sends_left is not None)  # fmt: skip
 
 
 def partition_of(seq: int) -> int:
@@ -578,14 +582,19 @@ class Broker:
         busy: bool | None = None,
         delay_s: float | None = None,
         partition: int | None = None,
+        sends_left: int | None = None,
     ) -> None:
         """Injects faults on ``path`` (an entity name, or ``*`` for all).
 
         With ``partition``, ``unavailable`` applies to that partition of a partitioned
         entity only: keyed sends to it fail, keyless sends go to another partition.
+        With ``sends_left``, the entity accepts that many more sends (pings aside), then
+        refuses every send as unavailable.
         """
         with self.lock:
             f = self.faults.setdefault(path.lower(), Faults())
+            if sends_left is not None:
+                f.sends_left = sends_left
             if partition is not None:
                 if not 0 <= partition < PARTITION_COUNT:
                     raise BrokerError(ARGUMENT_ERROR, f"no partition {partition}")
@@ -728,6 +737,7 @@ class Broker:
             target = self.send_target(path)
             self.check_faults(path)
             self.check_status(target, sending=True)
+            budget = self._send_budget(path, messages)
             now = now_ms()
             spec = target.spec
             for parsed, size in messages:
@@ -757,10 +767,24 @@ class Broker:
             partition = self._choose_partition(target, keys, self.fault_for(path))
             self._check_quota(target, partition, sum(size for _, size in messages))
             sink = touched if touched is not None else set()
+            if budget is not None:
+                budget.sends_left = (budget.sends_left or 0) - 1
             return [
                 self._accept(target, parsed, size, now, partition, None, sink)
                 for parsed, size in messages
             ]
+
+    def _send_budget(self, path: str, messages: list[tuple[ParsedMessage, int]]) -> Faults | None:
+        """The faults whose ``sends_left`` this send spends (None: no limit, or only
+        pings); raises unavailable when none is left."""
+        budget = self.faults.get(path.lower())
+        if budget is None or budget.sends_left is None:
+            return None
+        if all(parsed.content_type == PING_CONTENT_TYPE for parsed, _ in messages):
+            return None
+        if budget.sends_left <= 0:
+            raise BrokerError(ENTITY_DISABLED, f"The messaging entity '{path}' is unavailable.")
+        return budget
 
     @staticmethod
     def _check_quota(target: Entity | Topic, partition: int, incoming: int) -> None:

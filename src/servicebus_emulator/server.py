@@ -184,6 +184,11 @@ class Emulator:
         """Requests on ``entity`` fail with server busy (transient)."""
         self.broker.set_fault(entity, busy=busy)
 
+    def fail_sends_after(self, entity: str, sends: int) -> None:
+        """``entity`` accepts ``sends`` more sends (transfers; pings aside), then refuses
+        every send as unavailable (a destination that starts failing partway through)."""
+        self.broker.set_fault(entity, sends_left=sends)
+
     def slow_down(self, seconds: float, entity: str = "*") -> None:
         """Delays replies by ``seconds``."""
         self.broker.set_fault(entity, delay_s=seconds)

@@ -463,3 +463,25 @@ def test_auto_lock_renewer_keeps_a_message_past_its_lock(
             receiver.complete_message(msg)
     renewer.close()
     assert sb.broker.entity("q").messages == {}
+
+
+def test_an_entity_that_fails_after_some_sends_refuses_the_rest_but_not_pings(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    sb = servicebus_emulator(QueueSpec("q"), QueueSpec("other"))
+    ping = ServiceBusMessage(
+        b"", content_type="application/vnd.ms-servicebus-ping", time_to_live=timedelta(seconds=1)
+    )
+    with client_for(sb, retry_total=0) as client:
+        sb.fail_sends_after("q", 2)
+        sender = client.get_queue_sender("q")
+        sender.send_messages(ServiceBusMessage("one"))
+        sender.send_messages(ping)  # pings do not spend the budget
+        sender.send_messages([ServiceBusMessage("two"), ServiceBusMessage("three")])  # one send
+        with pytest.raises(MessagingEntityDisabledError):
+            client.get_queue_sender("q").send_messages(ServiceBusMessage("four"))
+        client.get_queue_sender("q").send_messages(ping)  # still answered
+        client.get_queue_sender("other").send_messages(ServiceBusMessage("fine"))
+        sb.clear_faults()
+        client.get_queue_sender("q").send_messages(ServiceBusMessage("five"))
+        assert [str(m) for m in drain(client, "q")] == ["one", "two", "three", "five"]

@@ -1,6 +1,6 @@
 """Crash safety, first half: runs killed after the plan, after ``replaying`` is recorded,
-in the middle of the replay and after its commit, then a run that finishes (see
-tests/crash_scenario.py)."""
+in the middle of the replay and after its commit (these two resumed at once with
+``syphon replay --run-id``), then a run that finishes (see tests/crash_scenario.py)."""
 
 from __future__ import annotations
 
@@ -19,4 +19,11 @@ def test_runs_killed_up_to_the_replay_commit_lose_nothing_and_mark_every_resend(
 ) -> None:
     points = POINTS[: POINTS.index("after_replay_commit") + 1]
     assert "mid_replay:3" in points
-    kill_at_each_then_finish(points, servicebus_emulator, spark, tmp_path, monkeypatch)
+    kill_at_each_then_finish(
+        points,
+        servicebus_emulator,
+        spark,
+        tmp_path,
+        monkeypatch,
+        resume=("mid_replay:3", "after_replay_commit"),
+    )

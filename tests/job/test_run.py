@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -214,41 +215,88 @@ def test_a_destination_the_primary_cannot_list_and_the_send_does_not_find_is_lef
     assert (paused.status, paused.exit_code, paused.fix) == ("partial", ExitCode.PARTIAL, None)
 
 
-def test_a_planned_run_is_replayed_later_and_status_shows_it(
+#: The TTL of the message that expires between the plan and the replay: long enough for
+#: the plan on a busy machine, short enough to wait out.
+SHORT_TTL = timedelta(seconds=30)
+
+
+def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``syphon plan`` now, ``syphon replay --run-id`` later: in between one planned
+    message is taken from the backlog by someone else (``backlog_changed``), one's TTL
+    runs out (``expired_before_send``), one is locked by another receiver during the
+    settle (sent, then ``left`` / ``not_received``) and one arrives (not part of the
+    plan). The next run finishes, sending nothing twice."""
     from syphon.app.text import format_status
     from syphon.job.plan import new_run_id, plan
     from syphon.job.status import status
+
+    def park(queue: int, mid: str, **options: Any) -> None:
+        send_raw(pair, queue, [to_backlog_message(
+            ServiceBusMessage(mid.encode(), message_id=mid, **options), "orders")])  # fmt: skip
 
     for q in range(2):
         send_raw(pair, q, [to_backlog_message(
             ServiceBusMessage(f"b{q}{i}".encode(), message_id=f"r-{q}-{i}"), "orders")
             for i in range(3)])  # fmt: skip
+    park(2, "gone")
+    park(3, "held")
+    park(3, "short", time_to_live=SHORT_TTL)
+    expires = datetime.now(timezone.utc) + SHORT_TTL
     config = job_config(pair, tmp_path, monkeypatch)
     now = datetime.now(timezone.utc)
     planned = plan(context(config, spark), new_run_id(now), now)
     assert not stored(pair, "orders")  # a plan sends nothing
+    audit_path = Path(config.audit.path) / AUDIT_TABLE
+    verdicts = {r["message_id"]: r["verdict"] for r in read_table(audit_path).to_pylist()}
+    assert verdicts["short"] == "replay", "the plan took longer than the message's TTL"
 
     report = status(context(config, spark))
     depth = {q.path.rsplit("/", 1)[1]: q.message_count for q in report.queues}
-    assert depth == {"0": 3, "1": 3, "2": 0, "3": 0}
+    assert depth == {"0": 3, "1": 3, "2": 1, "3": 2}
     assert [(r.run_id, r.status) for r in report.runs] == [(planned.run_id, "planned")]
 
     # a message that arrives after the plan is not part of it: it stays for the next run
-    send_raw(pair, 0, [to_backlog_message(ServiceBusMessage(b"late", message_id="late"),
-                                          "orders")])  # fmt: skip
-    resumed = run_job(config, spark, planned.run_id, resume=True)
-    assert resumed.status == "done", resumed
+    park(0, "late")
+    backlog = f"{PRIMARY}/x-servicebus-transfer"
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as sb:
+        with sb.get_queue_receiver(f"{backlog}/2") as receiver:  # someone takes "gone"
+            (gone,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            receiver.complete_message(gone)
+        wait = (expires - datetime.now(timezone.utc)).total_seconds()
+        time.sleep(max(0.0, wait) + 0.5)  # "short" expires
+        with sb.get_queue_receiver(f"{backlog}/3") as receiver:  # someone holds "held"
+            (held,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert str(held.message_id) == "held"
+            resumed = run_job(config, spark, planned.run_id, resume=True)
+            receiver.abandon_message(held)
+    assert resumed.status == "partial", resumed  # "held" is still in the backlog
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == sorted(
-        f"r-{q}-{i}" for q in range(2) for i in range(3))  # fmt: skip
-    left = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages
+        [f"r-{q}-{i}" for q in range(2) for i in range(3)] + ["held"])  # fmt: skip
+    rows = [r for r in read_table(audit_path).to_pylist() if r["run_id"] == planned.run_id]
+    outcomes = {(r["stage"], r["message_id"]): (r["outcome"], r["detail"]) for r in rows}
+    assert outcomes[("replay", "gone")] == ("skipped", "backlog_changed")
+    assert outcomes[("replay", "short")] == ("skipped", "expired_before_send")
+    assert outcomes[("replay", "held")] == ("sent", None)
+    assert outcomes[("settle", "held")] == ("left", "not_received")
+    assert ("settle", "late") not in outcomes
+    assert ("replay", "late") not in outcomes
+    left = pair.secondary.broker.entity(f"{backlog}/0").messages
     assert [str(m.message_id) for m in left.values()] == ["late"]
 
     report = status(context(config, spark))
-    assert report.runs[0].status == "done"
+    assert report.runs[0].status == "partial"
     text = format_status(report)
     assert planned.run_id in text
     assert pair.secondary.connection_string not in text
     with pytest.raises(Exception, match="never planned"):
         run_job(config, spark, "no-such-run", resume=True)
+
+    # the next run: "held" was delivered already (settled, not sent again), "short" has
+    # expired (settled), "late" is sent
+    final = run_job(config, spark)
+    assert final.status == "done", final
+    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == sorted(
+        [f"r-{q}-{i}" for q in range(2) for i in range(3)] + ["held", "late"])  # fmt: skip
+    assert not any(pair.secondary.broker.entity(f"{backlog}/{q}").messages for q in range(4))
