@@ -13,12 +13,7 @@ from syphon.core.ledger import RunRecord
 from syphon.core.schema import AUDIT, names, spark_schema
 from syphon.job.plan import verdicts_by_destination as plan_summary
 from syphon.job.replay import replay_input, still_to_send
-from syphon.job.report import (
-    left_for_next_run,
-    outage_timeline,
-    outage_windows,
-    verdicts_by_destination,
-)
+from syphon.job.report import left_for_next_run, outage_timeline, verdicts_by_destination
 from syphon.job.settle import settle_actions
 from syphon.store import queries
 
@@ -237,17 +232,27 @@ def test_the_reports_figures(spark: SparkSession) -> None:
         {"stage": "settle", "outcome": "completed", "backlog_queue": Q0, "sequence_number": 1},
     ])  # fmt: skip
     plan = rows.where("stage = 'plan'")
-    by_place = {(r["primary"], r["destination"], r["verdict"]): r["count"]
+    by_place = {(r["primary"], r["destination"], r["verdict"]): (r["count"], r["first"], r["last"])
                 for r in verdicts_by_destination(plan).collect()}  # fmt: skip
-    assert by_place == {("p", "orders", "replay"): 2, ("p", "orders", "invalid"): 1,
-                        ("?", "", "invalid"): 1}  # fmt: skip
-    windows = [(r["primary"], r["destination"], r["first"], r["last"])
-               for r in outage_windows(plan).collect()]  # fmt: skip
-    assert windows == [("p", "orders", at(0).replace(tzinfo=None), at(10).replace(tzinfo=None))]
-    timeline = {r["at"]: r["count"] for r in outage_timeline(plan, buckets=2).collect()}
-    assert timeline == {at(0).replace(tzinfo=None): 1, at(5).replace(tzinfo=None): 2}
-    left = [tuple(r) for r in left_for_next_run(rows).collect()]
+    naive = {m: at(m).replace(tzinfo=None) for m in (0, 5, 10)}
+    assert by_place == {("p", "orders", "replay"): (2, naive[0], naive[10]),
+                        ("p", "orders", "invalid"): (1, naive[5], naive[5]),
+                        ("?", "", "invalid"): (1, None, None)}  # fmt: skip
+    timeline = {r["at"]: r["count"] for r in outage_timeline(plan, at(0), at(10), 2).collect()}
+    assert timeline == {naive[0]: 1, naive[5]: 2}
+    left = sorted(tuple(r) for r in left_for_next_run(rows).collect())
     assert left == [("replay", "skipped", "destination_missing", 1), ("settle", "left", None, 1)]
+
+
+def test_the_reports_count_of_spread_groups_counts_each_group_once(spark: SparkSession) -> None:
+    plan = audit_rows(spark, [
+        plan_row(i, "replay", primary="p", destination="orders", partition_key_effective=k,
+                 group_spread=spread, replay_order=order)
+        for i, (k, spread, order) in enumerate([("a", True, 1), ("a", True, 2), ("b", False, 1),
+                                                ("c", True, 1)])
+    ])  # fmt: skip
+    (row,) = verdicts_by_destination(plan).collect()
+    assert (row["count"], row["spread_groups"]) == (4, 2)
 
 
 def test_the_plans_summary_per_destination(spark: SparkSession) -> None:

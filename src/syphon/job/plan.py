@@ -39,7 +39,7 @@ class PlanResult:
     """What a plan found.
 
     Attributes:
-        per_destination: rows of :func:`verdicts_by_destination`.
+        per_destination: rows of :func:`verdicts_by_destination`, by primary and destination.
         snapshot: the checkpointed snapshot (bodies included) for the replay.
     """
 
@@ -105,16 +105,12 @@ def verdicts_by_destination(planned: DataFrame) -> DataFrame:
 
     replay = F.col("verdict") == Verdict.REPLAY
     spread_groups = F.when(replay & F.col("group_spread") & (F.col("replay_order") == 1), 1)
-    return (
-        planned.groupBy("primary", "destination")
-        .agg(
-            F.count(F.lit(1)).alias("messages"),
-            *[F.count(F.when(F.col("verdict") == v, 1)).alias(v) for v in Verdict.ALL],
-            F.count(spread_groups).alias("spread_groups"),
-            F.min("original_enqueued_time").alias("first"),
-            F.max("original_enqueued_time").alias("last"),
-        )
-        .orderBy("primary", "destination")
+    return planned.groupBy("primary", "destination").agg(
+        F.count(F.lit(1)).alias("messages"),
+        *[F.count(F.when(F.col("verdict") == v, 1)).alias(v) for v in Verdict.ALL],
+        F.count(spread_groups).alias("spread_groups"),
+        F.min("original_enqueued_time").alias("first"),
+        F.max("original_enqueued_time").alias("last"),
     )
 
 
@@ -174,7 +170,11 @@ def plan(
     timings.audit = time.monotonic() - clock
     if rows != peeked:  # pragma: no cover - a broken invariant, not an input
         raise RuntimeError(f"the audit has {rows} rows for {peeked} peeked messages")
-    counts = {r["verdict"]: int(r["count"]) for r in planned.groupBy("verdict").count().collect()}
+    per_destination = sorted(
+        (r.asDict() for r in verdicts_by_destination(planned).collect()),
+        key=lambda d: (d["primary"] or "", d["destination"] or ""),
+    )
+    counts = {v: n for v in Verdict.ALL if (n := sum(int(d[v]) for d in per_destination))}
     operations = discovery_operations(ctx, queues)
     operations.destinations_management_calls = 2 * len(ctx.config.primaries)
     operations.snapshot_queues_peeked = len(non_empty)
@@ -191,5 +191,4 @@ def plan(
             timings=timings,
         )
     )
-    per_destination = [r.asDict() for r in verdicts_by_destination(planned).collect()]
     return PlanResult(run_id, queues, counts, per_destination, timings, operations, snapshot)
