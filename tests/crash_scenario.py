@@ -2,8 +2,15 @@
 of the replay and of the settle, then run again (the scenario behind tests/job/test_crash*.py,
 split in two files so that test workers run the halves side by side).
 
-The killed run is a real ``syphon run`` process (its own Spark, its own clients) with a
-fail point armed (:mod:`syphon.obs.failpoints`); the last run happens in the test's process.
+A run killed inside a Spark task (``mid_replay``, ``mid_settle``) or right after the
+replay's commit is a real ``syphon run`` process (its own Spark, its own clients) with a
+fail point armed (:mod:`syphon.obs.failpoints`), killed with SIGKILL. The other stage
+boundaries on the driver are reached in the test's process (:func:`stop_dead_in_process`):
+the fail point raises an exception that no handler of the run catches and the lease is
+left to expire, which leaves the audit, the ledger, the lease and the queues as a
+SIGKILL there does — nothing is in flight at a stage boundary — for a third of the CPU
+(a cold Spark per killed process is most of these tests' cost). The last run happens in
+the test's process.
 After it: nothing is lost, the backlog is empty, the destination with duplicate
 detection holds every message exactly once, and on the one without it a message may be
 there twice only if the audit marks its second send ``resent_in_doubt``.
@@ -64,6 +71,51 @@ def add_round(pair: Any, r: int, sent: dict[str, str]) -> None:
             batch.append(to_backlog_message(ServiceBusMessage(b"?", message_id=f"bad-r{r}"),
                                             "nowhere"))  # fmt: skip
         send_raw(pair, q, batch)
+
+
+#: Points reached in the test's process (see the module docstring); the rest are SIGKILLs.
+IN_PROCESS = ("after_plan", "after_replaying", "after_replayed", "after_settle_commit")
+
+
+class StoppedDead(BaseException):
+    """What an in-process fail point raises: a BaseException, so that no ``except
+    Exception`` of the run records anything, as after a SIGKILL."""
+
+
+def stop_dead_in_process(config: Any, spark: Any, point: str) -> None:
+    """``syphon run`` in the test's process until the driver-side fail point ``point``,
+    where it stops dead: nothing more is recorded and the lease is not released (its
+    heartbeat stops; the lease expires as a killed run's does)."""
+    import pytest
+
+    from syphon.obs import failpoints
+    from syphon.store.lease import Lease
+
+    def check(name: str) -> None:
+        if name == point:
+            raise StoppedDead(point)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(failpoints, "check", check)
+        patch.setattr(Lease, "release", Lease.stop_heartbeat)
+        with pytest.raises(StoppedDead):
+            run_job(config, spark)
+
+
+def kill_with_sigkill(tmp_path: Path, point: str) -> None:
+    """``syphon run`` as a process of its own, killed with SIGKILL at ``point``."""
+    killed = subprocess.run(
+        [str(SYPHON), "run", "--config", str(tmp_path / "syphon.yaml")],
+        # one core: a killed run's parallelism is not what is tested, and one Python
+        # worker per pool instead of two is about 12 % less CPU for the suite's
+        # costliest files (163.7 -> 143.7 CPU-seconds for test_crash_settle.py)
+        env={**os.environ, "SYPHON_FAILPOINT": point, "SYPHON__SPARK__MASTER": "local[1]"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-3000:])
 
 
 def backlog_ids(pair: Any) -> set[str]:
@@ -156,18 +208,10 @@ def kill_at_each_then_finish(
     for r, point in enumerate(points):
         add_round(pair, r, sent)
         before = {d: destination_ids(pair, d) for d in ("orders", "dd")}
-        killed = subprocess.run(
-            [str(SYPHON), "run", "--config", str(tmp_path / "syphon.yaml")],
-            # one core: a killed run's parallelism is not what is tested, and one Python
-            # worker per pool instead of two is about 12 % less CPU for the suite's
-            # costliest files (163.7 -> 143.7 CPU-seconds for test_crash_settle.py)
-            env={**os.environ, "SYPHON_FAILPOINT": point, "SYPHON__SPARK__MASTER": "local[1]"},
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-3000:])
+        if point in IN_PROCESS:
+            stop_dead_in_process(config, spark, point)
+        else:
+            kill_with_sigkill(tmp_path, point)
         # nothing left the backlog without its outcome in the audit
         gone = set(sent) | {f"bad-r{i}" for i in range(r + 1)}
         gone -= backlog_ids(pair)
