@@ -6,6 +6,8 @@
 #   ./dev.sh demo                 create/reuse .venv, then run syphon on the embedded default
 #   ./dev.sh lint                 ruff and mypy
 #   ./dev.sh lock                 re-resolve pyproject.toml into requirements.lock
+#   ./dev.sh mutate [module...]   mutation testing of the modules that carry the
+#                                 invariants (slow; see tests/MUTANTS.md)
 #
 # Each installs what is missing: Python's venv module, a C compiler (python-qpid-proton
 # builds from source), Java (Spark), and for the tests Chromium (the report is drawn
@@ -117,6 +119,28 @@ case "$cmd" in
     "$VENV/bin/ruff" format --check .
     exec "$VENV/bin/mypy"
     ;;
+  mutate)
+    setup
+    # cosmic-ray changes a module on disk once per mutant and runs its fast tests
+    # (tests/mutation/<module>.toml): it works in a copy of the tree, so that an
+    # interrupted run never leaves a mutant behind in the working tree
+    [ $# -gt 0 ] || set -- lease lanes
+    top=$PWD
+    copy=$(mktemp -d)
+    trap 'rm -rf "$copy"' EXIT
+    tar --exclude=./.venv --exclude=./.git -cf - . | tar -xf - -C "$copy"
+    for name in "$@"; do
+      [ -f "tests/mutation/$name.toml" ] || { say "no tests/mutation/$name.toml"; exit 2; }
+      say "mutating $name (tests/mutation/$name.toml)"
+      (cd "$copy" && export PATH="$top/$VENV/bin:$PATH" PYTHONPATH="$copy/src" \
+        && cosmic-ray init "tests/mutation/$name.toml" "$name.sqlite" --force \
+        && cr-filter-pragma "$name.sqlite" \
+        && cr-filter-operators "$name.sqlite" "tests/mutation/$name.toml" \
+        && cosmic-ray baseline "tests/mutation/$name.toml" \
+        && cosmic-ray exec "tests/mutation/$name.toml" "$name.sqlite" >/dev/null)
+      "$VENV/bin/python" tests/mutation/score.py "$copy/$name.sqlite" "$name"
+    done
+    ;;
   lock)
     ensure_python
     [ -x "$VENV/bin/pip-compile" ] || { [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"; "$VENV/bin/python" -m pip install -q pip-tools; }
@@ -126,7 +150,7 @@ case "$cmd" in
     "$VENV/bin/python" jobs/runtime_lock.py
     ;;
   *)
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     [ "$cmd" = help ] || exit 2
     ;;
 esac

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from syphon.store.lease import Lease, LeaseLostError, replay_history
+from syphon.store.lease import (
+    Lease,
+    LeaseLostError,
+    LeaseState,
+    heartbeat_interval,
+    replay_history,
+)
 
 
 def test_many_runs_asking_at_once_get_exactly_one_holder(tmp_path: Path) -> None:
@@ -67,29 +73,137 @@ def test_the_heartbeat_keeps_a_short_lease(tmp_path: Path) -> None:
     assert lease.state().holder is None
 
 
-def test_history_rules() -> None:
-    def commit(version: int, ms: int, holder: str, action: str, expires: str) -> dict[str, object]:
-        return {"version": version, "timestamp": ms, "syphon.lease.holder": holder,
-                "syphon.lease.action": action, "syphon.lease.expires": expires}  # fmt: skip
+T0 = 1_800_000_000_000  # ms: 2027-01-15T08:00:00Z
 
-    t0 = 1_800_000_000_000
-    iso = "2027-01-15T08:00:{:02d}+00:00"
+
+def _commit(version: int, second: int, holder: str, action: str,
+            until: int) -> dict[str, object]:  # fmt: skip
+    """A lease commit at ``T0 + second`` whose expiry is ``T0 + until`` (seconds)."""
+    expires = datetime.fromtimestamp(T0 / 1000 + until, tz=timezone.utc).isoformat()
+    return {"version": version, "timestamp": T0 + 1000 * second, "syphon.lease.holder": holder,
+            "syphon.lease.action": action, "syphon.lease.expires": expires}  # fmt: skip
+
+
+def _at(second: float) -> datetime:
+    return datetime.fromtimestamp(T0 / 1000 + second, tz=timezone.utc)
+
+
+def test_history_rules() -> None:
     history = [
-        {"version": 0, "timestamp": t0},  # the table's creation
-        commit(2, t0 + 2000, "b", "acquire", iso.format(59)),  # a holds: refused
-        commit(1, t0 + 1000, "a", "acquire", iso.format(10)),
-        commit(3, t0 + 3000, "a", "renew", iso.format(30)),
+        {"version": 0, "timestamp": T0},  # the table's creation
+        _commit(2, 2, "b", "acquire", 59),  # a holds: refused
+        _commit(1, 1, "a", "acquire", 10),
+        _commit(3, 3, "a", "renew", 30),
     ]
+    assert replay_history(history) == LeaseState("a", _at(30))
+
+
+@pytest.mark.parametrize("other", ["0-sorts-before", "z-sorts-after"])
+def test_only_the_holder_renews_or_releases_and_a_second_acquire_changes_nothing(
+    other: str,
+) -> None:
+    history = [_commit(1, 1, "m", "acquire", 10)]
+    for version, action in enumerate(("renew", "release", "acquire"), start=2):
+        history.append(_commit(version, version, other, action, 50))
+        assert replay_history(history) == LeaseState("m", _at(10)), (other, action)
+    history.append(_commit(9, 5, "m", "acquire", 60))  # the holder asks again
+    assert replay_history(history) == LeaseState("m", _at(10))
+
+
+def test_a_late_renew_does_not_take_an_expired_lease_back() -> None:
+    history = [_commit(1, 1, "a", "acquire", 10), _commit(2, 20, "a", "renew", 40)]
     state = replay_history(history)
-    assert state.holder == "a"
-    assert state.expires_at is not None
-    assert state.expires_at.second == 30
+    assert state == LeaseState("a", _at(10))  # not extended: it had expired
+    assert not state.held_by("a", _at(21))
+    # and it is free: the next acquire wins
+    history.append(_commit(3, 21, "b", "acquire", 50))
+    assert replay_history(history) == LeaseState("b", _at(50))
+
+
+def test_a_renew_at_the_last_moment_extends_and_an_acquire_then_loses() -> None:
+    history = [_commit(1, 1, "a", "acquire", 10), _commit(2, 10, "a", "renew", 40)]
+    assert replay_history(history) == LeaseState("a", _at(40))  # expiry == commit time
+    history = [_commit(1, 1, "a", "acquire", 10), _commit(2, 10, "b", "acquire", 40)]
+    assert replay_history(history) == LeaseState("a", _at(10))  # not free yet
+
+
+def test_a_lease_is_held_until_its_expiry_not_at_it() -> None:
+    state = LeaseState("a", _at(10))
+    assert state.held_by("a", _at(9.999))
+    assert not state.held_by("a", _at(10))
+    assert not state.held_by("b", _at(5))
+    assert not LeaseState("a", None).held_by("a", _at(5))
+    assert not LeaseState(None, None).held_by("a", _at(5))
+
+
+def test_an_action_this_version_does_not_know_changes_nothing() -> None:
+    history = [_commit(1, 1, "a", "acquire", 10), _commit(2, 20, "b", "abort", 50)]
+    assert replay_history(history) == LeaseState("a", _at(10))
+    history = [_commit(1, 1, "a", "acquire", 10), _commit(2, 5, "a", "abort", 50)]
+    assert replay_history(history) == LeaseState("a", _at(10))
+
+
+def test_the_heartbeat_renews_three_times_per_ttl_and_at_most_every_50_ms() -> None:
+    assert heartbeat_interval(timedelta(seconds=10)) == pytest.approx(10 / 3)
+    assert heartbeat_interval(timedelta(seconds=0.06)) == 0.05
+
+
+def test_a_process_that_ends_without_releasing_does_not_wait_for_its_heartbeat(
+    tmp_path: Path,
+) -> None:
+    """A run that dies without its ``finally`` (the interpreter ending) is not kept
+    alive by its heartbeat thread; its lease then expires."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from datetime import timedelta\n"
+        "from syphon.store.lease import Lease\n"
+        f"lease = Lease({str(tmp_path)!r}, 'quitter', timedelta(seconds=3))\n"
+        "lease.acquire()\n"
+        "lease.start_heartbeat()\n"
+        "sys.exit(0)\n"
+    )
+    ended = subprocess.run([sys.executable, "-c", script], timeout=30, check=False)
+    assert ended.returncode == 0
+    assert Lease(tmp_path, "observer", timedelta(seconds=1)).state().holder.startswith("quitter")
+
+
+def test_a_failed_renewal_write_is_retried_at_the_next_beat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lease = Lease(tmp_path, "flaky", timedelta(seconds=0.3))
+    lease.acquire()
+    calls: list[int] = []
+    second = threading.Event()
+    renew = lease.renew
+
+    def flaky_renew() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("the store did not answer")
+        second.set()
+        renew()
+
+    monkeypatch.setattr(lease, "renew", flaky_renew)
+    lease.start_heartbeat()
+    try:
+        assert second.wait(timeout=30), "the heartbeat stopped after a failed write"
+        assert not lease.lost
+    finally:
+        lease.release()
+
+
+def test_the_state_is_a_value_nobody_changes() -> None:
+    from dataclasses import FrozenInstanceError
+
+    with pytest.raises(FrozenInstanceError):
+        LeaseState("a", _at(10)).holder = "b"  # type: ignore[misc]
 
 
 def _wait_until_expired(lease: Lease, timeout: float = 30.0) -> None:
     """Waits (polling the lease's own state) until its expiry has passed."""
-    from datetime import datetime, timezone
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         expires = lease.state().expires_at

@@ -66,7 +66,7 @@ def replay_history(commits: list[dict[str, Any]]) -> LeaseState:
             continue  # the table's creation, or a foreign commit
         at = _utc_ms(int(commit["timestamp"]))
         until = datetime.fromisoformat(str(commit.get(_EXPIRES)))
-        free = holder is None or expires is None or expires < at
+        free = expires is None or expires < at  # a holder always has an expiry
         if action == "acquire" and free:
             holder, expires = who, until
         elif action == "renew" and holder == who and expires is not None and expires >= at:
@@ -74,6 +74,12 @@ def replay_history(commits: list[dict[str, Any]]) -> LeaseState:
         elif action == "release" and holder == who:
             holder, expires = None, None
     return LeaseState(holder, expires)
+
+
+def heartbeat_interval(ttl: timedelta) -> float:
+    """Seconds between renewals: a third of the TTL (two renewals may fail before the
+    lease expires), at least 50 ms."""
+    return max(ttl.total_seconds() / 3, 0.05)
 
 
 class Lease:
@@ -148,7 +154,7 @@ class Lease:
         self._stop = threading.Event()
 
         def beat() -> None:
-            interval = max(self.ttl.total_seconds() / 3, 0.05)
+            interval = heartbeat_interval(self.ttl)
             while not self._stop.wait(interval):
                 try:
                     self.renew()
