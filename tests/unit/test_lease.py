@@ -141,6 +141,10 @@ def test_an_action_this_version_does_not_know_changes_nothing() -> None:
     assert replay_history(history) == LeaseState("a", _at(10))
     history = [_commit(1, 1, "a", "acquire", 10), _commit(2, 5, "a", "abort", 50)]
     assert replay_history(history) == LeaseState("a", _at(10))
+    # a commit that names an action but no holder (not syphon's) is not an acquire
+    nameless = _commit(1, 1, "a", "acquire", 10)
+    del nameless["syphon.lease.holder"]
+    assert replay_history([nameless]) == LeaseState(None, None)
 
 
 def test_the_heartbeat_renews_three_times_per_ttl_and_at_most_every_50_ms() -> None:
