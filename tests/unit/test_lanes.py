@@ -253,3 +253,54 @@ def test_the_fail_point_hears_every_batch_sent() -> None:
     for i in range(3):
         r.replay([rec(i, f"b{i}", key=f"k{i}")])
     assert heard == [1, 2, 3]
+
+
+def test_the_default_back_off_starts_at_a_second_and_doubles_up_to_thirty() -> None:
+    busy = Sent("busy", "ServiceBusServerBusyError")
+    service = FakeService({ORDERS: [busy] * 7 + [Sent("sent")]})
+    r = replayer(service)  # ReplaySettings() as a run uses them
+    results = r.replay([rec(1, "b"), rec(2, "b")])
+    assert outcomes(results) == [(1, "sent", None), (2, "sent", None)]
+    assert r.sleeps == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]  # type: ignore[attr-defined]
+    # the batch's transfers and busy answers are counted once, on its first row
+    assert [(x["transfers"], x["busy_retries"]) for x in results] == [(8, 7), (0, 0)]
+
+
+def test_by_default_a_destination_is_given_up_after_three_failed_batches() -> None:
+    service = FakeService({ORDERS: [Sent("failed", "MessagingEntityDisabledError")]})
+    r = replayer(service)
+    results = [x for k in range(5) for x in r.replay([rec(k, f"b{k}", key=f"k{k}")])]
+    assert [d for _, _, d in outcomes(results)] == ["MessagingEntityDisabledError"] * 3 + [
+        "destination_failing"] * 2  # fmt: skip
+
+
+def test_a_message_with_no_ttl_left_is_not_sent() -> None:
+    ticks = timedelta_to_ticks(timedelta(minutes=5))  # enqueued 5 minutes before NOW
+    service = FakeService()
+    results = replayer(service).replay([rec(1, "b", original_time_to_live_ticks=ticks)])
+    assert outcomes(results) == [(1, "skipped", "expired_before_send")]
+
+
+def test_ttl_ticks_are_cut_to_whole_microseconds() -> None:
+    record = rec(1, "b", original_time_to_live_ticks=15, original_enqueued_time=None)
+    assert ttl_left(record, NOW) == timedelta(microseconds=1)
+
+
+def test_an_unbuildable_first_message_skips_its_batch_once_per_message() -> None:
+    service = FakeService()
+    batch = [rec(1, "b", unbuildable=True), rec(2, "b"), rec(3, "b")]
+    assert outcomes(replayer(service).replay(batch)) == [
+        (1, "skipped", "not_sendable"),
+        (2, "skipped", "batch_not_sendable"),
+        (3, "skipped", "batch_not_sendable"),
+    ]
+
+
+def test_a_retried_task_marks_only_what_it_sent_as_resent() -> None:
+    ledger = ("contoso", "ledger")
+    service = FakeService({ORDERS: [Sent("failed", "MessagingEntityDisabledError")],
+                           ledger: [Sent("in_doubt", "OperationTimeoutError")]})  # fmt: skip
+    r = replayer(service, retried=True)
+    results = [*r.replay([rec(1, "b0")]), *r.replay([rec(2, "b1", dest=ledger)])]
+    assert outcomes(results) == [(1, "failed", "MessagingEntityDisabledError"),
+                                 (2, "in_doubt", "OperationTimeoutError")]  # fmt: skip
