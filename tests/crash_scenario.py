@@ -8,9 +8,9 @@ fail point armed (:mod:`syphon.obs.failpoints`), killed with SIGKILL. The other 
 boundaries on the driver are reached in the test's process (:func:`stop_dead_in_process`):
 the fail point raises an exception that no handler of the run catches and the lease is
 left to expire, which leaves the audit, the ledger, the lease and the queues as a
-SIGKILL there does — nothing is in flight at a stage boundary — for a third of the CPU
-(a cold Spark per killed process is most of these tests' cost). The last run happens in
-the test's process.
+SIGKILL there does — nothing is in flight at a stage boundary — without a cold Spark per
+killed process, most of these tests' cost (350 -> 257 CPU-seconds for both files). The
+last run happens in the test's process.
 After it: nothing is lost, the backlog is empty, the destination with duplicate
 detection holds every message exactly once, and on the one without it a message may be
 there twice only if the audit marks its second send ``resent_in_doubt``.

@@ -5,21 +5,24 @@ from __future__ import annotations
 
 import pytest
 
-from servicebus_emulator import QueueSpec
+from servicebus_emulator import Emulator, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.core.schema import Detail
 from syphon.servicebus.access import Access
 from syphon.servicebus.sending import ping_destinations
 
 
+def primaries(sb: Emulator) -> dict[str, Access]:
+    return {"p": Access("p", "primary", "localhost", connection_string=sb.connection_string)}
+
+
 def test_each_destination_is_pinged_and_a_failing_one_is_skipped_with_its_reason(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec("orders"), QueueSpec("paused"), QueueSpec("busy"))
-    primaries = {"p": Access("p", "primary", "localhost", connection_string=sb.connection_string)}
     sb.make_unavailable("paused")
     sb.throttle("busy")
-    reasons = ping_destinations(primaries, [("p", d) for d in ("orders", "paused", "busy",
+    reasons = ping_destinations(primaries(sb), [("p", d) for d in ("orders", "paused", "busy",
                                                                "nowhere")])  # fmt: skip
     assert reasons == {
         ("p", "orders"): None,
@@ -34,9 +37,8 @@ def test_a_namespace_that_refuses_connections_fails_its_pings_with_the_error_cla
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec("orders"))
-    primaries = {"p": Access("p", "primary", "localhost", connection_string=sb.connection_string)}
     sb.make_namespace_unavailable()
-    (reason,) = ping_destinations(primaries, [("p", "orders")]).values()
+    (reason,) = ping_destinations(primaries(sb), [("p", "orders")]).values()
     assert reason is not None
     assert reason.startswith(Detail.PING_FAILED), reason
     assert reason.removeprefix(Detail.PING_FAILED).endswith("Error"), reason
@@ -48,11 +50,10 @@ def test_an_error_that_is_not_the_services_is_raised(
     from azure.servicebus import ServiceBusSender
 
     sb = servicebus_emulator(QueueSpec("orders"))
-    primaries = {"p": Access("p", "primary", "localhost", connection_string=sb.connection_string)}
 
     def broken(*_: object, **__: object) -> None:
         raise ZeroDivisionError("a bug, not an outage")
 
     monkeypatch.setattr(ServiceBusSender, "send_messages", broken)
     with pytest.raises(ZeroDivisionError):
-        ping_destinations(primaries, [("p", "orders")])
+        ping_destinations(primaries(sb), [("p", "orders")])

@@ -177,7 +177,7 @@ def test_a_process_that_ends_without_releasing_does_not_wait_for_its_heartbeat(
 def test_a_failed_renewal_write_is_retried_at_the_next_beat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lease = Lease(tmp_path, "flaky", timedelta(seconds=0.3))
+    lease = Lease(tmp_path, "flaky", timedelta(seconds=3))  # beats every second
     lease.acquire()
     calls: list[int] = []
     second = threading.Event()
@@ -229,7 +229,8 @@ def test_a_release_by_someone_else_leaves_the_lease_with_its_holder(tmp_path: Pa
 
 
 def test_check_fails_once_another_run_took_the_expired_lease(tmp_path: Path) -> None:
-    stalled = Lease(tmp_path, "stalled", timedelta(seconds=0.3))
+    # long enough that a loaded machine still holds it at the first check
+    stalled = Lease(tmp_path, "stalled", timedelta(seconds=3))
     stalled.acquire()
     stalled.check()  # held: no error
     _wait_until_expired(stalled)  # a run that stalled longer than its lease

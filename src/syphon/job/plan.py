@@ -27,6 +27,7 @@ from syphon.job.snapshot import read_snapshot
 from syphon.obs import progress
 from syphon.servicebus.discovery import DiscoveredQueue, discover_backlog
 from syphon.servicebus.entities import list_destinations, listing_failed
+from syphon.store import queries
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -103,8 +104,7 @@ def verdicts_by_destination(planned: DataFrame) -> DataFrame:
     several backlog queues, and the first and last original enqueue times."""
     from pyspark.sql import functions as F
 
-    replay = F.col("verdict") == Verdict.REPLAY
-    spread_groups = F.when(replay & F.col("group_spread") & (F.col("replay_order") == 1), 1)
+    spread_groups = F.when(queries.starts_a_spread_group(), 1)
     return planned.groupBy("primary", "destination").agg(
         F.count(F.lit(1)).alias("messages"),
         *[F.count(F.when(F.col("verdict") == v, 1)).alias(v) for v in Verdict.ALL],

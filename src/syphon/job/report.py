@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.schema import Outcome, Stage, Verdict
+from syphon.core.schema import Outcome, Stage
 from syphon.job.ledger import RunResult
 from syphon.store import queries
 from syphon.store.audit import AuditStore
@@ -70,8 +70,7 @@ def verdicts_by_destination(plan: DataFrame) -> DataFrame:
     their first message). An unknown place reads ``?`` / ``""``."""
     from pyspark.sql import functions as F
 
-    spread = F.when((F.col("verdict") == Verdict.REPLAY) & F.col("group_spread")
-                    & (F.col("replay_order") == 1), 1)  # fmt: skip
+    spread = F.when(queries.starts_a_spread_group(), 1)
     return plan.groupBy(*_place(), "verdict").agg(
         F.count(F.lit(1)).alias("count"),
         F.min("backlog_enqueued_time").alias("first"),

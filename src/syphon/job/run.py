@@ -126,20 +126,20 @@ def _replay_and_settle(
         raise SyphonError(f"no audit at {ctx.store.where}: run {ledger.run_id} has no plan")
     planned = planned.localCheckpoint(eager=True)
     earlier = None
-    if snapshot is None:  # a resumed run: not sized by its plan, and may have sent some
+    if snapshot is None:  # a resumed run: not sized by its plan, may have sent some, and
+        # peeks its queues again
         fit_shuffle_partitions(spark, planned.count(), ctx.config.spark.conf)
         earlier = ctx.store.run_rows(ledger.run_id, Stage.REPLAY)
         if earlier is not None and earlier.limit(1).count() == 0:
             earlier = None
-    if not ledger.counts:
-        ledger.counts = {r["verdict"]: int(r["count"])
-                         for r in planned.groupBy("verdict").count().collect()}  # fmt: skip
-    if snapshot is None:  # peek its queues again
         paths = sorted(r["backlog_queue"] for r in planned.select("backlog_queue").distinct()
                        .collect())  # fmt: skip
         queues = [DiscoveredQueue("", 0, p, None, False) for p in paths]
         snapshot = read_snapshot(spark, ctx.namespaces.secondary, queues,
                                  ctx.config.backlog.split_messages)  # fmt: skip
+    if not ledger.counts:
+        ledger.counts = {r["verdict"]: int(r["count"])
+                         for r in planned.groupBy("verdict").count().collect()}  # fmt: skip
 
     # replay
     clock = time.monotonic()

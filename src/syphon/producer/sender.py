@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from syphon.producer.options import (
     PRIMARY,
@@ -23,14 +23,33 @@ from syphon.servicebus.backlog_messages import (
     to_backlog_message,
 )
 
-if TYPE_CHECKING:
-    from syphon.producer.client import PairedNamespaceClient
+
+class _FailoverState(Protocol):
+    @property
+    def failed_over(self) -> bool: ...
+
+
+class _Pair(Protocol):
+    """What a sender asks of its :class:`~syphon.producer.client.PairedNamespaceClient`
+    (named here, not imported: the client imports the sender)."""
+
+    backlog_paths: list[str]
+    _clients: dict[str, Any]
+
+    def check_open(self) -> None: ...
+    def fault(self, side: str, exc: BaseException) -> None: ...
+    def _state(self, entity: str, kind: str) -> _FailoverState: ...
+    def _count(self, name: str, by: int = 1) -> None: ...
+    def _record_success(self, entity: str, kind: str, count: int) -> None: ...
+    def _record_failure(self, entity: str, kind: str, exc: BaseException) -> bool: ...
+    def _backlog_index(self, current: int | None) -> int: ...
+    def _remove_from_rotation(self, index: int, exc: BaseException) -> None: ...
 
 
 class PairedSender:
     """Sends to one queue or topic of the primary, through the backlog when failed over."""
 
-    def __init__(self, client: PairedNamespaceClient, entity: str, kind: str) -> None:
+    def __init__(self, client: _Pair, entity: str, kind: str) -> None:
         client.check_open()
         self.client = client
         self.entity = entity

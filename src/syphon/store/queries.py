@@ -26,7 +26,7 @@ from syphon.core.schema import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 def _typed(column: str) -> str:
@@ -128,6 +128,16 @@ def in_doubt_messages(audit: DataFrame, interrupted: list[str]) -> DataFrame:
     ).select("run_id", *PLACE)
     lost = planned.join(recorded, ["run_id", *PLACE], "left_anti")
     return doubt.unionByName(lost.drop("run_id"))
+
+
+def starts_a_spread_group() -> Column:
+    """True on the first message (``replay_order`` 1) of a replay group spread over
+    several backlog queues: counting it counts the spread groups."""
+    from pyspark.sql import functions as F
+
+    return (
+        (F.col("verdict") == Verdict.REPLAY) & F.col("group_spread") & (F.col("replay_order") == 1)
+    )
 
 
 def spread_groups(plan: DataFrame) -> DataFrame:
