@@ -60,11 +60,17 @@ def test_a_released_lease_is_free_and_a_crashed_one_expires(tmp_path: Path) -> N
 
 
 def test_the_heartbeat_keeps_a_short_lease(tmp_path: Path) -> None:
-    lease = Lease(tmp_path, "busy", timedelta(seconds=0.6))
-    lease.acquire()
+    lease = Lease(tmp_path, "busy", timedelta(seconds=3))
+    first = lease.acquire().expires_at
+    assert first is not None
     lease.start_heartbeat()
     try:
-        time.sleep(1.5)  # longer than the TTL: only renewals keep it
+        # wait for renewals that carry the expiry past the first TTL (no timed assert: a
+        # loaded machine only makes the wait longer)
+        deadline = time.monotonic() + 60
+        while (lease.state().expires_at or first) <= first + timedelta(seconds=1.5):
+            assert time.monotonic() < deadline, "the heartbeat never renewed the lease"
+            time.sleep(0.2)
         lease.check()
         other = Lease(tmp_path, "other", timedelta(minutes=1))
         assert other.acquire().holder == lease.holder

@@ -41,7 +41,7 @@ from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.errors import NAMESPACE_FAULTS
-from syphon.servicebus.sending import ping_destinations
+from syphon.servicebus.sending import Destination, ping_destinations
 from syphon.store.lease import Lease
 
 if TYPE_CHECKING:
@@ -191,16 +191,25 @@ def _replay_and_settle(
     ledger.operations.settle_completes = settle.count(Outcome.COMPLETED)
     ledger.operations.settle_dead_letters = settle.count(Outcome.DEAD_LETTERED)
     ledger.operations.settle_abandons = settle.total("abandoned")
-    return _finish(ledger, planned, skipped, replayed, settle)
+    return _finish(ledger, _unknown_destinations(planned), skipped, replayed, settle)
 
 
-def _finish(ledger: Ledger, planned: DataFrame, skipped: dict[tuple[str, str], str | None],
+def _unknown_destinations(planned: DataFrame) -> list[Destination]:
+    """The (primary, destination) pairs the plan found no entity for, sorted."""
+    from pyspark.sql import functions as F
+
+    unknown = planned.where((F.col("verdict") == Verdict.INVALID)
+                            & (F.col("reason") == "destination_unknown"))  # fmt: skip
+    pairs = unknown.select("primary", "destination").distinct().collect()
+    return sorted((r["primary"], r["destination"]) for r in pairs)
+
+
+def _finish(ledger: Ledger, unknown: list[Destination], skipped: dict[Destination, str | None],
             replayed: Tally, settle: Tally) -> RunResult:  # fmt: skip
     """Records the final status: ``failed`` when a namespace failed mid-run, ``partial``
     when work is left (messages that arrived after the snapshot are the next run's work,
-    not left-overs), else ``done``."""
-    from pyspark.sql import functions as F
-
+    not left-overs), else ``done``. ``unknown``: the destinations the plan found no
+    entity for; ``skipped``: the pings' verdicts."""
     outcomes = {**{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
                 **{f"settle_{k}": v for k, v in settle.by_outcome().items()}}  # fmt: skip
     faults = {Detail.NAMESPACE_FAULT, *NAMESPACE_FAULTS}
@@ -211,9 +220,6 @@ def _finish(ledger: Ledger, planned: DataFrame, skipped: dict[tuple[str, str], s
                              outcomes)  # fmt: skip
     left = settle.count(Outcome.LEFT, except_details=[Detail.ARRIVED_AFTER_SNAPSHOT])
     result = ledger.result(Status.PARTIAL if left else Status.DONE, None, outcomes)
-    unknown = sorted((r["primary"], r["destination"]) for r in planned.where(
-        (F.col("verdict") == Verdict.INVALID) & (F.col("reason") == "destination_unknown"))
-        .select("primary", "destination").distinct().collect())  # fmt: skip
     missing = sorted(k for k, reason in skipped.items() if reason == Detail.DESTINATION_MISSING)
     failure = missing_destinations(unknown, missing)
     if failure is not None:

@@ -1,0 +1,221 @@
+"""The replay task of one Spark partition against the local Service Bus, through the real
+SDK, without Spark: the task is called with the frames Spark would hand it (replay input
+rows laid out by destination and key, in replay order). What it sends, how it cuts the
+rows into batches across frames, what it restores of each message, and what it keeps
+out of sight."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pandas as pd  # type: ignore[import-untyped]
+import pytest
+from pyspark.sql import SparkSession
+
+from servicebus_emulator import Emulator, QueueSpec
+from servicebus_emulator.pytest_plugin import EmulatorFactory
+from syphon.core.schema import REPLAY_RESULT, Detail, Field, Outcome, names, spark_schema
+from syphon.job.lanes import ReplaySettings
+from syphon.job.replay import (
+    INPUT_COLUMNS,
+    _ReplayTask,
+    _TaskPlan,
+    build_message,
+    replay_messages,
+)
+from syphon.servicebus.access import Access
+
+PRIMARY = "contoso"
+QUEUE = "contoso/x-servicebus-transfer/0"
+NOW = datetime.now(timezone.utc)
+
+
+def primaries(sb: Emulator) -> dict[str, Access]:
+    return {PRIMARY: Access(PRIMARY, "primary", "localhost",
+                            connection_string=sb.connection_string)}  # fmt: skip
+
+
+def row(seq: int, batch: str, destination: str = "orders", **more: Any) -> dict[str, Any]:
+    """One replay input row: a message of ``batch`` (keyed by its batch, position = seq)."""
+    base: dict[str, Any] = {c: None for c in INPUT_COLUMNS}
+    base.update(backlog_queue=QUEUE, sequence_number=seq, primary=PRIMARY,
+                destination=destination, partition_key_effective=None, replay_order=seq,
+                batch_id=batch, batch_position=seq, body=f"body-{seq}".encode(),
+                message_id=f"m{seq}", original_enqueued_time=NOW, in_doubt=False,
+                snapshot_matches=True)  # fmt: skip
+    base.update(more)
+    return base
+
+
+def frames(*groups: list[dict[str, Any]]) -> Iterator[pd.DataFrame]:
+    for rows in groups:
+        yield pd.DataFrame(rows, columns=list(INPUT_COLUMNS))
+
+
+def run_task(task: _ReplayTask, *groups: list[dict[str, Any]]) -> list[pd.DataFrame]:
+    return list(task(frames(*groups)))
+
+
+def received(sb: Emulator, queue: str = "orders") -> list[Any]:
+    return sorted(sb.broker.entity(queue).messages.values(), key=lambda m: m.seq)
+
+
+class Reached:
+    """A fail point that counts what the task reports as sent (never fires)."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+
+    def reached(self, n: int) -> None:
+        self.counts.append(n)
+
+
+def test_sends_every_row_in_order_and_a_batch_that_spans_frames_goes_as_one(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    sb = servicebus_emulator(QueueSpec("orders"))
+    counted = Reached()
+    task = _ReplayTask(_TaskPlan(primaries(sb), {}, ReplaySettings(), counted))  # type: ignore[arg-type]
+    # batch b1 is cut by Spark's frame boundary; b2 follows in the second frame
+    out = run_task(task, [row(1, "b1"), row(2, "b1")], [row(3, "b1"), row(4, "b2")])
+
+    results = pd.concat(out)
+    assert list(results.columns) == list(names(REPLAY_RESULT))
+    assert list(results["sequence_number"]) == [1, 2, 3, 4]
+    assert set(results["outcome"]) == {Outcome.SENT}
+    by_seq = results.set_index("sequence_number")
+    # b1 is one transfer although it came in two frames, counted on its first row
+    assert (by_seq.loc[1, "transfers"], by_seq.loc[4, "transfers"]) == (1, 1)
+    assert by_seq.loc[[2, 3], "transfers"].sum() == 0
+    assert [str(m.message_id) for m in received(sb)] == ["m1", "m2", "m3", "m4"]
+    assert counted.counts == [1, 2]  # the running count of batches sent
+
+
+def test_a_skipped_destination_is_not_opened_and_its_rows_say_why(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    sb = servicebus_emulator(QueueSpec("orders"))
+    skip = {(PRIMARY, "gone"): Detail.DESTINATION_MISSING}
+    task = _ReplayTask(_TaskPlan(primaries(sb), skip, ReplaySettings()))  # type: ignore[arg-type]
+    out = pd.concat(run_task(task, [row(1, "b1", "gone"), row(2, "b2")]))
+
+    outcome = {int(r["sequence_number"]): (r["outcome"], r["detail"])
+               for r in out.to_dict("records")}  # fmt: skip
+    assert outcome == {1: (Outcome.SKIPPED, Detail.DESTINATION_MISSING), 2: (Outcome.SENT, None)}
+    assert [str(m.message_id) for m in received(sb)] == ["m2"]
+
+
+def test_an_empty_partition_sends_nothing_and_yields_nothing(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    sb = servicebus_emulator(QueueSpec("orders"))
+    task = _ReplayTask(_TaskPlan(primaries(sb), {}, ReplaySettings()))  # type: ignore[arg-type]
+    assert run_task(task, []) == []
+    assert received(sb) == []
+
+
+def test_the_restored_message_keeps_its_headers_and_a_past_schedule_is_sent_at_once(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    sb = servicebus_emulator(QueueSpec("orders"))
+    task = _ReplayTask(_TaskPlan(primaries(sb), {}, ReplaySettings()))  # type: ignore[arg-type]
+    headers = dict(content_type="application/json", correlation_id="corr-1", subject="created",
+                   to="billing", reply_to="replies", reply_to_session_id="rs-1",
+                   original_application_properties={"tenant": {"kind": "string", "string": "t1"},
+                                                   "n": {"kind": "int", "int": 7}})  # fmt: skip
+    past = (NOW - timedelta(hours=1)).replace(tzinfo=None)  # naive: read as UTC
+    future = NOW + timedelta(hours=1)
+    out = pd.concat(run_task(task, [
+        row(1, "b1", **headers, original_scheduled_enqueue_time=past),
+        row(2, "b2", original_scheduled_enqueue_time=future),
+    ]))  # fmt: skip
+    assert set(out["outcome"]) == {Outcome.SENT}
+
+    entity = sb.broker.entity("orders")
+    first = entity.messages[min(entity.messages)]
+    assert first.scheduled_ms is None  # its time had passed: sent at once
+    p = first.parsed
+    # the AMQP properties section: to, subject, reply-to, correlation-id, content-type,
+    # reply-to-group-id
+    assert str(p.message_id) == "m1"
+    assert [p.prop(i) for i in (2, 3, 4, 5, 6, 12)] == [
+        "billing", "created", "replies", "corr-1", "application/json", "rs-1"]  # fmt: skip
+    props = {k.decode() if isinstance(k, bytes) else k: v
+             for k, v in p.get_application_properties().items()}  # fmt: skip
+    assert props == {"tenant": "t1", "n": 7}
+    (later,) = [m for m in entity.messages.values() if str(m.message_id) == "m2"]
+    assert later.scheduled_ms == int(future.timestamp() * 1000)  # still ahead: scheduled
+
+
+def test_build_message_leaves_properties_and_schedule_alone_when_there_are_none() -> None:
+    message = build_message(row(1, "b1"), timedelta(minutes=5), NOW)
+    assert message.application_properties is None
+    assert message.scheduled_enqueue_time_utc is None
+    assert message.time_to_live == timedelta(minutes=5)
+    ahead = NOW + timedelta(seconds=1)
+    at_now = build_message(row(1, "b1", original_scheduled_enqueue_time=NOW), None, NOW)
+    assert at_now.scheduled_enqueue_time_utc is None  # due now is not in the future
+    soon = build_message(row(1, "b1", original_scheduled_enqueue_time=ahead), None, NOW)
+    assert soon.scheduled_enqueue_time_utc == ahead
+
+
+def test_the_task_shows_no_secret(servicebus_emulator: EmulatorFactory) -> None:
+    sb = servicebus_emulator(QueueSpec("orders"))
+    task = _ReplayTask(_TaskPlan(primaries(sb), {}, ReplaySettings()))  # type: ignore[arg-type]
+    for text in (repr(task), repr(task.plan), str(task.plan)):
+        assert "SharedAccessKey" not in text
+        assert sb.connection_string not in text
+    assert repr(task) == "_ReplayTask(primaries=['contoso'])"
+
+
+#: The replay input's columns and types (what :func:`syphon.job.replay.replay_input` gives).
+INPUT = (
+    Field("backlog_queue", "string"), Field("sequence_number", "long"),
+    Field("primary", "string"), Field("destination", "string"),
+    Field("partition_key_effective", "string"), Field("replay_order", "int"),
+    Field("batch_id", "string"), Field("batch_position", "long"), Field("body", "binary"),
+    Field("message_id", "string"), Field("partition_key", "string"),
+    Field("original_session_id", "string"), Field("original_time_to_live_ticks", "long"),
+    Field("original_scheduled_enqueue_time", "timestamp"),
+    Field("original_application_properties", "properties"), Field("content_type", "string"),
+    Field("correlation_id", "string"), Field("subject", "string"), Field("to", "string"),
+    Field("reply_to", "string"), Field("reply_to_session_id", "string"),
+    Field("original_enqueued_time", "timestamp"), Field("in_doubt", "boolean"),
+    Field("snapshot_matches", "boolean"),
+)  # fmt: skip
+
+
+@pytest.mark.spark
+def test_spark_lays_the_sends_out_by_destination_and_key_in_replay_order(
+    spark: SparkSession, servicebus_emulator: EmulatorFactory
+) -> None:
+    sb = servicebus_emulator(QueueSpec("orders"), QueueSpec("audit"))
+    assert names(INPUT) == INPUT_COLUMNS
+    # replay order: k1 = 1, 2 (batch a), 3 (batch b); k2 = 4, 5 (batch c, d); keyless
+    # batches e, f to "audit"; "gone" is skipped; rows handed over in reverse order
+    rows = [row(1, "a", partition_key_effective="k1", replay_order=1),
+            row(2, "a", partition_key_effective="k1", replay_order=2),
+            row(3, "b", partition_key_effective="k1", replay_order=3),
+            row(4, "c", partition_key_effective="k2", replay_order=1),
+            row(5, "d", partition_key_effective="k2", replay_order=2),
+            row(6, "e", "audit", replay_order=1), row(7, "f", "audit", replay_order=1),
+            row(8, "g", "gone", replay_order=1)]  # fmt: skip
+    df = spark.createDataFrame([tuple(r[c] for c in INPUT_COLUMNS) for r in reversed(rows)],
+                               spark_schema(INPUT))  # fmt: skip
+    skipped = {(PRIMARY, "orders"): None, (PRIMARY, "audit"): None,
+               (PRIMARY, "gone"): Detail.DESTINATION_UNAVAILABLE}  # fmt: skip
+    other = Access("elsewhere", "primary", "localhost", connection_string="Endpoint=sb://x/;"
+                   "SharedAccessKeyName=k;SharedAccessKey=never-used")  # fmt: skip
+    results = replay_messages(df, {**primaries(sb), "elsewhere": other}, skipped).collect()
+
+    outcome = {r["sequence_number"]: (r["outcome"], r["detail"]) for r in results}
+    assert outcome == {**{s: (Outcome.SENT, None) for s in range(1, 8)},
+                       8: (Outcome.SKIPPED, Detail.DESTINATION_UNAVAILABLE)}  # fmt: skip
+    orders = [str(m.message_id) for m in received(sb, "orders")]
+    for key in (["m1", "m2", "m3"], ["m4", "m5"]):  # each key's order kept
+        assert [m for m in orders if m in key] == key
+    assert sorted(str(m.message_id) for m in received(sb, "audit")) == ["m6", "m7"]
+    # one transfer per planned batch
+    assert sum(r["transfers"] for r in results) == 6

@@ -1,0 +1,199 @@
+"""``run`` and ``resume`` around their Spark stages, against the local Service Bus and
+delta-rs tables, without Spark: the runs that start nothing (empty, busy, a backlog that
+cannot be listed), what the lease does around a run, and how the final status is chosen
+from a run's tallies. The stages in between are tested end to end in test_run.py,
+test_run_faults.py and the crash tests; these are quick enough for mutation testing."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from paired_env import PRIMARY, Pair, context, job_config, park_orders
+from syphon.core.errors import ExitCode, SyphonError
+from syphon.core.schema import Detail, Outcome, Status
+from syphon.job.context import RunContext
+from syphon.job.ledger import Ledger
+from syphon.job.run import _finish, _leased, resume, run
+from syphon.job.tally import Line, Tally
+from syphon.store.lease import Lease
+
+NO_SPARK = "this run must not start Spark"
+
+
+def no_spark_context(pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunContext:
+    return context(job_config(pair, tmp_path, monkeypatch), lambda: pytest.fail(NO_SPARK))
+
+
+def other_holder(ctx: RunContext) -> Lease:
+    other = ctx.store.lease("other-run", timedelta(minutes=5))
+    assert other.acquire().held_by(other.holder, datetime.now(timezone.utc))
+    return other
+
+
+def statuses(ctx: RunContext, run_id: str) -> list[str]:
+    return [r.status for r in ctx.store.runs() if r.run_id == run_id]
+
+
+def test_an_empty_backlog_is_an_empty_run_that_takes_no_lease(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = no_spark_context(pair, tmp_path, monkeypatch)
+    result = run(ctx, "empty-run")
+    assert (result.run_id, result.status, result.exit_code) == ("empty-run", Status.EMPTY,
+                                                               ExitCode.DONE)  # fmt: skip
+    assert statuses(ctx, "empty-run") == [Status.EMPTY]
+    assert result.operations.discover_backlog_queues > 0  # discovery's figures are kept
+    assert not (tmp_path / "delta" / "leases").exists()  # no lease was ever asked for
+
+
+def test_a_run_that_finds_the_lease_held_is_busy_and_leaves_the_lease_and_backlog(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = no_spark_context(pair, tmp_path, monkeypatch)
+    parked = park_orders(pair, "busy", queues=1, per_queue=2)
+    other = other_holder(ctx)
+
+    result = run(ctx, "busy-run")
+    assert (result.status, result.exit_code) == (Status.BUSY, ExitCode.BUSY)
+    assert result.detail is not None
+    assert other.holder in result.detail
+    assert statuses(ctx, "busy-run") == [Status.BUSY]
+    assert other.held()  # a busy run does not touch the holder's lease
+    queue = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0")
+    assert sorted(str(m.message_id) for m in queue.messages.values()) == sorted(parked)
+
+
+def test_a_run_whose_backlog_cannot_be_listed_fails_before_the_lease(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = no_spark_context(pair, tmp_path, monkeypatch)
+    pair.secondary.stop()  # nothing answers at its address
+    result = run(ctx, "blind-run")
+    assert result.status == Status.FAILED
+    assert result.detail
+    assert statuses(ctx, "blind-run") == [Status.FAILED]
+    assert not (tmp_path / "delta" / "leases").exists()
+
+
+def test_resume_refuses_a_run_that_was_never_planned(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = no_spark_context(pair, tmp_path, monkeypatch)
+    Ledger(ctx, "only-busy", datetime.now(timezone.utc)).record(Status.BUSY)
+    for run_id in ("never-seen", "only-busy"):
+        with pytest.raises(SyphonError, match=f"run {run_id} was never planned"):
+            resume(ctx, run_id)
+
+
+def test_resume_finds_the_lease_held_and_is_busy_keeping_the_first_start(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = no_spark_context(pair, tmp_path, monkeypatch)
+    first = datetime(2026, 11, 23, 8, 0, tzinfo=timezone.utc)
+    Ledger(ctx, "planned-run", first).record(Status.PLANNED)
+    Ledger(ctx, "planned-run", first + timedelta(minutes=5)).record(Status.FAILED)
+    other = other_holder(ctx)
+
+    result = resume(ctx, "planned-run")
+    assert result.status == Status.BUSY
+    assert other.held()
+    (busy,) = [r for r in ctx.store.runs() if r.status == Status.BUSY]
+    assert busy.started_at == first  # a resumed run is the run it resumes
+
+
+def test_resume_that_fails_inside_the_lease_is_failed_and_releases_it(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse() -> None:
+        raise RuntimeError("no Spark here")  # the replay's first need fails
+
+    ctx = context(job_config(pair, tmp_path, monkeypatch), refuse)
+    Ledger(ctx, "planned-run", datetime.now(timezone.utc)).record(Status.PLANNED)
+    result = resume(ctx, "planned-run")
+    assert (result.status, result.detail) == (Status.FAILED, "RuntimeError")
+    assert statuses(ctx, "planned-run") == [Status.PLANNED, Status.FAILED]
+    assert ctx.store.lease("next", timedelta(minutes=1)).state().holder is None  # released
+
+
+def test_the_lease_is_released_when_the_leased_work_raises(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = no_spark_context(pair, tmp_path, monkeypatch)
+    ledger = Ledger(ctx, "raising-run", datetime.now(timezone.utc))
+    seen: list[Lease] = []
+
+    def leased_work() -> None:
+        with _leased(ctx, ledger) as lease:
+            assert isinstance(lease, Lease)
+            seen.append(lease)
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        leased_work()
+    (lease,) = seen
+    assert ctx.store.lease("next", timedelta(minutes=1)).state().holder is None  # released
+    assert lease._thread is not None  # the heartbeat was started, and is stopped
+    assert not lease._thread.is_alive()
+
+
+# --- the final status ------------------------------------------------------------------
+
+
+def tally(*lines: tuple[str, str | None, int]) -> Tally:
+    return Tally(("n",), tuple(Line(o, d, c, (c,)) for o, d, c in lines))
+
+
+def finish(ctx: RunContext, replayed: Tally, settled: Tally) -> tuple[str, str | None]:
+    ledger = Ledger(ctx, "finishing", datetime.now(timezone.utc))
+    result = _finish(ledger, [], {}, replayed, settled)
+    assert statuses(ctx, "finishing")[-1] == result.status  # recorded as returned
+    return result.status, result.detail
+
+
+def test_the_final_status_is_done_partial_or_failed_by_what_the_stages_left(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = no_spark_context(pair, tmp_path, monkeypatch)
+    sent, completed = tally((Outcome.SENT, None, 3)), tally((Outcome.COMPLETED, None, 3))
+    assert finish(ctx, sent, completed) == (Status.DONE, None)
+    # arriving after the snapshot is the next run's work, not a left-over
+    late = tally((Outcome.COMPLETED, None, 3), (Outcome.LEFT, Detail.ARRIVED_AFTER_SNAPSHOT, 2))
+    assert finish(ctx, sent, late) == (Status.DONE, None)
+    left = tally((Outcome.COMPLETED, None, 2), (Outcome.LEFT, None, 1))
+    assert finish(ctx, sent, left) == (Status.PARTIAL, None)
+    # a namespace that failed mid-run fails the run, naming the side
+    fault = tally((Outcome.SKIPPED, Detail.NAMESPACE_FAULT, 1), (Outcome.SENT, None, 2))
+    assert finish(ctx, fault, left) == (Status.FAILED, f"{Detail.NAMESPACE_FAULT}: primary")
+    down = tally((Outcome.LEFT, "ServiceBusConnectionError", 1))
+    assert finish(ctx, sent, down) == (Status.FAILED, f"{Detail.NAMESPACE_FAULT}: secondary")
+    both = tally((Outcome.FAILED, "ServiceBusConnectionError", 1))
+    assert finish(ctx, both, tally((Outcome.LEFT, Detail.NAMESPACE_FAULT, 1))) == (
+        Status.FAILED, f"{Detail.NAMESPACE_FAULT}: primary, secondary")  # fmt: skip
+
+
+def test_unknown_and_missing_destinations_give_the_run_its_exit_code_and_fix(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = no_spark_context(pair, tmp_path, monkeypatch)
+    sent, completed = tally((Outcome.SENT, None, 3)), tally((Outcome.COMPLETED, None, 3))
+    ledger = Ledger(ctx, "finishing", datetime.now(timezone.utc))
+    plain = _finish(ledger, [], {("contoso", "orders"): None}, sent, completed)
+    assert (plain.code, plain.fix, plain.exit_code) == (None, None, ExitCode.DONE)
+
+    unknown = _finish(ledger, [("contoso", "nowhere")], {}, sent, completed)
+    assert unknown.code is not None
+    assert unknown.code != ExitCode.DONE
+    assert unknown.fix is not None
+    assert "nowhere" in unknown.fix
+    assert unknown.exit_code == unknown.code
+
+    missing = _finish(ledger, [], {("contoso", "gone"): Detail.DESTINATION_MISSING,
+                                   ("contoso", "paused"): Detail.DESTINATION_UNAVAILABLE},
+                      sent, completed)  # fmt: skip
+    assert missing.code is not None
+    assert missing.fix is not None
+    assert "gone" in missing.fix
+    assert "paused" not in missing.fix
