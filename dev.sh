@@ -124,7 +124,7 @@ case "$cmd" in
     # cosmic-ray changes a module on disk once per mutant and runs its fast tests
     # (tests/mutation/<module>.toml): it works in a copy of the tree, so that an
     # interrupted run never leaves a mutant behind in the working tree
-    [ $# -gt 0 ] || set -- lease lanes
+    [ $# -gt 0 ] || set -- lease lanes settle replay run
     top=$PWD
     copy=$(mktemp -d)
     trap 'rm -rf "$copy"' EXIT

@@ -4,9 +4,12 @@ settle actions). What it completes, dead-letters and leaves, and each way it sto
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
+import pyarrow as pa  # type: ignore[import-untyped]
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from servicebus_emulator import Emulator, QueueSpec
@@ -34,10 +37,13 @@ def park(sb: Emulator, ids: list[str]) -> dict[str, int]:
 
 
 def actions(rows: list[tuple[int, str, str | None, str]]) -> pd.DataFrame:
-    return pd.DataFrame(
+    """One queue's settle actions as Spark hands them to the task: through Arrow, so the
+    strings are the task's own copies, never the module's constants."""
+    frame = pd.DataFrame(
         [(QUEUE, seq, action, reason, verdict) for seq, action, reason, verdict in rows],
         columns=["backlog_queue", "sequence_number", "action", "reason", "verdict"],
     )
+    return pa.Table.from_pandas(frame, preserve_index=False).to_pandas()
 
 
 def by_seq(frame: pd.DataFrame) -> dict[int, dict[str, Any]]:
@@ -123,3 +129,36 @@ def test_a_queue_that_cannot_be_read_leaves_everything_with_the_reason(
         Outcome.LEFT, Detail.NAMESPACE_FAULT)  # fmt: skip
     sb.clear_faults()
     assert len(sb.broker.entity(QUEUE).messages) == 2  # nothing was removed
+
+
+class WaitAfterFirst:
+    """A fail point that never fires: after the first settlement it waits out the
+    queue's lock, so that the locks of the rest of the page lapse before they are
+    settled (a pass that outlives its locks)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def reached(self, settled: int) -> None:
+        if settled == 1:
+            time.sleep(self.seconds)
+
+
+def test_a_lapsed_lock_leaves_its_message_and_the_pass_goes_on(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    lock = timedelta(seconds=3)
+    sb = servicebus_emulator(QueueSpec(QUEUE, lock_duration=lock))
+    seq = park(sb, ["first", "second", "third"])
+    todo = actions([(seq[m], COMPLETE, None, "replay") for m in ("first", "second", "third")])
+    task = _SettleTask(access(sb), "run-5", WaitAfterFirst(lock.total_seconds() + 0.5))  # type: ignore[arg-type]
+    out = by_seq(task(todo))
+
+    assert (out[seq["first"]]["outcome"], out[seq["first"]]["detail"]) == (
+        Outcome.COMPLETED, None)  # fmt: skip
+    for late in ("second", "third"):  # each settle that failed is its own, and not the end
+        row = out[seq[late]]
+        assert (row["outcome"], row["detail"], row["received"]) == (
+            Outcome.LEFT, f"{Detail.SETTLE_FAILED}MessageLockLostError", 1)  # fmt: skip
+    left = sorted(str(m.message_id) for m in sb.broker.entity(QUEUE).messages.values())
+    assert left == ["second", "third"]  # still in the backlog for the next run
