@@ -120,6 +120,11 @@ class Faults:
                 or self.sends_left is not None)  # fmt: skip
 
 
+def _unavailable(path: str) -> BrokerError:
+    """What an entity under the unavailable fault answers."""
+    return BrokerError(ENTITY_DISABLED, f"The messaging entity '{path}' is unavailable.")
+
+
 def partition_of(seq: int) -> int:
     """The partition a sequence number belongs to (0 for unpartitioned entities)."""
     return seq >> PARTITION_SHIFT
@@ -646,7 +651,7 @@ class Broker:
         """Raises the error an entity under fault answers with."""
         f = self.fault_for(path)
         if f.unavailable:
-            raise BrokerError(ENTITY_DISABLED, f"The messaging entity '{path}' is unavailable.")
+            raise _unavailable(path)
         if f.busy:
             raise BrokerError(
                 SERVER_BUSY, "The request was terminated because the entity is being throttled."
@@ -783,7 +788,7 @@ class Broker:
         if all(parsed.content_type == PING_CONTENT_TYPE for parsed, _ in messages):
             return None
         if budget.sends_left <= 0:
-            raise BrokerError(ENTITY_DISABLED, f"The messaging entity '{path}' is unavailable.")
+            raise _unavailable(path)
         return budget
 
     @staticmethod

@@ -49,6 +49,12 @@ def row(seq: int, batch: str, destination: str = "orders", **more: Any) -> dict[
     return base
 
 
+def replay_task(sb: Emulator, skip: dict[tuple[str, str], str | None] | None = None,
+                failpoint: Any = None) -> _ReplayTask:  # fmt: skip
+    """The task Spark would run, for the primary ``sb`` (default settings)."""
+    return _ReplayTask(_TaskPlan(primaries(sb), skip or {}, ReplaySettings(), failpoint))
+
+
 def frames(*groups: list[dict[str, Any]]) -> Iterator[pd.DataFrame]:
     for rows in groups:
         yield pd.DataFrame(rows, columns=list(INPUT_COLUMNS))
@@ -77,7 +83,7 @@ def test_sends_every_row_in_order_and_a_batch_that_spans_frames_goes_as_one(
 ) -> None:
     sb = servicebus_emulator(QueueSpec("orders"))
     counted = Reached()
-    task = _ReplayTask(_TaskPlan(primaries(sb), {}, ReplaySettings(), counted))  # type: ignore[arg-type]
+    task = replay_task(sb, failpoint=counted)
     # batch b1 is cut by Spark's frame boundary; b2 follows in the second frame
     out = run_task(task, [row(1, "b1"), row(2, "b1")], [row(3, "b1"), row(4, "b2")])
 
@@ -98,7 +104,7 @@ def test_a_skipped_destination_is_not_opened_and_its_rows_say_why(
 ) -> None:
     sb = servicebus_emulator(QueueSpec("orders"))
     skip = {(PRIMARY, "gone"): Detail.DESTINATION_MISSING}
-    task = _ReplayTask(_TaskPlan(primaries(sb), skip, ReplaySettings()))  # type: ignore[arg-type]
+    task = replay_task(sb, skip)
     out = pd.concat(run_task(task, [row(1, "b1", "gone"), row(2, "b2")]))
 
     outcome = {int(r["sequence_number"]): (r["outcome"], r["detail"])
@@ -111,7 +117,7 @@ def test_an_empty_partition_sends_nothing_and_yields_nothing(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec("orders"))
-    task = _ReplayTask(_TaskPlan(primaries(sb), {}, ReplaySettings()))  # type: ignore[arg-type]
+    task = replay_task(sb)
     assert run_task(task, []) == []
     assert received(sb) == []
 
@@ -120,7 +126,7 @@ def test_the_restored_message_keeps_its_headers_and_a_past_schedule_is_sent_at_o
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec("orders"))
-    task = _ReplayTask(_TaskPlan(primaries(sb), {}, ReplaySettings()))  # type: ignore[arg-type]
+    task = replay_task(sb)
     headers = dict(content_type="application/json", correlation_id="corr-1", subject="created",
                    to="billing", reply_to="replies", reply_to_session_id="rs-1",
                    original_application_properties={"tenant": {"kind": "string", "string": "t1"},
@@ -163,7 +169,7 @@ def test_build_message_leaves_properties_and_schedule_alone_when_there_are_none(
 
 def test_the_task_shows_no_secret(servicebus_emulator: EmulatorFactory) -> None:
     sb = servicebus_emulator(QueueSpec("orders"))
-    task = _ReplayTask(_TaskPlan(primaries(sb), {}, ReplaySettings()))  # type: ignore[arg-type]
+    task = replay_task(sb)
     for text in (repr(task), repr(task.plan), str(task.plan)):
         assert "SharedAccessKey" not in text
         assert sb.connection_string not in text
