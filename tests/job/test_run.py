@@ -156,6 +156,17 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     assert ops["settle.dead_letters"] == 1
     assert ops["replay.pings"] == 4  # orders, sessions, events, paused
     assert ops["snapshot.messages_peeked"] == len(parked) + 7
+    assert ops["replay.busy_retries"] == 0
+    # a batch is one transfer: at least one per destination sent to, at most one a message
+    assert 3 <= ops["replay.send_transfers"] <= ops["replay.messages_sent"]
+    # every message the settle received was completed, dead-lettered or (a paused
+    # destination's, left for the next run) given back
+    assert ops["settle.abandons"] <= 2
+    assert ops["settle.receives"] == (ops["settle.completes"] + ops["settle.dead_letters"]
+                                      + ops["settle.abandons"])  # fmt: skip
+    timings = dict(runs[-1]["timings"])
+    assert all(timings[s] > 0 for s in ("snapshot", "reconcile", "audit", "replay", "settle"))
+    assert 0 < timings["replay.pings"] + timings["replay.sends"] <= timings["replay"]
     assert runs[-1]["credits_per_replayed_message"] == pytest.approx(
         ops["credits_estimated"] / (len(parked) + 3)
     )
