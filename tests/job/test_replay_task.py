@@ -6,6 +6,7 @@ out of sight."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -113,6 +114,28 @@ def test_a_skipped_destination_is_not_opened_and_its_rows_say_why(
     assert [str(m.message_id) for m in received(sb)] == ["m2"]
 
 
+@pytest.mark.parametrize("attempt", [0, 1])
+def test_a_retried_task_marks_everything_it_sends_as_resent_in_doubt(
+    servicebus_emulator: EmulatorFactory, monkeypatch: pytest.MonkeyPatch, attempt: int
+) -> None:
+    """A task Spark runs again after a failed attempt may repeat that attempt's sends.
+    Local mode never retries a task, so Spark's task context is stood in for, with the
+    attempt number Spark would give."""
+    from pyspark import TaskContext
+
+    class Attempt:
+        def attemptNumber(self) -> int:  # noqa: N802 (Spark's name)
+            return attempt
+
+    monkeypatch.setattr(TaskContext, "get", classmethod(lambda cls: Attempt()))
+    sb = servicebus_emulator(QueueSpec("orders"))
+    out = pd.concat(run_task(replay_task(sb), [row(1, "b1"), row(2, "b2", in_doubt=True)]))
+    details = dict(zip(out["sequence_number"], out["detail"], strict=True))
+    in_doubt = Detail.RESENT_IN_DOUBT
+    assert details == ({1: in_doubt, 2: in_doubt} if attempt else {1: None, 2: in_doubt})
+    assert set(out["outcome"]) == {Outcome.SENT}
+
+
 def test_an_empty_partition_sends_nothing_and_yields_nothing(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
@@ -161,19 +184,29 @@ def test_build_message_leaves_properties_and_schedule_alone_when_there_are_none(
     assert message.scheduled_enqueue_time_utc is None
     assert message.time_to_live == timedelta(minutes=5)
     ahead = NOW + timedelta(seconds=1)
-    at_now = build_message(row(1, "b1", original_scheduled_enqueue_time=NOW), None, NOW)
-    assert at_now.scheduled_enqueue_time_utc is None  # due now is not in the future
+    # due now (an equal time, not the same object) is not in the future, nor is the past
+    same = datetime.fromtimestamp(NOW.timestamp(), timezone.utc)
+    at_now = build_message(row(1, "b1", original_scheduled_enqueue_time=same), None, NOW)
+    assert at_now.scheduled_enqueue_time_utc is None
+    past = NOW - timedelta(minutes=1)
+    gone_by = build_message(row(1, "b1", original_scheduled_enqueue_time=past), None, NOW)
+    assert gone_by.scheduled_enqueue_time_utc is None
     soon = build_message(row(1, "b1", original_scheduled_enqueue_time=ahead), None, NOW)
     assert soon.scheduled_enqueue_time_utc == ahead
 
 
-def test_the_task_shows_no_secret(servicebus_emulator: EmulatorFactory) -> None:
+def test_the_task_shows_no_secret_and_its_plan_cannot_change(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
     sb = servicebus_emulator(QueueSpec("orders"))
     task = replay_task(sb)
     for text in (repr(task), repr(task.plan), str(task.plan)):
         assert "SharedAccessKey" not in text
         assert sb.connection_string not in text
     assert repr(task) == "_ReplayTask(primaries=['contoso'])"
+    # one plan for every task of the replay: no task can change what the others see
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        task.plan.skip = {}  # type: ignore[misc]
 
 
 #: The replay input's columns and types (what :func:`syphon.job.replay.replay_input` gives).

@@ -87,9 +87,11 @@ def test_the_replay_input_flags_changed_bodies_and_messages_in_doubt(spark: Spar
         plan_row(2, "replay", body_sha256="b", primary="contoso", destination="orders"),
         plan_row(3, "replay", body_sha256="c", primary="contoso", destination="orders"),
         plan_row(4, "duplicate", body_sha256="d"),
+        plan_row(5, "replay", body_sha256="e", primary="contoso", destination="orders"),
     ])  # fmt: skip
+    # 2's and 5's bodies changed, to digests that sort before and after the planned ones
     restored = spark.createDataFrame(
-        [(Q0, 1, b"x", "a"), (Q0, 2, b"y", "changed"), (Q0, 4, b"z", "d")],
+        [(Q0, 1, b"x", "a"), (Q0, 2, b"y", "a"), (Q0, 4, b"z", "d"), (Q0, 5, b"w", "f")],
         "backlog_queue string, sequence_number long, body binary, body_sha256 string",
     )
     for name in (
@@ -113,10 +115,12 @@ def test_the_replay_input_flags_changed_bodies_and_messages_in_doubt(spark: Spar
                                   "sequence_number long")  # fmt: skip
     rows = replay_input(restored, todo, doubt)
     got = places(rows, "snapshot_matches", "in_doubt")
-    # 2's body changed, 3 is gone from the snapshot; 3 was left in doubt; 4 is no replay
-    assert got == [(Q0, 1, True, False), (Q0, 2, False, False), (Q0, 3, False, True)]
+    # 2's and 5's bodies changed, 3 is gone from the snapshot; 3 was left in doubt; 4 is
+    # no replay
+    assert got == [(Q0, 1, True, False), (Q0, 2, False, False), (Q0, 3, False, True),
+                   (Q0, 5, False, False)]  # fmt: skip
     assert places(replay_input(restored, todo, None), "in_doubt") == [
-        (Q0, 1, False), (Q0, 2, False), (Q0, 3, False)]  # fmt: skip
+        (Q0, 1, False), (Q0, 2, False), (Q0, 3, False), (Q0, 5, False)]  # fmt: skip
 
 
 def test_in_doubt_are_in_doubt_sends_and_the_unrecorded_sends_of_interrupted_runs(
