@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMessageState
+from azure.servicebus import (
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusMessageState,
+    ServiceBusSubQueue,
+)
 
 from paired_env import (
     PRIMARY,
@@ -65,12 +70,20 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
             "orders"),
         to_backlog_message(ServiceBusMessage(
             b"later", message_id="later-1", scheduled_enqueue_time_utc=later), "orders"),
+        # one MessageId with two bodies (the second a conflict), and a message whose own
+        # time to live ran out while it was parked
+        to_backlog_message(ServiceBusMessage(b"A", message_id="twice"), "orders"),
+        to_backlog_message(ServiceBusMessage(b"B", message_id="twice"), "orders"),
+        to_backlog_message(ServiceBusMessage(b"old", message_id="old-1",
+                                             time_to_live=timedelta(seconds=1)), "orders"),
     ])  # fmt: skip
-    extra = {"orders": {"rich-1", "past-1", "later-1"}}
+    extra = {"orders": {"rich-1", "past-1", "later-1", "twice"}}
+    parked_at = time.monotonic()
     primary.make_unavailable("paused")
     before = {path: [str(m.message_id) for m in stored(pair, p)] for path, p in ENTITIES.items()}
 
     config = job_config(pair, tmp_path, monkeypatch)
+    time.sleep(max(0.0, parked_at + 1.1 - time.monotonic()))  # old-1's one second passes
     first = run_job(config, spark)
     assert first.status == "partial", first
     # work left (paused) and a destination that does not exist (nowhere): the latter is
@@ -88,7 +101,7 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
         assert ids[: len(before[name])] == before[name]
         replayed = ids[len(before[name]) :]
         want = {m.message_id for m in parked if m.destination == name} | extra.get(name, set())
-        assert sorted(replayed) == sorted(want), name
+        assert sorted(replayed) == sorted(want), (name, set(replayed) ^ set(want))
     # in the original order per partition key (the scenario's seq grows per producer)
     by_id = {m.message_id: m for m in parked}
     for name, path in ENTITIES.items():
@@ -129,14 +142,25 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     assert at_orders["past-1"].state == ServiceBusMessageState.ACTIVE
     assert at_orders["later-1"].state == ServiceBusMessageState.SCHEDULED
     assert at_orders["later-1"].scheduled_enqueue_time_utc == later
+    assert b"".join(at_orders["twice"].body) == b"A"  # the first body; the other is a conflict
 
-    # the backlog keeps only the paused destination's messages; the invalid one is
-    # dead-lettered, the duplicate completed
+    # the backlog keeps only the paused destination's messages; the invalid one and the
+    # conflict are dead-lettered with the verdict's reason, the duplicate and the expired
+    # one completed
     state = backlog_state(pair)
     active = sorted(i for path, ids in state.items() if "DeadLetter" not in path for i in ids)
     dead = sorted(i for path, ids in state.items() if "DeadLetter" in path for i in ids)
     assert active == ["paused-1", "paused-2"]
-    assert dead == ["bad-1"]
+    assert dead == ["bad-1", "twice"]
+    with (
+        ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client,
+        client.get_queue_receiver(f"{PRIMARY}/x-servicebus-transfer/3",
+                                  sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver,
+    ):  # fmt: skip
+        letters = {str(m.message_id): m for m in receiver.peek_messages(10)}
+    assert letters["twice"].dead_letter_reason == "message_id_reused_in_snapshot"
+    assert letters["twice"].dead_letter_error_description == f"syphon run {first.run_id}: conflict"
+    assert letters["bad-1"].dead_letter_reason == "destination_unknown"
 
     audit = read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
     mine = [r for r in audit if r["run_id"] == first.run_id]
@@ -147,15 +171,21 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     settle = {r["message_id"]: r["outcome"] for r in mine if r["stage"] == "settle"}
     assert settle["bad-1"] == "dead_lettered"
     assert settle["paused-2"] == "left"
+    assert settle["old-1"] == "completed"
+    verdicts = {(r["message_id"], r["verdict"]) for r in mine if r["stage"] == "plan"}
+    assert {("old-1", "expired"), ("twice", "replay"), ("twice", "conflict")} <= verdicts
+    twice = sorted((r["verdict"], r["outcome"]) for r in mine
+                   if r["stage"] == "settle" and r["message_id"] == "twice")  # fmt: skip
+    assert twice == [("conflict", "dead_lettered"), ("replay", "completed")]
     runs = sorted((r for r in read_table(Path(config.audit.path) / RUNS_TABLE).to_pylist()
                    if r["run_id"] == first.run_id), key=lambda r: r["recorded_at"])  # fmt: skip
     assert [r["status"] for r in runs] == ["planned", "replaying", "replayed", "partial"]
     ops = dict(runs[-1]["operations"])
-    assert ops["replay.messages_sent"] == len(parked) + 3
-    assert ops["settle.completes"] == len(parked) + 4
-    assert ops["settle.dead_letters"] == 1
+    assert ops["replay.messages_sent"] == len(parked) + 4
+    assert ops["settle.completes"] == len(parked) + 6
+    assert ops["settle.dead_letters"] == 2
     assert ops["replay.pings"] == 4  # orders, sessions, events, paused
-    assert ops["snapshot.messages_peeked"] == len(parked) + 7
+    assert ops["snapshot.messages_peeked"] == len(parked) + 10
     assert ops["replay.busy_retries"] == 0
     # a batch is one transfer: at least one per destination sent to, at most one a message
     assert 3 <= ops["replay.send_transfers"] <= ops["replay.messages_sent"]
@@ -168,7 +198,7 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     assert all(timings[s] > 0 for s in ("snapshot", "reconcile", "audit", "replay", "settle"))
     assert 0 < timings["replay.pings"] + timings["replay.sends"] <= timings["replay"]
     assert runs[-1]["credits_per_replayed_message"] == pytest.approx(
-        ops["credits_estimated"] / (len(parked) + 3)
+        ops["credits_estimated"] / (len(parked) + 4)
     )
 
     # the destination is back: the next run finishes the work
