@@ -27,6 +27,7 @@ from syphon.job.replay import (
     replay_messages,
 )
 from syphon.servicebus.access import Access
+from syphon.servicebus.sending import SenderPool
 
 PRIMARY = "contoso"
 QUEUE = "contoso/x-servicebus-transfer/0"
@@ -39,11 +40,13 @@ def primaries(sb: Emulator) -> dict[str, Access]:
 
 
 def row(seq: int, batch: str, destination: str = "orders", **more: Any) -> dict[str, Any]:
-    """One replay input row: a message of ``batch`` (keyed by its batch, position = seq)."""
+    """One replay input row: a message of ``batch`` (keyed by its batch, position = seq).
+    Each row's batch id is a string object of its own, as rows from Arrow are: the task
+    compares them by value."""
     base: dict[str, Any] = {c: None for c in INPUT_COLUMNS}
     base.update(backlog_queue=QUEUE, sequence_number=seq, primary=PRIMARY,
                 destination=destination, partition_key_effective=None, replay_order=seq,
-                batch_id=batch, batch_position=seq, body=f"body-{seq}".encode(),
+                batch_id=(batch + "_")[:-1], batch_position=seq, body=f"body-{seq}".encode(),
                 message_id=f"m{seq}", original_enqueued_time=NOW, in_doubt=False,
                 snapshot_matches=True)  # fmt: skip
     base.update(more)
@@ -100,18 +103,60 @@ def test_sends_every_row_in_order_and_a_batch_that_spans_frames_goes_as_one(
     assert counted.counts == [1, 2]  # the running count of batches sent
 
 
+def senders_made(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The destinations the task makes a sender for, in order (the pool's own method,
+    watched)."""
+    made: list[tuple[str, str]] = []
+    make = SenderPool.sender
+
+    def watched(self: SenderPool, destination: tuple[str, str]) -> Any:
+        if destination not in self.senders:
+            made.append(destination)
+        return make(self, destination)
+
+    monkeypatch.setattr(SenderPool, "sender", watched)
+    return made
+
+
 def test_a_skipped_destination_is_not_opened_and_its_rows_say_why(
-    servicebus_emulator: EmulatorFactory,
+    servicebus_emulator: EmulatorFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sb = servicebus_emulator(QueueSpec("orders"))
+    sb = servicebus_emulator(QueueSpec("orders"), QueueSpec("billing"))
+    made = senders_made(monkeypatch)
     skip = {(PRIMARY, "gone"): Detail.DESTINATION_MISSING}
     task = replay_task(sb, skip)
-    out = pd.concat(run_task(task, [row(1, "b1", "gone"), row(2, "b2")]))
+    out = pd.concat(run_task(task, [row(1, "b1", "gone"), row(2, "b2"), row(3, "b3", "billing")]))
 
     outcome = {int(r["sequence_number"]): (r["outcome"], r["detail"])
                for r in out.to_dict("records")}  # fmt: skip
-    assert outcome == {1: (Outcome.SKIPPED, Detail.DESTINATION_MISSING), 2: (Outcome.SENT, None)}
+    assert outcome == {1: (Outcome.SKIPPED, Detail.DESTINATION_MISSING), 2: (Outcome.SENT, None),
+                       3: (Outcome.SENT, None)}  # fmt: skip
     assert [str(m.message_id) for m in received(sb)] == ["m2"]
+    assert sorted(made) == [(PRIMARY, "billing"), (PRIMARY, "orders")]
+
+
+def test_after_its_namespace_fails_no_sender_is_opened_there(
+    servicebus_emulator: EmulatorFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The primary goes away after the first frame (whose first batch went out; a batch
+    goes when the next one starts): the second frame's first row sends the batch still
+    pending, which finds the namespace gone, and the third frame's destinations there
+    are neither opened nor sent to."""
+    sb = servicebus_emulator(QueueSpec("orders"), QueueSpec("a"), QueueSpec("b"))
+    made = senders_made(monkeypatch)
+
+    def frames_then_outage() -> Iterator[pd.DataFrame]:
+        yield from frames([row(1, "b1"), row(2, "b2")])
+        sb.stop()
+        yield from frames([row(3, "b3")], [row(4, "b4", "a"), row(5, "b5", "b")])
+
+    out = pd.concat(list(replay_task(sb)(frames_then_outage())))
+    outcome = dict(zip(out["sequence_number"], out["outcome"], strict=True))
+    assert outcome[1] == Outcome.SENT
+    assert outcome[2] != Outcome.SENT
+    assert [outcome[s] for s in (3, 4, 5)] == [Outcome.SKIPPED] * 3
+    assert set(out[out["sequence_number"] > 2]["detail"]) == {Detail.NAMESPACE_FAULT}
+    assert made == [(PRIMARY, "orders")]  # and again after it failed: never a or b
 
 
 @pytest.mark.parametrize("attempt", [0, 1])

@@ -71,14 +71,18 @@ def test_settle_completes_what_was_replayed_or_needs_nothing_and_dead_letters_th
 
 def test_a_resumed_run_sends_only_what_no_earlier_attempt_sent(spark: SparkSession) -> None:
     plan = audit_rows(spark, [plan_row(1, "replay"), plan_row(2, "replay"),
-                              plan_row(3, "duplicate"), plan_row(4, "replay")])  # fmt: skip
+                              plan_row(3, "duplicate"), plan_row(4, "replay"),
+                              plan_row(5, "replay")])  # fmt: skip
+    # only "sent" is done: an outcome in doubt, none, or one that sorts after "sent"
+    # (skipped) is sent again
     earlier = audit_rows(spark, [
         {"backlog_queue": Q0, "sequence_number": 1, "stage": "replay", "outcome": "sent"},
         {"backlog_queue": Q0, "sequence_number": 2, "stage": "replay", "outcome": "in_doubt"},
         {"backlog_queue": Q0, "sequence_number": 4, "stage": "replay", "outcome": None},
+        {"backlog_queue": Q0, "sequence_number": 5, "stage": "replay", "outcome": "skipped"},
     ])  # fmt: skip
-    assert places(still_to_send(plan, None)) == [(Q0, 1), (Q0, 2), (Q0, 4)]
-    assert places(still_to_send(plan, earlier)) == [(Q0, 2), (Q0, 4)]
+    assert places(still_to_send(plan, None)) == [(Q0, 1), (Q0, 2), (Q0, 4), (Q0, 5)]
+    assert places(still_to_send(plan, earlier)) == [(Q0, 2), (Q0, 4), (Q0, 5)]
 
 
 def test_the_replay_input_flags_changed_bodies_and_messages_in_doubt(spark: SparkSession) -> None:
