@@ -69,6 +69,10 @@ def test_completes_dead_letters_with_the_reason_and_gives_back_what_it_leaves(
     assert (paused["outcome"], paused["detail"], paused["abandoned"]) == (Outcome.LEFT, None, 1)
     assert (late["outcome"], late["detail"], late["abandoned"]) == (
         Outcome.LEFT, Detail.ARRIVED_AFTER_SNAPSHOT, 1)  # fmt: skip
+    # each was received once (the run's count of receives), and what was left given back
+    assert {m: out[seq[m]]["received"] for m in seq} == {"sent": 1, "bad": 1, "paused": 1,
+                                                         "late": 1}  # fmt: skip
+    assert {m: out[seq[m]]["abandoned"] for m in ("sent", "bad")} == {"sent": 0, "bad": 0}
 
     entity = sb.broker.entity(QUEUE)
     # what was left is available again at once: given back, not waiting out its
@@ -86,6 +90,15 @@ def test_completes_dead_letters_with_the_reason_and_gives_back_what_it_leaves(
              for k, v in dead.parsed.get_application_properties().items()}  # fmt: skip
     assert props["DeadLetterReason"] == "destination_unknown"
     assert props["DeadLetterErrorDescription"] == "syphon run run-1: invalid"
+
+
+def test_a_queue_with_one_action_is_settled(servicebus_emulator: EmulatorFactory) -> None:
+    sb = servicebus_emulator(QueueSpec(QUEUE))
+    seq = park(sb, ["only"])
+    out = by_seq(_SettleTask(access(sb), "run-5")(actions([(seq["only"], COMPLETE, None,
+                                                            "replay")])))  # fmt: skip
+    assert (out[seq["only"]]["outcome"], out[seq["only"]]["received"]) == (Outcome.COMPLETED, 1)
+    assert not sb.broker.entity(QUEUE).messages
 
 
 def test_a_message_locked_elsewhere_is_left_not_received(

@@ -14,7 +14,8 @@ from syphon.core.schema import AUDIT, names, spark_schema
 from syphon.job.plan import verdicts_by_destination as plan_summary
 from syphon.job.replay import replay_input, still_to_send
 from syphon.job.report import left_for_next_run, outage_timeline, verdicts_by_destination
-from syphon.job.settle import settle_actions
+from syphon.job.settle import settle_actions, settle_queues
+from syphon.servicebus.access import Access
 from syphon.store import queries
 
 pytestmark = pytest.mark.spark
@@ -67,6 +68,15 @@ def test_settle_completes_what_was_replayed_or_needs_nothing_and_dead_letters_th
     ]
     unsent = settle_actions(plan, None)
     assert [a for _, s, a in places(unsent, "action") if s in (1, 2)] == ["leave", "leave"]
+
+
+def test_nothing_to_settle_is_no_task(spark: SparkSession) -> None:
+    """No action, no queue: no task runs (none could reach this namespace)."""
+    nowhere = Access("absent", "secondary", "localhost",
+                     connection_string="Endpoint=sb://127.0.0.1:9/;SharedAccessKeyName=k;"
+                     "SharedAccessKey=k")  # fmt: skip
+    none = settle_actions(audit_rows(spark, []), None)
+    assert settle_queues(none, nowhere, "r").collect() == []
 
 
 def test_a_resumed_run_sends_only_what_no_earlier_attempt_sent(spark: SparkSession) -> None:
