@@ -119,6 +119,7 @@ def test_a_message_locked_elsewhere_is_left_not_received(
     assert (out[seq["free"]]["outcome"], out[seq["free"]]["detail"]) == (Outcome.COMPLETED, None)
     assert (out[seq["held"]]["outcome"], out[seq["held"]]["detail"]) == (
         Outcome.LEFT, Detail.NOT_RECEIVED)  # fmt: skip
+    assert (out[seq["held"]]["received"], out[seq["free"]]["received"]) == (0, 1)
     assert [str(m.message_id) for m in sb.broker.entity(QUEUE).messages.values()] == ["held"]
 
 
