@@ -191,9 +191,7 @@ class _SettleTask:
                     out[int(m.sequence_number or 0)]["abandoned"] += 1
 
 
-def _row(
-    queue: str, seq: int, outcome: str, detail: str | None, received: int = 0
-) -> dict[str, Any]:
+def _row(queue: str, seq: int, outcome: str, detail: str | None, received: int) -> dict[str, Any]:
     return {
         "backlog_queue": queue,
         "sequence_number": seq,
