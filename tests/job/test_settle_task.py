@@ -95,8 +95,8 @@ def test_completes_dead_letters_with_the_reason_and_gives_back_what_it_leaves(
 def test_a_queue_with_one_action_is_settled(servicebus_emulator: EmulatorFactory) -> None:
     sb = servicebus_emulator(QueueSpec(QUEUE))
     seq = park(sb, ["only"])
-    out = by_seq(_SettleTask(access(sb), "run-5")(actions([(seq["only"], COMPLETE, None,
-                                                            "replay")])))  # fmt: skip
+    todo = actions([(seq["only"], COMPLETE, None, "replay")])
+    out = by_seq(_SettleTask(access(sb), "run-5")(todo))
     assert (out[seq["only"]]["outcome"], out[seq["only"]]["received"]) == (Outcome.COMPLETED, 1)
     assert not sb.broker.entity(QUEUE).messages
 
