@@ -25,11 +25,13 @@ say "building the syphon wheel"
 "$py" -m pip wheel -q --disable-pip-version-check --no-deps --wheel-dir "$work/dist" "$root"
 
 say "installing requirements-runtime.lock and the wheel into a fresh environment"
-"$py" -m venv "$work/env"
-"$work/env/bin/python" -m pip install -q --disable-pip-version-check --require-hashes \
-  -r "$root/requirements-runtime.lock"
-"$work/env/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
-  "$work"/dist/syphon-*.whl
+# without pip of its own (the cluster installs nothing): this pip installs into it
+# (pip >= 22.3), which saves seeding one and keeps it out of the archive
+"$py" -m venv --without-pip "$work/env"
+"$py" -m pip --python "$work/env/bin/python" install -q --disable-pip-version-check \
+  --require-hashes -r "$root/requirements-runtime.lock"
+"$py" -m pip --python "$work/env/bin/python" install -q --disable-pip-version-check \
+  --no-deps "$work"/dist/syphon-*.whl
 
 say "packing it into $out"
 mkdir -p "$(dirname "$out")"

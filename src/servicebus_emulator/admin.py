@@ -56,6 +56,10 @@ from servicebus_emulator.tls import TlsMaterial
 
 log = logging.getLogger(__name__)
 
+#: How often an HTTP listener's loop looks for a shutdown request (socketserver's default,
+#: 0.5 s, made every emulator's stop take half a second).
+SHUTDOWN_POLL_SECONDS = 0.05
+
 ATOM = "http://www.w3.org/2005/Atom"
 SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
 SB_COUNTS = "http://schemas.microsoft.com/netservices/2011/06/servicebus"
@@ -949,7 +953,9 @@ class AdminServer:
         )
         self.service = AdminService(broker, f"https://{host}:{self.port}", f"{host}:{self.port}")
         self._thread = threading.Thread(
-            target=self.httpd.serve_forever, name="servicebus-emulator-admin", daemon=True
+            target=self.httpd.serve_forever, name="servicebus-emulator-admin", daemon=True,
+            # shutdown() waits for the loop to look at its flag: every 50 ms, not 0.5 s
+            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
         )
 
     def start(self) -> AdminServer:

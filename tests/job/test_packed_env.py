@@ -76,6 +76,10 @@ def test_spark_submit_runs_the_job_from_a_packed_environment(
     bare = subprocess.run([str(driver / "bin" / "python"), "-c", "import pyspark"],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert bare.returncode != 0  # PySpark is not in the archive: the cluster brings it
+    assert "No module named 'pyspark'" in bare.stderr
+    no_pip = subprocess.run([str(driver / "bin" / "python"), "-c", "import pip"],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    assert "No module named 'pip'" in no_pip.stderr  # nor an installer: nothing installs there
 
     # the cluster's Spark: the pyspark package's distribution, seen through symlinks so
     # that the standalone worker's directory (SPARK_HOME/work) is this test's
@@ -95,6 +99,9 @@ def test_spark_submit_runs_the_job_from_a_packed_environment(
         "SYPHON__SPARK__MASTER": "null",  # join the session spark-submit configures
     }
     env.pop("PYTHONPATH", None)
+    # a cluster's Pythons cache their bytecode: this machine's setting not to would have
+    # every process compile pandas and pyarrow again (the archive holds no bytecode)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     result = subprocess.run(
         [str(BIN / "spark-submit"), "--master", "local-cluster[1,2,1024]",
          "--conf", "spark.ui.enabled=false", "--archives", f"{archive}#environment",
