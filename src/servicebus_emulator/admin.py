@@ -953,7 +953,9 @@ class AdminServer:
         )
         self.service = AdminService(broker, f"https://{host}:{self.port}", f"{host}:{self.port}")
         self._thread = threading.Thread(
-            target=self.httpd.serve_forever, name="servicebus-emulator-admin", daemon=True,
+            target=self.httpd.serve_forever,
+            name="servicebus-emulator-admin",
+            daemon=True,
             # shutdown() waits for the loop to look at its flag: every 50 ms, not 0.5 s
             kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
         )

@@ -75,7 +75,9 @@ class ControlServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.port = int(self.httpd.server_address[1])
         self._thread = threading.Thread(
-            target=self.httpd.serve_forever, name="servicebus-emulator-control", daemon=True,
+            target=self.httpd.serve_forever,
+            name="servicebus-emulator-control",
+            daemon=True,
             # shutdown() waits for the loop to look at its flag: every 50 ms, not 0.5 s
             kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
         )
