@@ -108,6 +108,7 @@ class AmqpHandler:
         self.drop_requested = False
         self.namespace_down = False
         self.container: Any = None
+        self.ticking = False  # a tick is scheduled (touched in the reactor thread only)
 
     # ------------------------------------------------------------ plumbing
 
@@ -136,10 +137,22 @@ class AmqpHandler:
 
     def on_reactor_init(self, event: Any) -> None:
         self.container = event.container
-        event.container.schedule(TICK_SECONDS, self)
+
+    def tick_soon(self) -> None:
+        """Schedules the periodic work (in the reactor thread): it runs while receivers
+        are attached or connections are to be dropped, and an idle namespace costs no
+        CPU (a tick every 20 ms was about 3% of a core per emulator)."""
+        if not self.ticking and self.container is not None:
+            self.ticking = True
+            self.container.schedule(TICK_SECONDS, self)
+
+    @guarded
+    def on_emulator_wake(self, event: Any) -> None:
+        self.tick_soon()
 
     @guarded
     def on_timer_task(self, event: Any) -> None:
+        self.ticking = False
         if self.drop_requested:
             self.drop_requested = False
             for conn in list(self.connections):
@@ -150,7 +163,8 @@ class AmqpHandler:
                 self.connections.discard(conn)
         for link in list(self.out_links):
             self.pump(link)
-        event.container.schedule(TICK_SECONDS, self)
+        if self.out_links or self.drop_requested:  # time-driven work left: lock expiries,
+            self.tick_soon()  # scheduled messages coming due
 
     @guarded
     def on_connection_bound(self, event: Any) -> None:
@@ -277,6 +291,7 @@ class AmqpHandler:
             link.snd_settle_mode = Link.SND_SETTLED
         link.open()
         self.out_links.add(link)
+        self.tick_soon()
 
     def _entity_error(self, entity: str, sending: bool = False) -> BrokerError | None:
         try:

@@ -206,11 +206,17 @@ class Emulator:
         errors rather than entity errors. The management API keeps answering."""
         self.handler.namespace_down = unavailable
         if unavailable:
-            self.handler.drop_requested = True
+            self.drop_connections()
 
     def drop_connections(self) -> None:
-        """Drops every open connection now."""
+        """Drops every open connection now (at the reactor's next tick)."""
         self.handler.drop_requested = True
+        self._wake()
+
+    def _wake(self) -> None:
+        """Has the reactor thread schedule its periodic work."""
+        if self._thread is not None:
+            self._injector.trigger(ApplicationEvent("emulator_wake", subject=None))
 
     def clear_faults(self) -> None:
         """Restores normal service (the namespace included)."""

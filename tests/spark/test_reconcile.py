@@ -86,6 +86,54 @@ def test_every_message_gets_exactly_its_verdict(spark: Any) -> None:
     assert got == expected
 
 
+PING = "application/vnd.ms-servicebus-ping"
+OLD = timedelta(minutes=30)  # a TTL that has passed by NOW
+
+#: Messages that qualify for more than one verdict (or reason): the first in the
+#: module's order of precedence wins.
+PRECEDENCE: list[tuple[dict[str, Any], str, str | None]] = [
+    (row(2, 0, message_id="a"), "replay", None),
+    # a ping that is also expired and cannot be rebuilt
+    (row(2, 1, message_id="ping", content_type=PING, ttl=OLD, body_type="value"), "ping", None),
+    # invalid beats expired and duplicate (the same MessageId and body as 2/0)
+    (row(2, 2, message_id="a", minutes=1, ttl=OLD, body_type="value"), "invalid",
+     "body_not_data"),
+    # expired beats duplicate and conflict
+    (row(2, 3, message_id="a", minutes=2, ttl=OLD), "expired", "time_to_live_passed"),
+    (row(2, 4, message_id="a", minutes=3, ttl=OLD, body=b"other"), "expired",
+     "time_to_live_passed"),
+    # an expired first copy makes no later copy a duplicate: only what could be sent counts
+    (row(2, 5, message_id="late", minutes=1, ttl=OLD), "expired", "time_to_live_passed"),
+    (row(2, 6, message_id="late", minutes=2), "replay", None),
+    # an earlier run's send beats an earlier copy in this snapshot, for both copies
+    (row(2, 7, message_id="done", minutes=1), "duplicate", "already_replayed"),
+    (row(2, 8, message_id="done", minutes=2), "duplicate", "already_replayed"),
+    (row(2, 9, message_id="reused", minutes=1), "conflict", "message_id_reused_after_replay"),
+    (row(2, 10, message_id="reused", minutes=2), "conflict", "message_id_reused_after_replay"),
+    # the invalid reasons, in their order
+    (row(2, 11, path=None, message_id="nopath-big", body=b"x" * 300_000), "invalid",
+     "path_missing"),
+    (row(2, 12, message_id="both", extra={b"k": b"\xff", "n": 2**31}), "invalid",
+     "property_value_not_utf8"),
+    (row(2, 13, message_id="i" * 129, extra={"n": 2**31}), "invalid",
+     "property_int_out_of_range"),
+    (row(2, 14, message_id="i" * 130, body_type="value"), "invalid", "message_id_too_long"),
+    (row(2, 15, path="nowhere", message_id="value-nowhere", body_type="value"), "invalid",
+     "body_not_data"),
+    (row(2, 16, path="nowhere", message_id="big-nowhere", body=b"x" * 300_000), "invalid",
+     "destination_unknown"),
+    (row(2, 17, message_id="big-pk", session="s1", partition_key="s2", body=b"x" * 300_000),
+     "invalid", "partition_key_differs_from_session_id"),
+]  # fmt: skip
+
+
+def test_the_first_verdict_and_reason_in_precedence_wins(spark: Any) -> None:
+    out = classified(spark, [case[0] for case in PRECEDENCE])
+    got = {r[0]: (r[1], r[2]) for r in
+           out.select("sequence_number", "verdict", "reason").collect()}  # fmt: skip
+    assert got == {c[0]["sequence_number"]: (c[1], c[2]) for c in PRECEDENCE}
+
+
 def test_groups_are_ordered_by_original_enqueue_time_and_spread_is_flagged(spark: Any) -> None:
     rows = [
         row(2, 5, message_id="s-3", session="s", minutes=3),
