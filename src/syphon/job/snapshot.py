@@ -26,7 +26,7 @@ from syphon.core.errors import ConfigError
 from syphon.core.schema import SNAPSHOT, names, spark_schema
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import DiscoveredQueue
-from syphon.servicebus.peek import PEEK_PAGE, first_sequence_number, peek_rows
+from syphon.servicebus.peek import PEEK_PAGE, first_sequence_number, peek_receiver, peek_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -122,7 +122,7 @@ def register_backlog_source(spark: SparkSession, access: Access) -> str:
             r: QueueRange = partition.queue_range
             with (
                 self.__access.client() as client,
-                client.get_queue_receiver(r.queue) as receiver,
+                peek_receiver(client, r.queue) as receiver,
             ):
                 for row in peek_rows(receiver, r.queue, r.first, r.last, self.page):
                     yield tuple(row[c] for c in columns)
