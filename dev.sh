@@ -124,23 +124,39 @@ case "$cmd" in
   mutate)
     setup
     # cosmic-ray changes a module on disk once per mutant and runs its fast tests
-    # (tests/mutation/<module>.toml): it works in a copy of the tree, so that an
-    # interrupted run never leaves a mutant behind in the working tree
+    # (tests/mutation/<module>.toml). It works in a copy of the tree under .mutation/
+    # (never in the working tree), one per module, with its session beside it: an
+    # interrupted session resumes where it stopped when run again (on the tree as it is
+    # then), as long as the module, its toml and the test files it names are unchanged;
+    # otherwise it starts over on a fresh copy.
     [ $# -gt 0 ] || set -- lease lanes settle replay run
     top=$PWD
-    copy=$(mktemp -d)
-    trap 'rm -rf "$copy"' EXIT
-    tar --exclude=./.venv --exclude=./.git -cf - . | tar -xf - -C "$copy"
     for name in "$@"; do
       [ -f "tests/mutation/$name.toml" ] || { say "no tests/mutation/$name.toml"; exit 2; }
-      say "mutating $name (tests/mutation/$name.toml)"
-      (cd "$copy" && export PATH="$top/$VENV/bin:$PATH" PYTHONPATH="$copy/src" \
-        && cosmic-ray init "tests/mutation/$name.toml" "$name.sqlite" --force \
-        && cr-filter-pragma "$name.sqlite" \
-        && cr-filter-operators "$name.sqlite" "tests/mutation/$name.toml" \
-        && cosmic-ray baseline "tests/mutation/$name.toml" \
-        && cosmic-ray exec "tests/mutation/$name.toml" "$name.sqlite" >/dev/null)
-      "$VENV/bin/python" tests/mutation/score.py "$copy/$name.sqlite" "$name"
+      work=.mutation/$name
+      # the session stands for the module, its tests and its settings as they were
+      files=$(sed -n 's/^\(module-path\|test-command\) *= *"\(.*\)"/\2/p' \
+        "tests/mutation/$name.toml" | tr ' ' '\n' | sed -n 's/::.*//; /^src\/\|^tests\//p' | sort -u)
+      stamp=$(cat "tests/mutation/$name.toml" $files | sha256sum | cut -d' ' -f1)
+      if [ -f "$work/$name.sqlite" ] && [ "$(cat "$work/stamp" 2>/dev/null)" = "$stamp" ]; then
+        say "mutating $name: resuming its session ($work)"
+        # an interrupted session may have left its last mutant in the copy
+        rm -rf "$work/tree/src" "$work/tree/tests" && cp -r src tests "$work/tree/"
+      else
+        say "mutating $name (tests/mutation/$name.toml) in $work"
+        rm -rf "$work" && mkdir -p "$work/tree"
+        tar --exclude=./.venv --exclude=./.git --exclude=./.mutation -cf - . \
+          | tar -xf - -C "$work/tree"
+        (cd "$work/tree" && export PATH="$top/$VENV/bin:$PATH" PYTHONPATH="$PWD/src" \
+          && cosmic-ray init "tests/mutation/$name.toml" "../$name.sqlite" --force \
+          && cr-filter-pragma "../$name.sqlite" \
+          && cr-filter-operators "../$name.sqlite" "tests/mutation/$name.toml" \
+          && cosmic-ray baseline "tests/mutation/$name.toml")
+        echo "$stamp" > "$work/stamp"
+      fi
+      (cd "$work/tree" && export PATH="$top/$VENV/bin:$PATH" PYTHONPATH="$PWD/src" \
+        && cosmic-ray exec "tests/mutation/$name.toml" "../$name.sqlite" >/dev/null)
+      "$VENV/bin/python" tests/mutation/score.py "$work/$name.sqlite" "$name"
     done
     ;;
   lock)
