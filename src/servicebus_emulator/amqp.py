@@ -318,9 +318,9 @@ class AmqpHandler:
         state: LinkState | None = getattr(link, "state_info", None)
         if state is None or state.kind != "out":
             return
-        for msg in state.unsettled.values():
+        for tag, msg in state.unsettled.items():
             with contextlib.suppress(BrokerError):
-                self.broker.release_unsent(state.entity, msg)
+                self.broker.release_unsent(state.entity, msg, uuid.UUID(bytes_le=bytes(tag)))
         state.unsettled.clear()
         if state.session_id is not None:
             with contextlib.suppress(BrokerError):
@@ -436,7 +436,10 @@ class AmqpHandler:
         if msg is None or msg.lock_token is None:
             _lock_lost(delivery)
             return
-        token = msg.lock_token
+        # the lock of this delivery (its tag), not the message's current one: after the
+        # lock expired and the message went to another receiver, a settlement of the
+        # stale delivery must fail with lock lost and change nothing
+        token = uuid.UUID(bytes_le=bytes(tag))
         try:
             if outcome == Delivery.ACCEPTED:
                 self.broker.settle(state.entity, token, "complete")

@@ -1042,11 +1042,12 @@ class Broker:
                 out.append(entity.take(msg, now, peek_lock))
             return out
 
-    def release_unsent(self, path: str, msg: StoredMessage) -> None:
-        """Puts back a message whose delivery never reached the client (link closed)."""
+    def release_unsent(self, path: str, msg: StoredMessage, token: uuid.UUID) -> None:
+        """Puts back a message whose delivery (locked with ``token``) was left unsettled
+        when its link closed; one locked again since, by another delivery, stays so."""
         with self.lock:
             entity = self.entity(path)
-            if msg.seq in entity.messages and msg.lock_token is not None:
+            if msg.seq in entity.messages and msg.lock_token == token:
                 self._unlock(entity, msg, now_ms(), raise_count=False)
 
     # ---------------------------------------------------------------- settle

@@ -226,6 +226,31 @@ def test_an_expired_lock_redelivers_and_the_old_lock_is_lost(
             receiver.complete_message(again)
 
 
+def test_a_stale_delivery_cannot_settle_the_message_another_receiver_now_holds(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    """The lock of the delivery settled decides, not the message's current lock: after a
+    redelivery to another receiver, completing (or abandoning) through the old delivery
+    fails with MessageLockLost and changes nothing; the new holder completes it."""
+    sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=1)))
+    with client_for(sb, retry_total=0) as client:
+        client.get_queue_sender("q").send_messages(ServiceBusMessage("a"))
+        with client.get_queue_receiver("q") as old, client.get_queue_receiver("q") as new:
+            (first,) = old.receive_messages(1, max_wait_time=2)
+            # redelivered once the first lock expires (the receive waits for it)
+            (again,) = new.receive_messages(1, max_wait_time=5)
+            assert (again.delivery_count, again.lock_token) != (0, first.lock_token)
+            # Make the client believe the old lock still holds, so the server must refuse.
+            first._locked_until_utc = datetime.now(timezone.utc) + timedelta(minutes=1)
+            for settle in (old.complete_message, old.abandon_message):
+                with pytest.raises(MessageLockLostError):
+                    settle(first)
+            (stored,) = sb.broker.entity("q").messages.values()
+            assert stored.lock_token == again.lock_token
+            new.complete_message(again)
+    assert sb.broker.entity("q").messages == {}
+
+
 def test_renewing_a_lock_keeps_the_message(servicebus_emulator: EmulatorFactory) -> None:
     sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=1)))
     with client_for(sb) as client:

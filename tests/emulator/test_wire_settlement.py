@@ -1,0 +1,79 @@
+"""Settlement on the wire, through python-qpid-proton's own client (not the Service Bus
+SDK's encoder and decoder): what the local Service Bus answers to each delivery's
+disposition, as any AMQP client would see it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from proton import Delivery, Message
+from proton.utils import BlockingConnection
+
+from servicebus_emulator import Emulator, QueueSpec
+from servicebus_emulator.pytest_plugin import EmulatorFactory
+
+LOCK_LOST = "com.microsoft:message-lock-lost"
+
+
+@pytest.fixture
+def sb(servicebus_emulator: EmulatorFactory) -> Emulator:
+    return servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=2)))
+
+
+@pytest.fixture
+def connection(sb: Emulator) -> Iterator[BlockingConnection]:
+    conn = BlockingConnection(f"amqp://127.0.0.1:{sb.port}", allowed_mechs="ANONYMOUS")
+    yield conn
+    conn.close()
+
+
+def receive_one(conn: BlockingConnection, name: str) -> tuple[Any, Any]:
+    """A peek-lock receiver (unsettled deliveries) named ``name`` and its first delivery,
+    waited for (a redelivery comes when the previous lock expires)."""
+    receiver = conn.create_receiver("q", credit=1, name=name)
+    receiver.receive(timeout=10)
+    return receiver, receiver.fetcher.unsettled[0]
+
+
+def settle(conn: BlockingConnection, delivery: Any, outcome: int) -> tuple[int, Any]:
+    """Sends ``outcome`` for ``delivery`` unsettled and waits for the server's answer."""
+    delivery.update(outcome)
+    conn.wait(lambda: delivery.remote_state != 0, timeout=10)
+    condition = delivery.remote.condition
+    return delivery.remote_state, condition.name if condition is not None else None
+
+
+def test_a_stale_delivery_cannot_settle_the_redelivered_message(
+    sb: Emulator, connection: BlockingConnection
+) -> None:
+    connection.create_sender("q", name="send").send(Message(body="a", id="m1"))
+    _, stale = receive_one(connection, "old")
+    _, fresh = receive_one(connection, "new")  # after the first lock expired
+    stored = sb.broker.entity("q")
+    (msg,) = stored.messages.values()
+    held = (msg.lock_token, msg.delivery_count)
+
+    for outcome in (Delivery.ACCEPTED, Delivery.RELEASED):
+        assert settle(connection, stale, outcome) == (Delivery.REJECTED, LOCK_LOST)
+    # neither removed nor given back by the stale delivery: still the new holder's
+    assert list(stored.messages.values()) == [msg]
+    assert (msg.lock_token, msg.delivery_count) == held
+
+    assert settle(connection, fresh, Delivery.ACCEPTED) == (Delivery.ACCEPTED, None)
+    assert stored.messages == {}
+
+
+def test_closing_a_link_with_a_stale_delivery_leaves_the_new_lock(
+    sb: Emulator, connection: BlockingConnection
+) -> None:
+    connection.create_sender("q", name="send").send(Message(body="a", id="m1"))
+    old, _ = receive_one(connection, "old")
+    _, fresh = receive_one(connection, "new")
+    (msg,) = sb.broker.entity("q").messages.values()
+    held = (msg.lock_token, msg.delivery_count)
+    old.close()  # its unsettled delivery is stale: the message is not put back
+    assert (msg.lock_token, msg.delivery_count) == held
+    assert settle(connection, fresh, Delivery.ACCEPTED) == (Delivery.ACCEPTED, None)
