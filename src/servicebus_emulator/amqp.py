@@ -433,7 +433,7 @@ class AmqpHandler:
         msg = state.unsettled.pop(tag, None) if tag is not None else None
         remote = delivery.remote
         outcome = delivery.remote_state
-        if msg is None or msg.lock_token is None:
+        if tag is None or msg is None or msg.lock_token is None:
             _lock_lost(delivery)
             return
         # the lock of this delivery (its tag), not the message's current one: after the
