@@ -127,17 +127,18 @@ case "$cmd" in
     # (tests/mutation/<module>.toml). It works in a copy of the tree under .mutation/
     # (never in the working tree), one per module, with its session beside it: an
     # interrupted session resumes where it stopped when run again (on the tree as it is
-    # then), as long as the module, its toml and the test files it names are unchanged;
-    # otherwise it starts over on a fresh copy.
+    # then), as long as the module and its toml are unchanged; otherwise it starts over
+    # on a fresh copy.
     [ $# -gt 0 ] || set -- lease lanes settle replay run
     top=$PWD
     for name in "$@"; do
       [ -f "tests/mutation/$name.toml" ] || { say "no tests/mutation/$name.toml"; exit 2; }
       work=.mutation/$name
-      # the session stands for the module, its tests and its settings as they were
-      files=$(sed -n 's/^\(module-path\|test-command\) *= *"\(.*\)"/\2/p' \
-        "tests/mutation/$name.toml" | tr ' ' '\n' | sed -n 's/::.*//; /^src\/\|^tests\//p' | sort -u)
-      stamp=$(cat "tests/mutation/$name.toml" $files | sha256sum | cut -d' ' -f1)
+      # the session stands for the module and its settings as they were (tests added
+      # since only kill more: the mutants not yet run meet them, and a survivor already
+      # recorded is checked against them by hand, see tests/MUTANTS.md)
+      module=$(sed -n 's/^module-path *= *"\(.*\)"/\1/p' "tests/mutation/$name.toml")
+      stamp=$(cat "tests/mutation/$name.toml" "$module" | sha256sum | cut -d' ' -f1)
       if [ -f "$work/$name.sqlite" ] && [ "$(cat "$work/stamp" 2>/dev/null)" = "$stamp" ]; then
         say "mutating $name: resuming its session ($work)"
         # an interrupted session may have left its last mutant in the copy

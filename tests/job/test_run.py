@@ -84,7 +84,9 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
 
     config = job_config(pair, tmp_path, monkeypatch)
     time.sleep(max(0.0, parked_at + 1.1 - time.monotonic()))  # old-1's one second passes
+    started = time.monotonic()
     first = run_job(config, spark)
+    took = time.monotonic() - started
     assert first.status == "partial", first
     # work left (paused) and a destination that does not exist (nowhere): the latter is
     # the one the operator must act on, so it decides the exit code
@@ -196,6 +198,8 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
                                       + ops["settle.abandons"])  # fmt: skip
     timings = dict(runs[-1]["timings"])
     assert all(timings[s] > 0 for s in ("snapshot", "reconcile", "audit", "replay", "settle"))
+    # each is a span of this run: no stage took longer than the whole run did
+    assert all(0 <= t <= took for t in timings.values()), (timings, took)
     assert 0 < timings["replay.pings"] + timings["replay.sends"] <= timings["replay"]
     assert runs[-1]["credits_per_replayed_message"] == pytest.approx(
         ops["credits_estimated"] / (len(parked) + 4)
