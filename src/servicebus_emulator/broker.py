@@ -17,7 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from servicebus_emulator.codec import ParsedMessage, replace_application_properties
+from servicebus_emulator.codec import (
+    ParsedMessage,
+    replace_application_properties,
+    with_message_id,
+)
 from servicebus_emulator.entities import QueueSpec, SubscriptionSpec, TopicSpec
 from servicebus_emulator.filters import (
     DEFAULT_RULE,
@@ -827,6 +831,8 @@ class Broker:
         """One message arriving at a queue or topic: pings, duplicates, fan-out."""
         if parsed.content_type == PING_CONTENT_TYPE:
             return 0  # accepted, never delivered
+        if parsed.message_id is None:  # the service gives every message a MessageId
+            parsed = with_message_id(parsed, uuid.uuid4().hex)
         if self._duplicate(target, parsed, now):
             return 0
         target.accessed_ms = now

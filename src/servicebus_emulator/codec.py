@@ -8,7 +8,7 @@ that every property reaches a receiver byte for byte.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from proton import Data, Described, int32, symbol, timestamp, ubyte, uint, ulong
@@ -318,6 +318,16 @@ def replace_application_properties(bare: bytes, properties: dict[Any, Any]) -> b
     if not done:
         out.append(encode_application_properties(properties))
     return b"".join(out)
+
+
+def with_message_id(parsed: ParsedMessage, message_id: str) -> ParsedMessage:
+    """The message with ``message_id`` in its properties section (added when it has
+    none); every other section keeps its bytes."""
+    fields = list(parsed.properties) or [None]
+    fields[0] = message_id
+    section = _encode(Described(ulong(PROPERTIES), fields))
+    rest = [s.raw for s in split_sections(parsed.bare) if s.code != PROPERTIES]
+    return replace(parsed, bare=section + b"".join(rest), properties=fields)
 
 
 def ms_timestamp(epoch_ms: int) -> timestamp:

@@ -20,6 +20,7 @@ from servicebus_emulator.codec import (
     replace_application_properties,
     split_batch,
     split_sections,
+    with_message_id,
 )
 
 
@@ -76,3 +77,38 @@ def test_application_properties_can_be_replaced_in_place() -> None:
     no_props = parse_message(encoded(ServiceBusMessage(b"body"))).bare
     added = replace_application_properties(no_props, {"x": "y"})
     assert [s.code for s in split_sections(added)] == [PROPERTIES, APPLICATION_PROPERTIES, DATA]
+
+
+def test_a_stamped_message_id_leaves_every_other_field_and_section_as_it_was() -> None:
+    import uuid
+
+    from proton import Message, symbol, timestamp, uint
+
+    correlation = uuid.uuid4()
+    message = Message(body=b"\x00\x01", user_id=b"u", address="to", subject="s",
+                      reply_to="r", correlation_id=correlation, content_type=symbol("t/p"),
+                      expiry_time=timestamp(1_800_000_000_000), group_id="g",
+                      group_sequence=uint(7), reply_to_group_id="rg",
+                      properties={"k": 1})  # fmt: skip
+    parsed = parse_message(bytes(message.encode()))
+    stamped = with_message_id(parsed, "abc")
+    assert stamped.message_id == "abc"
+    assert stamped.bare.endswith(parsed.bare[len(split_sections(parsed.bare)[0].raw) :])
+    back = Message()
+    back.decode(stamped.bare)
+    assert back.id == "abc"
+    fields = (
+        "user_id",
+        "address",
+        "subject",
+        "reply_to",
+        "correlation_id",
+        "content_type",
+        "expiry_time",
+        "group_id",
+        "group_sequence",
+        "reply_to_group_id",
+    )
+    assert [getattr(back, f) for f in fields] == [getattr(message, f) for f in fields]
+    assert back.correlation_id == correlation
+    assert (back.body, back.properties) == (b"\x00\x01", {"k": 1})

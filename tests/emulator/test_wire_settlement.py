@@ -77,3 +77,25 @@ def test_closing_a_link_with_a_stale_delivery_leaves_the_new_lock(
     old.close()  # its unsettled delivery is stale: the message is not put back
     assert (msg.lock_token, msg.delivery_count) == held
     assert settle(connection, fresh, Delivery.ACCEPTED) == (Delivery.ACCEPTED, None)
+
+
+def test_a_message_sent_without_a_message_id_is_given_one(
+    sb: Emulator, connection: BlockingConnection
+) -> None:
+    """The service stamps a MessageId on every message that has none (clients settle and
+    renew by it); the rest of the message stays as sent."""
+    sender = connection.create_sender("q", name="send")
+    sender.send(Message(body="a", subject="s", content_type="text/plain",
+                        properties={"k": 1}))  # fmt: skip
+    sender.send(Message(body="b"))  # no properties section at all
+    sender.send(Message(body="c", id="mine"))
+    receiver = connection.create_receiver("q", credit=3, name="get")
+    got = [receiver.receive(timeout=10) for _ in range(3)]
+    receiver.accept()
+    ids = [m.id for m in got]
+    assert ids[2] == "mine"
+    assert all(isinstance(i, str) and len(i) == 32 for i in ids[:2]), ids
+    assert ids[0] != ids[1]
+    assert [m.body for m in got] == ["a", "b", "c"]
+    assert (got[0].subject, got[0].content_type, got[0].properties) == ("s", "text/plain",
+                                                                         {"k": 1})  # fmt: skip
