@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from proton import Delivery, Message
+from proton import UNDESCRIBED, Array, Data, Delivery, Message
 from proton.utils import BlockingConnection
 
 from servicebus_emulator import Emulator, QueueSpec
@@ -38,6 +38,18 @@ def receive_one(conn: BlockingConnection, name: str) -> tuple[Any, Any]:
     return receiver, receiver.fetcher.unsettled[0]
 
 
+def management(conn: BlockingConnection, operation: str, body: dict[str, Any]) -> Any:
+    """One request on the queue's ``$management`` link; the reply message."""
+    sender = conn.create_sender("q/$management", name=f"mgmt-tx-{operation}")
+    receiver = conn.create_receiver("q/$management", credit=1, name=f"mgmt-rx-{operation}")
+    sender.send(Message(id="req", reply_to=f"mgmt-rx-{operation}", body=body,
+                        properties={"operation": operation}))  # fmt: skip
+    reply = receiver.receive(timeout=10)  # sent settled: nothing to accept
+    sender.close()
+    receiver.close()
+    return reply
+
+
 def settle(conn: BlockingConnection, delivery: Any, outcome: int) -> tuple[int, Any]:
     """Sends ``outcome`` for ``delivery`` unsettled and waits for the server's answer."""
     delivery.update(outcome)
@@ -64,6 +76,30 @@ def test_a_stale_delivery_cannot_settle_the_redelivered_message(
 
     assert settle(connection, fresh, Delivery.ACCEPTED) == (Delivery.ACCEPTED, None)
     assert stored.messages == {}
+
+
+def test_a_stale_lock_token_cannot_settle_through_management(
+    sb: Emulator, connection: BlockingConnection
+) -> None:
+    connection.create_sender("q", name="send").send(Message(body="a", id="m1"))
+    receive_one(connection, "old")
+    (msg,) = sb.broker.entity("q").messages.values()
+    stale = msg.lock_token
+    receive_one(connection, "new")
+    held = (msg.lock_token, msg.delivery_count)
+    assert held[0] != stale
+
+    def complete(token: Any) -> Any:
+        tokens = Array(UNDESCRIBED, Data.UUID, token)
+        return management(connection, "com.microsoft:update-disposition",
+                          {"disposition-status": "completed", "lock-tokens": tokens})  # fmt: skip
+
+    refused = complete(stale)
+    assert refused.properties["errorCondition"] == LOCK_LOST
+    assert list(sb.broker.entity("q").messages.values()) == [msg]
+    assert (msg.lock_token, msg.delivery_count) == held
+    assert complete(held[0]).properties["statusCode"] == 200
+    assert sb.broker.entity("q").messages == {}
 
 
 def test_closing_a_link_with_a_stale_delivery_leaves_the_new_lock(
