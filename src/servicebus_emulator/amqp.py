@@ -453,9 +453,11 @@ class AmqpHandler:
                     reason=_text(info.get("DeadLetterReason")),
                     description=_text(info.get("DeadLetterErrorDescription")),
                 )
-            elif outcome == Delivery.MODIFIED and remote.undeliverable:
-                self.broker.settle(state.entity, token, "defer")
-            elif outcome in (Delivery.MODIFIED, Delivery.RELEASED):
+            elif outcome == Delivery.MODIFIED:  # with the client's propertiesToModify
+                changes = {str(k): v for k, v in (remote.annotations or {}).items()}
+                kind = "defer" if remote.undeliverable else "abandon"
+                self.broker.settle(state.entity, token, kind, properties=changes)
+            elif outcome == Delivery.RELEASED:
                 self.broker.settle(state.entity, token, "abandon")
             else:
                 return

@@ -1079,7 +1079,9 @@ class Broker:
         description: str | None = None,
         properties: dict[Any, Any] | None = None,
     ) -> None:
-        """complete | abandon | defer | dead-letter a locked message.
+        """complete | abandon | defer | dead-letter a locked message. ``properties``
+        (the client's propertiesToModify) are set on the message's application
+        properties when it is abandoned, deferred or dead-lettered.
 
         Raises:
             BrokerError: lock lost.
@@ -1088,6 +1090,9 @@ class Broker:
             entity = self.entity(path)
             now = now_ms()
             msg = self._locked(entity, token, now)
+            if properties and outcome in ("abandon", "defer"):
+                props = {**msg.parsed.get_application_properties(), **properties}
+                msg.parsed = _with_properties(msg.parsed, props)
             if outcome == "complete":
                 entity.remove(msg)
             elif outcome == "abandon":

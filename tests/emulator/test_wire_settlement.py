@@ -9,10 +9,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from proton import UNDESCRIBED, Array, Data, Delivery, Message
+from proton import UNDESCRIBED, Array, Data, Delivery, Message, symbol
 from proton.utils import BlockingConnection
 
 from servicebus_emulator import Emulator, QueueSpec
+from servicebus_emulator.broker import DEFERRED
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 
 LOCK_LOST = "com.microsoft:message-lock-lost"
@@ -135,3 +136,29 @@ def test_a_message_sent_without_a_message_id_is_given_one(
     assert [m.body for m in got] == ["a", "b", "c"]
     assert (got[0].subject, got[0].content_type, got[0].properties) == ("s", "text/plain",
                                                                          {"k": 1})  # fmt: skip
+
+
+def test_an_abandon_or_defer_applies_the_properties_to_modify(
+    sb: Emulator, connection: BlockingConnection
+) -> None:
+    """A ``modified`` outcome carries the client's propertiesToModify in its message
+    annotations; the message keeps them (abandon: available again; defer: deferred)."""
+    connection.create_sender("q", name="send").send(
+        Message(body="a", id="m1", properties={"k": "v1", "kept": 1})
+    )
+    receiver, delivery = receive_one(connection, "get")
+    delivery.local.annotations = {symbol("k"): "v2", symbol("added"): 7}
+    assert settle(connection, delivery, Delivery.MODIFIED) == (Delivery.MODIFIED, None)
+    again = receiver.receive(timeout=10)
+    assert again.properties == {"k": "v2", "kept": 1, "added": 7}
+
+    # the same through $management: defer with properties-to-modify
+    (msg,) = sb.broker.entity("q").messages.values()
+    tokens = Array(UNDESCRIBED, Data.UUID, msg.lock_token)
+    reply = management(connection, "com.microsoft:update-disposition",
+                       {"disposition-status": "defered", "lock-tokens": tokens,
+                        "properties-to-modify": {"k": "v3"}})  # fmt: skip
+    assert reply.properties["statusCode"] == 200
+    assert msg.state == DEFERRED
+    props = {str(k): v for k, v in msg.parsed.get_application_properties().items()}
+    assert props == {"k": "v3", "kept": 1, "added": 7}
