@@ -454,9 +454,8 @@ class AmqpHandler:
                     description=_text(info.get("DeadLetterErrorDescription")),
                 )
             elif outcome == Delivery.MODIFIED:  # with the client's propertiesToModify
-                changes = {str(k): v for k, v in (remote.annotations or {}).items()}
                 kind = "defer" if remote.undeliverable else "abandon"
-                self.broker.settle(state.entity, token, kind, properties=changes)
+                self.broker.settle(state.entity, token, kind, properties=remote.annotations)
             elif outcome == Delivery.RELEASED:
                 self.broker.settle(state.entity, token, "abandon")
             else:

@@ -1080,8 +1080,9 @@ class Broker:
         properties: dict[Any, Any] | None = None,
     ) -> None:
         """complete | abandon | defer | dead-letter a locked message. ``properties``
-        (the client's propertiesToModify) are set on the message's application
-        properties when it is abandoned, deferred or dead-lettered.
+        (the client's propertiesToModify, keys as sent: symbols or strings) are set on
+        the message's application properties when it is abandoned, deferred or
+        dead-lettered.
 
         Raises:
             BrokerError: lock lost.
@@ -1090,6 +1091,7 @@ class Broker:
             entity = self.entity(path)
             now = now_ms()
             msg = self._locked(entity, token, now)
+            properties = {str(k): v for k, v in (properties or {}).items()}
             if properties and outcome in ("abandon", "defer"):
                 props = {**msg.parsed.get_application_properties(), **properties}
                 msg.parsed = _with_properties(msg.parsed, props)

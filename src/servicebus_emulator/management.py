@@ -86,7 +86,6 @@ def handle_management(handler: AmqpHandler, entity: str, operation: str, body: A
             }.get(status)
             if outcome is None:
                 raise BrokerError(ARGUMENT_ERROR, f"unknown disposition-status {status!r}")
-            changes = dict(body.get("properties-to-modify") or {})
             for token in _items(body.get("lock-tokens")):
                 broker.settle(
                     entity,
@@ -94,7 +93,7 @@ def handle_management(handler: AmqpHandler, entity: str, operation: str, body: A
                     outcome,
                     reason=_opt_text(body.get("deadletter-reason")),
                     description=_opt_text(body.get("deadletter-description")),
-                    properties={str(k): v for k, v in changes.items()},
+                    properties=body.get("properties-to-modify"),
                 )
             handler.wake(entity)
             return _ok({})

@@ -211,11 +211,7 @@ class Emulator:
     def drop_connections(self) -> None:
         """Drops every open connection now (at the reactor's next tick)."""
         self.handler.drop_requested = True
-        self._wake()
-
-    def _wake(self) -> None:
-        """Has the reactor thread schedule its periodic work."""
-        if self._thread is not None:
+        if self._thread is not None:  # the reactor thread schedules its periodic work
             self._injector.trigger(ApplicationEvent("emulator_wake", subject=None))
 
     def clear_faults(self) -> None:

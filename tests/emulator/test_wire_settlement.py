@@ -51,6 +51,12 @@ def management(conn: BlockingConnection, operation: str, body: dict[str, Any]) -
     return reply
 
 
+def update_disposition(conn: BlockingConnection, status: str, token: Any, **more: Any) -> Any:
+    """``com.microsoft:update-disposition`` of one lock token; the reply message."""
+    body = {"disposition-status": status, "lock-tokens": Array(UNDESCRIBED, Data.UUID, token)}
+    return management(conn, "com.microsoft:update-disposition", {**body, **more})
+
+
 def settle(conn: BlockingConnection, delivery: Any, outcome: int) -> tuple[int, Any]:
     """Sends ``outcome`` for ``delivery`` unsettled and waits for the server's answer."""
     delivery.update(outcome)
@@ -90,16 +96,11 @@ def test_a_stale_lock_token_cannot_settle_through_management(
     held = (msg.lock_token, msg.delivery_count)
     assert held[0] != stale
 
-    def complete(token: Any) -> Any:
-        tokens = Array(UNDESCRIBED, Data.UUID, token)
-        return management(connection, "com.microsoft:update-disposition",
-                          {"disposition-status": "completed", "lock-tokens": tokens})  # fmt: skip
-
-    refused = complete(stale)
+    refused = update_disposition(connection, "completed", stale)
     assert refused.properties["errorCondition"] == LOCK_LOST
     assert list(sb.broker.entity("q").messages.values()) == [msg]
     assert (msg.lock_token, msg.delivery_count) == held
-    assert complete(held[0]).properties["statusCode"] == 200
+    assert update_disposition(connection, "completed", held[0]).properties["statusCode"] == 200
     assert sb.broker.entity("q").messages == {}
 
 
@@ -154,10 +155,8 @@ def test_an_abandon_or_defer_applies_the_properties_to_modify(
 
     # the same through $management: defer with properties-to-modify
     (msg,) = sb.broker.entity("q").messages.values()
-    tokens = Array(UNDESCRIBED, Data.UUID, msg.lock_token)
-    reply = management(connection, "com.microsoft:update-disposition",
-                       {"disposition-status": "defered", "lock-tokens": tokens,
-                        "properties-to-modify": {"k": "v3"}})  # fmt: skip
+    reply = update_disposition(connection, "defered", msg.lock_token,
+                               **{"properties-to-modify": {"k": "v3"}})  # fmt: skip
     assert reply.properties["statusCode"] == 200
     assert msg.state == DEFERRED
     props = {str(k): v for k, v in msg.parsed.get_application_properties().items()}

@@ -27,7 +27,7 @@ def peek_receiver(client: Any, queue: str) -> Any:
     paid by every peek of every queue. With a prefetch of one and ``keep_alive`` None it
     starts none. The prefetch never takes effect: a receiver grants the service credit
     only when it receives, and this one only peeks, so nothing is delivered to it or
-    locked (tests/emulator/test_peek_receiver.py fails if an SDK upgrade changes either).
+    locked (tests/job/test_peek_receiver.py fails if an SDK upgrade changes either).
 
     Args:
         client: a ``ServiceBusClient`` of the queue's namespace.
