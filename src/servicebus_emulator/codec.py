@@ -181,11 +181,15 @@ def split_batch(sections: list[Section]) -> list[tuple[bytes, list[Section]]] | 
     sections, or None for a plain message.
 
     Proton does not tell the transfer's message format, so a payload counts as a batch
-    when it has no application properties and every one of its data sections is itself
-    a complete encoded message with a bare part. A plain message whose body is exactly an
-    encoded AMQP message would be mistaken for a batch of one; the SDK never sends that.
+    when its body is data sections only and every one of them is itself a complete
+    encoded message with a bare part. The envelope's other sections do not count either
+    way: one SDK copies the first inner message's properties, annotations and
+    application properties onto the envelope, and each inner message is still read on
+    its own, with its own sections only. A plain message whose body is exactly an encoded
+    AMQP message would be mistaken for a batch of one (see the README's known
+    differences).
     """
-    if any(s.code in (APPLICATION_PROPERTIES, AMQP_VALUE, AMQP_SEQUENCE) for s in sections):
+    if any(s.code in (AMQP_VALUE, AMQP_SEQUENCE) for s in sections):
         return None
     bodies = [s.value for s in sections if s.code == DATA]
     if not bodies:

@@ -161,3 +161,54 @@ def test_an_abandon_or_defer_applies_the_properties_to_modify(
     assert msg.state == DEFERRED
     props = {str(k): v for k, v in msg.parsed.get_application_properties().items()}
     assert props == {"k": "v3", "kept": 1, "added": 7}
+
+
+def _section(code: int, value: Any) -> bytes:
+    """One described AMQP section (``code``: its descriptor) holding ``value``."""
+    data = Data()
+    data.put_described()
+    data.enter()
+    data.put_ulong(code)
+    data.put_object(value)
+    data.exit()
+    return bytes(data.encode())
+
+
+def send_raw(conn: BlockingConnection, payload: bytes) -> int:
+    """One transfer of exactly ``payload`` (proton does not let a client set the transfer's
+    message format; the local Service Bus cannot read it either); its outcome."""
+    link = conn.create_sender("q", name="raw").link
+    conn.wait(lambda: link.credit > 0, timeout=10)
+    delivery = link.delivery(link.delivery_tag())
+    link.stream(payload)
+    link.advance()
+    conn.wait(lambda: delivery.remote_state != 0, timeout=10)
+    return int(delivery.remote_state)
+
+
+def test_a_batch_whose_envelope_carries_sections_keeps_every_inner_message(
+    sb: Emulator, connection: BlockingConnection
+) -> None:
+    """A batch as another SDK sends it: its envelope copies the first inner message's
+    properties, annotations and application properties, then one data section per inner
+    message. Each inner message is stored on its own, with its own sections only."""
+    inner = [
+        Message(id="m1", body="a", properties={"k": "first"}, subject="s1"),
+        Message(id="m2", body="b"),
+        Message(id="m3", body="c", properties={"k": "third", "n": 3}),
+    ]
+    envelope = (
+        _section(0x72, {symbol("x-opt-note"): "copied"})
+        + _section(0x73, ["m1", None, None, None, "s1"])
+        + _section(0x74, {"k": "first"})
+        + b"".join(_section(0x75, bytes(m.encode())) for m in inner)
+    )
+    assert send_raw(connection, envelope) == Delivery.ACCEPTED
+    assert len(sb.broker.entity("q").messages) == 3
+
+    receiver = connection.create_receiver("q", credit=3, name="get")
+    got = [receiver.receive(timeout=10) for _ in range(3)]
+    receiver.accept()
+    assert [(m.id, m.body, m.subject) for m in got] == [("m1", "a", "s1"), ("m2", "b", None),
+                                                         ("m3", "c", None)]  # fmt: skip
+    assert [m.properties for m in got] == [{"k": "first"}, None, {"k": "third", "n": 3}]
