@@ -71,6 +71,11 @@ _INFINITE_DAYS = 10_675_199
 STANDARD_SIZES_MB = (1024, 2048, 3072, 4096, 5120)
 
 
+#: How a request spelled the subscriptions and rules collections (``subscriptions`` or
+#: ``Subscriptions``, ``rules`` or ``Rules``); the ids of the answer spell them the same.
+Words = tuple[str, str]
+
+
 class AdminError(Exception):
     """An HTTP error answer."""
 
@@ -153,8 +158,17 @@ def _parse_int(text: str) -> int:
 # ------------------------------------------------------------------- XML writing
 
 
-def _el(parent: ET.Element, ns: str, name: str, text: str | None = None) -> ET.Element:
-    child = ET.SubElement(parent, f"{{{ns}}}{name}")
+# The service's documents put Atom and Service Bus elements in default namespaces and use
+# fixed prefixes (``i:`` for the schema instance, ``d2p1:`` for the count details,
+# ``d6p1:`` for a value's schema type). ElementTree would invent its own (``ns0:``), which
+# a client that reads the names as written cannot find, so the names and the namespace
+# declarations are written literally, as the service writes them.
+
+
+def _el(
+    parent: ET.Element, name: str, text: str | None = None, attrs: dict[str, str] | None = None
+) -> ET.Element:
+    child = ET.SubElement(parent, name, attrs or {})
     if text is not None:
         child.text = text
     return child
@@ -163,11 +177,12 @@ def _el(parent: ET.Element, ns: str, name: str, text: str | None = None) -> ET.E
 def _fields(parent: ET.Element, pairs: Iterable[tuple[str, str | None]]) -> None:
     for name, text in pairs:
         if text is not None:
-            _el(parent, SB, name, text)
+            _el(parent, name, text)
 
 
 def _counts(parent: ET.Element, active: int, dead: int, scheduled: int) -> None:
-    details = _el(parent, SB, "CountDetails")
+    details = _el(parent, "CountDetails")
+    details.set("xmlns:d2p1", SB_COUNTS)
     for name, value in (
         ("ActiveMessageCount", active),
         ("DeadLetterMessageCount", dead),
@@ -175,7 +190,7 @@ def _counts(parent: ET.Element, active: int, dead: int, scheduled: int) -> None:
         ("TransferMessageCount", 0),
         ("TransferDeadLetterMessageCount", 0),
     ):
-        _el(details, SB_COUNTS, name, str(value))
+        _el(details, f"d2p1:{name}", str(value))
 
 
 def _store_counts(entity: Entity) -> tuple[int, int, int]:
@@ -193,23 +208,23 @@ class Renderer:
         self.namespace = namespace
 
     def entry(self, title: str, path: str, updated_ms: int, published_ms: int) -> ET.Element:
-        entry = ET.Element(f"{{{ATOM}}}entry")
+        entry = ET.Element("entry", {"xmlns": ATOM})
         url = f"{self.base_url}/{path}?api-version=2021-05"
-        _el(entry, ATOM, "id", url)
-        _el(entry, ATOM, "title", title).set("type", "text")
-        _el(entry, ATOM, "published", format_time(published_ms))
-        _el(entry, ATOM, "updated", format_time(updated_ms))
-        author = _el(entry, ATOM, "author")
-        _el(author, ATOM, "name", self.namespace)
-        link = _el(entry, ATOM, "link")
+        _el(entry, "id", url)
+        _el(entry, "title", title).set("type", "text")
+        _el(entry, "published", format_time(published_ms))
+        _el(entry, "updated", format_time(updated_ms))
+        author = _el(entry, "author")
+        _el(author, "name", self.namespace)
+        link = _el(entry, "link")
         link.set("rel", "self")
         link.set("href", url)
         return entry
 
     def content(self, entry: ET.Element, kind: str) -> ET.Element:
-        content = _el(entry, ATOM, "content")
+        content = _el(entry, "content")
         content.set("type", "application/xml")
-        return _el(content, SB, kind)
+        return _el(content, kind, None, {"xmlns": SB, "xmlns:i": XSI})
 
     def forward(self, name: str | None) -> str | None:
         return None if not name else f"sb://{self.namespace}/{name}"
@@ -243,7 +258,7 @@ class Renderer:
                 ("IsAnonymousAccessible", "false"),
             ],
         )
-        _el(body, SB, "AuthorizationRules")
+        _el(body, "AuthorizationRules")
         _fields(
             body,
             [
@@ -296,7 +311,7 @@ class Renderer:
                 ("IsAnonymousAccessible", "false"),
             ],
         )
-        _el(body, SB, "AuthorizationRules")
+        _el(body, "AuthorizationRules")
         _fields(
             body,
             [
@@ -331,11 +346,11 @@ class Renderer:
         )
         return entry
 
-    def subscription(self, sub: Entity) -> ET.Element:
+    def subscription(self, sub: Entity, words: Words = ("Subscriptions", "Rules")) -> ET.Element:
         assert sub.subscription is not None
         assert sub.topic is not None
         spec = sub.subscription
-        path = f"{sub.topic.path}/subscriptions/{spec.name}"
+        path = f"{sub.topic.path}/{words[0]}/{spec.name}"
         entry = self.entry(spec.name, path, sub.updated_ms, sub.created_ms)
         body = self.content(entry, "SubscriptionDescription")
         active, dead, scheduled = _store_counts(sub)
@@ -378,22 +393,24 @@ class Renderer:
         )
         return entry
 
-    def rule(self, topic: str, sub: str, rule: CompiledRule) -> ET.Element:
+    def rule(
+        self, topic: str, sub: str, rule: CompiledRule, words: Words = ("Subscriptions", "Rules")
+    ) -> ET.Element:
         spec = rule.spec
-        path = f"{topic}/subscriptions/{sub}/rules/{spec.name}"
+        path = f"{topic}/{words[0]}/{sub}/{words[1]}/{spec.name}"
         entry = self.entry(spec.name, path, rule.created_ms, rule.created_ms)
         body = self.content(entry, "RuleDescription")
         _write_filter(body, spec.filter)
-        action = _el(body, SB, "Action")
+        action = _el(body, "Action")
         if spec.action is None:
-            action.set(f"{{{XSI}}}type", "EmptyRuleAction")
+            action.set("i:type", "EmptyRuleAction")
         else:
-            action.set(f"{{{XSI}}}type", "SqlRuleAction")
-            _el(action, SB, "SqlExpression", spec.action.expression)
-            _el(action, SB, "CompatibilityLevel", "20")
-            _write_key_values(_el(action, SB, "Parameters"), spec.action.parameters)
-        _el(body, SB, "CreatedAt", format_time(rule.created_ms))
-        _el(body, SB, "Name", spec.name)
+            action.set("i:type", "SqlRuleAction")
+            _el(action, "SqlExpression", spec.action.expression)
+            _el(action, "CompatibilityLevel", "20")
+            _write_key_values(_el(action, "Parameters"), spec.action.parameters)
+        _el(body, "CreatedAt", format_time(rule.created_ms))
+        _el(body, "Name", spec.name)
         return entry
 
     def namespace_info(self, created_ms: int) -> ET.Element:
@@ -412,18 +429,22 @@ class Renderer:
         return entry
 
     def feed(self, title: str, path: str, entries: list[ET.Element], next_url: str | None) -> bytes:
-        feed = ET.Element(f"{{{ATOM}}}feed")
+        feed = ET.Element("feed", {"xmlns": ATOM})
         url = f"{self.base_url}/{path}"
-        _el(feed, ATOM, "title", title).set("type", "text")
-        _el(feed, ATOM, "id", url)
-        _el(feed, ATOM, "updated", format_time(int(datetime.now(timezone.utc).timestamp() * 1000)))
-        link = _el(feed, ATOM, "link")
+        _el(feed, "title", title).set("type", "text")
+        _el(feed, "id", url)
+        _el(feed, "updated", format_time(int(datetime.now(timezone.utc).timestamp() * 1000)))
+        link = _el(feed, "link")
         link.set("rel", "self")
         link.set("href", url)
         if next_url is not None:
-            nxt = _el(feed, ATOM, "link")
+            nxt = _el(feed, "link")
             nxt.set("rel", "next")
             nxt.set("href", next_url)
+        for entry in entries:
+            # inside a feed an entry inherits the Atom namespace and names its base
+            del entry.attrib["xmlns"]
+            entry.set("xml:base", url)
         feed.extend(entries)
         return _xml(feed)
 
@@ -441,18 +462,18 @@ def _xsd_value(value: Any) -> tuple[str, str]:
 
 def _write_key_values(parent: ET.Element, values: Any) -> None:
     for key, value in dict(values or {}).items():
-        kv = _el(parent, SB, "KeyValueOfstringanyType")
-        _el(kv, SB, "Key", str(key))
+        kv = _el(parent, "KeyValueOfstringanyType")
+        _el(kv, "Key", str(key))
         kind, text = _xsd_value(value)
-        element = _el(kv, SB, "Value", text)
+        element = _el(kv, "Value", text)
         element.set("xmlns:d6p1", XSD)
-        element.set(f"{{{XSI}}}type", f"d6p1:{kind}")
+        element.set("i:type", f"d6p1:{kind}")
 
 
 def _write_filter(parent: ET.Element, rule_filter: RuleFilter) -> None:
-    element = _el(parent, SB, "Filter")
+    element = _el(parent, "Filter")
     if isinstance(rule_filter, CorrelationFilter):
-        element.set(f"{{{XSI}}}type", "CorrelationFilter")
+        element.set("i:type", "CorrelationFilter")
         _fields(
             element,
             [
@@ -466,19 +487,20 @@ def _write_filter(parent: ET.Element, rule_filter: RuleFilter) -> None:
                 ("ContentType", rule_filter.content_type),
             ],
         )
-        _write_key_values(_el(element, SB, "Properties"), rule_filter.properties)
+        _write_key_values(_el(element, "Properties"), rule_filter.properties)
         return
     kind = type(rule_filter).__name__
-    element.set(f"{{{XSI}}}type", kind)
-    _el(element, SB, "SqlExpression", rule_filter.expression)
-    _el(element, SB, "CompatibilityLevel", "20")
+    element.set("i:type", kind)
+    _el(element, "SqlExpression", rule_filter.expression)
+    _el(element, "CompatibilityLevel", "20")
     params = rule_filter.parameters if isinstance(rule_filter, SqlFilter) else {}
-    _write_key_values(_el(element, SB, "Parameters"), params)
+    _write_key_values(_el(element, "Parameters"), params)
 
 
 def _xml(element: ET.Element) -> bytes:
-    data: bytes = ET.tostring(element, encoding="utf-8")
-    return b'<?xml version="1.0" encoding="utf-8"?>' + data
+    # the service writes no XML declaration (UTF-8, the default)
+    data: bytes = ET.tostring(element, encoding="utf-8", xml_declaration=False)
+    return data
 
 
 def _error(status: int, detail: str) -> bytes:
@@ -717,14 +739,16 @@ class AdminService:
             return self._list_entities(segments[1], query)
         if len(segments) >= 2 and segments[1].lower() == "subscriptions":
             topic = segments[0]
+            # ids spell the collections as the request did, as the service's do
+            words = (segments[1], segments[3] if len(segments) > 3 else "Rules")
             if len(segments) == 2 and method == "GET":
-                return self._list_subscriptions(topic, query)
+                return self._list_subscriptions(topic, query, words)
             if len(segments) == 3:
-                return self._subscription(method, topic, segments[2], headers, body)
+                return self._subscription(method, topic, segments[2], headers, body, words)
             if len(segments) == 4 and segments[3].lower() == "rules" and method == "GET":
-                return self._list_rules(topic, segments[2], query)
+                return self._list_rules(topic, segments[2], query, words)
             if len(segments) == 5 and segments[3].lower() == "rules":
-                return self._rule(method, topic, segments[2], segments[4], headers, body)
+                return self._rule(method, topic, segments[2], segments[4], headers, body, words)
             raise AdminError(404, f"No such resource: {path}.")
         name = urllib.parse.unquote(path.strip("/"))
         if not name:
@@ -771,19 +795,23 @@ class AdminService:
             kind, f"$Resources/{kind}", [render(i) for i in page], next_url
         )
 
-    def _list_subscriptions(self, topic_name: str, query: dict[str, str]) -> tuple[int, bytes]:
+    def _list_subscriptions(
+        self, topic_name: str, query: dict[str, str], words: Words
+    ) -> tuple[int, bytes]:
         topic = self.broker.topic(topic_name)
         subs = sorted(topic.subscriptions.values(), key=lambda s: s.path.lower())
-        path = f"{topic.path}/subscriptions"
+        path = f"{topic.path}/{words[0]}"
         page, next_url = self._page(subs, query, path)
-        entries = [self.render.subscription(s) for s in page]
+        entries = [self.render.subscription(s, words) for s in page]
         return 200, self.render.feed("Subscriptions", path, entries, next_url)
 
-    def _list_rules(self, topic: str, sub: str, query: dict[str, str]) -> tuple[int, bytes]:
+    def _list_rules(
+        self, topic: str, sub: str, query: dict[str, str], words: Words
+    ) -> tuple[int, bytes]:
         rules = self.broker.rules(topic, sub)
-        path = f"{topic}/subscriptions/{sub}/rules"
+        path = f"{topic}/{words[0]}/{sub}/{words[1]}"
         page, next_url = self._page(rules, query, path)
-        entries = [self.render.rule(topic, sub, r) for r in page]
+        entries = [self.render.rule(topic, sub, r, words) for r in page]
         return 200, self.render.feed("Rules", path, entries, next_url)
 
     # entities ---------------------------------------------------------------
@@ -856,7 +884,13 @@ class AdminService:
                 raise AdminError(400, f"The forward-to entity '{target}' could not be found.")
 
     def _subscription(
-        self, method: str, topic_name: str, name: str, headers: dict[str, str], body: bytes
+        self,
+        method: str,
+        topic_name: str,
+        name: str,
+        headers: dict[str, str],
+        body: bytes,
+        words: Words,
     ) -> tuple[int, bytes]:
         broker = self.broker
         topic = broker.topic(topic_name)
@@ -864,7 +898,7 @@ class AdminService:
         if method == "GET":
             if existing is None:
                 raise AdminError(404, f"Entity '{topic.path}/Subscriptions/{name}' was not found.")
-            return 200, _xml(self.render.subscription(existing))
+            return 200, _xml(self.render.subscription(existing, words))
         if method == "DELETE":
             broker.delete_subscription(topic_name, name)
             return 200, b""
@@ -878,7 +912,8 @@ class AdminService:
                 raise AdminError(404, f"Entity '{topic.path}/Subscriptions/{name}' was not found.")
             spec = _read_spec(description, SubscriptionSpec, name, existing.subscription)
             self._check_forwards(spec)
-            return 200, _xml(self.render.subscription(broker.update_subscription(topic_name, spec)))
+            updated = broker.update_subscription(topic_name, spec)
+            return 200, _xml(self.render.subscription(updated, words))
         if existing is not None:
             raise AdminError(
                 409, f"The messaging entity '{topic.path}/Subscriptions/{name}' already exists."
@@ -897,7 +932,8 @@ class AdminService:
                     ),
                 ),
             )
-        return 201, _xml(self.render.subscription(broker.declare_subscription(topic_name, spec)))
+        created = broker.declare_subscription(topic_name, spec)
+        return 201, _xml(self.render.subscription(created, words))
 
     def _rule(
         self,
@@ -907,6 +943,7 @@ class AdminService:
         name: str,
         headers: dict[str, str],
         body: bytes,
+        words: Words,
     ) -> tuple[int, bytes]:
         broker = self.broker
         rules = {r.spec.name.lower(): r for r in broker.rules(topic, sub)}
@@ -916,7 +953,7 @@ class AdminService:
                 raise AdminError(
                     404, f"Rule '{name}' of '{topic}/Subscriptions/{sub}' was not found."
                 )
-            return 200, _xml(self.render.rule(topic, sub, existing))
+            return 200, _xml(self.render.rule(topic, sub, existing, words))
         if method == "DELETE":
             broker.remove_rule(topic, sub, name)
             return 200, b""
@@ -931,8 +968,9 @@ class AdminService:
                 raise AdminError(
                     404, f"Rule '{name}' of '{topic}/Subscriptions/{sub}' was not found."
                 )
-            return 200, _xml(self.render.rule(topic, sub, broker.update_rule(topic, sub, rule)))
-        return 201, _xml(self.render.rule(topic, sub, broker.add_rule(topic, sub, rule)))
+            updated = broker.update_rule(topic, sub, rule)
+            return 200, _xml(self.render.rule(topic, sub, updated, words))
+        return 201, _xml(self.render.rule(topic, sub, broker.add_rule(topic, sub, rule), words))
 
 
 # ------------------------------------------------------------------- HTTPS listener
