@@ -5,6 +5,7 @@ Apache Qpid Proton, plain TCP on loopback, reached with an emulator connection s
 (``UseDevelopmentEmulator=true``). See this package's README for what it implements.
 """
 
+from servicebus_emulator.auth import AccessKey
 from servicebus_emulator.entities import QueueSpec, SubscriptionSpec, TopicSpec, load_entities
 from servicebus_emulator.filters import (
     CorrelationFilter,
@@ -17,6 +18,7 @@ from servicebus_emulator.filters import (
 from servicebus_emulator.server import Emulator
 
 __all__ = [
+    "AccessKey",
     "CorrelationFilter",
     "Emulator",
     "FalseFilter",

@@ -14,8 +14,8 @@ Routes (``api-version`` is accepted and ignored):
 PUT creates (409 when the entity exists) unless ``If-Match`` is present, which updates
 (404 when it does not). A GET of a missing queue or topic answers 200 with an empty
 feed, as the service does; missing subscriptions and rules answer 404. Every request
-needs an ``Authorization`` header (its signature is not checked: the emulator has no
-keys to check it against).
+needs an ``Authorization`` header: a SAS token signed with one of the namespace's keys
+that has Manage rights (401 otherwise), or an Azure AD bearer token.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from servicebus_emulator.auth import MANAGE, AuthError, unauthorized
 from servicebus_emulator.broker import (
     ACTIVE,
     DEFERRED,
@@ -701,11 +702,8 @@ class AdminService:
     ) -> tuple[int, bytes]:
         """Answers one request: (status, XML body)."""
         try:
-            if not headers.get("authorization"):
-                raise AdminError(401, "MissingToken: the Authorization header is missing.")
-            with self.broker.lock:
-                self.broker.auth_seen[f"http:{headers['authorization'].split(' ', 1)[0]}"] += 1
             parsed = urllib.parse.urlsplit(raw_path)
+            self._authorize(headers.get("authorization", ""), parsed.path)
             query = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query).items()}
             segments = [urllib.parse.unquote(s) for s in parsed.path.strip("/").split("/")]
             with self.broker.lock:
@@ -720,6 +718,26 @@ class AdminService:
                 "com.microsoft:argument-error": 400,
             }.get(exc.condition, 500)
             return status, _error(status, exc.description)
+
+    def _authorize(self, header: str, path: str) -> None:
+        """Management needs a token of a key with Manage rights over the path (Azure AD
+        tokens are taken as they come: see :mod:`servicebus_emulator.auth`).
+
+        Raises:
+            AdminError: no token, a token refused, or a key without Manage (401).
+        """
+        if not header:
+            raise AdminError(401, "MissingToken: the Authorization header is missing.")
+        scheme = header.split(" ", 1)[0]
+        with self.broker.lock:
+            self.broker.auth_seen[f"http:{scheme}"] += 1
+        try:
+            grant = self.broker.keys.grant(scheme, header)
+        except AuthError as exc:
+            raise AdminError(401, exc.description) from None
+        if not grant.allows(urllib.parse.unquote(path), MANAGE):
+            refused = unauthorized(MANAGE, f"{self.base_url}{path}")
+            raise AdminError(401, refused.description)
 
     # routing ---------------------------------------------------------------
 

@@ -32,7 +32,16 @@ from proton import (
 )
 from proton import int32 as amqp_int
 
+from servicebus_emulator.auth import (
+    LISTEN,
+    SEND,
+    AuthError,
+    Grant,
+    token_kind,
+    unauthorized,
+)
 from servicebus_emulator.broker import (
+    SIZE_EXCEEDED,
     Broker,
     BrokerError,
     StoredMessage,
@@ -47,7 +56,7 @@ from servicebus_emulator.codec import (
     split_batch,
     split_sections,
 )
-from servicebus_emulator.management import handle_management
+from servicebus_emulator.management import Response, handle_management
 
 log = logging.getLogger(__name__)
 
@@ -234,15 +243,18 @@ class AmqpHandler:
             if entity == CBS or entity.endswith(MANAGEMENT_SUFFIX):
                 link.state_info = LinkState("cbs" if entity == CBS else "mgmt", entity)
                 link.open()
+                if entity != CBS and (refused := self._refusal(link, entity)) is not None:
+                    self._close_link(link, refused)
+                    return
                 link.flow(SEND_CREDIT)
                 return
             link.state_info = LinkState("in", entity)
-            error = self._entity_error(entity, sending=True)
+            error = self._refusal(link, entity, SEND) or self._entity_error(entity, sending=True)
             if error is None:
                 spec = self.broker.send_target(entity).spec
                 link.max_message_size = spec.max_message_bytes
                 link.properties = {
-                    symbol("com.microsoft:max-message-batch-size"): ulong(spec.max_message_bytes)
+                    symbol("com.microsoft:max-message-batch-size"): ulong(spec.max_batch_bytes)
                 }
             if error is not None:
                 # the service answers an attach to a missing entity with a null terminus
@@ -259,11 +271,13 @@ class AmqpHandler:
         if entity == CBS or entity.endswith(MANAGEMENT_SUFFIX):
             link.state_info = LinkState("cbs" if entity == CBS else "mgmt", entity)
             link.open()
+            if entity != CBS and (refused := self._refusal(link, entity)) is not None:
+                self._close_link(link, refused)
             return
         peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
         state = LinkState("out", entity, peek_lock=peek_lock)
         link.state_info = state
-        error = self._entity_error(entity)
+        error = self._refusal(link, entity, LISTEN) or self._entity_error(entity)
         session_requested, wanted = _session_filter(link.remote_source)
         if error is None and session_requested:
             try:
@@ -302,6 +316,18 @@ class AmqpHandler:
         except BrokerError as exc:
             return exc
         return None
+
+    def _refusal(self, link: Any, entity: str, right: str | None = None) -> BrokerError | None:
+        """Why the connection may not do what needs ``right`` on ``entity`` (None: it
+        may): no token it put covers the entity with that right (for a ``$management``
+        link, with any right; each request is checked again)."""
+        entity = entity.removesuffix(MANAGEMENT_SUFFIX)
+        grants: list[Grant] = getattr(link.connection, "grants", [])
+        rights = (right,) if right is not None else (LISTEN, SEND)
+        if any(g.allows(entity, r) for g in grants for r in rights):
+            return None
+        refused = unauthorized(rights[0], f"sb://{self.host}/{entity}")
+        return BrokerError(refused.condition, refused.description)
 
     def _close_link(self, link: Any, error: BrokerError) -> None:
         link.condition = Condition(error.condition, error.description)
@@ -369,6 +395,12 @@ class AmqpHandler:
     def _accept_send(self, state: LinkState, delivery: Any, payload: bytes) -> None:
         try:
             messages = _parse_transfer(payload)
+            limit = self.broker.send_target(state.entity).spec.max_batch_bytes
+            if len(messages) > 1 and len(payload) > limit:
+                raise BrokerError(
+                    SIZE_EXCEEDED,
+                    f"The batch (size {len(payload)} bytes) exceeds the limit ({limit} bytes).",
+                )
             touched: set[str] = set()
             self.broker.send(state.entity, messages, touched)
         except BrokerError as exc:
@@ -485,15 +517,30 @@ class AmqpHandler:
         reply: Any = Message()
         reply.correlation_id = request_id
         if state.kind == "cbs":
+            token_type = _text(app.get("type")) or "?"
+            token = _text(_request_body(payload)) or ""
             with self.broker.lock:
-                self.broker.auth_seen[f"amqp:{_text(app.get('type')) or '?'}"] += 1
-            reply.properties = {"status-code": amqp_int(202), "status-description": "Accepted"}
+                self.broker.auth_seen[f"amqp:{token_kind(token_type, token)}"] += 1
+            try:
+                grant = self.broker.keys.grant(token_type, token, _text(app.get("name")) or "")
+            except AuthError as exc:
+                reply.properties = {"status-code": amqp_int(401),
+                                    "status-description": exc.description}  # fmt: skip
+            else:
+                conn = link.connection
+                conn.grants = [*getattr(conn, "grants", []), grant]
+                reply.properties = {"status-code": amqp_int(202),
+                                    "status-description": "Accepted"}  # fmt: skip
         else:
             entity = state.entity[: -len(MANAGEMENT_SUFFIX)]
             operation = _text(app.get("operation")) or ""
-            status, description, body, condition = handle_management(
-                self, entity, operation, _request_body(payload)
-            )
+            right = _OPERATION_RIGHTS.get(operation.removeprefix("com.microsoft:"), LISTEN)
+            refused = self._refusal(link, entity, right)
+            if refused is not None:
+                response: Response = (401, refused.description, None, refused.condition)
+            else:
+                response = handle_management(self, entity, operation, _request_body(payload))
+            status, description, body, condition = response
             props: dict[str, Any] = {
                 "statusCode": amqp_int(status),
                 "statusDescription": description,
@@ -525,6 +572,10 @@ class AmqpHandler:
         fallback.send(reply.encode())
         fallback.advance()
         delivery.settle()
+
+
+#: The management operations that need another right than Listen.
+_OPERATION_RIGHTS = {"schedule-message": SEND, "cancel-scheduled-message": SEND}
 
 
 class _Later:

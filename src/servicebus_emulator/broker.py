@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from servicebus_emulator.auth import DEFAULT_KEYS, AccessKey, KeyRing
 from servicebus_emulator.codec import (
     ParsedMessage,
     replace_application_properties,
@@ -378,16 +379,20 @@ class Broker:
         queues: Iterable[QueueSpec] = (),
         auto_create: bool = False,
         topics: Iterable[TopicSpec] = (),
+        keys: Iterable[AccessKey] = DEFAULT_KEYS,
     ) -> None:
         self.lock = threading.RLock()
+        #: The namespace's shared access keys: every SAS token is checked against them.
+        self.keys = KeyRing(keys)
         self.auto_create = auto_create
         self.entities: dict[str, Entity] = {}  # queues by lower-case name
         self.topics: dict[str, Topic] = {}
         self.faults: dict[str, Faults] = {}
         self.created_ms = now_ms()
-        #: How clients authenticated, counted by kind: ``amqp:<CBS token type>`` (``jwt``
-        #: for Azure AD, ``servicebus.windows.net:sastoken`` for SAS) and
-        #: ``http:<Authorization scheme>``. Tokens are accepted, never checked.
+        #: How clients authenticated, counted by kind: ``amqp:<token kind>`` (``jwt`` for
+        #: Azure AD, ``servicebus.windows.net:sastoken`` for SAS, whatever CBS type it
+        #: was put with) and
+        #: ``http:<Authorization scheme>``; refused tokens count too.
         self.auth_seen: Counter[str] = Counter()
         for spec in queues:
             self.declare(spec)

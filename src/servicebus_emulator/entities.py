@@ -19,6 +19,8 @@ from servicebus_emulator.filters import (
 )
 
 STANDARD_MAX_MESSAGE_KB = 256
+#: The service's limit on one batch, whatever the entity's message size.
+MAX_BATCH_BYTES = 1024 * 1024
 PREMIUM_MAX_MESSAGE_KB = 1024
 
 
@@ -57,6 +59,12 @@ class QueueSpec:
     @property
     def max_message_bytes(self) -> int:
         return self.max_message_size_in_kilobytes * 1024
+
+    @property
+    def max_batch_bytes(self) -> int:
+        """A batch's limit: the message size, at most 1 MB (premium entities take larger
+        messages, one at a time)."""
+        return min(self.max_message_bytes, MAX_BATCH_BYTES)
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,12 @@ class TopicSpec:
     @property
     def max_message_bytes(self) -> int:
         return self.max_message_size_in_kilobytes * 1024
+
+    @property
+    def max_batch_bytes(self) -> int:
+        """A batch's limit: the message size, at most 1 MB (premium entities take larger
+        messages, one at a time)."""
+        return min(self.max_message_bytes, MAX_BATCH_BYTES)
 
 
 _DURATIONS = {

@@ -13,15 +13,16 @@ from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from servicebus_emulator.admin import AdminServer
 from servicebus_emulator.amqp import AmqpHandler
+from servicebus_emulator.auth import DEFAULT_KEYS, ROOT_KEY, AccessKey
 from servicebus_emulator.broker import Broker
 from servicebus_emulator.entities import QueueSpec, TopicSpec
 from servicebus_emulator.tls import TlsMaterial, generate
 
 log = logging.getLogger(__name__)
 
-#: The key in emulator connection strings; the emulator ignores it (no TLS, no auth).
-EMULATOR_KEY_NAME = "RootManageSharedAccessKey"
-EMULATOR_KEY = "SAS_KEY_VALUE"
+#: The key in emulator connection strings (the namespace's root key, all rights).
+EMULATOR_KEY_NAME = ROOT_KEY.name
+EMULATOR_KEY = ROOT_KEY.key
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -47,6 +48,10 @@ class Emulator:
             service does.
         admin_port: the HTTPS management API's port; 0 picks a free one. Its
             certificate is generated at start; trust :attr:`ca_bundle` to reach it.
+        keys: the namespace's shared access keys; every SAS token a client presents is
+            checked against them. By default the root key of :attr:`connection_string`
+            (all rights), ``listen-only`` and ``send-only`` (see
+            :meth:`connection_string_for`).
     """
 
     def __init__(
@@ -57,6 +62,7 @@ class Emulator:
         auto_create: bool = False,
         topics: Iterable[TopicSpec] = (),
         admin_port: int = 0,
+        keys: Iterable[AccessKey] = DEFAULT_KEYS,
     ) -> None:
         self.host = host
         self._auto_port = port == 0
@@ -64,7 +70,7 @@ class Emulator:
         self._admin_port_wanted = admin_port
         self._tls: TlsMaterial | None = None
         self._admin: AdminServer | None = None
-        self.broker = Broker(queues, auto_create=auto_create, topics=topics)
+        self.broker = Broker(queues, auto_create=auto_create, topics=topics, keys=keys)
         self.handler = AmqpHandler(self.broker, host)
         self._injector = EventInjector()
         self._thread: threading.Thread | None = None
@@ -73,10 +79,17 @@ class Emulator:
 
     @property
     def connection_string(self) -> str:
-        """An emulator connection string the SDK accepts (plain TCP, any key)."""
+        """An emulator connection string the SDK accepts (plain TCP, the root key)."""
+        return self.connection_string_for(EMULATOR_KEY_NAME)
+
+    def connection_string_for(self, key_name: str, key: str | None = None) -> str:
+        """The connection string with the namespace's key ``key_name`` (or, to test a
+        refusal, any other ``key``)."""
+        if key is None:
+            key = self.broker.keys.keys[key_name].key
         return (
-            f"Endpoint=sb://{self.host}:{self.port};SharedAccessKeyName={EMULATOR_KEY_NAME};"
-            f"SharedAccessKey={EMULATOR_KEY};UseDevelopmentEmulator=true;"
+            f"Endpoint=sb://{self.host}:{self.port};SharedAccessKeyName={key_name};"
+            f"SharedAccessKey={key};UseDevelopmentEmulator=true;"
         )
 
     @property
@@ -95,9 +108,16 @@ class Emulator:
     def admin_connection_string(self) -> str:
         """A connection string for ``ServiceBusAdministrationClient.from_connection_string``
         (pass ``connection_verify=emulator.ca_bundle`` with it)."""
+        return self.admin_connection_string_for(EMULATOR_KEY_NAME)
+
+    def admin_connection_string_for(self, key_name: str, key: str | None = None) -> str:
+        """:attr:`admin_connection_string` with another key, as
+        :meth:`connection_string_for`."""
+        if key is None:
+            key = self.broker.keys.keys[key_name].key
         return (
-            f"Endpoint=sb://{self.admin_endpoint};SharedAccessKeyName={EMULATOR_KEY_NAME};"
-            f"SharedAccessKey={EMULATOR_KEY};"
+            f"Endpoint=sb://{self.admin_endpoint};SharedAccessKeyName={key_name};"
+            f"SharedAccessKey={key};"
         )
 
     @property

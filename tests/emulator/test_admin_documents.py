@@ -11,13 +11,8 @@ without namespace processing.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import http.client
 import ssl
-import time
-import urllib.parse
 import xml.parsers.expat
 from dataclasses import dataclass, field
 
@@ -25,6 +20,7 @@ import pytest
 from proton import Message
 from proton.utils import BlockingConnection
 
+from sas import put_token, root_key, sas_token
 from servicebus_emulator import Emulator
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 
@@ -96,24 +92,13 @@ def read_as_written(document: bytes) -> Node:
     return root
 
 
-def sas_token(uri: str, key_name: str, key: str) -> str:
-    """A Shared Access Signature as the service documents it (written here, not taken
-    from an SDK)."""
-    resource = urllib.parse.quote(uri.lower(), safe="")
-    expiry = str(int(time.time()) + 600)
-    digest = hmac.new(key.encode(), f"{resource}\n{expiry}".encode(), hashlib.sha256).digest()
-    signature = urllib.parse.quote(base64.b64encode(digest).decode(), safe="")
-    return f"SharedAccessSignature sr={resource}&sig={signature}&se={expiry}&skn={key_name}"
-
-
 class Rest:
     """HTTPS requests to the management API, with a SAS token from the connection
     string's key."""
 
     def __init__(self, sb: Emulator) -> None:
         self.sb = sb
-        parts = dict(p.split("=", 1) for p in sb.admin_connection_string.split(";") if p)
-        self.key_name, self.key = parts["SharedAccessKeyName"], parts["SharedAccessKey"]
+        self.key_name, self.key = root_key(sb)
         self.context = ssl.create_default_context(cafile=sb.ca_bundle)
 
     def __call__(
@@ -202,6 +187,7 @@ def test_queue_create_get_list_update(sb: Emulator, rest: Rest) -> None:
     assert doc.at("id").text.endswith("/orders?api-version=2021-05")
 
     conn = BlockingConnection(f"amqp://127.0.0.1:{sb.port}", allowed_mechs="ANONYMOUS")
+    assert put_token(conn, sb, "orders")[0] == 202
     conn.create_sender("orders").send(Message(body="a", id="m1"))
     conn.close()
     status, doc = rest("GET", "orders")

@@ -133,6 +133,19 @@ def test_size_limits_are_the_standard_tiers(servicebus_emulator: EmulatorFactory
             sender.send_messages(ServiceBusMessage(b"x" * (512 * 1024)))
 
 
+def test_a_large_message_entity_still_limits_batches_to_1_mb(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    """Premium entities take messages up to 100 MB, one at a time; a batch stays at 1 MB."""
+    sb = servicebus_emulator(QueueSpec("huge", max_message_size_in_kilobytes=4096))
+    with client_for(sb, retry_total=0) as client, client.get_queue_sender("huge") as sender:
+        assert sender.create_message_batch().max_size_in_bytes == 1024 * 1024
+        sender.send_messages(ServiceBusMessage(b"x" * (3 * 1024 * 1024)))
+        with pytest.raises(MessageSizeExceededError):
+            sender.send_messages([ServiceBusMessage(b"y" * (600 * 1024)) for _ in range(2)])
+    assert len(sb.broker.entity("huge").messages) == 1
+
+
 def test_receive_and_delete_removes_at_once(servicebus_emulator: EmulatorFactory) -> None:
     sb = servicebus_emulator(QueueSpec("q"))
     with client_for(sb) as client:

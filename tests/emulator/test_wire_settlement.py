@@ -4,6 +4,7 @@ disposition, as any AMQP client would see it."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from proton import UNDESCRIBED, Array, Data, Delivery, Message, symbol
 from proton.utils import BlockingConnection
 
+from sas import put_token
 from servicebus_emulator import Emulator, QueueSpec
 from servicebus_emulator.broker import DEFERRED
 from servicebus_emulator.pytest_plugin import EmulatorFactory
@@ -27,6 +29,7 @@ def sb(servicebus_emulator: EmulatorFactory) -> Emulator:
 @pytest.fixture
 def connection(sb: Emulator) -> Iterator[BlockingConnection]:
     conn = BlockingConnection(f"amqp://127.0.0.1:{sb.port}", allowed_mechs="ANONYMOUS")
+    assert put_token(conn, sb, "q") == (202, "Accepted")
     yield conn
     conn.close()
 
@@ -174,10 +177,10 @@ def _section(code: int, value: Any) -> bytes:
     return bytes(data.encode())
 
 
-def send_raw(conn: BlockingConnection, payload: bytes) -> int:
+def send_raw(conn: BlockingConnection, payload: bytes, address: str = "q") -> int:
     """One transfer of exactly ``payload`` (proton does not let a client set the transfer's
     message format; the local Service Bus cannot read it either); its outcome."""
-    link = conn.create_sender("q", name="raw").link
+    link = conn.create_sender(address, name=f"raw-{uuid.uuid4()}").link
     conn.wait(lambda: link.credit > 0, timeout=10)
     delivery = link.delivery(link.delivery_tag())
     link.stream(payload)
@@ -212,3 +215,19 @@ def test_a_batch_whose_envelope_carries_sections_keeps_every_inner_message(
     assert [(m.id, m.body, m.subject) for m in got] == [("m1", "a", "s1"), ("m2", "b", None),
                                                          ("m3", "c", None)]  # fmt: skip
     assert [m.properties for m in got] == [{"k": "first"}, None, {"k": "third", "n": 3}]
+
+
+def test_a_batch_over_1_mb_is_refused_even_where_large_messages_are_taken(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    sb = servicebus_emulator(QueueSpec("huge", max_message_size_in_kilobytes=4096))
+    conn = BlockingConnection(f"amqp://127.0.0.1:{sb.port}", allowed_mechs="ANONYMOUS")
+    try:
+        assert put_token(conn, sb, "huge")[0] == 202
+        inner = [bytes(Message(id=f"m{i}", body=b"y" * (600 * 1024)).encode()) for i in range(2)]
+        batch = b"".join(_section(0x75, m) for m in inner)
+        assert send_raw(conn, batch, "huge") == Delivery.REJECTED
+        assert sb.broker.entity("huge").messages == {}
+        assert send_raw(conn, inner[0], "huge") == Delivery.ACCEPTED  # one message: taken
+    finally:
+        conn.close()
