@@ -133,3 +133,48 @@ def test_namespaces_that_refuse_connections_exit_7_naming_the_secondary_and_its_
     ]
     assert "PythonException" not in out
     assert pair.secondary.connection_string not in out + err
+
+
+def test_a_wrong_key_for_the_secondary_exits_3_with_a_fix_before_spark(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """The local Service Bus checks SAS signatures: a key that is not the namespace's is
+    refused as the service refuses it, and the run says which key to check."""
+    park_one(pair)
+    job_config(pair, tmp_path, monkeypatch)
+    wrong = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
+    name = "RootManageSharedAccessKey"
+    monkeypatch.setenv("PAIR_TEST_SECONDARY", pair.secondary.connection_string_for(name, wrong))
+    monkeypatch.setattr(
+        "syphon.app.services.build_spark_session",
+        lambda *_: pytest.fail("Spark started for a run whose secondary refused it"),
+    )
+    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.DENIED, out + err
+    assert fix_lines(out) == [
+        "fix: the secondary namespace contoso-secondary refused the credentials: check the "
+        "key name and key of secondary.connection_string (Manage and Listen rights)"
+    ]
+    assert wrong not in out + err
+    assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1
+
+
+def test_a_primary_key_without_send_rights_exits_3_naming_the_primary(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    park_one(pair)
+    job_config(pair, tmp_path, monkeypatch)
+    monkeypatch.setenv("PAIR_TEST_PRIMARY", pair.primary.connection_string_for("listen-only"))
+    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.DENIED, out + err
+    assert fix_lines(out) == [
+        f"fix: the primary namespace {PRIMARY} refused the credentials: check the key name "
+        "and key of primaries.0.connection_string (Send rights, and Manage to read the "
+        "destinations' settings)"
+    ]
+    assert pair.primary.broker.entity("orders").messages == {}
+    assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1

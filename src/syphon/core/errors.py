@@ -55,7 +55,8 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
     ExitCodeDoc(
         ExitCode.DENIED,
         "a namespace refused the credentials, or azure-identity got no token",
-        "check the key name and key (Manage and Listen rights); with Azure AD, that the "
+        "check the key name and key (the secondary needs Manage and Listen rights, a primary "
+        "Send, and Manage to read its destinations' settings); with Azure AD, that the "
         "identity is found on this machine and holds Azure Service Bus Data Owner",
     ),
     ExitCodeDoc(

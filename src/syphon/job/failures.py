@@ -8,10 +8,11 @@ the file system's — and says what the operator sees. The codes are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from syphon.core.errors import ExitCode, SyphonError
+from syphon.core.schema import Detail
 from syphon.servicebus.access import Access
 from syphon.servicebus.errors import DENIED, UNREACHABLE, error_name
 
@@ -63,19 +64,42 @@ def unreachable_fix(access: Access) -> str:
     )
 
 
+#: What a key needs, by the namespace's role.
+_RIGHTS = {
+    "secondary": "Manage and Listen rights",
+    "primary": "Send rights, and Manage to read the destinations' settings",
+}
+
+
 def denied_fix(access: Access) -> str:
     """The fix line for a namespace that refused the credentials."""
     where = f"the {_role(access)} namespace {access.namespace}"
     if access.credential is None:
         return (
             f"{where} refused the credentials: check the key name and key of "
-            f"{access.key}.connection_string (Manage and Listen rights)"
+            f"{access.key}.connection_string ({_RIGHTS[_role(access)]})"
         )
     return (
         f"{where} got no Azure AD token or refused it ({access.key}.credential type "
         f"{access.credential.type}): check that azure-identity finds the identity on this "
         "machine and that it holds the Azure Service Bus Data Owner role on the namespace"
     )
+
+
+def refused_primaries(
+    skipped: Mapping[tuple[str, str], str | None], primaries: Mapping[str, Access]
+) -> Failure | None:
+    """A run whose pings a primary refused (its key is wrong, or holds no Send right, or
+    Azure AD gave no token) exits 3 with the fix for each such primary: its messages
+    wait in the backlog, and no later run does better until the credentials change.
+    ``skipped``: the pings' verdicts by (primary, destination)."""
+    refused = sorted({primary for (primary, _), reason in skipped.items()
+                      if reason is not None and reason.startswith(Detail.PING_FAILED)
+                      and reason.removeprefix(Detail.PING_FAILED) in DENIED})  # fmt: skip
+    if not refused:
+        return None
+    fix = "; ".join(denied_fix(primaries[name]) for name in refused)
+    return Failure("", ExitCode.DENIED, fix)
 
 
 def missing_destinations(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from syphon.core.errors import SyphonError
 from syphon.core.schema import Detail, Outcome, Stage, Status, Verdict
 from syphon.job.context import RunContext, fit_shuffle_partitions
-from syphon.job.failures import missing_destinations
+from syphon.job.failures import Failure, missing_destinations, refused_primaries
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.plan import discover, discovery_operations, new_run_id, plan
 from syphon.job.reconcile import restore
@@ -191,7 +191,8 @@ def _replay_and_settle(
     ledger.operations.settle_completes = settle.count(Outcome.COMPLETED)
     ledger.operations.settle_dead_letters = settle.count(Outcome.DEAD_LETTERED)
     ledger.operations.settle_abandons = settle.total("abandoned")
-    return _finish(ledger, _unknown_destinations(planned), skipped, replayed, settle)
+    refused = refused_primaries(skipped, ctx.namespaces.primaries)
+    return _finish(ledger, _unknown_destinations(planned), skipped, replayed, settle, refused)
 
 
 def _unknown_destinations(planned: DataFrame) -> list[Destination]:
@@ -205,11 +206,13 @@ def _unknown_destinations(planned: DataFrame) -> list[Destination]:
 
 
 def _finish(ledger: Ledger, unknown: list[Destination], skipped: dict[Destination, str | None],
-            replayed: Tally, settle: Tally) -> RunResult:  # fmt: skip
+            replayed: Tally, settle: Tally,
+            refused: Failure | None = None) -> RunResult:  # fmt: skip
     """Records the final status: ``failed`` when a namespace failed mid-run, ``partial``
     when work is left (messages that arrived after the snapshot are the next run's work,
     not left-overs), else ``done``. ``unknown``: the destinations the plan found no
-    entity for; ``skipped``: the pings' verdicts."""
+    entity for; ``skipped``: the pings' verdicts; ``refused``: the exit of a run whose
+    primaries refused the credentials (before missing destinations: it blocks more)."""
     outcomes = {**{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
                 **{f"settle_{k}": v for k, v in settle.by_outcome().items()}}  # fmt: skip
     faults = {Detail.NAMESPACE_FAULT, *NAMESPACE_FAULTS}
@@ -221,7 +224,7 @@ def _finish(ledger: Ledger, unknown: list[Destination], skipped: dict[Destinatio
     left = settle.count(Outcome.LEFT, except_details=[Detail.ARRIVED_AFTER_SNAPSHOT])
     result = ledger.result(Status.PARTIAL if left else Status.DONE, None, outcomes)
     missing = sorted(k for k, reason in skipped.items() if reason == Detail.DESTINATION_MISSING)
-    failure = missing_destinations(unknown, missing)
+    failure = refused or missing_destinations(unknown, missing)
     if failure is not None:
         result.code, result.fix = failure.code, failure.fix
     return result
