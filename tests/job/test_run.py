@@ -260,6 +260,58 @@ def test_a_destination_the_primary_cannot_list_and_the_send_does_not_find_is_lef
     assert (paused.status, paused.exit_code, paused.fix) == ("partial", ExitCode.PARTIAL, None)
 
 
+class TickingClock:
+    """A stand-in for the ``time`` module whose monotonic clock advances 10 s a reading
+    (from a large start, as a real one)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def monotonic(self) -> float:
+        self.now += 10
+        return self.now
+
+
+def test_a_run_stopped_after_its_replay_commit_resumes_without_sending_twice(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``syphon replay --run-id`` of a run that stopped once its sends were recorded: the
+    resumed run peeks the backlog again (the plan's snapshot went with the first driver),
+    sends nothing the first attempt recorded as sent, and settles the backlog."""
+    ids = [f"s-{q}-{i}" for q in range(2) for i in range(2)]
+    for q in range(2):
+        mine = [m for m in ids if m.startswith(f"s-{q}-")]
+        send_raw(pair, q, [to_backlog_message(ServiceBusMessage(m.encode(), message_id=m),
+                                              "orders") for m in mine])  # fmt: skip
+    config = job_config(pair, tmp_path, monkeypatch)
+    stopped: list[str] = []
+
+    def stop_once(name: str) -> None:
+        if name == "after_replay_commit" and not stopped:
+            stopped.append(name)
+            raise RuntimeError("the driver stopped after the replay commit")
+
+    monkeypatch.setattr("syphon.obs.failpoints.check", stop_once)
+    # run's clock ticks 10 s a reading: each stage's timing is the span between its two
+    # readings, whatever the machine's speed
+    monkeypatch.setattr("syphon.job.run.time", TickingClock())
+    first = run_job(config, spark)
+    assert (first.status, stopped) == ("failed", ["after_replay_commit"]), first
+    assert first.timings.discover == 10
+    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == ids
+    assert sum(len(v) for v in backlog_state(pair).values()) == 4  # nothing settled
+
+    resumed = run_job(config, spark, first.run_id, resume=True)
+    assert resumed.status == "done", resumed
+    spans = resumed.timings
+    assert (spans.replay_pings, spans.replay_sends, spans.replay, spans.settle) == (10, 10, 40, 10)
+    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == ids  # each once
+    assert sum(len(v) for v in backlog_state(pair).values()) == 0
+    rows = [r for r in read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
+            if r["run_id"] == first.run_id and r["stage"] == "replay"]  # fmt: skip
+    assert sorted(r["message_id"] for r in rows) == ids  # the first attempt's rows only
+
+
 #: The TTL of the message that expires between the plan and the replay: long enough for
 #: the plan on a busy machine, short enough to wait out.
 SHORT_TTL = timedelta(seconds=30)
