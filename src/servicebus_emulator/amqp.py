@@ -477,13 +477,16 @@ class AmqpHandler:
                 self.broker.settle(state.entity, token, "complete")
             elif outcome == Delivery.REJECTED:
                 cond = remote.condition
-                info = dict(cond.info or {}) if cond is not None else {}
-                self.broker.settle(
+                info = {str(k): v for k, v in (cond.info or {}).items()} if cond else {}
+                reason = info.pop("DeadLetterReason", None)
+                description = info.pop("DeadLetterErrorDescription", None)
+                self.broker.settle(  # the rest of the error's info: propertiesToModify
                     state.entity,
                     token,
                     "dead-letter",
-                    reason=_text(info.get("DeadLetterReason")),
-                    description=_text(info.get("DeadLetterErrorDescription")),
+                    reason=_text(reason),
+                    description=_text(description),
+                    properties=info,
                 )
             elif outcome == Delivery.MODIFIED:  # with the client's propertiesToModify
                 kind = "defer" if remote.undeliverable else "abandon"

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from proton import UNDESCRIBED, Array, Data, Delivery, Message, symbol
+from proton import UNDESCRIBED, Array, Condition, Data, Delivery, Message, symbol
 from proton.utils import BlockingConnection
 
 from sas import put_token
@@ -164,6 +164,26 @@ def test_an_abandon_or_defer_applies_the_properties_to_modify(
     assert msg.state == DEFERRED
     props = {str(k): v for k, v in msg.parsed.get_application_properties().items()}
     assert props == {"k": "v3", "kept": 1, "added": 7}
+
+
+def test_a_dead_letter_applies_the_properties_to_modify_in_its_error_info(
+    sb: Emulator, connection: BlockingConnection
+) -> None:
+    """A ``rejected`` outcome carries the reason and description and, beside them, the
+    client's propertiesToModify (as the .NET SDK sends a dead-letter with properties)."""
+    connection.create_sender("q", name="send").send(
+        Message(body="a", id="m1", properties={"k": "v1", "kept": 1})
+    )
+    _, delivery = receive_one(connection, "get")
+    info = {symbol("DeadLetterReason"): "bad", symbol("DeadLetterErrorDescription"): "why",
+            symbol("k"): "v2", symbol("added"): 7}  # fmt: skip
+    delivery.local.condition = Condition("com.microsoft:dead-letter", None, info)
+    assert settle(connection, delivery, Delivery.REJECTED)[0] == Delivery.REJECTED
+    dead = connection.create_receiver("q/$DeadLetterQueue", credit=1, name="dlq")
+    got = dead.receive(timeout=10)
+    dead.accept()
+    assert got.properties == {"k": "v2", "kept": 1, "added": 7, "DeadLetterReason": "bad",
+                              "DeadLetterErrorDescription": "why"}  # fmt: skip
 
 
 def _section(code: int, value: Any) -> bytes:
