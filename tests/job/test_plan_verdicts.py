@@ -27,6 +27,7 @@ from proton.utils import BlockingConnection
 from pyspark.sql import functions as F
 
 from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, park_outage, plan_now
+from sas import put_token
 from servicebus_emulator import QueueSpec
 from syphon.app.text import format_summary
 from syphon.core.envelope import PING_CONTENT_TYPE
@@ -165,6 +166,7 @@ def send_proton(pair: Pair, path: str, messages: list[Message]) -> None:
         allowed_mechs="ANONYMOUS PLAIN",
     )
     try:
+        assert put_token(conn, pair.secondary, path)[0] == 202
         sender = conn.create_sender(path)
         for message in messages:
             sender.send(message)
