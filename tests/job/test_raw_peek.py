@@ -1,0 +1,57 @@
+"""The one reach below the SDK's public surface (``syphon.servicebus.raw``) against the
+pinned SDK and the local Service Bus: a raw peek answers what ``peek_messages`` answers,
+each message with the exact bytes the service holds. Fails if an SDK upgrade renames or
+changes what it relies on."""
+
+from __future__ import annotations
+
+from proton import Message, symbol, ulong
+from proton.utils import BlockingConnection
+
+from sas import put_token
+from servicebus_emulator import Emulator, QueueSpec
+from servicebus_emulator.pytest_plugin import EmulatorFactory
+from syphon.core import amqp_bytes as ab
+from syphon.servicebus.peek import peek_receiver
+from syphon.servicebus.raw import peek_raw
+
+
+def park_typed(sb: Emulator, queue: str, count: int) -> None:
+    """``count`` messages whose properties have types the SDK's decoder does not keep."""
+    conn = BlockingConnection(f"amqp://127.0.0.1:{sb.port}", allowed_mechs="ANONYMOUS")
+    try:
+        assert put_token(conn, sb, queue)[0] == 202
+        sender = conn.create_sender(queue)
+        for i in range(count):
+            message = Message(id=ulong(i + 1), body=f"b{i}".encode(),
+                              properties={"n": 7 + i, "s": symbol("sym")},
+                              annotations={symbol("x-note"): "kept"})  # fmt: skip
+            message.inferred = True
+            sender.send(message)
+    finally:
+        conn.close()
+
+
+def test_a_raw_peek_answers_what_peek_messages_does_with_the_stored_bytes(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    sb = servicebus_emulator(QueueSpec("q"))
+    park_typed(sb, "q", 5)
+    stored = {m.seq: m.parsed.bare for m in sb.broker.entity("q").messages.values()}
+    from azure.servicebus import ServiceBusClient
+
+    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+        with peek_receiver(client, "q") as receiver:
+            pairs = peek_raw(receiver, 2, 3)
+            public = receiver.peek_messages(3, sequence_number=2)
+            assert peek_raw(receiver, 99, 3) == []
+    assert [m.sequence_number for _, m in pairs] == [m.sequence_number for m in public]
+    assert [m.sequence_number for _, m in pairs] == [2, 3, 4]
+    for encoded, message in pairs:
+        assert encoded.endswith(stored[message.sequence_number])  # the bare message, exact
+        parts = {s.code: s for s in ab.sections(encoded)}
+        props = {ab.decode(k): v for k, v in ab.map_entries(parts[ab.APPLICATION_PROPERTIES].value)}
+        types = {k: ab.type_name(v) for k, v in props.items()}
+        assert types == {"n": "long", "s": "symbol"}  # what the SDK's message has lost
+        assert ab.type_name(ab.compound_items(parts[ab.PROPERTIES].value)[0]) == "ulong"
+        assert message.application_properties[b"n"] == ab.decode(props["n"])
