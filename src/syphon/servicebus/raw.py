@@ -43,7 +43,7 @@ def peek_raw(receiver: Any, sequence_number: int, count: int) -> list[tuple[byte
     def answer(
         status_code: int, message: Any, description: str, amqp_transport: Any
     ) -> list[tuple[bytes, Any]]:
-        parsed = mgmt_handlers.peek_op(
+        parsed = mgmt_handlers.peek_op(  # type: ignore[no-untyped-call]  # the SDK's own
             status_code, message, description, receiver=receiver, amqp_transport=amqp_transport
         )
         if not parsed:
