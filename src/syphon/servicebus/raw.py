@@ -55,3 +55,36 @@ def peek_raw(receiver: Any, sequence_number: int, count: int) -> list[tuple[byte
         REQUEST_RESPONSE_PEEK_OPERATION, request, answer
     )
     return pairs
+
+
+def add_encoded(
+    batch: Any,
+    encoded: bytes,
+    envelope: tuple[str | None, str | None, str | None] = (None, None, None),
+) -> None:
+    """Adds one encoded message to a ``ServiceBusMessageBatch`` (from the sender's
+    ``create_message_batch``), counted as the SDK counts a message it encodes itself, so
+    that it goes on the wire exactly as given.
+
+    Args:
+        envelope: the message id, session id and partition key to put on the batch's
+            envelope when this is its first message (the SDK copies them from its first
+            message; the service routes a batch to a partition or session by them).
+
+    Raises:
+        MessageSizeExceededError: the batch would pass its size limit (it is unchanged).
+    """
+    from azure.servicebus._common.constants import _BATCH_MESSAGE_OVERHEAD_COST
+    from azure.servicebus.exceptions import MessageSizeExceededError
+
+    size = len(encoded)
+    after = batch._size + size + _BATCH_MESSAGE_OVERHEAD_COST[0 if size < 256 else 1]
+    if after > batch.max_size_in_bytes:
+        raise MessageSizeExceededError(
+            message=f"ServiceBusMessageBatch has reached its size limit: {batch.max_size_in_bytes}"
+        )
+    batch._message[5].append(bytearray(encoded))
+    batch._size = after
+    batch._count += 1
+    if batch._count == 1:
+        batch._amqp_transport.set_batch_envelope_properties(batch._message, *envelope)
