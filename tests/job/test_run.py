@@ -397,3 +397,18 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == sorted(
         [f"r-{q}-{i}" for q in range(2) for i in range(3)] + ["held", "late"])  # fmt: skip
     assert not any(pair.secondary.broker.entity(f"{backlog}/{q}").messages for q in range(4))
+
+
+def test_only_destination_unknown_rows_name_unknown_destinations(spark: Any) -> None:
+    """The exit-8 list takes invalid rows whose reason is ``destination_unknown`` and no
+    others, whatever their reasons sort like."""
+    from syphon.job.run import _unknown_destinations
+
+    rows = [("invalid", "destination_unknown", "p", "gone"),
+            ("invalid", "body_not_data", "p", "a-first"),
+            ("invalid", "too_large", "p", "z-last"),
+            ("replay", None, "p", "orders"),
+            ("invalid", "destination_unknown", "p", "gone")]  # fmt: skip
+    planned = spark.createDataFrame(rows, "verdict string, reason string, primary string, "
+                                          "destination string")  # fmt: skip
+    assert _unknown_destinations(planned) == [("p", "gone")]
