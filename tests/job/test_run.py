@@ -272,12 +272,14 @@ class TickingClock:
         return self.now
 
 
-def test_a_run_stopped_after_its_replay_commit_resumes_without_sending_twice(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("stop", ["after_replaying", "after_replay_commit"])
+def test_a_stopped_run_resumes_sending_what_was_not_sent_and_nothing_twice(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: str
 ) -> None:
-    """``syphon replay --run-id`` of a run that stopped once its sends were recorded: the
-    resumed run peeks the backlog again (the plan's snapshot went with the first driver),
-    sends nothing the first attempt recorded as sent, and settles the backlog."""
+    """``syphon replay --run-id`` of a run that stopped before it sent anything, or once
+    its sends were recorded: the resumed run peeks the backlog again (the plan's snapshot
+    went with the first driver), sends what the first attempt did not record as sent,
+    nothing twice, and settles the backlog."""
     ids = [f"s-{q}-{i}" for q in range(2) for i in range(2)]
     for q in range(2):
         mine = [m for m in ids if m.startswith(f"s-{q}-")]
@@ -287,18 +289,19 @@ def test_a_run_stopped_after_its_replay_commit_resumes_without_sending_twice(
     stopped: list[str] = []
 
     def stop_once(name: str) -> None:
-        if name == "after_replay_commit" and not stopped:
+        if name == stop and not stopped:
             stopped.append(name)
-            raise RuntimeError("the driver stopped after the replay commit")
+            raise RuntimeError(f"the driver stopped at {name}")
 
     monkeypatch.setattr("syphon.obs.failpoints.check", stop_once)
     # run's clock ticks 10 s a reading: each stage's timing is the span between its two
     # readings, whatever the machine's speed
     monkeypatch.setattr("syphon.job.run.time", TickingClock())
     first = run_job(config, spark)
-    assert (first.status, stopped) == ("failed", ["after_replay_commit"]), first
+    assert (first.status, stopped) == ("failed", [stop]), first
     assert first.timings.discover == 10
-    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == ids
+    sent_first = ids if stop == "after_replay_commit" else []
+    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == sent_first
     assert sum(len(v) for v in backlog_state(pair).values()) == 4  # nothing settled
 
     resumed = run_job(config, spark, first.run_id, resume=True)
@@ -309,7 +312,8 @@ def test_a_run_stopped_after_its_replay_commit_resumes_without_sending_twice(
     assert sum(len(v) for v in backlog_state(pair).values()) == 0
     rows = [r for r in read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
             if r["run_id"] == first.run_id and r["stage"] == "replay"]  # fmt: skip
-    assert sorted(r["message_id"] for r in rows) == ids  # the first attempt's rows only
+    assert sorted(r["message_id"] for r in rows) == ids  # one replay row per message
+    assert {r["outcome"] for r in rows} == {"sent"}
 
 
 #: The TTL of the message that expires between the plan and the replay: long enough for
