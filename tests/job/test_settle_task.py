@@ -101,6 +101,22 @@ def test_a_queue_with_one_action_is_settled(servicebus_emulator: EmulatorFactory
     assert not sb.broker.entity(QUEUE).messages
 
 
+def test_a_queue_with_more_to_settle_than_one_receive_brings_is_settled_to_the_end(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    """A pass receives page after page until everything it must settle has come: one
+    more than a page and a half of messages to complete, all completed."""
+    from syphon.job.settle import RECEIVE_PAGE
+
+    sb = servicebus_emulator(QueueSpec(QUEUE))
+    seq = park(sb, [f"m{i}" for i in range(RECEIVE_PAGE * 3 // 2 + 1)])
+    out = by_seq(_SettleTask(access(sb), "run-6")(actions(
+        [(s, COMPLETE, None, "replay") for s in seq.values()])))  # fmt: skip
+    assert {r["outcome"] for r in out.values()} == {Outcome.COMPLETED}
+    assert len(out) == len(seq)
+    assert not sb.broker.entity(QUEUE).messages
+
+
 def test_a_message_locked_elsewhere_is_left_not_received(
     servicebus_emulator: EmulatorFactory,
 ) -> None:

@@ -47,10 +47,11 @@ def test_settle_completes_what_was_replayed_or_needs_nothing_and_dead_letters_th
         plan_row(1, "replay"), plan_row(2, "replay"), plan_row(3, "duplicate"),
         plan_row(4, "expired"), plan_row(5, "ping"), plan_row(6, "invalid", reason="path_missing"),
         plan_row(7, "conflict", reason="message_id_reused_in_snapshot"),
-        plan_row(8, "invalid"), plan_row(9, None),
+        plan_row(8, "invalid"), plan_row(9, None), plan_row(10, "replay"),
     ])  # fmt: skip
+    outcomes = [(1, "sent"), (1, "sent"), (2, "failed"), (8, "sent"), (10, "skipped")]
     results = spark.createDataFrame(
-        [(Q0, 1, "sent"), (Q0, 1, "sent"), (Q0, 2, "failed"), (Q0, 8, "sent")],
+        [(Q0, seq, outcome) for seq, outcome in outcomes],
         "backlog_queue string, sequence_number long, outcome string",
     )
     actions = settle_actions(plan, results)
@@ -65,6 +66,7 @@ def test_settle_completes_what_was_replayed_or_needs_nothing_and_dead_letters_th
         (Q0, 7, "dead_letter", "message_id_reused_in_snapshot"),
         (Q0, 8, "dead_letter", "invalid"),  # no reason: the verdict is the reason
         (Q0, 9, "leave", None),  # a null verdict is never settled
+        (Q0, 10, "leave", None),  # skipped (an outcome that sorts after "sent"): not sent
     ]
     unsent = settle_actions(plan, None)
     assert [a for _, s, a in places(unsent, "action") if s in (1, 2)] == ["leave", "leave"]
