@@ -304,8 +304,26 @@ def test_a_stopped_run_resumes_sending_what_was_not_sent_and_nothing_twice(
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == sent_first
     assert sum(len(v) for v in backlog_state(pair).values()) == 4  # nothing settled
 
+    # each stage's work is done when its outcomes are recorded (the sends and the
+    # settlements happen in the stage, not when the audit first reads its results)
+    from syphon.store.audit import TableStore
+
+    record = TableStore.append_outcomes
+    seen_at_record: dict[str, tuple[int, int]] = {}
+
+    def recording(store: Any, results: Any, *args: Any, **kwargs: Any) -> Any:
+        stage = args[2] if len(args) > 2 else kwargs["stage"]
+        seen_at_record[stage] = (len(stored(pair, "orders")),
+                                 sum(len(v) for v in backlog_state(pair).values()))  # fmt: skip
+        return record(store, results, *args, **kwargs)
+
+    monkeypatch.setattr(TableStore, "append_outcomes", recording)
     resumed = run_job(config, spark, first.run_id, resume=True)
     assert resumed.status == "done", resumed
+    assert resumed.counts == {"replay": 4}
+    assert seen_at_record["settle"] == (4, 0)
+    if stop == "after_replaying":  # the resumed run sent them all
+        assert seen_at_record["replay"] == (4, 4)
     spans = resumed.timings
     assert (spans.replay_pings, spans.replay_sends, spans.replay, spans.settle) == (10, 10, 40, 10)
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == ids  # each once

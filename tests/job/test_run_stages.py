@@ -83,8 +83,9 @@ def test_resume_refuses_a_run_that_was_never_planned(
 ) -> None:
     ctx = no_spark_context(pair, tmp_path, monkeypatch)
     Ledger(ctx, "only-busy", datetime.now(timezone.utc)).record(Status.BUSY)
-    # another run's plan is not this run's
+    # another run's plan is not this run's, whether its id sorts before or after
     Ledger(ctx, "another-run", datetime.now(timezone.utc)).record(Status.PLANNED)
+    Ledger(ctx, "zz-later-run", datetime.now(timezone.utc)).record(Status.PLANNED)
     for run_id in ("never-seen", "only-busy"):
         with pytest.raises(SyphonError, match=f"run {run_id} was never planned"):
             resume(ctx, run_id)
