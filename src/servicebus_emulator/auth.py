@@ -121,8 +121,8 @@ class KeyRing:
         fields = _sas_fields(token)
         key = self.keys.get(urllib.parse.unquote_plus(fields["skn"]))
         signed = f"{fields['sr']}\n{fields['se']}".encode()
-        given = urllib.parse.unquote_plus(fields["sig"])
-        if key is None or not hmac.compare_digest(_signature(key.key, signed), given):
+        given = urllib.parse.unquote_plus(fields["sig"]).encode()  # bytes: any text compares
+        if key is None or not hmac.compare_digest(_signature(key.key, signed).encode(), given):
             # the same answer for an unknown key name and a wrong key, as the service
             raise AuthError("amqp:unauthorized-access",
                             "InvalidSignature: The token has an invalid signature.")  # fmt: skip

@@ -166,3 +166,14 @@ def test_management_needs_a_valid_key_with_manage_rights(sb: Emulator) -> None:
             admin(sb.admin_connection_string_for(rights)).create_queue(f"new-{rights}")
     assert "new-listen-only" not in sb.broker.entities
     assert admin(sb.admin_connection_string).get_queue("q").name == "q"
+
+
+def test_a_signature_that_is_not_base64_text_is_refused_not_a_crash() -> None:
+    from servicebus_emulator.auth import SAS_TOKEN_TYPE as SAS
+    from servicebus_emulator.auth import AuthError, KeyRing
+
+    token = "SharedAccessSignature sr=q&sig=%C3%A9&se=99999999999&skn=RootManageSharedAccessKey"
+    with pytest.raises(AuthError, match="InvalidSignature"):
+        KeyRing().grant(SAS, token, "q")
+    with pytest.raises(AuthError, match="MalformedToken"):
+        KeyRing().grant(SAS, "SharedAccessSignature sr=q&se=1", "q")
