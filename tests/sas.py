@@ -36,16 +36,18 @@ def root_key(sb: Emulator) -> tuple[str, str]:
 
 
 def put_token(conn: BlockingConnection, sb: Emulator, entity: str,
-              key: tuple[str, str] | None = None) -> tuple[int, str]:  # fmt: skip
+              key: tuple[str, str] | None = None,
+              lifetime_s: int = 600) -> tuple[int, str]:  # fmt: skip
     """Claims-based authorization for ``entity`` on ``conn``, as every Service Bus client
-    does before it attaches: a ``put-token`` request on ``$cbs``; the status code and
-    description of the answer."""
+    does before it attaches: a ``put-token`` request on ``$cbs`` with a token valid for
+    ``lifetime_s``; the status code and description of the answer."""
     key_name, secret = key or root_key(sb)
     audience = f"sb://{sb.host}:{sb.port}/{entity}"
     sender = conn.create_sender("$cbs", name=f"cbs-tx-{entity}")
     receiver = conn.create_receiver("$cbs", credit=1, name=f"cbs-rx-{entity}")
+    token = sas_token(audience, key_name, secret, lifetime_s)
     sender.send(Message(
-        id="put-token", reply_to=f"cbs-rx-{entity}", body=sas_token(audience, key_name, secret),
+        id="put-token", reply_to=f"cbs-rx-{entity}", body=token,
         properties={"operation": "put-token", "type": SAS_TOKEN_TYPE, "name": audience},
     ))  # fmt: skip
     reply = receiver.receive(timeout=10)

@@ -85,8 +85,7 @@ class Emulator:
     def connection_string_for(self, key_name: str, key: str | None = None) -> str:
         """The connection string with the namespace's key ``key_name`` (or, to test a
         refusal, any other ``key``)."""
-        if key is None:
-            key = self.broker.keys.keys[key_name].key
+        key = self._key(key_name, key)
         return (
             f"Endpoint=sb://{self.host}:{self.port};SharedAccessKeyName={key_name};"
             f"SharedAccessKey={key};UseDevelopmentEmulator=true;"
@@ -110,11 +109,13 @@ class Emulator:
         (pass ``connection_verify=emulator.ca_bundle`` with it)."""
         return self.admin_connection_string_for(EMULATOR_KEY_NAME)
 
+    def _key(self, key_name: str, key: str | None) -> str:
+        return self.broker.keys.keys[key_name].key if key is None else key
+
     def admin_connection_string_for(self, key_name: str, key: str | None = None) -> str:
         """:attr:`admin_connection_string` with another key, as
         :meth:`connection_string_for`."""
-        if key is None:
-            key = self.broker.keys.keys[key_name].key
+        key = self._key(key_name, key)
         return (
             f"Endpoint=sb://{self.admin_endpoint};SharedAccessKeyName={key_name};"
             f"SharedAccessKey={key};"

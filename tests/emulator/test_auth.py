@@ -19,7 +19,7 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 from proton import Message
 from proton.utils import BlockingConnection, LinkDetached
 
-from sas import SAS_TOKEN_TYPE, put_token, root_key, sas_token
+from sas import put_token, root_key
 from servicebus_emulator import Emulator, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 
@@ -76,15 +76,9 @@ def test_an_unknown_key_name_gets_the_same_answer_as_a_wrong_key(
 
 
 def test_an_expired_token_is_refused(sb: Emulator, conn: BlockingConnection) -> None:
-    audience = f"sb://{sb.host}:{sb.port}/q"
-    sender = conn.create_sender("$cbs", name="cbs-tx")
-    receiver = conn.create_receiver("$cbs", credit=1, name="cbs-rx")
-    token = sas_token(audience, *root_key(sb), lifetime_s=-5)
-    sender.send(Message(id="1", reply_to="cbs-rx", body=token, properties={
-        "operation": "put-token", "type": SAS_TOKEN_TYPE, "name": audience}))  # fmt: skip
-    reply = receiver.receive(timeout=10)
-    assert reply.properties["status-code"] == 401
-    assert reply.properties["status-description"].startswith("ExpiredToken")
+    status, description = put_token(conn, sb, "q", lifetime_s=-5)
+    assert status == 401
+    assert description.startswith("ExpiredToken")
 
 
 def test_without_a_token_or_with_one_for_another_entity_an_attach_is_refused(

@@ -217,6 +217,10 @@ def descriptor(encoded: bytes) -> Any:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_NO_DATA = {0x40: None, 0x41: True, 0x42: False, 0x43: 0, 0x44: 0}
+_STRUCTS = {0x50: ">B", 0x51: ">b", 0x52: ">B", 0x53: ">B", 0x54: ">b", 0x55: ">b",
+            0x60: ">H", 0x61: ">h", 0x70: ">I", 0x71: ">i", 0x72: ">f", 0x80: ">Q",
+            0x81: ">q", 0x82: ">d"}  # fmt: skip
 
 
 def decode(encoded: bytes) -> Any:
@@ -236,14 +240,11 @@ def decode(encoded: bytes) -> Any:
     data = encoded[1:]
     if code == 0x00:
         return decode(encoded[value_end(encoded, 1) :])
-    simple = {0x40: None, 0x41: True, 0x42: False, 0x43: 0, 0x44: 0}
-    if code in simple:
-        return simple[code]
+    if code in _NO_DATA:
+        return _NO_DATA[code]
     if code == 0x56:
         return data[0] != 0
-    fmt = {0x50: ">B", 0x51: ">b", 0x52: ">B", 0x53: ">B", 0x54: ">b", 0x55: ">b",
-           0x60: ">H", 0x61: ">h", 0x70: ">I", 0x71: ">i", 0x72: ">f", 0x80: ">Q",
-           0x81: ">q", 0x82: ">d"}.get(code)  # fmt: skip
+    fmt = _STRUCTS.get(code)
     if fmt is not None:
         return struct.unpack(fmt, data)[0]
     if code == 0x73:
