@@ -160,10 +160,16 @@ class Emulator:
         try:
             container = Container(self.handler)
             container.selectable(self._injector)
-            container.listen(f"{self.host}:{self.port}")
+            acceptor = container.listen(f"{self.host}:{self.port}")
             self._container = container
             self._ready.set()
-            container.run()
+            try:
+                container.run()
+            finally:
+                # a stopped reactor leaves its listening socket open, and a client that
+                # connects then waits forever for an answer instead of being refused:
+                # an outage must look like one (proton's Acceptor has no public way)
+                acceptor._selectable.close()
         except BaseException as exc:  # reported to start() or logged
             if self._ready.is_set():
                 log.exception("the local Service Bus stopped with an error")

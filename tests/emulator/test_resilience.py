@@ -68,3 +68,15 @@ def test_a_taken_free_port_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
             server.Emulator(port=busy).start()
     finally:
         taken.close()
+
+
+def test_a_stopped_emulator_refuses_connections_like_a_namespace_that_is_down(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    # a listening socket left open would accept and never answer: a client would hang
+    # instead of failing over
+    sb = servicebus_emulator(QueueSpec("q"))
+    socket.create_connection(("127.0.0.1", sb.port), timeout=5).close()
+    sb.stop()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", sb.port), timeout=5).close()
