@@ -4,7 +4,8 @@
 
 No Service Bus: Spark generates each snapshot (10 backlog queues, 50 destinations, a
 third of the messages in sessions, a third with partition keys, 1 KB bodies that differ
-per message, 1% duplicates of an earlier MessageId, a few expired). Each size goes
+per message, 1% duplicates of an earlier MessageId, a few expired), each row with its
+message encoded as a peek returns it (properties, application properties, data). Each size goes
 through the plan's own ``reconcile_snapshot`` and ``write_audit`` (delta-rs commit) in
 local Spark with 2 cores; printed per size: wall time, rows/s, the peak resident memory
 of this process and every process it started (the Spark JVM and its Python workers),
@@ -39,16 +40,66 @@ UNSET = ("content_type", "correlation_id", "subject", "to", "reply_to", "reply_t
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 
 
-def typed(kind: str, **slots: object) -> F.Column:
+def typed(kind: str, amqp_type: str | None = None, **slots: object) -> F.Column:
     values = {"bool": None, "int": None, "float": None, "bytes": None, "string": None,
               "timestamp": None, "text": None, **slots}  # fmt: skip
     types = {"bool": "boolean", "int": "long", "float": "double", "bytes": "binary",
              "string": "string", "timestamp": "timestamp", "text": "string"}  # fmt: skip
-    fields = [F.lit(kind).alias("kind")]
+    fields = [F.lit(kind).alias("kind"), F.lit(amqp_type).cast("string").alias("amqp_type")]
     for name, value in values.items():
         col = value if isinstance(value, F.Column) else F.lit(value)
         fields.append(col.cast(types[name]).alias(name))
     return F.struct(*fields)
+
+
+def _hex_bytes(value: F.Column, digits: int) -> F.Column:
+    """A non-negative integer as ``digits`` / 2 big-endian bytes."""
+    return F.unhex(F.lpad(F.hex(value), digits, "0"))
+
+
+def _string(text: F.Column) -> F.Column:
+    """An AMQP str8 (the texts here are short)."""
+    raw = F.encode(text, "UTF-8")
+    return F.concat(F.unhex(F.lit("A1")), _hex_bytes(F.octet_length(raw), 2), raw)
+
+
+def _long(value: F.Column) -> F.Column:
+    return F.concat(F.unhex(F.lit("81")), _hex_bytes(value, 16))
+
+
+def _compound(code: str, items: list[F.Column], count: F.Column) -> F.Column:
+    """A list8 or map8 of encoded items (their bytes stay under 255 here)."""
+    body = F.concat(*items)
+    return F.concat(F.unhex(F.lit(code)), _hex_bytes(F.octet_length(body) + 1, 2),
+                    _hex_bytes(count, 2), body)  # fmt: skip
+
+
+def encoded_message(
+    message_id: F.Column,
+    dest: F.Column,
+    session: F.Column,
+    tenant: F.Column,
+    ttl: F.Column,
+    body: F.Column,
+) -> F.Column:
+    """The backlog message as a peek returns it: properties (the MessageId), the
+    application properties with the aliases, one data section."""
+    empty = F.unhex(F.lit(""))
+    entries = [
+        _string(F.lit("x-ms-path")), _string(dest),
+        F.when(session.isNotNull(), F.concat(_string(F.lit("x-ms-sessionid")),
+                                             _string(session))).otherwise(empty),
+        F.when(tenant.isNotNull(), F.concat(_string(F.lit("tenant")), _long(tenant)))
+        .otherwise(empty),
+        F.when(ttl.isNotNull(), F.concat(_string(F.lit("x-ms-timetolive")), _long(ttl)))
+        .otherwise(empty),
+    ]  # fmt: skip
+    count = 2 + sum(F.when(c.isNotNull(), 2).otherwise(0) for c in (session, tenant, ttl))
+    return F.concat(
+        F.unhex(F.lit("005373")), _compound("C0", [_string(message_id)], F.lit(1)),
+        F.unhex(F.lit("005374")), _compound("C1", entries, count),
+        F.unhex(F.lit("005375B0")), _hex_bytes(F.octet_length(body), 8), body,
+    )  # fmt: skip
 
 
 def synthetic_snapshot(spark: SparkSession, rows: int) -> DataFrame:
@@ -60,16 +111,20 @@ def synthetic_snapshot(spark: SparkSession, rows: int) -> DataFrame:
     dest = F.format_string("dest-%02d", F.abs(F.xxhash64(msg_no)) % DESTINATIONS)
     session = F.when(kind == 0, F.format_string("s%d", msg_no % 997))
     props = F.map_concat(
-        F.create_map(F.lit("x-ms-path"), typed("bytes", bytes=F.encode(dest, "UTF-8"))),
+        F.create_map(F.lit("x-ms-path"), typed("string", "string", string=dest)),
         F.when(
             kind == 0,
-            F.create_map(F.lit("x-ms-sessionid"), typed("bytes", bytes=F.encode(session, "UTF-8"))),
-        ).otherwise(F.create_map(F.lit("tenant"), typed("int", int=msg_no % 50))),
+            F.create_map(F.lit("x-ms-sessionid"), typed("string", "string", string=session)),
+        ).otherwise(F.create_map(F.lit("tenant"), typed("int", "long", int=msg_no % 50))),
         F.when(  # 0.1% with a TTL that passed before the plan
-            i % 1000 == 7, F.create_map(F.lit("x-ms-timetolive"), typed("int", int=F.lit(10**7)))
-        ).otherwise(F.create_map(F.lit("x-ms-timetolive"), typed("null"))),
+            i % 1000 == 7,
+            F.create_map(F.lit("x-ms-timetolive"), typed("int", "long", int=F.lit(10**7))),
+        ).otherwise(F.create_map(F.lit("x-ms-timetolive"), typed("null", "null"))),
     )
     body = F.unhex(F.repeat(F.lpad(F.hex(msg_no), 16, "0"), 128))  # 1,024 bytes
+    ttl = F.when(i % 1000 == 7, F.lit(10**7))
+    encoded = encoded_message(F.format_string("m%d", msg_no), dest, session,
+                              F.when(kind != 0, msg_no % 50), ttl, body)  # fmt: skip
     df = spark.range(rows).select(
         F.format_string(f"{PRIMARY}/x-servicebus-transfer/%d", i % QUEUES).alias("backlog_queue"),
         (i / QUEUES + 1).cast("long").alias("sequence_number"),
@@ -84,8 +139,9 @@ def synthetic_snapshot(spark: SparkSession, rows: int) -> DataFrame:
         props.alias("application_properties"),
         F.lit(None).cast("string").alias("property_problem"),
         F.lit("data").alias("body_type"),
-        body.alias("body"),
         F.lit(1024).alias("body_size"),
+        F.sha2(body, 256).alias("body_sha256"),
+        encoded.alias("encoded"),
     )
     return df.select(*[F.col(f.name).cast(f.dataType) for f in spark_schema(SNAPSHOT).fields])
 

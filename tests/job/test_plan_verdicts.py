@@ -22,7 +22,7 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.amqp import AmqpAnnotatedMessage
 from deltalake import DeltaTable
-from proton import Message, timestamp
+from proton import Described, Message, symbol, timestamp
 from proton.utils import BlockingConnection
 from pyspark.sql import functions as F
 
@@ -88,9 +88,14 @@ def cases() -> list[Case]:
              scheduled_enqueue_time_utc=future), REPLAY),
         Case("dup_detection_key", 0, sdk("dup_detection_key", path="dd", message_id="dd1"),
              REPLAY),
+        # what the Python SDK's high-level API could not send goes back as it came
         Case("other_property_not_utf8", 1,
              raw("other_property_not_utf8", {"x-ms-path": "orders", "k": b"\xff"}, id="nu"),
-             ("invalid", "property_value_not_utf8")),
+             REPLAY),
+        Case("typed_properties", 1, raw("typed_properties", {
+             "x-ms-path": "orders", "when": timestamp(1_700_000_000_000), "big": 2**40,
+             "x-ms-timetolive": Described(symbol("com.microsoft:timespan"), 36_000_000_000)},
+             id="tp"), REPLAY),
         Case("no_message_id_a", 2, raw("no_message_id_a", {"x-ms-path": "orders"}), REPLAY),
         Case("no_message_id_b", 2, raw("no_message_id_b", {"x-ms-path": "orders"}), REPLAY),
         Case("extra_queue", EXTRA_QUEUE, sdk("extra_queue", message_id="x7"), REPLAY),
@@ -138,8 +143,8 @@ def cases() -> list[Case]:
         Case("too_large_with_envelope", 0, sdk("too_large_with_envelope", b"x" * 1000,
              path="small", message_id="big2"), ("invalid", "too_large")),
         Case("value_body", 1, raw("value_body", {"x-ms-path": "orders"}, body="text", id="vb"),
-             ("invalid", "body_not_data")),
-        Case("sequence_body", 1, sequence, ("invalid", "body_not_data")),
+             REPLAY),
+        Case("sequence_body", 1, sequence, REPLAY),
         # the other verdicts
         Case("ping", 2, ServiceBusMessage(b"", content_type=PING_CONTENT_TYPE,
              application_properties={"case": "ping", "x-ms-path": "orders"}), None),

@@ -6,13 +6,14 @@ changes what it relies on."""
 from __future__ import annotations
 
 import pytest
-from proton import Message, symbol, ulong
+from proton import Message, char, decimal32, decimal64, symbol, ulong
 from proton.utils import BlockingConnection
 
 from sas import put_token
 from servicebus_emulator import Emulator, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.core import amqp_bytes as ab
+from syphon.core.peeked import read_encoded, sequence_number
 from syphon.servicebus.peek import peek_receiver
 from syphon.servicebus.raw import peek_raw
 
@@ -43,19 +44,58 @@ def test_a_raw_peek_answers_what_peek_messages_does_with_the_stored_bytes(
 
     with ServiceBusClient.from_connection_string(sb.connection_string) as client:
         with peek_receiver(client, "q") as receiver:
-            pairs = peek_raw(receiver, 2, 3)
+            encoded = peek_raw(receiver, 2, 3)
             public = receiver.peek_messages(3, sequence_number=2)
             assert peek_raw(receiver, 99, 3) == []
-    assert [m.sequence_number for _, m in pairs] == [m.sequence_number for m in public]
-    assert [m.sequence_number for _, m in pairs] == [2, 3, 4]
-    for encoded, message in pairs:
-        assert encoded.endswith(stored[message.sequence_number])  # the bare message, exact
-        parts = {s.code: s for s in ab.sections(encoded)}
+    numbers = [sequence_number(e) for e in encoded]
+    assert numbers == [m.sequence_number for m in public] == [2, 3, 4]
+    for raw, message in zip(encoded, public, strict=True):
+        assert raw.endswith(stored[message.sequence_number])  # the bare message, exact
+        parts = {s.code: s for s in ab.sections(raw)}
         props = {ab.decode(k): v for k, v in ab.map_entries(parts[ab.APPLICATION_PROPERTIES].value)}
         types = {k: ab.type_name(v) for k, v in props.items()}
         assert types == {"n": "long", "s": "symbol"}  # what the SDK's message has lost
         assert ab.type_name(ab.compound_items(parts[ab.PROPERTIES].value)[0]) == "ulong"
         assert message.application_properties[b"n"] == ab.decode(props["n"])
+
+
+def test_a_message_the_sdk_cannot_decode_is_peeked_and_then_the_sdk_decodes_it(
+    servicebus_emulator: EmulatorFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pinned SDK's decoder has no char, decimal32 or decimal64: its own peek (and
+    receive) fails on such a message. The raw peek reads it; ``complete_decoder`` makes
+    the SDK's receivers take it too. Fails if an upgrade moves the decoder's table."""
+    from azure.servicebus import ServiceBusClient
+    from azure.servicebus._pyamqp import _decode
+    from azure.servicebus.exceptions import ServiceBusError
+
+    from syphon.servicebus.raw import complete_decoder
+
+    table = _decode._DECODE_BY_CONSTRUCTOR
+    taught = {code: table[code] for code in (0x73, 0x74, 0x84)}
+    monkeypatch.setattr(_decode, "_DECODE_BY_CONSTRUCTOR", list(table))  # restored after
+    for code in taught:  # the SDK as shipped (another test may have taught it)
+        _decode._DECODE_BY_CONSTRUCTOR[code] = None
+    sb = servicebus_emulator(QueueSpec("q"))
+    conn = BlockingConnection(f"amqp://127.0.0.1:{sb.port}", allowed_mechs="ANONYMOUS")
+    try:
+        assert put_token(conn, sb, "q")[0] == 202
+        conn.create_sender("q").send(Message(body="v", properties={
+            "d32": decimal32(7), "d64": decimal64(7), "c": char("é")}))  # fmt: skip
+    finally:
+        conn.close()
+    with ServiceBusClient.from_connection_string(sb.connection_string, retry_total=0) as client:
+        with client.get_queue_receiver("q", prefetch_count=1, keep_alive=None) as receiver:
+            (encoded,) = peek_raw(receiver, 1, 10)
+            with pytest.raises(ServiceBusError):
+                receiver.peek_messages(10, sequence_number=1)
+            complete_decoder()
+            (peeked,) = receiver.peek_messages(10, sequence_number=1)
+    assert sequence_number(encoded) == peeked.sequence_number == 1
+    typed = read_encoded(encoded)[0]
+    types = [typed[k]["amqp_type"] for k in ("d32", "d64", "c")]
+    assert types == ["decimal32", "decimal64", "char"]
+    assert peeked.application_properties[b"c"] == "é"
 
 
 def test_encoded_messages_added_to_a_batch_arrive_byte_for_byte(

@@ -39,6 +39,18 @@ def primaries(sb: Emulator) -> dict[str, Access]:
                             connection_string=sb.connection_string)}  # fmt: skip
 
 
+def backlog_bytes(seq: int, **fields: Any) -> bytes:
+    """A backlog message (as a peek returns it) with ``body-<seq>``, MessageId ``m<seq>``,
+    the path alias and ``fields`` (python-qpid-proton's message fields)."""
+    from proton import Message
+
+    properties = {"x-ms-path": "orders", **fields.pop("properties", {})}
+    message = Message(id=f"m{seq}", body=f"body-{seq}".encode(), properties=properties,
+                      **fields)  # fmt: skip
+    message.inferred = True
+    return bytes(message.encode())
+
+
 def row(seq: int, batch: str, destination: str = "orders", **more: Any) -> dict[str, Any]:
     """One replay input row: a message of ``batch`` (keyed by its batch, position = seq).
     Each row's batch id is a string object of its own, as rows from Arrow are: the task
@@ -46,7 +58,7 @@ def row(seq: int, batch: str, destination: str = "orders", **more: Any) -> dict[
     base: dict[str, Any] = {c: None for c in INPUT_COLUMNS}
     base.update(backlog_queue=QUEUE, sequence_number=seq, primary=PRIMARY,
                 destination=destination, partition_key_effective=None, replay_order=seq,
-                batch_id=(batch + "_")[:-1], batch_position=seq, body=f"body-{seq}".encode(),
+                batch_id=(batch + "_")[:-1], batch_position=seq, encoded=backlog_bytes(seq),
                 message_id=f"m{seq}", original_enqueued_time=NOW, in_doubt=False,
                 snapshot_matches=True)  # fmt: skip
     base.update(more)
@@ -190,19 +202,20 @@ def test_an_empty_partition_sends_nothing_and_yields_nothing(
     assert received(sb) == []
 
 
-def test_the_restored_message_keeps_its_headers_and_a_past_schedule_is_sent_at_once(
+def test_the_replayed_message_keeps_its_headers_and_a_past_schedule_is_sent_at_once(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec("orders"))
     task = replay_task(sb)
-    headers = dict(content_type="application/json", correlation_id="corr-1", subject="created",
-                   to="billing", reply_to="replies", reply_to_session_id="rs-1",
-                   original_application_properties={"tenant": {"kind": "string", "string": "t1"},
-                                                   "n": {"kind": "int", "int": 7}})  # fmt: skip
+    headers = backlog_bytes(
+        1, content_type="application/json", correlation_id="corr-1", subject="created",
+        address="billing", reply_to="replies", reply_to_group_id="rs-1",
+        properties={"tenant": "t1", "n": 7},
+    )  # fmt: skip
     past = (NOW - timedelta(hours=1)).replace(tzinfo=None)  # naive: read as UTC
     future = NOW + timedelta(hours=1)
     out = pd.concat(run_task(task, [
-        row(1, "b1", **headers, original_scheduled_enqueue_time=past),
+        row(1, "b1", encoded=headers, original_scheduled_enqueue_time=past),
         row(2, "b2", original_scheduled_enqueue_time=future),
     ]))  # fmt: skip
     assert set(out["outcome"]) == {Outcome.SENT}
@@ -218,26 +231,48 @@ def test_the_restored_message_keeps_its_headers_and_a_past_schedule_is_sent_at_o
         "billing", "created", "replies", "corr-1", "application/json", "rs-1"]  # fmt: skip
     props = {k.decode() if isinstance(k, bytes) else k: v
              for k, v in p.get_application_properties().items()}  # fmt: skip
-    assert props == {"tenant": "t1", "n": 7}
+    assert props == {"tenant": "t1", "n": 7}  # the path alias is gone
     (later,) = [m for m in entity.messages.values() if str(m.message_id) == "m2"]
     assert later.scheduled_ms == int(future.timestamp() * 1000)  # still ahead: scheduled
 
 
-def test_build_message_leaves_properties_and_schedule_alone_when_there_are_none() -> None:
+def _header_and_schedule(message: Any) -> tuple[int | None, datetime | None]:
+    from syphon.core import amqp_bytes as ab
+
+    parts = {s.code: s for s in ab.sections(message.encoded)}
+    ttl = None
+    if ab.HEADER in parts:
+        ttl = ab.decode(ab.compound_items(parts[ab.HEADER].value)[2])
+    scheduled = None
+    if ab.MESSAGE_ANNOTATIONS in parts:
+        scheduled = {ab.decode(k): ab.decode(v) for k, v in
+                     ab.map_entries(parts[ab.MESSAGE_ANNOTATIONS].value)}.get(
+                         "x-opt-scheduled-enqueue-time")  # fmt: skip
+    return ttl, scheduled
+
+
+def test_build_message_sets_the_ttl_left_and_only_a_schedule_still_ahead() -> None:
     message = build_message(row(1, "b1"), timedelta(minutes=5), NOW)
-    assert message.application_properties is None
-    assert message.scheduled_enqueue_time_utc is None
-    assert message.time_to_live == timedelta(minutes=5)
-    ahead = NOW + timedelta(seconds=1)
+    assert _header_and_schedule(message) == (300_000, None)
+    assert (message.message_id, message.session_id) == ("m1", None)
     # due now (an equal time, not the same object) is not in the future, nor is the past
+    ahead = NOW + timedelta(seconds=1)
     same = datetime.fromtimestamp(NOW.timestamp(), timezone.utc)
     at_now = build_message(row(1, "b1", original_scheduled_enqueue_time=same), None, NOW)
-    assert at_now.scheduled_enqueue_time_utc is None
+    assert _header_and_schedule(at_now) == (None, None)
     past = NOW - timedelta(minutes=1)
     gone_by = build_message(row(1, "b1", original_scheduled_enqueue_time=past), None, NOW)
-    assert gone_by.scheduled_enqueue_time_utc is None
+    assert _header_and_schedule(gone_by) == (None, None)
     soon = build_message(row(1, "b1", original_scheduled_enqueue_time=ahead), None, NOW)
-    assert soon.scheduled_enqueue_time_utc == ahead
+    assert _header_and_schedule(soon)[1] == ahead.replace(
+        microsecond=ahead.microsecond // 1000 * 1000
+    )
+    # a TTL beyond what the header holds (a uint of milliseconds) is sent as the longest
+    longest = build_message(row(1, "b1"), timedelta(days=400), NOW)
+    assert _header_and_schedule(longest)[0] == 2**32 - 1
+    # under a millisecond left is still a TTL, never none (which would be infinite)
+    assert _header_and_schedule(build_message(row(1, "b1"), timedelta(microseconds=5), NOW))[0] == 1
+    assert "body" not in repr(message)
 
 
 def test_the_task_shows_no_secret_and_its_plan_cannot_change(
@@ -259,13 +294,10 @@ INPUT = (
     Field("backlog_queue", "string"), Field("sequence_number", "long"),
     Field("primary", "string"), Field("destination", "string"),
     Field("partition_key_effective", "string"), Field("replay_order", "int"),
-    Field("batch_id", "string"), Field("batch_position", "long"), Field("body", "binary"),
+    Field("batch_id", "string"), Field("batch_position", "long"), Field("encoded", "binary"),
     Field("message_id", "string"), Field("partition_key", "string"),
     Field("original_session_id", "string"), Field("original_time_to_live_ticks", "long"),
     Field("original_scheduled_enqueue_time", "timestamp"),
-    Field("original_application_properties", "properties"), Field("content_type", "string"),
-    Field("correlation_id", "string"), Field("subject", "string"), Field("to", "string"),
-    Field("reply_to", "string"), Field("reply_to_session_id", "string"),
     Field("original_enqueued_time", "timestamp"), Field("in_doubt", "boolean"),
     Field("snapshot_matches", "boolean"),
 )  # fmt: skip

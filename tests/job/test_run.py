@@ -427,7 +427,7 @@ def test_only_destination_unknown_rows_name_unknown_destinations(spark: Any) -> 
     from syphon.job.run import _unknown_destinations
 
     rows = [("invalid", "destination_unknown", "p", "gone"),
-            ("invalid", "body_not_data", "p", "a-first"),
+            ("invalid", "message_malformed", "p", "a-first"),
             ("invalid", "too_large", "p", "z-last"),
             ("replay", None, "p", "orders"),
             ("invalid", "destination_unknown", "p", "gone")]  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 from typing import Any
 
@@ -123,7 +124,9 @@ def test_rows_keep_what_the_replay_needs(pair: Pair, spark: Any) -> None:
         with client.get_queue_receiver(path) as peeker:
             (row,) = list(peek_rows(peeker, path))
     assert tuple(row) == SNAPSHOT_COLUMNS
-    assert row["body"] == b"\x00\xffbody"
+    # the message as the service holds it, and the digest of its body
+    assert row["encoded"].endswith(b"\x00\x53\x75\xa0\x06\x00\xffbody")
+    assert row["body_sha256"] == hashlib.sha256(b"\x00\xffbody").hexdigest()
     assert row["body_size"] == 6
     assert row["body_type"] == "data"
     assert (row["message_id"], row["partition_key"], row["session_id"]) == ("id-1", "s", None)
@@ -131,16 +134,15 @@ def test_rows_keep_what_the_replay_needs(pair: Pair, spark: Any) -> None:
     assert (row["to"], row["reply_to"], row["reply_to_session_id"]) == ("t", "r", "rs")
     assert row["time_to_live_ms"] is None  # the backlog copy's own TTL is infinite
     assert row["enqueued_time"].tzinfo is not None
-    props = row["application_properties"]
-    assert props["x-ms-path"]["kind"] == "bytes"
-    assert props["x-ms-path"]["bytes"] == b"sessions"
-    assert props["x-ms-timetolive"]["int"] == 3 * 60 * 10_000_000
-    assert props["raw"]["bytes"] == b"bytes-value"
-    assert props["n"]["int"] == 5
+    # the application properties with the types the SDK sent them with
+    props = {k: (v["amqp_type"], v[v["kind"]]) for k, v in row["application_properties"].items()}
+    assert props == {"x-ms-path": ("string", "sessions"), "x-ms-sessionid": ("string", "s"),
+                     "x-ms-timetolive": ("long", 3 * 60 * 10_000_000), "k": ("string", "v"),
+                     "n": ("int", 5), "raw": ("string", "bytes-value")}  # fmt: skip
     df = spark.createDataFrame([row], spark_schema(SNAPSHOT))
     back = df.collect()[0]
-    assert back["body"] == b"\x00\xffbody"
-    assert back["application_properties"]["x-ms-path"]["bytes"] == b"sessions"
+    assert back["encoded"] == row["encoded"]
+    assert back["application_properties"]["x-ms-path"]["string"] == "sessions"
 
 
 def test_the_data_source_reads_what_the_peek_walk_reads(
@@ -173,8 +175,8 @@ def test_the_data_source_reads_what_the_peek_walk_reads(
     )
     assert got == expected
     sample = next(r for r in rows if r["backlog_queue"] == queue(2))
-    assert sample["application_properties"]["x-ms-path"]["bytes"] == b"sessions"
-    assert sample["body"].startswith(b"m")
+    assert sample["application_properties"]["x-ms-path"]["string"] == "sessions"
+    assert b"\x00\x53\x75" in sample["encoded"]  # a data section
     # the connection string is in no plan
     plan = df._jdf.queryExecution().toString()
     assert "SharedAccessKey" not in plan

@@ -108,7 +108,7 @@ def test_the_replay_input_flags_changed_bodies_and_messages_in_doubt(spark: Spar
     # 2's and 5's bodies changed, to digests that sort before and after the planned ones
     restored = spark.createDataFrame(
         [(Q0, 1, b"x", "a"), (Q0, 2, b"y", "a"), (Q0, 4, b"z", "d"), (Q0, 5, b"w", "f")],
-        "backlog_queue string, sequence_number long, body binary, body_sha256 string",
+        "backlog_queue string, sequence_number long, encoded binary, body_sha256 string",
     )
     for name in (
         "message_id",
@@ -125,8 +125,8 @@ def test_the_replay_input_flags_changed_bodies_and_messages_in_doubt(spark: Spar
     restored = (restored.withColumn("original_time_to_live_ticks", restored["sequence_number"])
                 .withColumn("original_scheduled_enqueue_time", restored["sequence_number"]
                             .cast("timestamp"))
-                .withColumn("original_enqueued_time", restored["sequence_number"].cast("timestamp"))
-                .selectExpr("*", "map() as original_application_properties"))  # fmt: skip
+                .withColumn("original_enqueued_time", restored["sequence_number"]
+                            .cast("timestamp")))  # fmt: skip
     doubt = spark.createDataFrame([(Q0, 3), (Q0, 3), (Q1, 9)], "backlog_queue string, "
                                   "sequence_number long")  # fmt: skip
     rows = replay_input(restored, todo, doubt)

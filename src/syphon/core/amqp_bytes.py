@@ -232,8 +232,17 @@ def decode(encoded: bytes) -> Any:
     (the values it sends stay encoded).
 
     Raises:
-        AmqpFormatError: not one complete encoded value.
+        AmqpFormatError: not one complete encoded value, or one Python cannot hold (a
+            string that is not UTF-8, a timestamp beyond the year 9999, a map keyed by a
+            list).
     """
+    try:
+        return _decode(encoded)
+    except (UnicodeDecodeError, OverflowError, TypeError, ValueError) as exc:
+        raise AmqpFormatError(f"a value that cannot be read: {type(exc).__name__}") from None
+
+
+def _decode(encoded: bytes) -> Any:
     if value_end(encoded, 0) != len(encoded):
         raise AmqpFormatError("not exactly one encoded value")
     code = encoded[0]
@@ -262,6 +271,19 @@ def decode(encoded: bytes) -> Any:
         return {decode(k): decode(v) for k, v in map_entries(encoded)}
     # decimals and arrays: kept as their encoding (syphon never reads them)
     return bytes(encoded)
+
+
+def decode_bytes(encoded: bytes) -> bytes:
+    """The payload of one encoded binary, string or symbol, undecoded.
+
+    Raises:
+        AmqpFormatError: not one complete binary, string or symbol.
+    """
+    if not encoded or encoded[0] not in (0xA0, 0xB0, 0xA1, 0xB1, 0xA3, 0xB3):
+        raise AmqpFormatError("not a binary, a string or a symbol")
+    if value_end(encoded, 0) != len(encoded):
+        raise AmqpFormatError("not exactly one encoded value")
+    return bytes(encoded[2:] if encoded[0] >> 4 == 0xA else encoded[5:])
 
 
 def encode_string(text: str) -> bytes:

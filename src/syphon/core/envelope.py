@@ -22,7 +22,9 @@ Python SDK returns as an integer) is taken as the scheduled enqueue time, and th
 message is then invalid with reason ``path_holds_timestamp`` because its destination is
 lost.
 
-Reading never raises on bad input: every problem becomes a machine-readable reason.
+Reading never raises on bad input: every problem becomes a machine-readable reason. The
+TTL alias may also come as the .NET SDK's described TimeSpan (``com.microsoft:timespan``
+holding the ticks): a described value is read as the value it holds.
 Writing (:func:`to_backlog_properties`) raises :class:`EnvelopeError`, since there the
 input comes from a program, not from a queue.
 """

@@ -30,6 +30,10 @@ SERVICE_ANNOTATIONS = frozenset({
     "x-opt-partition-id", "x-opt-lock-token",
 })  # fmt: skip
 SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
+#: The longest TTL a message can carry: the header holds it as an unsigned 32-bit count
+#: of milliseconds (about 49.7 days). A longer one is sent as this; the entity's default
+#: TTL caps it anyway when that is shorter.
+MAX_TTL_MS = 2**32 - 1
 _GROUP_ID = 10  # the properties list's group-id: the session id
 
 
@@ -44,7 +48,8 @@ def rebuild(
 
     Args:
         session_id: the original session id (from its alias), or None.
-        time_to_live_ms: the TTL to send (what is left of the original), or None for none.
+        time_to_live_ms: the TTL to send (what is left of the original), or None for none;
+            capped at :data:`MAX_TTL_MS`.
         scheduled_enqueue_time: when the destination is to enqueue it, or None for now.
 
     Raises:
@@ -52,7 +57,8 @@ def rebuild(
     """
     out: list[bytes] = []
     if time_to_live_ms is not None:
-        header = ab.encode_compound([b"\x40", b"\x40", ab.encode_uint(time_to_live_ms)], False)
+        ttl = ab.encode_uint(max(0, min(time_to_live_ms, MAX_TTL_MS)))
+        header = ab.encode_compound([b"\x40", b"\x40", ttl], False)
         out.append(ab.section(ab.HEADER, header))
     parts = ab.sections(encoded)
     annotations = next((p for p in parts if p.code == ab.MESSAGE_ANNOTATIONS), None)

@@ -127,6 +127,7 @@ class Status:
 #: One typed application-property value (:mod:`syphon.core.properties`).
 TYPED_VALUE: Final = (
     Field("kind", "string", False),
+    Field("amqp_type", "string"),
     Field("bool", "boolean"),
     Field("int", "long"),
     Field("float", "double"),
@@ -136,7 +137,9 @@ TYPED_VALUE: Final = (
     Field("text", "string"),
 )
 
-#: A peeked backlog message: everything the replay needs, and where it was found.
+#: A peeked backlog message: where it was found, what the reconcile reads (system
+#: properties, typed application properties, the body's kind, size and digest), and the
+#: message itself as the service holds it (``encoded``), which the replay rebuilds.
 SNAPSHOT: Final = (
     Field("backlog_queue", "string", False),
     Field("sequence_number", "long", False),
@@ -156,8 +159,9 @@ SNAPSHOT: Final = (
     Field("application_properties", "properties"),
     Field("property_problem", "string"),
     Field("body_type", "string"),
-    Field("body", "binary"),
     Field("body_size", "int"),
+    Field("body_sha256", "string"),
+    Field("encoded", "binary"),
 )
 
 #: The audit table: one row per message per run and stage (never a body or a value).
@@ -290,12 +294,12 @@ PACKED: Final = (
 DESTINATION_KEY: Final = ("primary", "destination")
 #: A message's place in the backlog (unique within a snapshot).
 PLACE: Final = ("backlog_queue", "sequence_number")
-#: The restored columns that rebuild a message, its body aside (the replay builds from
-#: them, the reconcile measures with them).
-MESSAGE_HEADERS: Final = (
-    "message_id", "partition_key", "original_session_id", "original_time_to_live_ticks",
-    "original_scheduled_enqueue_time", "original_application_properties", "content_type",
-    "correlation_id", "subject", "to", "reply_to", "reply_to_session_id",
+#: The columns that rebuild a message (:func:`syphon.core.rebuild.rebuild`): the message as
+#: the backlog holds it, what the envelope restores, and what the batch's envelope
+#: carries (the replay builds from them, the batch plan measures with them).
+MESSAGE_COLUMNS: Final = (
+    "encoded", "message_id", "partition_key", "original_session_id",
+    "original_time_to_live_ticks", "original_scheduled_enqueue_time",
 )  # fmt: skip
 #: The order of messages within a (destination, partition key) group.
 ORDER_COLUMNS: Final = ("original_enqueued_time", "backlog_queue", "sequence_number")

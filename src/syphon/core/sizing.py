@@ -1,18 +1,24 @@
-"""An upper bound of the bytes a restored message adds to a ``ServiceBusMessageBatch``,
-as a Spark column: no message is built, no body is read.
+"""An upper bound of the bytes a replayed message adds to a ``ServiceBusMessageBatch``,
+from the backlog message's encoded size: no message is rebuilt, no byte is read.
 
-The SDK measures a message by encoding it in AMQP 1.0 (header, message annotations,
-properties, application properties, one data section) and adds 5 or 8 bytes of batch
-overhead. Measuring every message that way costs about 0.1 ms of Python per message:
-at a million messages it was most of the plan. The bound here counts every field at
-the widest encoding the SDK's encoder can choose for its value (a string or binary as
-its UTF-8 bytes plus 2 up to 255 bytes, else 5; a list or map with a 9-byte header; an
-absent field as 1 byte; a number at its type's full width), plus the empty batch's own
-size, so it is never below the SDK's count and is a
-few dozen bytes above it for a typical message (tested against the SDK's own measure).
+The replay sends :func:`syphon.core.rebuild.rebuild` of the backlog message, and the SDK
+counts each message of a batch as its encoded size plus 5 or 8 bytes. The rebuild
+only removes (the aliases, the service's annotations, the backlog copy's header and
+delivery annotations) and re-encodes what stays in the smallest encoding, except for
+three additions, each bounded here at its widest:
 
-Packing by the bound means a planned batch always fits the destination's limit when
-the replay sends it; a batch may hold a few messages fewer than the SDK would pack.
+- a header holding the TTL: descriptor (3), list8 (3), two nulls and a ``uint`` (7);
+- the scheduled time's annotation: its entry (the symbol, 30; the timestamp, 9), the
+  map's header grown to a map32 (6) or a new section (descriptor 3 and map32 9);
+- the session id in the properties' group-id: the string (its UTF-8 bytes plus 5), up
+  to ten nulls before it, the list's header grown to a list32 (6) or a new section
+  (descriptor 3, list32 9).
+
+So the bound is never below the SDK's count of the replayed message (a property test
+checks it against the rebuild) and is about as far above it as the service's own
+annotations on the backlog copy (a hundred bytes or so). Packing by the bound means a
+planned batch always fits the destination's limit; a message over the limit by the
+bound is measured exactly by the batch plan.
 """
 
 from __future__ import annotations
@@ -23,101 +29,49 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
 
 #: Batch overhead per message (the SDK's 5 or 8 by encoded size: the larger).
-_BATCH_OVERHEAD = 8
-#: Described list: descriptor (3) plus list32 constructor, size and count (9).
-_SECTION = 12
-#: Header fields: durable (2), priority (2), ttl (5), first-acquirer (2), delivery-count (5).
-_HEADER = _SECTION + 16
-#: Properties fields that are never strings here: user-id and content-encoding (absent,
-#: 1 each), absolute-expiry-time and creation-time (timestamps, 9 each), group-sequence (5).
-_PROPERTIES_FIXED = _SECTION + 25
-#: Data section: descriptor (3) plus vbin32 constructor and size (5).
-_DATA = 8
-#: Message annotations the SDK writes (the partition key's only when one is set).
-_PARTITION_KEY_NAME = len("x-opt-partition-key")
-_SCHEDULED_NAME = len("x-opt-scheduled-enqueue-time")
-#: Widest encodings of a typed application-property value by kind (text kinds apart).
-#: (integers are 32-bit: the reconcile rejects wider ones, which the SDK cannot send)
-_VALUE_WIDTH = {"null": 1, "bool": 2, "int": 5, "float": 9, "timestamp": 9, "uuid": 17}
-
+BATCH_OVERHEAD = 8
+#: The header with a TTL: descriptor, list8 header, durable and priority nulls, a uint.
+TTL_HEADER = 3 + 3 + 2 + 5
+#: The scheduled time's annotation: entry, and a grown or new map section.
+SCHEDULE = (2 + len("x-opt-scheduled-enqueue-time")) + 9 + 3 + 9
+#: The session id's group-id, besides the id's UTF-8 bytes: string header, nulls before
+#: it, and a grown or new properties section.
+SESSION = 5 + 10 + 3 + 9
 
 #: The size the SDK gives an empty ``ServiceBusMessageBatch`` (checked against the SDK
-#: by a test: :func:`syphon.servicebus.messages.empty_batch_bytes`).
+#: by a test: :func:`syphon.servicebus.raw.empty_batch_bytes`).
 EMPTY_BATCH_BYTES = 0
 
 
-def _text(col: Column) -> Column:
-    """A string or binary value: ``str8``/``vbin8`` (2 bytes) up to 255 bytes, else 5."""
-    from pyspark.sql import functions as F
-
-    n = F.octet_length(col)
-    return n + F.when(n <= 255, F.lit(2)).otherwise(F.lit(5))
-
-
-def _string(col: Column) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.when(col.isNull(), F.lit(1)).otherwise(_text(col))
-
-
-def _property_value(v: Column) -> Column:
-    from pyspark.sql import functions as F
-
-    width = F.when(v["kind"] == "bytes", _text(v["bytes"])).when(
-        v["kind"] == "string", _text(v["string"])
-    )
-    for kind, size in _VALUE_WIDTH.items():
-        width = width.when(v["kind"] == kind, F.lit(size))
-    # ``other``: the SDK sends its text
-    return width.otherwise(_text(F.coalesce(v["text"], F.lit(""))))
+def message_bytes_bound(
+    encoded_size: int, session_id: str | None, has_ttl: bool, has_schedule: bool
+) -> int:
+    """The bound (see the module docstring) for a backlog message of ``encoded_size``
+    bytes whose restored envelope has ``session_id``, a TTL, a scheduled time."""
+    bound = EMPTY_BATCH_BYTES + BATCH_OVERHEAD + encoded_size
+    if has_ttl:
+        bound += TTL_HEADER
+    if has_schedule:
+        bound += SCHEDULE
+    if session_id is not None:
+        bound += SESSION + len(session_id.encode("utf-8"))
+    return bound
 
 
 def message_bytes_bound_col(
-    body_size: Column,
-    message_id: Column,
-    session_id: Column,
-    partition_key: Column,
-    scheduled_enqueue_time: Column,
-    application_properties: Column,
-    content_type: Column,
-    correlation_id: Column,
-    subject: Column,
-    to: Column,
-    reply_to: Column,
-    reply_to_session_id: Column,
+    encoded: Column, session_id: Column, time_to_live_ticks: Column, scheduled: Column
 ) -> Column:
-    """The bound (see the module docstring) for the restored message's columns."""
+    """:func:`message_bytes_bound` as a Spark column, from the backlog message's bytes
+    (only their length is read) and its restored envelope."""
     from pyspark.sql import functions as F
 
-    # the SDK gives a message without an id a UUID's text (36 bytes)
-    properties = F.lit(_PROPERTIES_FIXED) + F.coalesce(_text(message_id), F.lit(2 + 36))
-    strings = [to, subject, reply_to, correlation_id, content_type, session_id,
-               reply_to_session_id]  # fmt: skip
-    for s in strings:
-        properties = properties + _string(s)
+    def when_set(col: Column, size: Column | int) -> Column:
+        return F.when(col.isNotNull(), size).otherwise(F.lit(0))
 
-    def annotation(name_length: int, value: Column) -> Column:
-        return F.when(value.isNull(), F.lit(0)).otherwise(F.lit(2 + name_length) + value)
-
-    key_value = _text(partition_key)
-    annotations = (
-        F.lit(_SECTION)
-        + annotation(_PARTITION_KEY_NAME, key_value)
-        + annotation(_SCHEDULED_NAME, F.when(scheduled_enqueue_time.isNotNull(), F.lit(9)))
-    )
-    entries = F.coalesce(
-        F.aggregate(
-            F.map_entries(application_properties),
-            F.lit(0),
-            lambda acc, e: acc + _text(e["key"]) + _property_value(e["value"]),
-        ),
-        F.lit(0),
-    )
     return (
-        F.lit(EMPTY_BATCH_BYTES + _BATCH_OVERHEAD + _HEADER + _DATA)
-        + properties
-        + annotations
-        + F.lit(_SECTION)
-        + entries
-        + F.coalesce(body_size, F.lit(0))
+        F.lit(EMPTY_BATCH_BYTES + BATCH_OVERHEAD)
+        + F.coalesce(F.octet_length(encoded), F.lit(0))
+        + when_set(time_to_live_ticks, TTL_HEADER)
+        + when_set(scheduled, SCHEDULE)
+        + when_set(session_id, F.lit(SESSION) + F.octet_length(session_id))
     ).cast("long")

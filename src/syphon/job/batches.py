@@ -14,19 +14,23 @@ if TYPE_CHECKING:
 
 
 def _exact_size(measure_input: Mapping[str, Any]) -> int | None:
-    """The SDK's own measure of a message (see :func:`syphon.servicebus.messages.batch_cost`) from
-    its ``_measure_input``; a zero body of the same size stands for the body (the
-    encoding's size does not depend on the bytes). None when the SDK refuses it."""
-    from syphon.servicebus.messages import batch_cost, restored_message
+    """The bytes the replayed message adds to a batch, exactly as the replay will build it
+    (at its longest: the widest TTL, the schedule kept), from its ``_measure_input``; None
+    when it cannot be rebuilt."""
+    from syphon.core.rebuild import MAX_TTL_MS, rebuild
+    from syphon.servicebus.raw import encoded_batch_cost
 
     rec = {k: plain_cell(v) for k, v in measure_input.items()}
-    props = rec["original_application_properties"]
-    rec["original_application_properties"] = dict(props) if props is not None else {}
-    rec["body"] = bytes(int(rec["body_size"] or 0))
     try:
-        return batch_cost(restored_message(rec))
+        encoded = rebuild(
+            bytes(rec["encoded"]),
+            session_id=rec["original_session_id"],
+            time_to_live_ms=None if rec["original_time_to_live_ticks"] is None else MAX_TTL_MS,
+            scheduled_enqueue_time=rec["original_scheduled_enqueue_time"],
+        )
     except Exception:
         return None
+    return encoded_batch_cost(len(encoded))
 
 
 _PACK_COLUMNS = (
@@ -39,7 +43,7 @@ def _pack(chunks: Any) -> Any:
     """mapInPandas over rows sorted by (destination, partition key, replay order): each
     group's batches, greedy in replay order; a batch never passes its destination's
     limit. A group may span chunks: the packing state carries over. A message over its
-    limit by the bound is measured by the SDK: over it still, it is rejected."""
+    limit by the bound is measured exactly: over it still, it is rejected."""
     import pandas as pd  # type: ignore[import-untyped]
 
     group: tuple[Any, ...] | None = None
@@ -89,11 +93,11 @@ def _pack(chunks: Any) -> Any:
 def plan_batches(ordered: DataFrame) -> DataFrame:
     """Packs each (destination, partition key) group's ``replay`` rows, in replay order,
     into batches of at most the destination's limit (``_limit``) by ``message_bytes``
-    (the bound of :mod:`syphon.core.sizing`; the SDK's own measure where the bound is over
-    the limit). Adds ``batch_id`` (primary, destination, key and batch number) and
-    ``batch_position``. A message over the limit by the SDK's measure becomes
-    ``invalid`` / ``too_large``; one the SDK refuses to build, ``invalid`` /
-    ``not_sendable``. Reads metadata only: bodies may have been dropped.
+    (the bound of :mod:`syphon.core.sizing`; the exact size where the bound is over the
+    limit). Adds ``batch_id`` (primary, destination, key and batch number) and
+    ``batch_position``. A message over the limit by its exact size becomes ``invalid`` /
+    ``too_large``; one that cannot be rebuilt, ``invalid`` / ``not_sendable``. Reads
+    metadata only (and the bytes of the few messages over their limit by the bound).
     """
     from pyspark.sql import functions as F
 

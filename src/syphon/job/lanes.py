@@ -13,7 +13,7 @@ in a Spark task; a fake in tests) and a ``build`` callable that rebuilds a messa
   ``skipped`` / ``destination_failing``;
 - within a batch, a message whose snapshot body is not the planned one: ``skipped`` /
   ``backlog_changed``; one whose TTL ran out since the plan: ``skipped`` /
-  ``expired_before_send``; one the SDK refuses to build: ``skipped`` / ``not_sendable``,
+  ``expired_before_send``; one that cannot be rebuilt: ``skipped`` / ``not_sendable``,
   with the rest of its batch ``batch_not_sendable`` and its lane broken;
 - a throttled send backs off (doubling, capped) and tries the same batch again, at most
   ``busy_retries`` times, then ``failed`` / ``ServiceBusServerBusyError``;
@@ -40,8 +40,8 @@ Record = Mapping[str, Any]
 Result = dict[str, Any]
 #: Sends one batch of built messages to a destination.
 Send = Callable[[Destination, list[Any]], Sent]
-#: Rebuilds a record's message with the TTL left and the time of sending; raises when the
-#: SDK refuses it.
+#: Rebuilds a record's message with the TTL left and the time of sending; raises when it
+#: cannot.
 Build = Callable[[Record, "timedelta | None", datetime], Any]
 
 
@@ -165,7 +165,7 @@ class Replayer:
             try:
                 messages.append(self._build(rec, ttl, now))
             except Exception:
-                # the plan rejects what the SDK is known to refuse; anything else stops
+                # the plan rejects what cannot be rebuilt; anything else stops
                 # the batch here, and the lane's later batches, so order is kept
                 if lane is not None:
                     self.broken_lanes.add(lane)

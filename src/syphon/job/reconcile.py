@@ -4,17 +4,12 @@ Every snapshot row gets exactly one verdict, in this order of precedence:
 
 1. ``ping`` — content type ``application/vnd.ms-servicebus-ping`` (nothing to replay);
 2. ``invalid`` — with a machine-readable reason: the envelope's (missing or malformed
-   aliases, property key problems), ``property_value_not_utf8`` (the Python SDK sends
-   only UTF-8 text as a bytes property value, so the message cannot be rebuilt),
-   ``property_int_out_of_range`` (it sends integer properties as 32-bit AMQP ints),
-   ``message_id_too_long`` and ``reply_to_session_id_too_long`` (over the SDK's 128
-   characters),
-   ``body_not_data`` (a value or sequence body),
-   ``destination_unknown`` (the destination does not exist, when known),
+   aliases, property key problems, bytes that are not an AMQP message),
+   ``message_id_too_long`` and ``reply_to_session_id_too_long`` (over the service's 128
+   characters), ``destination_unknown`` (the destination does not exist, when known),
    ``partition_key_differs_from_session_id`` and the other partition-key reasons,
-   ``too_large`` (the restored message exceeds the destination's limit, by the SDK's
-   measure),
-   ``not_sendable`` (the SDK refused to build the restored message);
+   ``too_large`` (the replayed message exceeds the destination's limit),
+   ``not_sendable`` (the message cannot be rebuilt from its bytes);
 3. ``expired`` — the original TTL has passed, counted from the original enqueue time
    (the backlog copy's enqueue time: the sender wrote it when the original was sent);
 4. ``duplicate`` — the same destination and MessageId with the same body hash was seen
@@ -38,9 +33,8 @@ from syphon.core.partitioning import effective_partition_key_col
 from syphon.core.schema import (
     DESTINATION_KEY,
     DESTINATIONS,
-    MESSAGE_HEADERS,
+    MESSAGE_COLUMNS,
     ORDER_COLUMNS,
-    PLACE,
     Verdict,
     names,
 )
@@ -50,14 +44,12 @@ from syphon.job.batches import plan_batches
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-#: The Python SDK sends an integer property as an AMQP int (32 bits) and refuses
-#: identifiers longer than 128 characters.
-_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-_SDK_ID_LENGTH = 128
+#: The service refuses a MessageId or a ReplyToSessionId longer than 128 characters.
+_ID_LENGTH = 128
 
 
 def restore(snapshot: DataFrame) -> DataFrame:
-    """Adds the restored envelope and the body hash to snapshot rows."""
+    """Adds the restored envelope to snapshot rows."""
     from pyspark.sql import functions as F
 
     env = restore_envelope_col(F.col("application_properties"), F.col("property_problem"))
@@ -71,7 +63,6 @@ def restore(snapshot: DataFrame) -> DataFrame:
         .withColumn("original_application_properties", F.col("_env.application_properties"))
         .withColumn("envelope_reason", F.col("_env.reason"))
         .withColumn("original_enqueued_time", F.col("enqueued_time"))
-        .withColumn("body_sha256", F.sha2(F.col("body"), 256))
         .drop("_env")
     )
 
@@ -132,24 +123,13 @@ def classify(
     )
     df = df.withColumn("_key", key)
     limit = F.coalesce(F.col("max_message_bytes"), F.lit(default_max_message_bytes))
-    not_text = F.exists(
-        F.map_values(F.col("original_application_properties")),
-        lambda v: (v["kind"] == "bytes") & ~F.is_valid_utf8(v["bytes"]),
-    )
-    int_out_of_range = F.exists(
-        F.map_values(F.col("original_application_properties")),
-        lambda v: (v["kind"] == "int") & ~v["int"].between(_INT_MIN, _INT_MAX),
-    )
     invalid_reason = F.coalesce(
         F.col("envelope_reason"),
-        F.when(not_text, F.lit("property_value_not_utf8")),
-        F.when(int_out_of_range, F.lit("property_int_out_of_range")),
-        F.when(F.char_length("message_id") > _SDK_ID_LENGTH, F.lit("message_id_too_long")),
+        F.when(F.char_length("message_id") > _ID_LENGTH, F.lit("message_id_too_long")),
         F.when(
-            F.char_length("reply_to_session_id") > _SDK_ID_LENGTH,
+            F.char_length("reply_to_session_id") > _ID_LENGTH,
             F.lit("reply_to_session_id_too_long"),
         ),
-        F.when(F.col("body_type") != "data", F.lit("body_not_data")),
         F.when(F.col("exists") == F.lit(False), F.lit("destination_unknown")),
         F.col("_key.reason"),
         F.when(F.col("body_size") > limit, F.lit("too_large")),
@@ -166,13 +146,14 @@ def classify(
         .withColumn("_limit", limit)
     )
     # the size bound of every message that could be sent; the few over their limit by
-    # it carry what rebuilds them, for the SDK's own measure in the batch plan
+    # it carry what rebuilds them, for the exact measure in the batch plan. The
+    # messages' bytes go no further: the shuffles below carry metadata only
     sendable = ~F.col("_is_ping") & F.col("_invalid").isNull()
     df = df.withColumn("message_bytes", F.when(sendable, message_bytes_col()))
     over = sendable & (F.col("message_bytes") > F.col("_limit"))
     df = df.withColumn(
-        "_measure_input", F.when(over, F.struct(*[F.col(c) for c in _MESSAGE_COLUMNS]))
-    )
+        "_measure_input", F.when(over, F.struct(*[F.col(c) for c in MESSAGE_COLUMNS]))
+    ).drop("encoded")
 
     # duplicates are judged among the messages that could be replayed, in replay order;
     # windows over the whole frame (no join back): the rows travel through one shuffle
@@ -282,22 +263,16 @@ def order_groups(classified: DataFrame) -> DataFrame:
     )
 
 
-#: Columns that rebuild a message (its body aside: only its size matters to a measure).
-_MESSAGE_COLUMNS = (*PLACE, "body_size", *MESSAGE_HEADERS)
-
-
 def message_bytes_col() -> Column:
-    """The batch-size bound of a classified row's restored message (:mod:`syphon.core.sizing`)."""
+    """The batch-size bound of a classified row's replayed message
+    (:mod:`syphon.core.sizing`)."""
     from pyspark.sql import functions as F
 
     from syphon.core.sizing import message_bytes_bound_col
 
-    c = F.col
     return message_bytes_bound_col(
-        c("body_size"), c("message_id"), c("original_session_id"), c("partition_key"),
-        c("original_scheduled_enqueue_time"), c("original_application_properties"),
-        c("content_type"), c("correlation_id"), c("subject"), c("to"), c("reply_to"),
-        c("reply_to_session_id"),
+        F.col("encoded"), F.col("original_session_id"), F.col("original_time_to_live_ticks"),
+        F.col("original_scheduled_enqueue_time"),
     )  # fmt: skip
 
 
@@ -311,9 +286,9 @@ def reconcile_snapshot(
 ) -> DataFrame:
     """The whole reconcile of a snapshot: :func:`restore`, :func:`classify`,
     :func:`order_groups` and :func:`plan_batches` (arguments as :func:`classify`'s).
-    Bodies are hashed by the restore and dropped after it, property maps after the
-    classify, so the shuffles carry the audit's columns only."""
-    restored = restore(snapshot).drop("body", "application_properties")
+    The messages' bytes are dropped by the classify once measured, the property maps
+    after it, so the shuffles carry the audit's columns only."""
+    restored = restore(snapshot).drop("application_properties")
     classified = classify(
         restored, now, destinations, replayed, default_max_message_bytes, listed_primaries
     ).drop("original_application_properties")

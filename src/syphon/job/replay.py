@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from syphon.core.rebuild import rebuild
 from syphon.core.schema import (
-    MESSAGE_HEADERS,
+    MESSAGE_COLUMNS,
     PLACE,
     REPLAY_RESULT,
     Outcome,
@@ -40,7 +41,7 @@ from syphon.job.lanes import Replayer, ReplaySettings
 from syphon.job.rows import plain_cell
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access
-from syphon.servicebus.messages import restored_message
+from syphon.servicebus.raw import EncodedMessage
 from syphon.servicebus.sending import Destination, SenderPool
 
 if TYPE_CHECKING:
@@ -49,12 +50,12 @@ if TYPE_CHECKING:
 #: Columns the replay reads (restored snapshot columns plus the plan's).
 INPUT_COLUMNS = (
     *PLACE, "primary", "destination", "partition_key_effective", "replay_order", "batch_id",
-    "batch_position", "body", *MESSAGE_HEADERS, "original_enqueued_time", "in_doubt",
+    "batch_position", *MESSAGE_COLUMNS, "original_enqueued_time", "in_doubt",
     "snapshot_matches",
 )  # fmt: skip
 
 #: Snapshot columns that rebuild a message.
-_MESSAGE_COLUMNS = ("body", "body_sha256", *MESSAGE_HEADERS, "original_enqueued_time")
+_MESSAGE_COLUMNS = ("body_sha256", *MESSAGE_COLUMNS, "original_enqueued_time")
 
 
 def still_to_send(planned: DataFrame, earlier: DataFrame | None) -> DataFrame:
@@ -116,18 +117,29 @@ def replay_messages(
     return laid_out.mapInPandas(_ReplayTask(plan), spark_schema(REPLAY_RESULT))
 
 
-def build_message(rec: Mapping[str, Any], ttl: timedelta | None, now: datetime) -> Any:
-    """The message a record restores, with the TTL left; a scheduled time already past
-    is sent at once (unscheduled)."""
-    row = dict(rec)
-    props = row["original_application_properties"]
-    row["original_application_properties"] = dict(props) if props is not None else {}
-    scheduled = row["original_scheduled_enqueue_time"]
+def build_message(rec: Mapping[str, Any], ttl: timedelta | None, now: datetime) -> EncodedMessage:
+    """The message a record restores (:func:`syphon.core.rebuild.rebuild` of its backlog
+    bytes), with the TTL left; a scheduled time already past is sent at once
+    (unscheduled).
+
+    Raises:
+        AmqpFormatError: the record's bytes are not an AMQP message.
+    """
+    scheduled = rec["original_scheduled_enqueue_time"]
     if scheduled is not None:
         if scheduled.tzinfo is None:
             scheduled = scheduled.replace(tzinfo=timezone.utc)
-        row["original_scheduled_enqueue_time"] = scheduled if scheduled > now else None
-    return restored_message(row, ttl)
+        if scheduled <= now:
+            scheduled = None
+    ttl_ms = None if ttl is None else max(1, ttl // timedelta(milliseconds=1))
+    encoded = rebuild(
+        bytes(rec["encoded"]),
+        session_id=rec["original_session_id"],
+        time_to_live_ms=ttl_ms,
+        scheduled_enqueue_time=scheduled,
+    )
+    return EncodedMessage(encoded, rec["message_id"], rec["original_session_id"],
+                          rec["partition_key"])  # fmt: skip
 
 
 @dataclass(frozen=True)

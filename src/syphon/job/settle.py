@@ -36,6 +36,7 @@ from syphon.core.schema import (
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access
 from syphon.servicebus.errors import NAMESPACE_FAULTS
+from syphon.servicebus.raw import complete_decoder
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -121,6 +122,7 @@ class _SettleTask:
         }
         out: dict[int, dict[str, Any]] = {}
         stopped: str | None = None
+        complete_decoder()  # a message of a type the SDK cannot decode would stop the pass
         try:
             with (
                 self.__access.client() as client,

@@ -1,35 +1,85 @@
 """The Service Bus SDK below its public surface: the one module that reaches into it.
 
 A faithful replay needs each backlog message as the bytes the service holds (the SDK's
-decoder turns a ``long`` into an ``int``, a ``binary`` property into ``str`` and loses
-``char``, decimals and described values), so syphon reads and writes encoded messages
+decoder turns a ``long`` into an ``int`` and loses ``char`` and described values, and a
+decimal fails the whole peek), so syphon reads and writes encoded messages
 (see :mod:`syphon.core.amqp_bytes`). The SDK has no public call for either: a peek's
 answer carries every message encoded, and the SDK decodes it at once. This module
 repeats the SDK's peek request with its own answer handler, which keeps the encoded
-bytes beside the SDK's message. ``tests/job/test_raw_peek.py`` fails if an SDK upgrade
+bytes and decodes nothing. ``tests/job/test_raw_peek.py`` fails if an SDK upgrade
 changes the names or the answer this relies on (pinned: azure-servicebus 7.15.0).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+log = logging.getLogger(__name__)
 
-def peek_raw(receiver: Any, sequence_number: int, count: int) -> list[tuple[bytes, Any]]:
-    """Peeks up to ``count`` messages from ``sequence_number`` on, as
-    ``receiver.peek_messages`` does (same request, same retries, same parsing); each
-    message with its encoded bytes as the service sent them.
+
+@dataclass(frozen=True)
+class EncodedMessage:
+    """A message to send as it is encoded, and what the batch's envelope takes from it
+    when it is a batch's first message (the service routes a batch by them)."""
+
+    encoded: bytes
+    message_id: str | None = None
+    session_id: str | None = None
+    partition_key: str | None = None
+
+    def __repr__(self) -> str:  # never show a body
+        return f"EncodedMessage({len(self.encoded)} bytes, message_id={self.message_id!r})"
+
+
+def complete_decoder() -> None:
+    """Teaches the SDK's AMQP decoder the three primitive types it lacks (``char``,
+    ``decimal32``, ``decimal64``), so that a receiver gets a message holding one instead
+    of failing on it (its whole receive, or its whole peek). syphon never reads these
+    values from the SDK's message (the bytes are its source), so each is decoded to
+    what identifies it: a ``char`` to its text, a decimal to its encoded bytes.
+    Idempotent; a decoder the SDK has is never replaced."""
+    from azure.servicebus._pyamqp import _decode
+
+    table = _decode._DECODE_BY_CONSTRUCTOR
+
+    def char(buffer: memoryview, _depth: int = 0) -> tuple[memoryview, str]:
+        return buffer[4:], chr(int.from_bytes(buffer[:4], "big"))
+
+    def fixed(width: int) -> Any:
+        def decimal(buffer: memoryview, _depth: int = 0) -> tuple[memoryview, bytes]:
+            return buffer[width:], bytes(buffer[:width])
+
+        return decimal
+
+    for code, decoder in ((0x73, char), (0x74, fixed(4)), (0x84, fixed(8))):
+        if table[code] is None:
+            table[code] = decoder
+
+
+def peek_raw(receiver: Any, sequence_number: int, count: int) -> list[bytes]:
+    """Peeks up to ``count`` messages from ``sequence_number`` on, with the request and
+    retries of ``receiver.peek_messages``; each message as the bytes the service sent.
+
+    The SDK's own answer handler decodes every message, and its decoder refuses some
+    AMQP types (a decimal property fails the whole peek): this one keeps the bytes and
+    decodes nothing (:mod:`syphon.core.peeked` reads them).
 
     Args:
         receiver: a ``ServiceBusReceiver``.
 
     Returns:
-        ``(encoded message, ServiceBusReceivedMessage)`` pairs, in sequence order.
+        The encoded messages, in sequence order.
+
+    Raises:
+        ServiceBusError: the service refused the peek (the SDK's own error classes).
     """
-    from azure.servicebus._common import mgmt_handlers
     from azure.servicebus._common.constants import (
         MGMT_REQUEST_FROM_SEQUENCE_NUMBER,
         MGMT_REQUEST_MAX_MESSAGE_COUNT,
+        MGMT_RESPONSE_MESSAGE_ERROR_CONDITION,
         REQUEST_RESPONSE_PEEK_OPERATION,
     )
 
@@ -42,19 +92,51 @@ def peek_raw(receiver: Any, sequence_number: int, count: int) -> list[tuple[byte
 
     def answer(
         status_code: int, message: Any, description: str, amqp_transport: Any
-    ) -> list[tuple[bytes, Any]]:
-        parsed = mgmt_handlers.peek_op(  # type: ignore[no-untyped-call]  # the SDK's own
-            status_code, message, description, receiver=receiver, amqp_transport=amqp_transport
-        )
-        if not parsed:
+    ) -> list[bytes]:
+        if status_code == 200:
+            return [bytes(m[b"message"]) for m in message.value[b"messages"]]
+        if status_code in (202, 204):  # no message at or after the sequence number
             return []
-        encoded = [bytes(m[b"message"]) for m in message.value[b"messages"]]
-        return list(zip(encoded, parsed, strict=True))
+        condition = message.application_properties.get(MGMT_RESPONSE_MESSAGE_ERROR_CONDITION)
+        amqp_transport.handle_amqp_mgmt_error(
+            log, "Message peek failed.", condition, description, status_code
+        )
+        return []  # not reached: the SDK raises
 
-    pairs: list[tuple[bytes, Any]] = receiver._mgmt_request_response_with_retry(
+    encoded: list[bytes] = receiver._mgmt_request_response_with_retry(
         REQUEST_RESPONSE_PEEK_OPERATION, request, answer
     )
-    return pairs
+    return encoded
+
+
+def encoded_batch_cost(size: int) -> int:
+    """The bytes an encoded message of ``size`` bytes adds to a ``ServiceBusMessageBatch``
+    (its size and the SDK's per-message overhead)."""
+    from azure.servicebus._common.constants import _BATCH_MESSAGE_OVERHEAD_COST
+
+    return size + _BATCH_MESSAGE_OVERHEAD_COST[0 if size < 256 else 1]
+
+
+def empty_batch_bytes() -> int:
+    """The size the SDK gives an empty ``ServiceBusMessageBatch`` (the size bound of
+    :mod:`syphon.core.sizing` assumes :data:`syphon.core.sizing.EMPTY_BATCH_BYTES`; a test
+    keeps the two equal)."""
+    from azure.servicebus import ServiceBusMessageBatch
+
+    return int(ServiceBusMessageBatch(max_size_in_bytes=2**62).size_in_bytes)
+
+
+def encoded_batch(sender: Any, messages: Sequence[EncodedMessage]) -> Any:
+    """A ``ServiceBusMessageBatch`` of ``sender`` (its link's size limit) holding
+    ``messages`` in order, the envelope taken from the first.
+
+    Raises:
+        MessageSizeExceededError: they do not fit in one batch.
+    """
+    batch = sender.create_message_batch()
+    for m in messages:
+        add_encoded(batch, m.encoded, (m.message_id, m.session_id, m.partition_key))
+    return batch
 
 
 def add_encoded(
@@ -74,11 +156,9 @@ def add_encoded(
     Raises:
         MessageSizeExceededError: the batch would pass its size limit (it is unchanged).
     """
-    from azure.servicebus._common.constants import _BATCH_MESSAGE_OVERHEAD_COST
     from azure.servicebus.exceptions import MessageSizeExceededError
 
-    size = len(encoded)
-    after = batch._size + size + _BATCH_MESSAGE_OVERHEAD_COST[0 if size < 256 else 1]
+    after = batch._size + encoded_batch_cost(len(encoded))
     if after > batch.max_size_in_bytes:
         raise MessageSizeExceededError(
             message=f"ServiceBusMessageBatch has reached its size limit: {batch.max_size_in_bytes}"

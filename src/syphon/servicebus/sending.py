@@ -1,9 +1,10 @@
 """Sending to the primaries: pings that probe destinations, and a task's senders.
 
 A :class:`SenderPool` holds one client per primary and one sender per destination,
-opens them side by side (the SDK's link set-up is mostly waiting), sends one batch per
-call and says what happened as a :class:`Sent` — never raising, so the replay's rules
-(:mod:`syphon.job.lanes`) decide what a failure means for the batches after it.
+opens them side by side (the SDK's link set-up is mostly waiting), sends one batch of
+encoded messages (:mod:`syphon.servicebus.raw`) per call and says what happened as a
+:class:`Sent` — never raising, so the replay's rules (:mod:`syphon.job.lanes`) decide
+what a failure means for the batches after it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from syphon.core.envelope import PING_CONTENT_TYPE
 from syphon.core.schema import Detail
 from syphon.servicebus import errors
 from syphon.servicebus.access import Access
+from syphon.servicebus.raw import EncodedMessage, encoded_batch
 
 log = logging.getLogger(__name__)
 
@@ -141,10 +143,11 @@ class SenderPool:
         with ThreadPoolExecutor(max_workers=min(OPEN_THREADS, len(senders))) as pool:
             list(pool.map(open_one, senders))
 
-    def send(self, destination: Destination, messages: list[Any]) -> Sent:
-        """Sends ``messages`` as one batch; never raises."""
+    def send(self, destination: Destination, messages: list[EncodedMessage]) -> Sent:
+        """Sends ``messages`` as one batch, each exactly as encoded; never raises."""
         try:
-            self.sender(destination).send_messages(messages)
+            sender = self.sender(destination)
+            sender.send_messages(encoded_batch(sender, messages))
             return Sent("sent")
         except Exception as exc:
             name = type(exc).__name__

@@ -1,0 +1,141 @@
+"""What the snapshot reads from a message's bytes: application properties with their
+AMQP types (encoded by python-qpid-proton, not by syphon or the SDK), the body's kind
+and the bytes its digest covers, and the problems of bytes that cannot be read."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from proton import (
+    Data,
+    Described,
+    Message,
+    byte,
+    char,
+    decimal32,
+    decimal64,
+    decimal128,
+    float32,
+    int32,
+    short,
+    symbol,
+    timestamp,
+    ubyte,
+    uint,
+    ulong,
+    ushort,
+)
+
+from syphon.core import amqp_bytes as ab
+from syphon.core.peeked import read_encoded
+from syphon.core.properties import (
+    KEY_DUPLICATE,
+    KEY_NOT_UTF8,
+    KEY_WRONG_TYPE,
+    MESSAGE_MALFORMED,
+    encoded_properties,
+    typed_encoded,
+)
+
+
+def encoded_value(value: Any) -> bytes:
+    data = Data()
+    data.put_object(value)
+    return bytes(data.encode())
+
+
+WHEN = datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("value", "amqp_type", "kind", "slot", "stored"),
+    [
+        (None, "null", "null", None, None),
+        (True, "boolean", "bool", "bool", True),
+        (ubyte(7), "ubyte", "int", "int", 7),
+        (ushort(700), "ushort", "int", "int", 700),
+        (uint(2**32 - 1), "uint", "int", "int", 2**32 - 1),
+        (ulong(2**63 - 1), "ulong", "int", "int", 2**63 - 1),
+        (ulong(2**64 - 1), "ulong", "other", "text", str(2**64 - 1)),
+        (byte(-1), "byte", "int", "int", -1),
+        (short(-300), "short", "int", "int", -300),
+        (int32(-(2**31)), "int", "int", "int", -(2**31)),
+        (2**40, "long", "int", "int", 2**40),
+        (float32(1.5), "float", "float", "float", 1.5),
+        (2.25, "double", "float", "float", 2.25),
+        (decimal32(7), "decimal32", "other", None, None),
+        (decimal64(7), "decimal64", "other", None, None),
+        (decimal128(b"\x01" * 16), "decimal128", "other", None, None),
+        (char("é"), "char", "string", "string", "é"),
+        (timestamp(1_700_000_000_123), "timestamp", "timestamp", "timestamp", WHEN),
+        (timestamp(2**62), "timestamp", "int", "int", 2**62),  # beyond year 9999
+        (uuid.UUID(int=5), "uuid", "uuid", "text", str(uuid.UUID(int=5))),
+        (b"\xff\x00", "binary", "bytes", "bytes", b"\xff\x00"),
+        ("é" * 200, "string", "string", "string", "é" * 200),
+        (symbol("sym"), "symbol", "string", "string", "sym"),
+        (Described(symbol("com.microsoft:timespan"), 10**7), "com.microsoft:timespan", "int",
+         "int", 10**7),
+        (Described(symbol("com.microsoft:uri"), "http://x/"), "com.microsoft:uri", "string",
+         "string", "http://x/"),
+        (Described(symbol("com.microsoft:datetime-offset"), [1, 2]),
+         "com.microsoft:datetime-offset", "other", None, None),
+        ([1, "a"], "list", "other", None, None),
+    ],
+)  # fmt: skip
+def test_each_value_keeps_its_amqp_type_beside_the_kind_syphon_reads(
+    value: Any, amqp_type: str, kind: str, slot: str | None, stored: Any
+) -> None:
+    typed = typed_encoded(encoded_value(value))
+    assert (typed["amqp_type"], typed["kind"]) == (amqp_type, kind)
+    filled = {k: v for k, v in typed.items() if k not in ("kind", "amqp_type") and v is not None}
+    assert filled == ({} if slot is None else {slot: stored})
+
+
+def test_a_string_that_is_not_utf8_is_kept_as_its_bytes() -> None:
+    typed = typed_encoded(b"\xa1\x02\xc3\x28")
+    assert (typed["amqp_type"], typed["kind"], typed["bytes"]) == ("string", "bytes", b"\xc3\x28")
+
+
+def raw_map(entries: list[tuple[bytes, bytes]]) -> bytes:
+    return ab.encode_map(entries)
+
+
+def test_keys_are_text_once_and_bad_keys_are_reported() -> None:
+    one = b"\x81" + (1).to_bytes(8, "big")
+    typed, problem = encoded_properties(raw_map([(ab.encode_string("a"), one),
+                                                 (ab.encode_symbol("b"), one),
+                                                 (b"\xa0\x01c", one)]))  # fmt: skip
+    assert (sorted(typed), problem) == (["a", "b", "c"], None)
+    assert encoded_properties(raw_map([(b"\xa1\x01\xff", one)]))[1] == KEY_NOT_UTF8
+    typed, problem = encoded_properties(raw_map([(ab.encode_string("a"), one),
+                                                 (ab.encode_string("a"), b"\x40")]))  # fmt: skip
+    assert (problem, typed["a"]["int"]) == (KEY_DUPLICATE, 1)
+    typed, problem = encoded_properties(raw_map([(one, one)]))
+    assert (problem, list(typed)) == (KEY_WRONG_TYPE, ["<long key 0>"])
+    assert encoded_properties(None) == ({}, None)
+
+
+def message(body: Any, inferred: bool) -> bytes:
+    m = Message(body=body, properties={"x-ms-path": "q", "n": 1})
+    m.inferred = inferred
+    return bytes(m.encode())
+
+
+def test_the_body_kind_and_the_bytes_its_digest_covers() -> None:
+    props, problem, kind, body = read_encoded(message(b"raw", True))
+    assert (props["n"]["amqp_type"], problem, kind, body) == ("long", None, "data", b"raw")
+    _, _, kind, long_body = read_encoded(message(1, False))
+    assert kind == "value"
+    _, _, _, int_body = read_encoded(message(int32(1), False))
+    assert long_body != int_body  # a change of type is a change of body
+    _, _, kind, body = read_encoded(message([1, 2], True))
+    assert kind == "sequence"
+    assert ab.sections(body)[0].code == ab.AMQP_SEQUENCE
+
+
+def test_bytes_that_are_not_a_message_are_malformed_not_an_error() -> None:
+    assert read_encoded(b"\x00\x53\x74\xc1\x05") == ({}, MESSAGE_MALFORMED, "data", b"")
+    assert read_encoded(b"junk")[1] == MESSAGE_MALFORMED
