@@ -16,8 +16,9 @@ three additions, each bounded here at its widest:
 
 So the bound is never below the SDK's count of the replayed message (a property test
 checks it against the rebuild) and is about as far above it as the service's own
-annotations on the backlog copy (a hundred bytes or so). Packing by the bound means a
-planned batch always fits the destination's limit; a message over the limit by the
+annotations on the backlog copy (a hundred bytes or so). Packing by the bound, within
+the destination's limit less :data:`ENVELOPE_RESERVE`, means a planned batch always fits
+the destination's limit as the service measures it; a message over the limit by the
 bound is measured exactly by the batch plan.
 """
 
@@ -37,6 +38,14 @@ SCHEDULE = (2 + len("x-opt-scheduled-enqueue-time")) + 9 + 3 + 9
 #: The session id's group-id, besides the id's UTF-8 bytes: string header, nulls before
 #: it, and a grown or new properties section.
 SESSION = 5 + 10 + 3 + 9
+
+#: What a batch's envelope adds that the SDK's count leaves out (it counts the messages
+#: only): the first message's id and session id in a properties section (descriptor 3,
+#: list32 9, the id and the group-id each at most 128 characters of up to 4 bytes plus 5,
+#: nine nulls between) and its partition key in an annotations section (descriptor 3,
+#: map32 9, the key's name 21, its value at most 517). The service measures the whole
+#: batch against the entity's limit, so the batch plan keeps this much room.
+ENVELOPE_RESERVE = (3 + 9 + 2 * (5 + 4 * 128) + 9) + (3 + 9 + 21 + (5 + 4 * 128))
 
 #: The size the SDK gives an empty ``ServiceBusMessageBatch`` (checked against the SDK
 #: by a test: :func:`syphon.servicebus.raw.empty_batch_bytes`).

@@ -38,6 +38,7 @@ from syphon.core.schema import (
     Verdict,
     names,
 )
+from syphon.core.sizing import ENVELOPE_RESERVE
 from syphon.core.timespan import TICKS_PER_SECOND
 from syphon.job.batches import plan_batches
 
@@ -122,7 +123,11 @@ def classify(
         F.col("requires_session"),
     )
     df = df.withColumn("_key", key)
-    limit = F.coalesce(F.col("max_message_bytes"), F.lit(default_max_message_bytes))
+    # the room a batch has for messages: the service measures the whole batch, the
+    # envelope the SDK copies from the first message included
+    limit = F.coalesce(F.col("max_message_bytes"), F.lit(default_max_message_bytes)) - F.lit(
+        ENVELOPE_RESERVE
+    )
     invalid_reason = F.coalesce(
         F.col("envelope_reason"),
         F.when(F.char_length("message_id") > _ID_LENGTH, F.lit("message_id_too_long")),
