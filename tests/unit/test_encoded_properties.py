@@ -139,3 +139,39 @@ def test_the_body_kind_and_the_bytes_its_digest_covers() -> None:
 def test_bytes_that_are_not_a_message_are_malformed_not_an_error() -> None:
     assert read_encoded(b"\x00\x53\x74\xc1\x05") == ({}, MESSAGE_MALFORMED, "data", b"")
     assert read_encoded(b"junk")[1] == MESSAGE_MALFORMED
+
+
+def peeked(annotations: dict[Any, Any], **fields: Any) -> bytes:
+    m = Message(body=b"x", properties={"x-ms-path": "q"}, annotations=annotations, **fields)
+    m.inferred = True
+    return bytes(m.encode())
+
+
+def test_a_row_reads_its_place_and_system_properties_from_the_bytes() -> None:
+    from syphon.core.peeked import snapshot_row
+
+    encoded = peeked(
+        {symbol("x-opt-sequence-number"): 41, symbol("x-opt-enqueued-time"): timestamp(5000),
+         symbol("x-opt-partition-key"): "pk", symbol("x-mine"): decimal64(1)},
+        id=ulong(7), correlation_id=uuid.UUID(int=1), subject="s", group_id="g",
+        content_type=symbol("ct"), reply_to_group_id="rg", ttl=2.5,
+    )  # fmt: skip
+    row = snapshot_row(encoded, "ns/x-servicebus-transfer/0")
+    assert (row["sequence_number"], row["message_id"], row["correlation_id"]) == (
+        41, "7", str(uuid.UUID(int=1)))  # fmt: skip
+    assert (row["subject"], row["session_id"], row["content_type"]) == ("s", "g", "ct")
+    assert (row["partition_key"], row["reply_to_session_id"], row["time_to_live_ms"]) == (
+        "pk", "rg", 2500)  # fmt: skip
+    assert row["enqueued_time"] == datetime(1970, 1, 1, 0, 0, 5, tzinfo=timezone.utc)
+    assert (row["property_problem"], row["encoded"]) == (None, encoded)
+
+
+def test_a_row_whose_system_part_cannot_be_read_keeps_its_place_and_is_malformed() -> None:
+    from syphon.core.peeked import snapshot_row
+
+    encoded = peeked({symbol("x-opt-sequence-number"): 3, symbol("x-opt-partition-key"): "k"})
+    encoded = encoded.replace(b"\xa1\x01k", b"\xa1\x01\xff")  # a key that is not UTF-8
+    row = snapshot_row(encoded, "q")
+    assert (row["sequence_number"], row["property_problem"]) == (3, MESSAGE_MALFORMED)
+    with pytest.raises(ab.AmqpFormatError, match="without x-opt-sequence-number"):
+        snapshot_row(peeked({symbol("x-mine"): 1}), "q")

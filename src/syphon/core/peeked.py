@@ -12,7 +12,6 @@ size and SHA-256. The bytes themselves stay in the row for the replay.
 from __future__ import annotations
 
 import hashlib
-import uuid
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +31,7 @@ SEQUENCE_NUMBER = "x-opt-sequence-number"
 ENQUEUED_TIME = "x-opt-enqueued-time"
 PARTITION_KEY = "x-opt-partition-key"
 SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
+_UNREADABLE = object()
 
 
 def read_encoded(encoded: bytes) -> tuple[dict[str, TypedValue], str | None, str, bytes]:
@@ -61,21 +61,23 @@ def _text(value: Any) -> str | None:
         return None
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return str(value)
+    return str(value)  # a uuid as its canonical text, a ulong as its digits
 
 
 def _annotations(parts: dict[int, ab.Section]) -> dict[Any, Any]:
-    """The message annotations syphon reads, decoded (the others are left alone: a
-    sender's own annotation of an odd type must not make the message unreadable)."""
+    """The message annotations syphon reads, decoded; one that cannot be decoded is
+    :data:`_UNREADABLE` (the others are left alone: a sender's own annotation of an odd
+    type must not make the message unreadable)."""
     if ab.MESSAGE_ANNOTATIONS not in parts:
         return {}
     wanted = (SEQUENCE_NUMBER, ENQUEUED_TIME, PARTITION_KEY, SCHEDULED_ENQUEUE_TIME)
-    out = {}
+    out: dict[Any, Any] = {}
     for key, value in ab.map_entries(parts[ab.MESSAGE_ANNOTATIONS].value):
         if ab.type_name(key) == "symbol" and (name := ab.decode(key)) in wanted:
-            out[name] = ab.decode(value)
+            try:
+                out[name] = ab.decode(value)
+            except ab.AmqpFormatError:
+                out[name] = _UNREADABLE
     return out
 
 
@@ -83,6 +85,8 @@ def _system(encoded: bytes) -> dict[str, Any]:
     """The service's annotations and the system properties; raises AmqpFormatError."""
     parts = {p.code: p for p in ab.sections(encoded)}
     annotations = _annotations(parts)
+    if _UNREADABLE in annotations.values():
+        raise ab.AmqpFormatError("an annotation syphon reads cannot be decoded")
     props = ab.compound_items(parts[ab.PROPERTIES].value) if ab.PROPERTIES in parts else []
     header = ab.compound_items(parts[ab.HEADER].value) if ab.HEADER in parts else []
 
