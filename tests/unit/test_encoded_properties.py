@@ -150,20 +150,48 @@ def peeked(annotations: dict[Any, Any], **fields: Any) -> bytes:
 def test_a_row_reads_its_place_and_system_properties_from_the_bytes() -> None:
     from syphon.core.peeked import snapshot_row
 
+    when = timestamp(1_900_000_000_000)
     encoded = peeked(
         {symbol("x-opt-sequence-number"): 41, symbol("x-opt-enqueued-time"): timestamp(5000),
-         symbol("x-opt-partition-key"): "pk", symbol("x-mine"): decimal64(1)},
+         symbol("x-opt-partition-key"): "pk", symbol("x-opt-scheduled-enqueue-time"): when,
+         symbol("x-mine"): decimal64(1)},
         id=ulong(7), correlation_id=uuid.UUID(int=1), subject="s", group_id="g",
-        content_type=symbol("ct"), reply_to_group_id="rg", ttl=2.5,
+        content_type=symbol("ct"), reply_to_group_id="rg", ttl=2.5, address="to-x",
+        reply_to="reply-x", delivery_count=3,
     )  # fmt: skip
     row = snapshot_row(encoded, "ns/x-servicebus-transfer/0")
-    assert (row["sequence_number"], row["message_id"], row["correlation_id"]) == (
-        41, "7", str(uuid.UUID(int=1)))  # fmt: skip
-    assert (row["subject"], row["session_id"], row["content_type"]) == ("s", "g", "ct")
-    assert (row["partition_key"], row["reply_to_session_id"], row["time_to_live_ms"]) == (
-        "pk", "rg", 2500)  # fmt: skip
+    got = {c: row[c] for c in ("sequence_number", "message_id", "correlation_id", "subject",
+                               "session_id", "content_type", "partition_key",
+                               "reply_to_session_id", "time_to_live_ms", "to", "reply_to",
+                               "delivery_count")}  # fmt: skip
+    assert got == {
+        "sequence_number": 41, "message_id": "7", "correlation_id": str(uuid.UUID(int=1)),
+        "subject": "s", "session_id": "g", "content_type": "ct", "partition_key": "pk",
+        "reply_to_session_id": "rg", "time_to_live_ms": 2500, "to": "to-x",
+        "reply_to": "reply-x", "delivery_count": 3,
+    }  # fmt: skip
     assert row["enqueued_time"] == datetime(1970, 1, 1, 0, 0, 5, tzinfo=timezone.utc)
+    assert row["scheduled_enqueue_time"] == datetime(2030, 3, 17, 17, 46, 40, tzinfo=timezone.utc)
     assert (row["property_problem"], row["encoded"]) == (None, encoded)
+
+
+def test_what_a_message_does_not_carry_is_empty_not_guessed() -> None:
+    from syphon.core.peeked import snapshot_row
+
+    # no header, no application properties; a string-keyed annotation is a sender's
+    # own, not the service's partition key
+    annotations = ab.encode_map([
+        (ab.encode_symbol("x-opt-sequence-number"), b"\x55\x01"),
+        (ab.encode_string("x-opt-partition-key"), ab.encode_string("not-the-service's")),
+    ])  # fmt: skip
+    encoded = ab.section(ab.MESSAGE_ANNOTATIONS, annotations) + ab.section(ab.DATA, b"\xa0\x01x")
+    row = snapshot_row(encoded, "q")
+    assert (row["delivery_count"], row["time_to_live_ms"], row["partition_key"]) == (0, None, None)
+    assert (row["application_properties"], row["property_problem"]) == ({}, None)
+    assert (row["body_type"], row["body_size"]) == ("data", 1)
+    # a header that ends before the TTL
+    short = ab.section(ab.HEADER, ab.encode_compound([b"\x41"], is_map=False)) + encoded
+    assert snapshot_row(short, "q")["time_to_live_ms"] is None
 
 
 def test_a_row_whose_system_part_cannot_be_read_keeps_its_place_and_is_malformed() -> None:
@@ -173,5 +201,9 @@ def test_a_row_whose_system_part_cannot_be_read_keeps_its_place_and_is_malformed
     encoded = encoded.replace(b"\xa1\x01k", b"\xa1\x01\xff")  # a key that is not UTF-8
     row = snapshot_row(encoded, "q")
     assert (row["sequence_number"], row["property_problem"]) == (3, MESSAGE_MALFORMED)
+    assert (row["delivery_count"], row["partition_key"], row["to"]) == (0, None, None)
     with pytest.raises(ab.AmqpFormatError, match="without x-opt-sequence-number"):
         snapshot_row(peeked({symbol("x-mine"): 1}), "q")
+    broken = ab.section(ab.MESSAGE_ANNOTATIONS, b"\xc1\x01\x01")  # a map with one item
+    with pytest.raises(ab.AmqpFormatError, match="without x-opt-sequence-number"):
+        snapshot_row(broken, "q")
