@@ -137,3 +137,57 @@ def test_a_session_id_is_restored_where_the_message_had_no_properties() -> None:
     assert [ab.decode(k) for k, _ in ab.map_entries(rebuilt[ab.APPLICATION_PROPERTIES].value)] == [
         "k"
     ]
+
+
+def codes(encoded: bytes) -> list[int]:
+    return [s.code for s in ab.sections(encoded)]
+
+
+@pytest.mark.parametrize(
+    ("given", "sent"), [(2**40, 2**32 - 1), (2**32 - 1, 2**32 - 1), (2**32 - 2, 2**32 - 2),
+                        (1, 1), (0, 0), (-5, 0)],
+)  # fmt: skip
+def test_the_ttl_is_a_header_list_holding_at_most_the_longest_uint(given: int, sent: int) -> None:
+    from syphon.core.rebuild import MAX_TTL_MS
+
+    assert MAX_TTL_MS == 2**32 - 1  # what an AMQP uint of milliseconds holds
+    sent_message = Message(id="m", body=b"x", properties={"x-ms-path": "q"})
+    sent_message.inferred = True
+    rebuilt = rebuild(bytes(sent_message.encode()), session_id=None, time_to_live_ms=given,
+                      scheduled_enqueue_time=None)  # fmt: skip
+    header = by_code(rebuilt)[ab.HEADER].value
+    assert ab.type_name(header) == "list"
+    items = ab.compound_items(header)
+    assert (len(items), ab.type_name(items[2]), ab.decode(items[2])) == (3, "uint", sent)
+
+
+def test_each_section_appears_once_and_a_parked_schedule_annotation_is_replaced() -> None:
+    parked = Message(id="m", body=b"x", durable=True, properties={"x-ms-path": "q"},
+                     annotations={symbol("x-opt-scheduled-enqueue-time"): timestamp(1),
+                                  symbol("x-opt-sequence-number"): 4})  # fmt: skip
+    parked.inferred = True
+    encoded = bytes(parked.encode())
+    assert codes(encoded)[:3] == [ab.HEADER, ab.MESSAGE_ANNOTATIONS, ab.PROPERTIES]
+    for session, scheduled in ((None, None), ("s", None), ("s", SCHEDULED), (None, SCHEDULED)):
+        rebuilt = rebuild(encoded, session_id=session, time_to_live_ms=5,
+                          scheduled_enqueue_time=scheduled)  # fmt: skip
+        assert sorted(codes(rebuilt)) == sorted(set(codes(rebuilt)))  # none twice
+        annotations = by_code(rebuilt).get(ab.MESSAGE_ANNOTATIONS)
+        names = [ab.decode(k) for k, _ in ab.map_entries(annotations.value)] if annotations else []
+        assert names == ([] if scheduled is None else ["x-opt-scheduled-enqueue-time"])
+
+
+def test_the_session_id_goes_at_the_group_id_of_a_short_properties_list() -> None:
+    parked = Message(id="m", user_id=b"u", address="to-x", body=b"x",
+                     properties={"x-ms-path": "q"})  # fmt: skip
+    parked.inferred = True
+    items = [bytes(i) for i in ab.compound_items(by_code(bytes(parked.encode()))[ab.PROPERTIES].value)]
+    short = ab.section(ab.PROPERTIES, ab.encode_compound(items[:3], is_map=False))
+    encoded = short + b"".join(s.raw for s in ab.sections(bytes(parked.encode()))
+                               if s.code != ab.PROPERTIES)  # fmt: skip
+    rebuilt = by_code(rebuild(encoded, session_id="s-1", time_to_live_ms=None,
+                              scheduled_enqueue_time=None))  # fmt: skip
+    got = ab.compound_items(rebuilt[ab.PROPERTIES].value)
+    assert got[:3] == items[:3]
+    assert got[3:10] == [b"\x40"] * 7
+    assert (len(got), ab.decode(got[10])) == (11, "s-1")
