@@ -181,7 +181,8 @@ def test_the_session_id_goes_at_the_group_id_of_a_short_properties_list() -> Non
     parked = Message(id="m", user_id=b"u", address="to-x", body=b"x",
                      properties={"x-ms-path": "q"})  # fmt: skip
     parked.inferred = True
-    items = [bytes(i) for i in ab.compound_items(by_code(bytes(parked.encode()))[ab.PROPERTIES].value)]
+    properties = by_code(bytes(parked.encode()))[ab.PROPERTIES].value
+    items = ab.compound_items(properties)
     short = ab.section(ab.PROPERTIES, ab.encode_compound(items[:3], is_map=False))
     encoded = short + b"".join(s.raw for s in ab.sections(bytes(parked.encode()))
                                if s.code != ab.PROPERTIES)  # fmt: skip
