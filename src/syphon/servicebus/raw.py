@@ -6,8 +6,10 @@ decimal fails the whole peek), so syphon reads and writes encoded messages
 (see :mod:`syphon.core.amqp_bytes`). The SDK has no public call for either: a peek's
 answer carries every message encoded, and the SDK decodes it at once. This module
 repeats the SDK's peek request with its own answer handler, which keeps the encoded
-bytes and decodes nothing. ``tests/job/test_raw_peek.py`` fails if an SDK upgrade
-changes the names or the answer this relies on (pinned: azure-servicebus 7.15.0).
+bytes and decodes nothing; a batch takes encoded messages as the SDK's own; and the
+SDK's decoder table learns the three types it lacks, for the settle's receiver.
+``tests/job/test_raw_peek.py`` fails if an SDK upgrade changes the names or the answer
+this relies on (pinned: azure-servicebus 7.15.0).
 """
 
 from __future__ import annotations
