@@ -8,13 +8,12 @@ twice) and read back by the snapshot's own reader, as a peek's would be.
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from syphon.core import amqp_bytes as ab
-from syphon.core.peeked import read_encoded
+from syphon.core.peeked import content_columns
 from syphon.core.schema import SNAPSHOT, names
 from syphon.core.timespan import timedelta_to_ticks
 
@@ -114,47 +113,17 @@ def row(
     props.extend(extra.items() if isinstance(extra, dict) else extra or [])
     encoded = encode_message(props, body=body, body_type=body_type, message_id=message_id,
                              partition_key=partition_key, content_type=content_type)  # fmt: skip
-    typed, problem, kind, body_bytes = read_encoded(encoded)
-    values = {
-        "backlog_queue": f"contoso-primary/x-servicebus-transfer/{queue}",
-        "sequence_number": seq,
-        "enqueued_time": T0 + timedelta(minutes=minutes),
-        "delivery_count": 0,
-        "message_id": message_id,
-        "session_id": None,
-        "partition_key": partition_key,
-        "content_type": content_type,
-        "correlation_id": None,
-        "subject": None,
-        "to": None,
-        "reply_to": None,
-        "reply_to_session_id": None,
-        "time_to_live_ms": None,
-        "scheduled_enqueue_time": None,
-        "application_properties": typed,
-        "property_problem": problem,
-        "body_type": kind,
-        "body_size": len(body_bytes),
-        "body_sha256": hashlib.sha256(body_bytes).hexdigest(),
-        "encoded": encoded,
-    }
-    return {c: values[c] for c in SNAPSHOT_COLUMNS}
+    out = snapshot_row(encoded, seq, queue)
+    out.update(enqueued_time=T0 + timedelta(minutes=minutes), delivery_count=0,
+               message_id=message_id, partition_key=partition_key,
+               content_type=content_type)  # fmt: skip
+    return out
 
 
 def snapshot_row(encoded: bytes, seq: int, queue: int = 0) -> dict[str, Any]:
     """A snapshot row of an encoded message, read by the snapshot's own reader (system
     properties left empty: what only the bytes decide is under test)."""
-    typed, problem, kind, body_bytes = read_encoded(encoded)
     values: dict[str, Any] = dict.fromkeys(SNAPSHOT_COLUMNS)
-    values.update({
-        "backlog_queue": f"contoso-primary/x-servicebus-transfer/{queue}",
-        "sequence_number": seq,
-        "enqueued_time": T0,
-        "application_properties": typed,
-        "property_problem": problem,
-        "body_type": kind,
-        "body_size": len(body_bytes),
-        "body_sha256": hashlib.sha256(body_bytes).hexdigest(),
-        "encoded": encoded,
-    })  # fmt: skip
+    values.update(backlog_queue=f"contoso-primary/x-servicebus-transfer/{queue}",
+                  sequence_number=seq, enqueued_time=T0, **content_columns(encoded))  # fmt: skip
     return values

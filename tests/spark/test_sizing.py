@@ -9,25 +9,9 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from proton import (
-    Described,
-    Message,
-    byte,
-    char,
-    decimal32,
-    decimal64,
-    decimal128,
-    float32,
-    int32,
-    short,
-    symbol,
-    timestamp,
-    ubyte,
-    uint,
-    ulong,
-    ushort,
-)
+from proton import Described, Message, symbol, timestamp, uint, ulong
 
+from amqp_values import TIMESPAN, every_type
 from snapshot_rows import T0, snapshot_row
 from syphon.core import amqp_bytes as ab
 from syphon.core.rebuild import MAX_TTL_MS, rebuild
@@ -35,8 +19,6 @@ from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.core.sizing import message_bytes_bound
 from syphon.job.reconcile import message_bytes_col, restore
 from syphon.servicebus.raw import encoded_batch_cost
-
-TIMESPAN = symbol("com.microsoft:timespan")
 
 
 def text(rng: random.Random, longest: int) -> str:
@@ -49,12 +31,8 @@ def text(rng: random.Random, longest: int) -> str:
 def prop_value(rng: random.Random) -> Any:
     """A value of one of the AMQP types an application property may hold."""
     return rng.choice([
-        None, True, ubyte(7), ushort(700), uint(rng.getrandbits(32)), ulong(2**64 - 1),
-        byte(-1), short(-300), int32(-(2**31)), 2**40, -7, float32(1.5), 3.25,
-        decimal32(7), decimal64(12345), decimal128(b"\x01" * 16), char("é"),
-        timestamp(1_700_000_000_123), uuid.UUID(int=rng.getrandbits(128)),
-        text(rng, 300).encode(), text(rng, 400), symbol("sym"),
-        Described(TIMESPAN, rng.getrandbits(40)), Described(symbol("com.microsoft:uri"), "x:y"),
+        *every_type().values(), uint(rng.getrandbits(32)), uuid.UUID(int=rng.getrandbits(128)),
+        text(rng, 300).encode(), text(rng, 400), Described(TIMESPAN, rng.getrandbits(40)),
     ])  # fmt: skip
 
 

@@ -11,34 +11,18 @@ from typing import Any
 import pytest
 from proton import (
     Data,
-    Described,
     Message,
-    char,
-    decimal64,
-    int32,
     symbol,
     timestamp,
-    ubyte,
-    uint,
     ulong,
 )
 
+from amqp_values import every_type
 from syphon.core import amqp_bytes as ab
 from syphon.core.rebuild import rebuild
 
 SCHEDULED = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
 FOOTER = ab.section(ab.FOOTER, ab.encode_map([(ab.encode_symbol("f"), b"\x54\x01")]))
-
-
-def typed_properties() -> dict[str, Any]:
-    """An application property of every kind a .NET or Java sender may write."""
-    return {
-        "long": 7, "big": 2**40, "int": int32(7), "uint": uint(7), "ubyte": ubyte(1),
-        "ulong": ulong(2**64 - 1), "double": 1.5, "bool": True, "none": None,
-        "when": timestamp(1_700_000_000_123), "id": uuid.UUID(int=42),
-        "raw": b"\xff\xfe", "text": "é", "sym": symbol("s"), "ch": char("x"),
-        "dec": decimal64(12345), "span": Described(symbol("com.microsoft:timespan"), 10**7),
-    }  # fmt: skip
 
 
 def original(body: Any) -> Message:
@@ -47,7 +31,7 @@ def original(body: Any) -> Message:
         reply_to="r", content_type="application/json", content_encoding="gzip",
         reply_to_group_id="rs", group_id="session-1", group_sequence=3,
         creation_time=1_700_000_000.5, expiry_time=1_900_000_000.0, user_id=b"u",
-        properties=typed_properties(), body=body,
+        properties=every_type(), body=body,
         annotations={symbol("x-opt-partition-key"): "session-1", symbol("x-mine"): 1},
     )  # fmt: skip
     message.inferred = isinstance(body, (bytes, list))

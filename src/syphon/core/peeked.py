@@ -56,6 +56,21 @@ def read_encoded(encoded: bytes) -> tuple[dict[str, TypedValue], str | None, str
     return props, problem, kind, body
 
 
+def content_columns(encoded: bytes) -> dict[str, Any]:
+    """The snapshot columns that :func:`read_encoded` gives, and the bytes themselves:
+    ``application_properties``, ``property_problem``, ``body_type``, ``body_size``,
+    ``body_sha256``, ``encoded``."""
+    props, problem, body_type, body = read_encoded(encoded)
+    return {
+        "application_properties": props,
+        "property_problem": problem,
+        "body_type": body_type,
+        "body_size": len(body),
+        "body_sha256": hashlib.sha256(body).hexdigest(),
+        "encoded": encoded,
+    }
+
+
 def _text(value: Any) -> str | None:
     if value is None:
         return None
@@ -132,23 +147,13 @@ def snapshot_row(encoded: bytes, backlog_queue: str) -> dict[str, Any]:
         AmqpFormatError: it has no sequence number (it cannot be placed).
     """
     number = sequence_number(encoded)
-    props, problem, body_type, body = read_encoded(encoded)
+    content = content_columns(encoded)
     try:
         system = _system(encoded)
     except ab.AmqpFormatError:
         system = {c: None for c in _PROPERTY_COLUMNS}
         system.update(enqueued_time=None, delivery_count=0, partition_key=None,
                       time_to_live_ms=None, scheduled_enqueue_time=None)  # fmt: skip
-        problem = MESSAGE_MALFORMED
-    row = {
-        "backlog_queue": backlog_queue,
-        **system,
-        "sequence_number": number,
-        "application_properties": props,
-        "property_problem": problem,
-        "body_type": body_type,
-        "body_size": len(body),
-        "body_sha256": hashlib.sha256(body).hexdigest(),
-        "encoded": encoded,
-    }
+        content["property_problem"] = MESSAGE_MALFORMED
+    row = {"backlog_queue": backlog_queue, **system, "sequence_number": number, **content}
     return {c: row[c] for c in _COLUMNS}
