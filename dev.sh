@@ -11,7 +11,8 @@
 #
 # Each installs what is missing: Python's venv module, a C compiler (python-qpid-proton
 # builds from source), Java (Spark), and for the tests Chromium (the report is drawn
-# headless), via apt-get when needed.
+# headless) and node with npm (Azurite, the storage emulator, from its npm lock), via
+# apt-get when needed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -93,6 +94,23 @@ ensure_sdk_samples() {
     || { say "could not fetch the SDK samples (tests/sdk_samples.py): their tests will fail"; }
 }
 
+# the services the tests start (tests/services/package.json, pinned by its lock): Azurite,
+# the Azure Storage emulator, for the audit on object storage. Installed with npm ci into
+# tests/services/node_modules, again only when the lock changes; node and npm from
+# apt-get where they are missing
+ensure_test_services() {
+  local dir=tests/services want
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+  want=$( (node --version; cat "$dir/package-lock.json") | sha256sum | cut -d' ' -f1)
+  if [ -f "$dir/node_modules/.syphon-installed" ] \
+    && [ "$(cat "$dir/node_modules/.syphon-installed")" = "$want" ]; then
+    return
+  fi
+  say "installing the tests' services from $dir/package-lock.json (npm ci)"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "$want" > "$dir/node_modules/.syphon-installed"
+}
+
 setup() { ensure_python; ensure_java; ensure_venv; }
 
 cmd=${1:-help}
@@ -103,6 +121,7 @@ case "$cmd" in
     ensure_chromium
     ensure_test_jvm_archive
     ensure_sdk_samples
+    ensure_test_services
     # Test files go to parallel workers (pytest-xdist, one file per worker at a time):
     # most tests wait on the network or a subprocess, not the CPU. Five workers on 2
     # cores: 553 s against 613 s with four (same tree, 88% against 74% of the CPUs

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
+from azurite import KEY_ENV, Azurite, BlobAudit, start_azurite
 from jvm import TEST_SPARK_CONF
 from paired_env import Pair, make_pair
 from syphon.app.spark import build_spark_session
@@ -48,6 +49,21 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Azurite]:
+    """Azurite's Blob service, one per test worker, started when a test first asks."""
+    service = start_azurite()
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def blob_audit(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> BlobAudit:
+    """A fresh container for the test's audit; the account key in ``KEY_ENV``."""
+    monkeypatch.setenv(KEY_ENV, azurite.key)
+    return BlobAudit(azurite, azurite.new_container())
+
+
 @pytest.fixture
 def pair(servicebus_emulator: Callable[..., Emulator]) -> Pair:
     """A primary namespace (queues orders and sessions, topic events) and a secondary one
@@ -68,6 +84,7 @@ SLOWEST_FIRST = (
     "tests/job/test_plan_verdicts.py",
     "tests/job/test_run.py",
     "tests/job/test_replay_failures.py",
+    "tests/job/test_object_storage_runs.py",
 )
 
 

@@ -38,6 +38,7 @@ from servicebus_emulator import QueueSpec
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.store.delta import read_table
+from syphon.store.location import Location, as_location
 
 SYPHON = Path(sys.executable).parent / "syphon"
 
@@ -102,20 +103,28 @@ def stop_dead_in_process(config: Any, spark: Any, point: str) -> None:
             run_job(config, spark)
 
 
-def kill_with_sigkill(tmp_path: Path, point: str) -> None:
-    """``syphon run`` as a process of its own, killed with SIGKILL at ``point``."""
-    killed = subprocess.run(
+def start_killed_run(tmp_path: Path, point: str) -> subprocess.Popen[str]:
+    """``syphon run`` as a process of its own, to be killed with SIGKILL at ``point``."""
+    return subprocess.Popen(
         [str(SYPHON), "run", "--config", str(tmp_path / "syphon.yaml")],
         # one core: a killed run's parallelism is not what is tested, and one Python
         # worker per pool instead of two is about 12 % less CPU for the suite's
         # costliest files (163.7 -> 143.7 CPU-seconds for test_crash_settle.py)
         env={**os.environ, "SYPHON_FAILPOINT": point, "SYPHON__SPARK__MASTER": "local[1]"},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=240,
-        check=False,
     )
-    assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-3000:])
+
+
+def kill_with_sigkill(tmp_path: Path, point: str) -> None:
+    """``syphon run`` as a process of its own, killed with SIGKILL at ``point``."""
+    assert_killed(start_killed_run(tmp_path, point), point)
+
+
+def assert_killed(process: subprocess.Popen[str], point: str) -> None:
+    _, stderr = process.communicate(timeout=240)
+    assert process.returncode == -signal.SIGKILL, (point, stderr[-3000:])
 
 
 def backlog_ids(pair: Any) -> set[str]:
@@ -126,10 +135,10 @@ def backlog_ids(pair: Any) -> set[str]:
     return out
 
 
-def settled_safely(root: Path) -> set[str]:
+def settled_safely(root: Path | Location) -> set[str]:
     """MessageIds whose removal from the backlog the committed audit allows: a plan
     verdict settled without a send, or a recorded ``sent``."""
-    rows = read_table(root / AUDIT_TABLE).to_pylist()
+    rows = read_table(as_location(root).child(AUDIT_TABLE)).to_pylist()
     return {
         r["message_id"] for r in rows
         if (r["stage"] == "plan" and r["verdict"] in ("duplicate", "expired", "ping", "invalid",
@@ -138,7 +147,7 @@ def settled_safely(root: Path) -> set[str]:
     }  # fmt: skip
 
 
-def wait_for_the_lease_to_expire(root: Path) -> None:
+def wait_for_the_lease_to_expire(root: Path | Location) -> None:
     """Waits until the killed run's lease has expired (its expiry is in the lease's
     state), as the next scheduled run would find it."""
     from datetime import datetime, timezone
@@ -151,9 +160,9 @@ def wait_for_the_lease_to_expire(root: Path) -> None:
         time.sleep(max(0.0, left) + 0.2)
 
 
-def killed_run_id(root: Path) -> str:
+def killed_run_id(root: Path | Location) -> str:
     """The run the last kill interrupted: the latest in the ledger."""
-    runs = read_table(root / RUNS_TABLE).to_pylist()
+    runs = read_table(as_location(root).child(RUNS_TABLE)).to_pylist()
     return str(max(runs, key=lambda r: r["recorded_at"])["run_id"])
 
 

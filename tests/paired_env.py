@@ -102,11 +102,14 @@ def job_config(
     split_messages: int = 50_000,
     extra: str = "",
     azure_ad: str | None = None,
+    audit: str | None = None,
 ) -> SyphonConfig:
     """A syphon config for the pair (secrets in environment variables set through
     ``monkeypatch``), with Delta tables under ``tmp_path``. With ``azure_ad`` (a YAML
     flow mapping such as ``{type: managed_identity}``) both namespaces are reached with
-    that Azure AD credential at their local addresses instead of connection strings."""
+    that Azure AD credential at their local addresses instead of connection strings. With
+    ``audit`` (the audit section's lines, indented two spaces) the audit goes there
+    instead, e.g. to Azurite (tests/azurite.py)."""
     monkeypatch.setenv("PAIR_TEST_SECONDARY", pair.secondary.connection_string)
     monkeypatch.setenv("PAIR_TEST_PRIMARY", pair.primary.connection_string)
 
@@ -133,7 +136,7 @@ backlog:
   queue_count: {queue_count}
   split_messages: {split_messages}
 audit:
-  path: "{tmp_path / "delta"}"
+{audit if audit is not None else f'  path: "{tmp_path / "delta"}"'}
 spark:
   conf:
     spark.driver.extraJavaOptions: "{java_options()}"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from syphon.app.report import write_run_report
 from syphon.app.spark import build_spark_session
+from syphon.app.storage import resolve_location
 from syphon.core.config import SyphonConfig
 from syphon.job import run as job_run
 from syphon.job.context import RunContext, SparkOnDemand
@@ -31,12 +32,14 @@ def build_context(
     and prepares the Spark session to start on first use.
 
     Raises:
-        SecretError: a secret is unset, or a connection string is malformed.
+        SecretError: a secret is unset, or a connection string is malformed (the audit
+            storage's secrets too).
     """
     namespaces = resolve_namespaces(config, dbutils_get, environ)
+    location = resolve_location(config.audit, dbutils_get, environ)
     factory = spark_factory or (lambda: build_spark_session(config.spark, dbutils_get))
     spark = SparkOnDemand(factory)
-    return RunContext(config, namespaces, open_store(config.audit, spark), spark)
+    return RunContext(config, namespaces, open_store(config.audit, spark, location), spark)
 
 
 def run_with_report(ctx: RunContext, run_id: str | None = None,

@@ -144,13 +144,45 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class StorageConfig:
+    """How ``audit.path`` is reached when it is on object storage (Azure Blob or ADLS;
+    other stores through ``options``). Secrets are references, never values.
+
+    Attributes:
+        account_key: reference to the storage account's key.
+        sas_token: reference to a SAS token (account or container SAS).
+        credential: an Azure AD identity (the namespaces' credential types; the token is
+            asked for storage, ``https://storage.azure.com/.default``).
+        account: the storage account, for ``az://container/path`` URIs (``abfss://`` and
+            ``wasbs://`` URIs name their own).
+        endpoint: the Blob endpoint to use instead of ``https://<account>.blob.core.
+            windows.net`` (a sovereign cloud, a private endpoint, or a storage emulator:
+            ``http://127.0.0.1:10000/<account>``).
+        options: further delta-rs / object_store storage options (e.g. for ``s3://``); a
+            value that is a secret is a :class:`SecretRef`.
+    """
+
+    account_key: SecretRef | None = None
+    sas_token: SecretRef | None = None
+    credential: CredentialConfig | None = None
+    account: str | None = None
+    endpoint: str | None = None
+    options: Mapping[str, str | SecretRef] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class AuditConfig:
     """Where the audit and the run ledger (Delta tables) are kept.
 
     Attributes:
-        path: a directory (local path or URI delta-rs can write); relative paths are
-            taken from the working directory. The audit and ledger tables live here with
-            engine ``delta-rs``; the lease table and the run reports always do.
+        path: a folder: a local path (relative ones are taken from the working
+            directory), ``file://``, or an object-store URI: ``abfss://container@account.
+            dfs.core.windows.net/path`` (ADLS), ``wasbs://container@account.blob.core.
+            windows.net/path`` or ``az://container/path`` (Blob storage), ``s3://``,
+            ``gs://``. The audit and ledger tables live here with engine ``delta-rs``;
+            the lease table and the run reports always do.
+        storage: how an object-store ``path`` is reached (credentials, endpoint); None:
+            the store's own defaults (environment variables, a managed identity).
         engine: ``delta-rs`` (tables at ``path``, written by Spark's executors as Parquet
             and committed by delta-rs) or ``spark`` (catalog tables written through
             Spark's own table format, e.g. Delta on Databricks).
@@ -163,6 +195,7 @@ class AuditConfig:
     engine: str = "delta-rs"
     table: str | None = None
     format: str = "delta"
+    storage: StorageConfig | None = None
 
 
 @dataclass(frozen=True)

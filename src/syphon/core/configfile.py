@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
@@ -34,32 +34,20 @@ from syphon.core.config import (
     LoggingConfig,
     NamespaceConfig,
     RunConfig,
-    SecretRef,
     SparkConfig,
+    StorageConfig,
     SyphonConfig,
     default_config_path,
 )
+from syphon.core.configreader import SECRET_OPTION, SECRET_SETTING, ConfigReader
 from syphon.core.errors import ConfigError
 from syphon.core.naming import is_namespace_name
+from syphon.core.storage_uri import StorageUri, StorageUriError, parse_storage_path
 
-#: Text that only a literal secret would contain: a Service Bus or storage connection
-#: string, an account key, a shared access signature.
-_LITERAL_SECRET = re.compile(
-    r"SharedAccessKey\s*=|SharedAccessSignature|Endpoint\s*=\s*sb://|AccountKey\s*=|"
-    r"DefaultEndpointsProtocol\s*=|[?&]sig=|^sv=\d{4}-\d\d-\d\d&",
-    re.I,
-)
-#: Spark settings whose value is a secret (storage keys, SAS tokens, OAuth secrets,
-#: passwords): their value must be a reference.
-_SECRET_SETTING = re.compile(
-    r"secret|password|passwd|account\.key|fs\.azure\.sas\.(?!token\.provider)", re.I
-)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL = re.compile(r"^https?://[^/\s]+(/\S*)?$")
 _ENDPOINT = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$")
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){1,2}$")
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$")
-
-T = TypeVar("T")
 
 
 def load_config(
@@ -135,76 +123,8 @@ def _apply_env_overrides(
         origins[".".join(parts)] = f"environment variable {name}"
 
 
-class _Builder:
+class _Builder(ConfigReader):
     """Turns the raw mapping into dataclasses, naming file/variable and key on error."""
-
-    def __init__(self, source: str, origins: Mapping[str, str]) -> None:
-        self.source = source
-        self.origins = origins
-
-    def fail(self, key: str, message: str) -> ConfigError:
-        where = self.origins.get(key, self.source)
-        if where != self.source:
-            where = f"{self.source} ({where})"
-        return ConfigError(f"{where}: {key}: {message}")
-
-    def section(self, raw: Any, key: str, known: tuple[str, ...]) -> dict[str, Any]:
-        if raw is None:
-            return {}
-        if not isinstance(raw, dict):
-            raise self.fail(key, "must be a mapping")
-        for name in raw:
-            if name not in known:
-                raise self.fail(
-                    f"{key}.{name}" if key else str(name),
-                    f"unknown key (known: {', '.join(known)})",
-                )
-        return raw
-
-    def typed(self, raw: dict[str, Any], key: str, name: str, kind: type[T], default: T) -> T:
-        value = raw.get(name, default)
-        dotted = f"{key}.{name}"
-        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise self.fail(dotted, f"must be an integer (got {value!r})")
-        if kind is str and not isinstance(value, str):
-            raise self.fail(dotted, f"must be a string (got {value!r})")
-        if isinstance(value, str) and _LITERAL_SECRET.search(value):
-            raise self.fail(
-                dotted, "looks like a literal secret; reference it instead ({env: NAME})"
-            )
-        return value  # type: ignore[no-any-return]
-
-    def choice(
-        self, raw: dict[str, Any], key: str, name: str, choices: tuple[str, ...], default: str
-    ) -> str:
-        value = self.typed(raw, key, name, str, default)
-        if value not in choices:
-            raise self.fail(f"{key}.{name}", f"must be one of {', '.join(choices)} (got {value!r})")
-        return value
-
-    def required(self, raw: dict[str, Any], key: str, name: str) -> Any:
-        if raw.get(name) is None:
-            raise self.fail(f"{key}.{name}", "is required")
-        return raw[name]
-
-    def secret(self, raw: Any, key: str) -> SecretRef:
-        if isinstance(raw, str):
-            raise self.fail(
-                key,
-                "secrets are references, not values: write {env: VARIABLE} or "
-                "{scope: SCOPE, key: KEY}",
-            )
-        ref = self.section(raw, key, ("env", "scope", "key"))
-        env, scope, skey = ref.get("env"), ref.get("scope"), ref.get("key")
-        if env is not None and (scope is not None or skey is not None):
-            raise self.fail(key, "give either env or scope/key, not both")
-        if env is not None:
-            if not isinstance(env, str) or not _ENV_NAME.match(env):
-                raise self.fail(f"{key}.env", f"must be an environment variable name (got {env!r})")
-            return SecretRef(env=env)
-        if not (isinstance(scope, str) and scope and isinstance(skey, str) and skey):
-            raise self.fail(key, "needs env, or both scope and key")
-        return SecretRef(scope=scope, key=skey)
 
     def namespace(self, raw: Any, key: str) -> NamespaceConfig:
         ns = self.section(
@@ -262,14 +182,6 @@ class _Builder:
             if c.get(name) is not None:
                 raise self.fail(f"{key}.{name}", "is for type service_principal only")
         return CredentialConfig(kind, client_id)
-
-    def optional_str(self, raw: dict[str, Any], key: str, name: str) -> str | None:
-        if raw.get(name) is None:
-            return None
-        value = self.typed(raw, key, name, str, "")
-        if not value:
-            raise self.fail(f"{key}.{name}", "must not be empty")
-        return value
 
     def endpoint(self, raw: dict[str, Any], key: str) -> str | None:
         value = self.optional_str(raw, key, "management_endpoint")
@@ -329,36 +241,24 @@ class _Builder:
         master = s.get("master", "local[2]")
         if master is not None and not isinstance(master, str):
             raise self.fail("spark.master", f"must be a string or null (got {master!r})")
-        conf = s.get("conf") or {}
-        if not isinstance(conf, dict):
-            raise self.fail("spark.conf", "must be a mapping of Spark settings")
-        settings: dict[str, str | SecretRef] = {}
-        for k, v in conf.items():
-            key = f"spark.conf.{k}"
-            if isinstance(v, dict):  # a secret setting's reference
-                settings[str(k)] = self.secret(v, key)
-                continue
-            if isinstance(v, list) or v is None:
-                raise self.fail(key, "must be a scalar, or a secret reference {env: NAME}")
-            value = _spark_value(v)
-            if _LITERAL_SECRET.search(value) or (_SECRET_SETTING.search(str(k)) and value):
-                raise self.fail(
-                    key,
-                    "looks like a literal secret; reference it instead ({env: NAME} or "
-                    "{scope: SCOPE, key: KEY})",
-                )
-            settings[str(k)] = value
         return SparkConfig(
             master=master,
             app_name=self.typed(s, "spark", "app_name", str, "syphon"),
-            conf=settings,
+            conf=self.settings(s.get("conf"), "spark.conf", "Spark settings", SECRET_SETTING),
         )
 
     def audit(self, raw: Any) -> AuditConfig:
-        a = self.section(raw, "audit", ("path", "engine", "table", "format"))
+        a = self.section(raw, "audit", ("path", "engine", "table", "format", "storage"))
         path = self.typed(a, "audit", "path", str, ".syphon/delta")
         if not path.strip():
             raise self.fail("audit.path", "must not be empty")
+        try:
+            where = parse_storage_path(path)
+        except StorageUriError as exc:
+            raise self.fail("audit.path", str(exc)) from None
+        storage: StorageConfig | None = self.storage(a.get("storage"), where)
+        if storage == StorageConfig():
+            storage = None  # nothing set (the example's nulls)
         engine = self.choice(a, "audit", "engine", AUDIT_ENGINES, "delta-rs")
         table = self.optional_str(a, "audit", "table")
         fmt = self.typed(a, "audit", "format", str, "delta")
@@ -369,7 +269,36 @@ class _Builder:
                 raise self.fail("audit.table", f"must be [catalog.]schema.name (got {table!r})")
         elif table is not None:
             raise self.fail("audit.table", "is for engine spark (delta-rs uses audit.path)")
-        return AuditConfig(path=path, engine=engine, table=table, format=fmt)
+        return AuditConfig(path=path, engine=engine, table=table, format=fmt, storage=storage)
+
+    def storage(self, raw: Any, where: StorageUri) -> StorageConfig:
+        key = "audit.storage"
+        s = self.section(
+            raw, key, ("account_key", "sas_token", "credential", "account", "endpoint", "options")
+        )
+        if where.local and any(v not in (None, {}) for v in s.values()):
+            raise self.fail(key, "is for an audit.path on object storage")
+        given = [n for n in ("account_key", "sas_token", "credential") if s.get(n) is not None]
+        if len(given) > 1:
+            raise self.fail(key, f"give one of account_key, sas_token or credential (got {given})")
+        if given and not where.azure:
+            raise self.fail(f"{key}.{given[0]}", "is for Azure storage; other stores take options")
+        endpoint = self.optional_str(s, key, "endpoint")
+        if endpoint is not None and not _URL.match(endpoint):
+            raise self.fail(f"{key}.endpoint", f"must be an http(s):// URL (got {endpoint!r})")
+        options = self.settings(s.get("options"), f"{key}.options", "storage options",
+                                SECRET_OPTION)  # fmt: skip
+        return StorageConfig(
+            account_key=self.secret(s["account_key"], f"{key}.account_key")
+            if s.get("account_key") is not None else None,
+            sas_token=self.secret(s["sas_token"], f"{key}.sas_token")
+            if s.get("sas_token") is not None else None,
+            credential=self.credential(s["credential"], f"{key}.credential")
+            if s.get("credential") is not None else None,
+            account=self.optional_str(s, key, "account"),
+            endpoint=endpoint,
+            options=options,
+        )  # fmt: skip
 
     def run(self, raw: Any) -> RunConfig:
         r = self.section(raw, "run", ("lease_seconds",))
@@ -390,9 +319,3 @@ class _Builder:
         if sdk_level not in LOG_LEVELS:
             raise self.fail("logging.sdk_level", f"must be one of {', '.join(LOG_LEVELS)}")
         return LoggingConfig(level=level, format=fmt, sdk_level=sdk_level)
-
-
-def _spark_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)

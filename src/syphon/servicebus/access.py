@@ -195,11 +195,11 @@ def azure_credential(access: Access) -> Any:
     key = (spec.type, spec.client_id, spec.tenant_id, access.client_secret)
     with _credentials_lock:
         if key not in _credentials:
-            _credentials[key] = _new_credential(spec, access.client_secret)
+            _credentials[key] = new_credential(spec, access.client_secret)
         return _credentials[key]
 
 
-def _new_credential(spec: CredentialConfig, client_secret: str | None) -> Any:
+def new_credential(spec: CredentialConfig, client_secret: str | None) -> Any:
     from azure import identity
 
     if spec.type == "service_principal":

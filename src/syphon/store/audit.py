@@ -20,7 +20,6 @@ that starts the session on first use, so a run that needs no Spark starts none.
 from __future__ import annotations
 
 import abc
-import os
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
@@ -29,6 +28,7 @@ from syphon.core.ledger import RunRecord
 from syphon.core.schema import Stage
 from syphon.store import queries
 from syphon.store.lease import Lease
+from syphon.store.location import Location
 from syphon.store.reports import write_page
 
 if TYPE_CHECKING:
@@ -98,10 +98,11 @@ class AuditStore(Protocol):
 
 class TableStore(abc.ABC):
     """What both backends share: the questions asked of the tables (the same
-    transforms, :mod:`syphon.store.queries`), the lease and the reports at ``root``."""
+    transforms, :mod:`syphon.store.queries`), the lease and the reports at ``location``
+    (``audit.path``)."""
 
-    def __init__(self, root: str, spark: SparkProvider) -> None:
-        self.root = root
+    def __init__(self, location: Location, spark: SparkProvider) -> None:
+        self.location = location
         self._spark = spark
 
     @property
@@ -150,15 +151,7 @@ class TableStore(abc.ABC):
         return None if plan is None else queries.spread_groups(plan)
 
     def lease(self, run_id: str, ttl: timedelta) -> Lease:
-        return Lease(self.root, run_id, ttl)
+        return Lease(self.location, run_id, ttl)
 
     def write_report(self, run_id: str, page: bytes) -> str:
-        return write_page(self.root, run_id, page)
-
-
-def absolute(path: str) -> str:
-    """A local path made absolute (Spark's executors write to file URIs); URIs as they
-    are."""
-    if "://" in path:
-        return path
-    return os.path.abspath(path)
+        return write_page(self.location, run_id, page)

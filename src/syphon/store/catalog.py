@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from syphon.core.ledger import RunRecord
 from syphon.core.schema import RUNS, arrow_schema
-from syphon.store.audit import AUDIT_TABLE, SparkProvider, TableStore, absolute
+from syphon.store.audit import AUDIT_TABLE, SparkProvider, TableStore
+from syphon.store.location import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -19,8 +20,10 @@ if TYPE_CHECKING:
 class CatalogStore(TableStore):
     """Catalog tables ``table`` (the audit) and ``table_runs`` (the ledger)."""
 
-    def __init__(self, table: str, table_format: str, root: str, spark: SparkProvider) -> None:
-        super().__init__(absolute(root), spark)
+    def __init__(
+        self, table: str, table_format: str, location: Location, spark: SparkProvider
+    ) -> None:
+        super().__init__(location, spark)
         self.table = table
         self.format = table_format
 

@@ -1,10 +1,12 @@
 """Append-only Delta tables, written by Spark's executors and committed by delta-rs.
 
-Spark cannot write Delta here (its jars are not reachable), and collecting a large
-DataFrame on the driver to write it with delta-rs would not scale. So Spark writes
-Parquet files into a folder inside the table, and delta-rs commits exactly those files
-in one transaction: readers see all of them or none. Files of a failed attempt stay
-unreferenced (invisible) until a vacuum.
+Spark cannot write Delta here (its jars are not reachable, nor, on object storage, its
+Hadoop connectors), and collecting a large DataFrame on the driver to write it would not
+scale. So each of Spark's tasks writes its rows as one Parquet file into a folder inside
+the table, through the location's object store (:mod:`syphon.store.location`), and
+returns the file's name, size and row count; the driver commits exactly those files in
+one delta-rs transaction: readers see all of them or none. Files of a failed attempt or
+commit are in no commit, so no reader sees them, until a vacuum removes them.
 
 Small tables (the run ledger) are written from Arrow directly with
 :func:`append_arrow`.
@@ -18,14 +20,15 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.errors import AuditStoreError
+from syphon.store.location import Location, as_location
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +48,19 @@ def guarded(root: str, doing: str) -> Iterator[None]:
             raise
         name = type(exc).__name__
         log.debug("the audit at %s failed to %s", root, doing, exc_info=exc)
+        if "://" in root and not root.startswith("file://"):
+            fix = (
+                f"audit.path ({root}) cannot be reached: check that its container or bucket "
+                "exists and that audit.storage's account key, SAS or Azure AD identity may "
+                "read, write and list it (and audit.storage.endpoint, if set)"
+            )
+        else:
+            fix = (
+                f"audit.path ({root}) cannot be written: point it at a folder or URI this "
+                "machine and every executor can write, or fix its permissions"
+            )
         raise AuditStoreError(
-            f"the audit at {root} cannot {doing} ({name}: {_short(exc)})",
-            fix=f"audit.path ({root}) cannot be written: point it at a folder or URI this "
-            "machine and every executor can write, or fix its permissions",
+            f"the audit at {root} cannot {doing} ({name}: {_short(exc)})", fix=fix
         ) from None
 
 
@@ -66,70 +78,162 @@ def _short(exc: BaseException) -> str:
     return text[:200]
 
 
-def table_exists(path: str | os.PathLike[str]) -> bool:
-    return (Path(path) / "_delta_log").is_dir()
+Where = Location | str | os.PathLike[str]
+
+#: At most this many tasks read a table on object storage.
+READ_TASKS = 64
+
+#: What a writing task returns for the file it wrote (the driver's only collect).
+WRITTEN_FILES = "name string, size long, rows long"
 
 
-def append_dataframe(df: DataFrame, path: str | os.PathLike[str], label: str = "") -> int:
-    """Appends ``df`` to the Delta table at ``path`` (created when missing).
+def table_exists(where: Where) -> bool:
+    return as_location(where).is_table()
 
-    Spark writes the Parquet files into ``<path>/syphon-<label>-<uuid>/``; one delta-rs
-    commit adds them all. Returns the number of rows committed.
+
+def append_dataframe(df: DataFrame, where: Where, label: str = "") -> int:
+    """Appends ``df`` to the Delta table at ``where`` (created when missing).
+
+    Each task writes its rows to ``<table>/syphon-<label>-<uuid>/part-<n>-<uuid>.parquet``
+    through the table's object store; one delta-rs commit adds them all. Returns the
+    number of rows committed.
     """
-    import pyarrow.parquet as pq  # type: ignore[import-untyped]
     from deltalake import DeltaTable, Schema
-    from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+    from deltalake.transaction import AddAction, create_table_with_add_actions
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    root = Path(path).absolute()  # Spark writes to a file URI: relative paths have none
-    root.mkdir(parents=True, exist_ok=True)
+    table = as_location(where)
     folder = f"{STAGING_PREFIX}{label + '-' if label else ''}{uuid.uuid4().hex}"
-    target = root / folder
-    df.write.mode("errorifexists").parquet(target.as_uri())
+    schema = to_arrow_schema(df.schema, timezone="UTC")
+    writer = _WriteFiles(table.child(folder).for_tasks(), schema)
+    written = df.mapInArrow(writer, WRITTEN_FILES).collect()
 
-    actions: list[AddAction | RemoveAction] = []
-    rows = 0
-    arrow_schema = None
     now_ms = int(time.time() * 1000)
-    for file in sorted(target.glob("*.parquet")):
-        count = pq.ParquetFile(file).metadata.num_rows
-        if count == 0:
-            continue
-        rows += count
-        if arrow_schema is None:  # the files' own schema, exactly as Spark wrote it
-            arrow_schema = pq.read_schema(file)
-        actions.append(
-            AddAction(
-                path=f"{folder}/{file.name}",
-                size=file.stat().st_size,
-                partition_values={},
-                modification_time=now_ms,
-                data_change=True,
-                stats=f'{{"numRecords": {count}}}',
-            )
+    actions = [
+        AddAction(
+            path=f"{folder}/{f['name']}",
+            size=f["size"],
+            partition_values={},
+            modification_time=now_ms,
+            data_change=True,
+            stats=f'{{"numRecords": {f["rows"]}}}',
         )
-    if arrow_schema is None:
-        arrow_schema = to_arrow_schema(df.schema, timezone="UTC")
-    if not table_exists(root):
-        adds = [a for a in actions if isinstance(a, AddAction)]
+        for f in sorted(written, key=lambda f: f["name"])
+    ]
+    options = table.storage_options()
+    if not table.is_table():
         create_table_with_add_actions(
-            str(root), Schema.from_arrow(arrow_schema), adds, mode="append"
+            table.uri, Schema.from_arrow(schema), actions, mode="append", storage_options=options
         )
     elif actions:
-        DeltaTable(str(root)).create_write_transaction(actions, "append", arrow_schema)
-    return rows
+        DeltaTable(table.uri, storage_options=options).create_write_transaction(
+            list(actions), "append", schema
+        )
+    return sum(f["rows"] for f in written)
 
 
-def append_arrow(table: pa.Table, path: str | os.PathLike[str]) -> None:
-    """Appends a small Arrow table (written from the driver)."""
+class _WriteFiles:
+    """A task's part of :func:`append_dataframe`: its rows as one Parquet file in
+    ``folder`` (none for a task without rows), then one row naming the file."""
+
+    def __init__(self, folder: Location, schema: pa.Schema) -> None:
+        self.folder = folder
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        part = context.partitionId() if context is not None else 0
+        name = f"part-{part:05d}-{uuid.uuid4().hex}.parquet"
+        rows = 0
+        out = writer = None
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                if writer is None:
+                    out = self.folder.filesystem().open_output_stream(name)
+                    writer = pq.ParquetWriter(out, self.schema, compression="snappy")
+                writer.write_batch(batch.cast(self.schema))
+                rows += batch.num_rows
+            if writer is None:
+                return
+            writer.close()
+            assert out is not None
+            size = out.tell()
+            out.close()
+        finally:
+            if out is not None and not out.closed:
+                out.close()  # a failed task's file is in no commit: nobody reads it
+        yield pa.RecordBatch.from_pylist(
+            [{"name": name, "size": size, "rows": rows}],
+            schema=pa.schema([("name", pa.string()), ("size", pa.int64()), ("rows", pa.int64())]),
+        )
+
+
+def read_dataframe(spark: SparkSession, where: Where, schema: StructType) -> DataFrame | None:
+    """The table's current rows as a DataFrame with ``schema``; None when it has no
+    files. Spark reads a local table's files itself; on object storage, its tasks read
+    them through the object store (no Hadoop connector needed)."""
+    from deltalake import DeltaTable
+
+    table = as_location(where)
+    if not table.is_table():
+        return None
+    delta = DeltaTable(table.uri, storage_options=table.storage_options())
+    if table.local:
+        files = delta.file_uris()
+        return spark.read.schema(schema).parquet(*files) if files else None
+    import pyarrow as pa
+
+    names = sorted(pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist())
+    if not names:
+        return None
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    reader = _ReadFiles(table.for_tasks(), names, to_arrow_schema(schema, timezone="UTC"))
+    # a task per file, up to READ_TASKS (each reads its files one after another)
+    tasks = min(len(names), READ_TASKS)
+    return spark.range(len(names), numPartitions=tasks).mapInArrow(reader, schema)
+
+
+class _ReadFiles:
+    """A task's part of :func:`read_dataframe`: the files its ids point to."""
+
+    def __init__(self, table: Location, names: list[str], schema: pa.Schema) -> None:
+        self.table = table
+        self.names = names
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.parquet as pq
+
+        filesystem = self.table.filesystem()
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                parquet = pq.ParquetFile(filesystem.open_input_file(self.names[index]))
+                for part in parquet.iter_batches(columns=self.schema.names):
+                    yield part.cast(self.schema)
+
+
+def append_arrow(table: pa.Table, where: Where, properties: Any = None) -> None:
+    """Appends a small Arrow table (written from the driver), with ``properties`` (delta-rs
+    CommitProperties) on its commit."""
     from deltalake import write_deltalake
 
-    Path(path).mkdir(parents=True, exist_ok=True)
-    write_deltalake(str(path), table, mode="append")
+    location = as_location(where)
+    if location.local:
+        os.makedirs(location.uri, exist_ok=True)
+    write_deltalake(location.uri, table, mode="append", commit_properties=properties,
+                    storage_options=location.storage_options())  # fmt: skip
 
 
-def read_table(path: str | os.PathLike[str]) -> Any:
+def read_table(where: Where) -> Any:
     """The table's current rows as Arrow (for small tables and tests)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(str(path)).to_pyarrow_table()
+    location = as_location(where)
+    return DeltaTable(location.uri, storage_options=location.storage_options()).to_pyarrow_table()

@@ -3,34 +3,41 @@ as Parquet and committed by delta-rs in one transaction, ``runs`` written from A
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from syphon.core.ledger import RunRecord
 from syphon.core.schema import AUDIT, RUNS, arrow_schema, spark_schema
-from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE, SparkProvider, TableStore, absolute
-from syphon.store.delta import append_arrow, append_dataframe, guarded, read_table, table_exists
+from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE, SparkProvider, TableStore
+from syphon.store.delta import (
+    append_arrow,
+    append_dataframe,
+    guarded,
+    read_dataframe,
+    read_table,
+    table_exists,
+)
+from syphon.store.location import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
 class DeltaRsStore(TableStore):
-    """Delta tables under ``root`` (a local path for now)."""
+    """Delta tables under ``location`` (a local folder or object storage)."""
 
-    def __init__(self, root: str, spark: SparkProvider) -> None:
-        super().__init__(absolute(root), spark)
+    def __init__(self, location: Location, spark: SparkProvider) -> None:
+        super().__init__(location, spark)
 
     @property
     def where(self) -> str:
-        return self.root
+        return self.location.shown
 
-    def _table(self, table: str) -> str:
-        return os.path.join(self.root, table)
+    def _table(self, table: str) -> Location:
+        return self.location.child(table)
 
     def _append(self, frame: DataFrame, table: str, label: str) -> int:
-        with guarded(self.root, f"append to its {table} table"):
+        with guarded(self.where, f"append to its {table} table"):
             return append_dataframe(frame, self._table(table), label)
 
     def append_run(self, record: RunRecord) -> None:
@@ -38,25 +45,19 @@ class DeltaRsStore(TableStore):
 
         row = record.as_row(datetime.now(timezone.utc))
         arrow = pa.Table.from_pylist([row], schema=arrow_schema(RUNS))
-        with guarded(self.root, "record the run in its ledger"):
+        with guarded(self.where, "record the run in its ledger"):
             append_arrow(arrow, self._table(RUNS_TABLE))
 
     def runs(self) -> list[RunRecord]:
         path = self._table(RUNS_TABLE)
-        with guarded(self.root, "read its ledger"):
+        with guarded(self.where, "read its ledger"):
             rows = read_table(path).to_pylist() if table_exists(path) else []
         records = [RunRecord.from_row(r) for r in rows]
         return sorted(records, key=lambda r: r.recorded_at or r.started_at)
 
     def audit(self) -> DataFrame | None:
-        from deltalake import DeltaTable
-
-        path = self._table(AUDIT_TABLE)
-        with guarded(self.root, "read its audit table"):
-            if not table_exists(path):
-                return None
-            files = DeltaTable(path).file_uris()
-        if not files:
-            return None
         # the schema is known: no Spark job to read every file's footer on each read
-        return self._spark().read.schema(spark_schema(AUDIT)).parquet(*files)
+        with guarded(self.where, "read its audit table"):
+            if not table_exists(self._table(AUDIT_TABLE)):
+                return None
+            return read_dataframe(self._spark(), self._table(AUDIT_TABLE), spark_schema(AUDIT))

@@ -15,6 +15,12 @@ history in the same order and comes to the same answer:
 A crashed holder stops renewing; its lease expires after ``ttl`` and the next run takes
 it. Commit times come from the writers' clocks: skew between machines shifts when a
 lease counts as expired, never who holds it.
+
+"Never the same version" rests on the store: delta-rs writes a commit file only if it
+does not exist yet, atomically, which a local file system (a hard link), Azure Blob
+storage and ADLS (a create with ``If-None-Match: *``) and GCS do. On S3, delta-rs needs
+S3's conditional writes (``aws_conditional_put``) or a locking provider in
+``audit.storage.options``; without one, two runs' commits can overwrite each other.
 """
 
 from __future__ import annotations
@@ -24,12 +30,12 @@ import os
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 from syphon.core.errors import LeaseLostError
 from syphon.core.schema import LEASE, arrow_schema
-from syphon.store.delta import guarded
+from syphon.store.delta import append_arrow, guarded
+from syphon.store.location import Location, as_location
 
 log = logging.getLogger(__name__)
 
@@ -86,21 +92,24 @@ class Lease:
     """One run's lease on the audit path.
 
     Args:
-        root: the audit path (the ``leases`` table goes under it).
+        root: the audit path (the ``leases`` table goes under it): a
+            :class:`~syphon.store.location.Location`, or a local path.
         holder: who asks (the run id, plus a random suffix so that two attempts of
             one run are told apart).
         ttl: how long an acquire or renew holds without another renew.
     """
 
-    def __init__(self, root: str | os.PathLike[str], holder: str, ttl: timedelta) -> None:
-        self.root = os.fspath(root)
-        self.path = Path(root) / LEASES_TABLE
+    def __init__(self, root: Location | str | os.PathLike[str], holder: str,
+                 ttl: timedelta) -> None:  # fmt: skip
+        location = as_location(root)
+        self.root = location.shown
+        self.table = location.child(LEASES_TABLE)
         self.holder = f"{holder}#{uuid.uuid4().hex[:8]}"
         self.ttl = ttl
 
     def _commit(self, action: str) -> None:
         import pyarrow as pa  # type: ignore[import-untyped]
-        from deltalake import CommitProperties, write_deltalake
+        from deltalake import CommitProperties
 
         now = datetime.now(timezone.utc)
         expires = now + self.ttl if action != "release" else now
@@ -110,19 +119,14 @@ class Lease:
         )
         metadata = {_HOLDER: self.holder, _ACTION: action, _EXPIRES: expires.isoformat()}
         with guarded(self.root, f"{action} the lease"):
-            self.path.mkdir(parents=True, exist_ok=True)
-            write_deltalake(
-                str(self.path),
-                row,
-                mode="append",
-                commit_properties=CommitProperties(custom_metadata=metadata),
-            )
+            append_arrow(row, self.table, CommitProperties(custom_metadata=metadata))
 
     def state(self) -> LeaseState:
         from deltalake import DeltaTable
 
         with guarded(self.root, "read the lease"):
-            return replay_history(DeltaTable(str(self.path)).history())
+            table = DeltaTable(self.table.uri, storage_options=self.table.storage_options())
+            return replay_history(table.history())
 
     def acquire(self) -> LeaseState:
         """Asks for the lease; returns the state after asking (check ``held_by``)."""

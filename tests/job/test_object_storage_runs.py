@@ -1,0 +1,185 @@
+"""Whole runs with ``audit.path`` on Blob storage (Azurite, tests/azurite.py): the plan,
+the run, its report, ``syphon status``, the notebook's reads, a run killed mid-replay
+while a second run finds the lease held, and the run after it. Nothing is written to the
+local disk: the audit, the ledger, the lease and the report are all in the container,
+written by the driver and by Spark's tasks through delta-rs's object store.
+
+Azurite has no ADLS (``dfs``) endpoint; ``abfss://`` URIs reach it all the same (the
+object store speaks the Blob API for both), so one test uses each spelling."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+
+from azurite import KEY_ENV, BlobAudit
+from crash_scenario import (
+    add_round,
+    assert_killed,
+    backlog_ids,
+    destination_ids,
+    settled_safely,
+    start_killed_run,
+    wait_for_the_lease_to_expire,
+)
+from paired_env import PRIMARY, Pair, context, job_config, run_job, send_raw
+from servicebus_emulator import QueueSpec
+from syphon.app import notebook
+from syphon.app.cli import main
+from syphon.app.storage import resolve_location
+from syphon.core.errors import ExitCode
+from syphon.servicebus.backlog_messages import to_backlog_message
+from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
+from syphon.store.delta import read_table
+from syphon.store.lease import LEASES_TABLE, Lease
+from syphon.store.location import Location
+
+pytestmark = pytest.mark.timeout(420)
+
+
+def test_plan_run_status_report_and_the_notebook_reads_on_blob_storage(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], blob_audit: BlobAudit,
+) -> None:  # fmt: skip
+    def msg(mid: str, key: str) -> Any:
+        return to_backlog_message(ServiceBusMessage(mid.encode(), message_id=mid,
+                                                    partition_key=key), "orders")  # fmt: skip
+
+    send_raw(pair, 0, [msg("a1", "a"), msg("b1", "b"), msg("a2", "a")])
+    send_raw(pair, 1, [msg("a3", "a"), msg("b2", "b")])
+    config = job_config(pair, tmp_path, monkeypatch, audit=blob_audit.audit_yaml("wasbs"))
+    monkeypatch.chdir(tmp_path)
+    uri = blob_audit.uri("wasbs")
+    yaml = str(tmp_path / "syphon.yaml")
+
+    assert main(["plan", "--config", yaml]) == 0
+    planned = capsys.readouterr().out
+    root = resolve_location(config.audit)
+    plan_rows = read_table(root.child(AUDIT_TABLE)).to_pylist()
+    assert sorted(r["message_id"] for r in plan_rows) == ["a1", "a2", "a3", "b1", "b2"]
+    run_id = plan_rows[0]["run_id"]
+    assert run_id in planned
+
+    # the notebook's reads of that plan, through Spark's tasks reading the container
+    ctx = context(config, spark)
+    params = notebook.parameters(config=yaml, message_id="a2")
+    verdicts = notebook.verdicts(ctx, params, run_id)
+    assert verdicts[["destination", "verdict", "messages"]].values.tolist() == [
+        ["orders", "replay", 5]
+    ]
+    assert list(notebook.audit_for(ctx, params)["message_id"]) == ["a2"]
+
+    assert main(["run", "--config", yaml]) == ExitCode.DONE
+    ran = capsys.readouterr()
+    ids = [str(m.message_id) for m in _stored(pair)]
+    assert sorted(ids) == ["a1", "a2", "a3", "b1", "b2"]
+    for key in "ab":  # each key's order kept
+        assert [i for i in ids if i[0] == key] == sorted(i for i in ids if i[0] == key)
+    report = [line for line in ran.out.splitlines() if "/reports/" in line]
+    assert len(report) == 1
+    assert f"{uri}/reports/" in report[0]
+    run = max(read_table(root.child(RUNS_TABLE)).to_pylist(), key=lambda r: r["recorded_at"])
+    assert run["status"] == "done"
+    page = root.read_bytes(f"reports/{run['run_id']}.html").decode("utf-8")
+    assert run["run_id"] in page
+    assert not backlog_ids(pair)
+
+    assert main(["status", "--config", yaml]) == 0
+    status = capsys.readouterr().out
+    assert run["run_id"] in status
+    assert "done" in status
+
+    # nothing went to the local disk; no key anywhere in what was printed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["syphon.yaml"]
+    printed = planned + ran.out + ran.err + status
+    assert blob_audit.azurite.key not in printed
+    assert uri in printed
+
+
+def _stored(pair: Pair) -> list[Any]:
+    entity = pair.primary.broker.entity("orders")
+    return [entity.messages[n] for n in sorted(entity.messages)]
+
+
+def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_finishes(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    blob_audit: BlobAudit,
+) -> None:  # fmt: skip
+    pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
+    config = job_config(pair, tmp_path, monkeypatch, audit=blob_audit.audit_yaml("abfss"),
+                        extra="run:\n  lease_seconds: 9\n")  # fmt: skip
+    root = resolve_location(config.audit)
+    sent: dict[str, str] = {}
+    add_round(pair, 0, sent)
+    before = {d: destination_ids(pair, d) for d in ("orders", "dd")}
+
+    killed = start_killed_run(tmp_path, "mid_replay:3")
+    deadline = time.monotonic() + 180
+    while _holder(root) is None:
+        assert killed.poll() is None, "the run ended before it took the lease"
+        assert time.monotonic() < deadline, "the run never took the lease"
+        time.sleep(0.2)
+    # a second run at once: the lease on the container is held, it touches nothing
+    second = run_job(config, lambda: pytest.fail("a busy run must not start Spark"))
+    assert (second.status, second.exit_code) == ("busy", ExitCode.BUSY)
+    assert_killed(killed, "mid_replay:3")
+
+    gone = (set(sent) | {"bad-r0"}) - backlog_ids(pair)
+    assert gone <= settled_safely(root), gone - settled_safely(root)
+    after_kill = {d: destination_ids(pair, d) for d in ("orders", "dd")}
+    assert any(after_kill[d] != before[d] for d in after_kill)  # it had sent batches
+    wait_for_the_lease_to_expire(root)
+
+    last = run_job(config, spark)
+    assert last.status == "done", last
+    orders, dd = destination_ids(pair, "orders"), destination_ids(pair, "dd")
+    assert set(orders) == {m for m, d in sent.items() if d == "orders"}
+    assert set(dd) == {m for m, d in sent.items() if d == "dd"}
+    assert all(n == 1 for n in dd.values())
+    assert not backlog_ids(pair)
+    audit = read_table(root.child(AUDIT_TABLE)).to_pylist()
+    resent = {r["message_id"] for r in audit if r["detail"] == "resent_in_doubt"}
+    assert {m for m, n in Counter(orders).items() if n > 1} <= resent
+    statuses = [r["status"] for r in read_table(root.child(RUNS_TABLE)).to_pylist()]
+    assert "busy" in statuses
+    assert statuses.count("done") == 1
+
+
+def _holder(root: Location) -> str | None:
+    """Who holds the lease on ``root`` now (None before the first acquire)."""
+    if not root.child(LEASES_TABLE).is_table():
+        return None
+    return Lease(root, "observer", timedelta(seconds=1)).state().holder
+
+
+def test_a_wrong_storage_key_exits_9_with_a_fix_before_spark_and_never_shows_a_key(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], blob_audit: BlobAudit,
+) -> None:  # fmt: skip
+    send_raw(pair, 0, [to_backlog_message(ServiceBusMessage(b"x", message_id="w1"), "orders")])
+    job_config(pair, tmp_path, monkeypatch, audit=blob_audit.audit_yaml("abfss"))
+    wrong = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
+    monkeypatch.setenv(KEY_ENV, wrong)
+    monkeypatch.setattr(
+        "syphon.app.services.build_spark_session",
+        lambda *_: pytest.fail("Spark started for a run that cannot keep its audit"),
+    )
+    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.AUDIT_UNAVAILABLE, out + err
+    uri = blob_audit.uri("abfss")
+    assert [line for line in out.splitlines() if line.startswith("fix:")] == [
+        f"fix: audit.path ({uri}) cannot be reached: check that its container or bucket "
+        "exists and that audit.storage's account key, SAS or Azure AD identity may read, "
+        "write and list it (and audit.storage.endpoint, if set)"
+    ]
+    assert wrong not in out + err
+    assert blob_audit.azurite.key not in out + err
+    assert "Traceback" not in out + err
+    assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1
