@@ -47,3 +47,34 @@ def test_a_relative_table_path_is_taken_from_the_working_directory(
     monkeypatch.chdir(tmp_path)
     assert append_dataframe(frame(spark, 0, 4), Path(".syphon") / "audit", "rel") == 4
     assert read_table(tmp_path / ".syphon" / "audit").num_rows == 4
+
+
+def test_a_table_an_earlier_syphon_wrote_takes_the_new_writers_files(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Audits written before the executors wrote through the object store (Spark's own
+    Parquet writer, the files' schema committed by delta-rs) take the new files as they
+    are: same Delta schema, one version per append, every row readable."""
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    from deltalake import Schema
+    from deltalake.transaction import AddAction, create_table_with_add_actions
+
+    table = tmp_path / "audit"
+    folder = table / "syphon-plan-old"
+    frame(spark, 0, 6).write.parquet(folder.as_uri())
+    files = sorted(folder.glob("*.parquet"))
+    adds = [
+        AddAction(path=f"{folder.name}/{f.name}", size=f.stat().st_size, partition_values={},
+                  modification_time=0, data_change=True, stats=None)
+        for f in files
+    ]  # fmt: skip
+    create_table_with_add_actions(str(table), Schema.from_arrow(pq.read_schema(files[0])), adds)
+    before = DeltaTable(str(table)).schema().to_arrow()
+
+    assert append_dataframe(frame(spark, 6, 4), table, "new") == 4
+    dt = DeltaTable(str(table))
+    assert dt.version() == 1
+    assert dt.schema().to_arrow() == before
+    got = read_table(table).to_pydict()
+    assert sorted(got["n"]) == list(range(10))
+    assert spark.read.parquet(*dt.file_uris()).count() == 10
