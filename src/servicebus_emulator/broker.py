@@ -389,6 +389,9 @@ class Broker:
         self.topics: dict[str, Topic] = {}
         self.faults: dict[str, Faults] = {}
         self.created_ms = now_ms()
+        #: Every ``update-disposition`` request, in order: (entity, disposition status,
+        #: number of lock tokens), for tests of how clients settle.
+        self.disposition_requests: list[tuple[str, str, int]] = []
         #: How clients authenticated, counted by kind: ``amqp:<token kind>`` (``jwt`` for
         #: Azure AD, ``servicebus.windows.net:sastoken`` for SAS, whatever CBS type it
         #: was put with) and

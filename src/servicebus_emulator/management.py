@@ -86,7 +86,11 @@ def handle_management(handler: AmqpHandler, entity: str, operation: str, body: A
             }.get(status)
             if outcome is None:
                 raise BrokerError(ARGUMENT_ERROR, f"unknown disposition-status {status!r}")
-            for token in _items(body.get("lock-tokens")):
+            tokens = _items(body.get("lock-tokens"))
+            broker.disposition_requests.append((entity, status, len(tokens)))
+            # applied in order; the first that fails ends the request (those before it
+            # stay settled: a client cannot assume all or nothing)
+            for token in tokens:
                 broker.settle(
                     entity,
                     _uuid(token),

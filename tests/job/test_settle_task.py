@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
+import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from servicebus_emulator import Emulator, QueueSpec
@@ -161,34 +162,98 @@ def test_a_queue_that_cannot_be_read_leaves_everything_with_the_reason(
     assert len(sb.broker.entity(QUEUE).messages) == 2  # nothing was removed
 
 
-class WaitAfterFirst:
-    """A fail point that never fires: after the first settlement it waits out the
-    queue's lock, so that the locks of the rest of the page lapse before they are
-    settled (a pass that outlives its locks)."""
+def test_a_page_is_settled_in_one_request_per_outcome(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    sb = servicebus_emulator(QueueSpec(QUEUE))
+    ids = [f"m{i}" for i in range(12)]
+    seq = park(sb, ids)
+    todo = actions(
+        [(seq[m], COMPLETE, None, "replay") for m in ids[:8]]
+        + [(seq[m], DEAD_LETTER, "destination_unknown", "invalid") for m in ids[8:10]]
+        + [(seq[m], DEAD_LETTER, "message_id_reused", "conflict") for m in ids[10:11]]
+        + [(seq[ids[11]], LEAVE, None, "replay")]
+    )
+    out = by_seq(_SettleTask(access(sb), "run-6")(todo))
+    # on the wire: one request per outcome group, each with its page's lock tokens
+    assert sorted(sb.broker.disposition_requests) == sorted([
+        (QUEUE, "completed", 8), (QUEUE, "suspended", 2), (QUEUE, "suspended", 1),
+        (QUEUE, "abandoned", 1),
+    ])  # fmt: skip
+    assert sum(r["requests"] for r in out.values()) == 4
+    assert [out[seq[m]]["outcome"] for m in ids] == (
+        [Outcome.COMPLETED] * 8 + [Outcome.DEAD_LETTERED] * 3 + [Outcome.LEFT]
+    )
+    assert [str(m.message_id) for m in sb.broker.entity(QUEUE).messages.values()] == ["m11"]
+    dead = sb.broker.entity(QUEUE).dlq
+    assert dead is not None
+    reasons = {}
+    for m in dead.messages.values():
+        props = {k.decode() if isinstance(k, bytes) else k: v
+                 for k, v in m.parsed.get_application_properties().items()}  # fmt: skip
+        reasons[str(m.message_id)] = props["DeadLetterReason"]
+        assert props["DeadLetterErrorDescription"] in ("syphon run run-6: invalid",
+                                                       "syphon run run-6: conflict")  # fmt: skip
+    assert reasons == {"m8": "destination_unknown", "m9": "destination_unknown",
+                       "m10": "message_id_reused"}  # fmt: skip
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
 
-    def reached(self, settled: int) -> None:
-        if settled == 1:
-            time.sleep(self.seconds)
+def lapse_before_settling(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The page's locks lapse between its receive and its settlement (a pass that
+    outlives its locks)."""
+    import syphon.job.settle as settle
+
+    real = settle.settle_by_lock_tokens
+
+    def late(receiver: Any, messages: Any, status: str, *args: Any) -> None:
+        if status != "abandoned":
+            time.sleep(seconds)
+        real(receiver, messages, status, *args)
+
+    monkeypatch.setattr(settle, "settle_by_lock_tokens", late)
 
 
 def test_a_lapsed_lock_leaves_its_message_and_the_pass_goes_on(
-    servicebus_emulator: EmulatorFactory,
+    servicebus_emulator: EmulatorFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lock = timedelta(seconds=3)
     sb = servicebus_emulator(QueueSpec(QUEUE, lock_duration=lock))
     seq = park(sb, ["first", "second", "third"])
     todo = actions([(seq[m], COMPLETE, None, "replay") for m in ("first", "second", "third")])
-    task = _SettleTask(access(sb), "run-5", WaitAfterFirst(lock.total_seconds() + 0.5))  # type: ignore[arg-type]
-    out = by_seq(task(todo))
+    lapse_before_settling(monkeypatch, lock.total_seconds() + 0.5)
+    out = by_seq(_SettleTask(access(sb), "run-5")(todo))
 
-    assert (out[seq["first"]]["outcome"], out[seq["first"]]["detail"]) == (
-        Outcome.COMPLETED, None)  # fmt: skip
-    for late in ("second", "third"):  # each settle that failed is its own, and not the end
+    for late in ("first", "second", "third"):  # the request failed, then each on its own
         row = out[seq[late]]
         assert (row["outcome"], row["detail"], row["received"]) == (
             Outcome.LEFT, f"{Detail.SETTLE_FAILED}MessageLockLostError", 1)  # fmt: skip
+    assert sum(r["requests"] for r in out.values()) == 4  # the page's, then one each
     left = sorted(str(m.message_id) for m in sb.broker.entity(QUEUE).messages.values())
-    assert left == ["second", "third"]  # still in the backlog for the next run
+    assert left == ["first", "second", "third"]  # still in the backlog for the next run
+
+
+def test_a_request_that_failed_after_settling_some_is_found_out_message_by_message(
+    servicebus_emulator: EmulatorFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local Service Bus applies a request's lock tokens in order until one fails:
+    here the second was completed just before, so the request completes the first, then
+    fails. One by one, the first and the second are found gone (completed), the third is
+    completed: all three recorded completed, as they are."""
+    import syphon.job.settle as settle
+
+    sb = servicebus_emulator(QueueSpec(QUEUE))
+    seq = park(sb, ["first", "second", "third"])
+    todo = actions([(seq[m], COMPLETE, None, "replay") for m in ("first", "second", "third")])
+    real = settle.settle_by_lock_tokens
+
+    def second_settled_before(receiver: Any, messages: Any, status: str, *args: Any) -> None:
+        receiver.complete_message(messages[1])
+        messages[1]._settled = False  # as if another path had settled it
+        real(receiver, messages, status, *args)
+
+    monkeypatch.setattr(settle, "settle_by_lock_tokens", second_settled_before)
+    out = by_seq(_SettleTask(access(sb), "run-7")(todo))
+    assert [(out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in ("first", "second", "third")
+            ] == [(Outcome.COMPLETED, None)] * 3  # fmt: skip
+    assert not sb.broker.entity(QUEUE).messages
+    assert sb.broker.disposition_requests[0] == (QUEUE, "completed", 3)  # the page's

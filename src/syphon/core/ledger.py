@@ -57,16 +57,20 @@ class Operations(_Metrics):
     settle_completes: int | None = None
     settle_dead_letters: int | None = None
     settle_abandons: int | None = None
+    settle_requests: int | None = None
 
     @property
     def credits_estimated(self) -> int:
-        """Billable message operations: one per message peeked, sent, received, completed
-        or dead-lettered, one per ping and per probe peek (management calls are not
-        metered per message)."""
+        """Billable operations: one per message peeked, sent or received, one per
+        settlement request (a page's completions are one request), one per ping and per
+        probe peek. Runs recorded before settlement requests were counted count one per
+        message completed or dead-lettered instead."""
+        settled = self.settle_requests
+        if settled is None:
+            settled = (self.settle_completes or 0) + (self.settle_dead_letters or 0)
         billed = (
             self.snapshot_messages_peeked, self.replay_messages_sent, self.settle_receives,
-            self.settle_completes, self.settle_dead_letters, self.replay_pings,
-            self.discover_peeks,
+            settled, self.replay_pings, self.discover_peeks,
         )  # fmt: skip
         return sum(v or 0 for v in billed)
 

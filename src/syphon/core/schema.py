@@ -237,7 +237,8 @@ REPLAY_RESULT: Final = (
     Field("busy_retries", "int"),
 )
 
-#: What the settle returns per message.
+#: What the settle returns per message (``requests``: settlement requests, each counted
+#: on the first message it settled or gave back).
 SETTLE_RESULT: Final = (
     Field("backlog_queue", "string"),
     Field("sequence_number", "long"),
@@ -245,6 +246,7 @@ SETTLE_RESULT: Final = (
     Field("detail", "string"),
     Field("received", "int"),
     Field("abandoned", "int"),
+    Field("requests", "int"),
 )
 
 #: What the settle is told to do per message.

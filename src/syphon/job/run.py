@@ -186,8 +186,9 @@ def _replay_and_settle(
                               datetime.now(timezone.utc))  # fmt: skip
     failpoints.check("after_settle_commit")
     ledger.timings.settle = time.monotonic() - clock
-    settle = tally(settled, "received", "abandoned")
+    settle = tally(settled, "received", "abandoned", "requests")
     ledger.operations.settle_receives = settle.total("received")
+    ledger.operations.settle_requests = settle.total("requests")
     ledger.operations.settle_completes = settle.count(Outcome.COMPLETED)
     ledger.operations.settle_dead_letters = settle.count(Outcome.DEAD_LETTERED)
     ledger.operations.settle_abandons = settle.total("abandoned")

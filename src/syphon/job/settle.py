@@ -11,6 +11,14 @@ task each), receive in peek-lock and
   abandoned, so that one pass never receives the same message twice while it still holds
   it.
 
+Settlements go by page: each received page's completions are one ``update-disposition``
+request with their lock tokens, its dead-letters one per (reason, description), the held
+messages' abandons one per page at the end. A request that fails is followed by the
+page's settlements one by one; a message whose own settlement then fails is looked up by
+its sequence number: gone from the queue, the failed request had settled it (recorded as
+such); still there, it is ``left`` with the error (a lapsed lock: the next run settles
+it).
+
 A queue's pass ends when every message to settle has been settled, or when a receive
 comes back empty. Messages to settle that were not received (locked by someone else, or
 already gone) are recorded as ``left`` / ``not_received``; the next run finds them
@@ -36,7 +44,13 @@ from syphon.core.schema import (
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access
 from syphon.servicebus.errors import NAMESPACE_FAULTS
-from syphon.servicebus.raw import complete_decoder
+from syphon.servicebus.raw import (
+    ABANDONED,
+    COMPLETED,
+    SUSPENDED,
+    complete_decoder,
+    settle_by_lock_tokens,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -149,7 +163,7 @@ class _SettleTask:
     ) -> None:
         remaining = sum(1 for a, _, _ in todo.values() if a != LEAVE)
         held: list[Any] = []
-        settled = 0
+        self._settled = 0
         try:
             while remaining > 0:
                 messages = receiver.receive_messages(
@@ -157,6 +171,7 @@ class _SettleTask:
                 )
                 if not messages:
                     break
+                groups: dict[tuple[str, str | None, str | None], list[Any]] = {}
                 for m in messages:
                     seq = int(m.sequence_number or 0)
                     action, reason, verdict = todo.get(seq, ("new", None, ""))
@@ -167,33 +182,101 @@ class _SettleTask:
                         out[seq]["received"] += 1
                         continue
                     remaining -= 1
-                    try:
-                        if action == COMPLETE:
-                            receiver.complete_message(m)
-                            out[seq] = _row(queue, seq, Outcome.COMPLETED, None, 1)
-                        else:
-                            description = f"syphon run {self.run_id}: {verdict}"
-                            receiver.dead_letter_message(
-                                m, reason=reason, error_description=description
-                            )
-                            out[seq] = _row(queue, seq, Outcome.DEAD_LETTERED, reason, 1)
-                    except Exception as exc:  # a lapsed lock: the next run settles it
-                        failed = f"{Detail.SETTLE_FAILED}{type(exc).__name__}"
-                        out[seq] = _row(queue, seq, Outcome.LEFT, failed, 1)
-                        if type(exc).__name__ in NAMESPACE_FAULTS:
-                            raise
-                        continue
-                    settled += 1
-                    if self.failpoint is not None:
-                        self.failpoint.reached(settled)
+                    if action == COMPLETE:
+                        key: tuple[str, str | None, str | None] = (COMPLETED, None, None)
+                    else:
+                        key = (SUSPENDED, reason, f"syphon run {self.run_id}: {verdict}")
+                    groups.setdefault(key, []).append(m)
+                for (status, reason, description), group in groups.items():
+                    self._settle_page(receiver, queue, group, status, reason, description, out)
         finally:
-            for m in held:  # a lapsed lock needs no abandon: available anyway
-                with contextlib.suppress(Exception):
-                    receiver.abandon_message(m)
-                    out[int(m.sequence_number or 0)]["abandoned"] += 1
+            self._give_back(receiver, queue, held, out)
+
+    def _settle_page(self, receiver: Any, queue: str, group: list[Any], status: str,
+                     reason: str | None, description: str | None,
+                     out: dict[int, dict[str, Any]]) -> None:  # fmt: skip
+        """Settles one page's messages of one outcome in one request; when it fails,
+        one by one (a request that failed may have settled some: each is found out)."""
+        outcome = Outcome.COMPLETED if status == COMPLETED else Outcome.DEAD_LETTERED
+        try:
+            settle_by_lock_tokens(receiver, group, status, reason, description)
+        except Exception as exc:
+            name = type(exc).__name__
+            if name in NAMESPACE_FAULTS:  # the namespace is gone: the next run finds out
+                for m in group:
+                    seq = int(m.sequence_number or 0)
+                    out[seq] = _row(queue, seq, Outcome.LEFT, f"{Detail.SETTLE_FAILED}{name}", 1)
+                raise
+            log.info("settling a page of %s in one request failed (%s): one by one", queue, name)
+            for m in group:
+                self._settle_one(receiver, queue, m, outcome, reason, description, out)
+            out[int(group[0].sequence_number or 0)]["requests"] += 1  # the failed one
+            return
+        for i, m in enumerate(group):
+            seq = int(m.sequence_number or 0)
+            out[seq] = _row(queue, seq, outcome, reason, 1, requests=int(i == 0))
+        self._count(len(group))
+
+    def _settle_one(self, receiver: Any, queue: str, m: Any, outcome: str, reason: str | None,
+                    description: str | None, out: dict[int, dict[str, Any]]) -> None:  # fmt: skip
+        seq = int(m.sequence_number or 0)
+        try:
+            if outcome == Outcome.COMPLETED:
+                receiver.complete_message(m)
+            else:
+                receiver.dead_letter_message(m, reason=reason, error_description=description)
+        except Exception as exc:  # a lapsed lock, or settled by the failed request
+            name = type(exc).__name__
+            if name not in NAMESPACE_FAULTS and _gone(receiver, seq):
+                out[seq] = _row(queue, seq, outcome, reason, 1, requests=1)
+                self._count(1)
+                return
+            out[seq] = _row(queue, seq, Outcome.LEFT, f"{Detail.SETTLE_FAILED}{name}", 1,
+                            requests=1)  # fmt: skip
+            if name in NAMESPACE_FAULTS:
+                raise
+            return
+        out[seq] = _row(queue, seq, outcome, reason, 1, requests=1)
+        self._count(1)
+
+    def _count(self, settled: int) -> None:
+        self._settled += settled
+        if self.failpoint is not None:
+            self.failpoint.reached(self._settled)
+
+    def _give_back(self, receiver: Any, queue: str, held: list[Any],
+                   out: dict[int, dict[str, Any]]) -> None:  # fmt: skip
+        """Abandons the held messages, a page per request (one by one where a request
+        fails; a lapsed lock needs no abandon: the message is available anyway)."""
+        for start in range(0, len(held), RECEIVE_PAGE):
+            page = held[start : start + RECEIVE_PAGE]
+            try:
+                settle_by_lock_tokens(receiver, page, ABANDONED)
+                given = page
+                out[int(page[0].sequence_number or 0)]["requests"] += 1
+            except Exception:
+                given = []
+                for m in page:
+                    with contextlib.suppress(Exception):
+                        receiver.abandon_message(m)
+                        given.append(m)
+                    out[int(m.sequence_number or 0)]["requests"] += 1
+            for m in given:
+                out[int(m.sequence_number or 0)]["abandoned"] += 1
 
 
-def _row(queue: str, seq: int, outcome: str, detail: str | None, received: int) -> dict[str, Any]:
+def _gone(receiver: Any, seq: int) -> bool:
+    """Whether the message ``seq`` is no longer in the queue (so the settlement that
+    failed for the caller was applied: completed, or moved to the dead-letter queue)."""
+    try:
+        peeked = receiver.peek_messages(max_message_count=1, sequence_number=seq)
+    except Exception:  # cannot tell: the message is taken to be there
+        return False
+    return not peeked or int(peeked[0].sequence_number or 0) != seq
+
+
+def _row(queue: str, seq: int, outcome: str, detail: str | None, received: int,
+         requests: int = 0) -> dict[str, Any]:  # fmt: skip
     return {
         "backlog_queue": queue,
         "sequence_number": seq,
@@ -201,4 +284,5 @@ def _row(queue: str, seq: int, outcome: str, detail: str | None, received: int) 
         "detail": detail,
         "received": received,
         "abandoned": 0,
+        "requests": requests,
     }

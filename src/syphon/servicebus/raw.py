@@ -6,8 +6,10 @@ decimal fails the whole peek), so syphon reads and writes encoded messages
 (see :mod:`syphon.core.amqp_bytes`). The SDK has no public call for either: a peek's
 answer carries every message encoded, and the SDK decodes it at once. This module
 repeats the SDK's peek request with its own answer handler, which keeps the encoded
-bytes and decodes nothing; a batch takes encoded messages as the SDK's own; and the
-SDK's decoder table learns the three types it lacks, for the settle's receiver.
+bytes and decodes nothing; a batch takes encoded messages as the SDK's own; the
+SDK's decoder table learns the three types it lacks, for the settle's receiver; and a
+page of received messages is settled in one management request (the SDK's public calls
+settle one message each).
 ``tests/job/test_raw_peek.py`` fails if an SDK upgrade changes the names or the answer
 this relies on (pinned: azure-servicebus 7.15.0).
 """
@@ -109,6 +111,49 @@ def peek_raw(receiver: Any, sequence_number: int, count: int) -> list[bytes]:
         REQUEST_RESPONSE_PEEK_OPERATION, request, answer
     )
     return encoded
+
+
+#: ``update-disposition``'s status per settlement (the service's names).
+COMPLETED, SUSPENDED, ABANDONED = "completed", "suspended", "abandoned"
+
+
+def settle_by_lock_tokens(
+    receiver: Any,
+    messages: Sequence[Any],
+    status: str,
+    reason: str | None = None,
+    description: str | None = None,
+) -> None:
+    """Settles ``messages`` (received by ``receiver`` in peek-lock) in ONE request: the
+    management operation ``com.microsoft:update-disposition`` with their lock tokens as an
+    array, ``status`` :data:`COMPLETED`, :data:`SUSPENDED` (dead-letter, with ``reason``
+    and ``description``) or :data:`ABANDONED`. The SDK settles one message per call; its
+    management-link settlement takes a list, and this passes it one.
+
+    The request succeeds or fails as a whole for the caller; a failed one may have been
+    applied to some tokens (the caller settles the rest one by one and finds out which).
+
+    Raises:
+        ServiceBusError: the request failed (e.g. ``MessageLockLostError`` for a lock
+            that lapsed), with the SDK's own error classes.
+    """
+    from azure.servicebus._common.constants import (
+        MGMT_REQUEST_DEAD_LETTER_ERROR_DESCRIPTION,
+        MGMT_REQUEST_DEAD_LETTER_REASON,
+    )
+
+    if not messages:
+        return
+    details = None
+    if status == SUSPENDED:
+        details = {
+            MGMT_REQUEST_DEAD_LETTER_REASON: reason or "",
+            MGMT_REQUEST_DEAD_LETTER_ERROR_DESCRIPTION: description or "",
+        }
+    tokens = [m.lock_token for m in messages]
+    receiver._settle_message_via_mgmt_link(status, tokens, dead_letter_details=details)
+    for m in messages:  # as the SDK marks a message it settled itself
+        m._settled = True
 
 
 def encoded_batch_cost(size: int) -> int:
