@@ -1,6 +1,7 @@
-"""syphon run against the seed's loop, credits per message, and the empty run.
+"""syphon run against the seed's loop, at network delays, credits per message, and the
+empty run.
 
-    .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000]
+    .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000] [--delays 0,5]
 
 Both local Service Bus namespaces run in a child process (the same for both tools). The
 backlog: ``--messages`` messages (1 KB bodies) over 10 backlog queues, 50 destination
@@ -14,14 +15,19 @@ its place in its key's order (property ``n``, in backlog enqueue order).
 2. ``syphon run`` (``syphon.job.run.run``, local Spark with 2 cores, Delta in a temporary
    folder) on the same backlog, parked again with the same seed.
 
-After each, the destinations are drained and order violations counted per
-(destination, key): a message whose ``n`` is below the one received before it.
-Printed: wall time, messages/s, the ratio, violations, credits per replayed message
-(billable operations: the baseline's receives, sends and completes; syphon's from its
-ledger), and the CPU time the local Service Bus process spent serving each tool (both
-share the machine's 2 cores with it). Then the empty run: ``syphon run`` as a process
-on empty backlog queues, wall time and the ledger's operations, with discovery by
-management listing and by probing.
+Both tools run at each one-way delay of ``--delays`` (milliseconds; 0 is loopback): a
+delay proxy (tests/latency_proxy.py) in the server's process sits in front of each
+namespace's AMQP port and management API, so every round trip costs twice the delay;
+parking and checking go direct. After each, the destinations are drained and order
+violations counted per (destination, key): a message whose ``n`` is below the one
+received before it.
+Printed per delay and tool: wall time, messages/s, delivered, violations, credits per
+replayed message (billable operations: the baseline's receives, sends and completes;
+syphon's from its ledger: peeks, sends, receives, settlement requests, pings), send
+transfers, settlement requests, and the CPU time the local Service Bus process spent
+serving each tool (both share the machine's 2 cores with it); then the ratio. Then the
+empty run: ``syphon run`` as a process on empty backlog queues, wall time and the
+ledger's operations, with discovery by management listing and by probing.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from typing import Any
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: latency_proxy.py
+
 from syphon.app.services import build_context, run_with_report
 from syphon.core.configfile import load_config
 from syphon.servicebus.backlog_messages import to_backlog_message
@@ -50,19 +58,35 @@ DESTINATIONS = 50
 PER_BATCH = 20
 
 
-def serve(ready: Any, stop: Any) -> None:
-    """The child process: both namespaces until ``stop`` is set."""
+def serve(ready: Any, stop: Any, delays: list[float]) -> None:
+    """The child process: both namespaces until ``stop`` is set, and for each delay
+    (milliseconds, one way) above 0 a delay proxy in front of each namespace's AMQP port
+    and management API (tests/latency_proxy.py), all in this process."""
+    from latency_proxy import DelayProxy
     from servicebus_emulator import Emulator, QueueSpec
 
     backlog = [QueueSpec(f"{PRIMARY}/x-servicebus-transfer/{i}", max_size_in_megabytes=5120)
                for i in range(QUEUES)]  # fmt: skip
     dests = [QueueSpec(f"dest-{i:02d}", max_size_in_megabytes=5120) for i in range(DESTINATIONS)]
     with Emulator(queues=backlog) as secondary, Emulator(queues=dests) as primary:
-        ready.put({
-            name: {"conn": e.connection_string, "admin": e.admin_endpoint, "ca": e.ca_bundle}
-            for name, e in (("secondary", secondary), ("primary", primary))
-        } | {"pid": os.getpid()})  # fmt: skip
+        proxies: list[DelayProxy] = []
+        endpoints: dict[float, Any] = {}
+        for delay in delays:
+            at: dict[str, Any] = {}
+            for name, e in (("secondary", secondary), ("primary", primary)):
+                conn, admin = e.connection_string, e.admin_endpoint
+                if delay > 0:
+                    amqp = DelayProxy("127.0.0.1", e.port, delay / 1000).start()
+                    http = DelayProxy("127.0.0.1", e.admin_port, delay / 1000).start()
+                    proxies += [amqp, http]
+                    conn = conn.replace(f":{e.port};", f":{amqp.port};")
+                    admin = admin.replace(f":{e.admin_port}", f":{http.port}")
+                at[name] = {"conn": conn, "admin": admin, "ca": e.ca_bundle}
+            endpoints[delay] = at
+        ready.put({"pid": os.getpid(), "at": endpoints})
         stop.wait()
+        for proxy in proxies:
+            proxy.stop()
 
 
 def park(secondary: str, total: int) -> None:
@@ -196,62 +220,77 @@ def empty_run(conf: Path) -> tuple[float, str, dict[str, Any]]:
     return wall, status, last.operations.as_map()
 
 
+def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int) -> list[Any]:
+    """Both tools on the same backlog through the endpoints ``ns`` (parking and checking
+    go direct): a row per tool, and syphon's run result."""
+    rows = []
+    park(direct["secondary"]["conn"], total)
+    clock, cpu = time.monotonic(), cpu_seconds(pid)
+    moved, ops = baseline(ns["secondary"]["conn"], ns["primary"]["conn"])
+    wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
+    received, bad = drain_and_check(direct["primary"]["conn"])
+    rows.append(("baseline", wall, moved, received, bad, sum(ops.values()) / moved, cpu_s,
+                 ops["sends"], ops["completes"]))  # fmt: skip
+
+    park(direct["secondary"]["conn"], total)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = load_config(write_config(Path(tmp), ns))
+        clock, cpu = time.monotonic(), cpu_seconds(pid)
+        result = run_with_report(build_context(config))
+        wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
+    received, bad = drain_and_check(direct["primary"]["conn"])
+    o = result.operations
+    sent = o.replay_messages_sent or 0
+    rows.append(("syphon", wall, sent, received, bad, o.credits_estimated / max(sent, 1), cpu_s,
+                 o.replay_send_transfers or 0, o.settle_requests or 0))  # fmt: skip
+    return [rows, result]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument(
+        "--delays", default="0,5", help="one-way network delays to measure at, in ms (default 0,5)"
+    )
     args = parser.parse_args()
     total = args.messages
+    delays = sorted({0.0, *(float(d) for d in args.delays.split(","))})
     ctx = multiprocessing.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
-    server = ctx.Process(target=serve, args=(ready, stop), daemon=True)
+    server = ctx.Process(target=serve, args=(ready, stop, delays), daemon=True)
     server.start()
-    ns = ready.get(timeout=60)
-    secondary, primary = ns["secondary"]["conn"], ns["primary"]["conn"]
+    info = ready.get(timeout=60)
+    direct = info["at"][0.0]
     try:
-        clock = time.monotonic()
-        park(secondary, total)
-        print(f"backlog of {total:,} messages parked in {time.monotonic() - clock:.1f} s")
-
-        clock, cpu = time.monotonic(), cpu_seconds(ns["pid"])
-        moved, ops = baseline(secondary, primary)
-        base_wall = time.monotonic() - clock
-        base_cpu = cpu_seconds(ns["pid"]) - cpu
-        base_received, base_violations = drain_and_check(primary)
-        base_credits = sum(ops.values()) / moved
-
-        park(secondary, total)
-        with tempfile.TemporaryDirectory() as tmp:
-            config = load_config(write_config(Path(tmp), ns))
-            clock, cpu = time.monotonic(), cpu_seconds(ns["pid"])
-            result = run_with_report(build_context(config))
-            syphon_wall = time.monotonic() - clock
-            syphon_cpu = cpu_seconds(ns["pid"]) - cpu
-            syphon_received, syphon_violations = drain_and_check(primary)
-            sent = result.operations.replay_messages_sent or 0
-            credits = result.operations.credits_estimated / max(sent, 1)
-
-            head = f"{'':<9} {'wall s':>8} {'msg/s':>8} {'delivered':>10} {'violations':>11}"
-            print(f"{head} {'credits/msg':>12} {'Service Bus CPU s':>18}")
-            for name, wall, n, received, bad, cr, cpu_s in (
-                ("baseline", base_wall, moved, base_received, base_violations, base_credits,
-                 base_cpu),
-                ("syphon", syphon_wall, sent, syphon_received, syphon_violations, credits,
-                 syphon_cpu),
-            ):  # fmt: skip
-                print(f"{name:<9} {wall:>8.1f} {n / wall:>8,.0f} {received:>10,} {bad:>11} "
-                      f"{cr:>12.2f} {cpu_s:>18.1f}")  # fmt: skip
+        table = []
+        for delay in (float(d) for d in args.delays.split(",")):
+            rows, result = measure(info["at"][delay], direct, info["pid"], total)
+            table.append((delay, rows))
+            print(f"{delay:g} ms one way: syphon / baseline {rows[0][1] / rows[1][1]:.2f}x "
+                  f"faster (status {result.status}; stages: "
+                  + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.as_map().items())
+                  + ")", flush=True)  # fmt: skip
             print(
-                f"syphon / baseline: {base_wall / syphon_wall:.2f}x faster "
-                f"(status {result.status}; stages: "
-                + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.as_map().items())
-                + ")"
+                "  syphon operations: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(result.operations.as_map().items())),
+                flush=True,
             )
-            print("syphon operations: " + ", ".join(
-                f"{k} {v}" for k, v in sorted(result.operations.as_map().items())))  # fmt: skip
+
+        head = (f"{'delay':>6} {'tool':<9} {'wall s':>8} {'msg/s':>8} {'delivered':>10} "
+                f"{'violations':>11} {'credits/msg':>12} {'transfers':>10} {'settle req':>11} "
+                f"{'SB CPU s':>9}")  # fmt: skip
+        print(f"{total:,} messages")
+        print(head)
+        for delay, rows in table:
+            for name, wall, n, received, bad, credits, cpu_s, transfers, settles in rows:
+                print(f"{delay:>4g}ms {name:<9} {wall:>8.1f} {n / wall:>8,.0f} {received:>10,} "
+                      f"{bad:>11} {credits:>12.2f} {transfers:>10,} {settles:>11,} "
+                      f"{cpu_s:>9.1f}")  # fmt: skip
+            print(f"{'':>6} ratio     {rows[0][1] / rows[1][1]:>8.2f}x")
 
         for discovery in ("management", "probe"):
             with tempfile.TemporaryDirectory() as tmp:
-                wall, status, ops = empty_run(write_config(Path(tmp), ns, discovery))
+                wall, status, ops = empty_run(write_config(Path(tmp), direct, discovery))
             shown = {k: v for k, v in ops.items() if v}
             print(
                 f"empty run, discovery by {discovery}: {wall:.2f} s, {status}, operations {shown}"

@@ -140,7 +140,9 @@ class _SettleTask:
         try:
             with (
                 self.__access.client() as client,
-                client.get_queue_receiver(queue) as receiver,
+                # keep_alive None: the SDK's keep-alive thread sleeps in 1 s steps and
+                # its close waits for it; a pass receives often enough to stay alive
+                client.get_queue_receiver(queue, keep_alive=None) as receiver,
             ):
                 self._drain(receiver, queue, todo, out)
         except Exception as exc:  # the namespace or the queue failed: the rest waits

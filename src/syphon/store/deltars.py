@@ -3,6 +3,7 @@ as Parquet and committed by delta-rs in one transaction, ``runs`` written from A
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -17,17 +18,18 @@ from syphon.store.delta import (
     read_table,
     table_exists,
 )
-from syphon.store.location import Location
+from syphon.store.location import Location, as_location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
 class DeltaRsStore(TableStore):
-    """Delta tables under ``location`` (a local folder or object storage)."""
+    """Delta tables under ``location`` (a local folder or object storage; a path given as
+    text has no storage options)."""
 
-    def __init__(self, location: Location, spark: SparkProvider) -> None:
-        super().__init__(location, spark)
+    def __init__(self, location: Location | str | os.PathLike[str], spark: SparkProvider) -> None:
+        super().__init__(as_location(location), spark)
 
     @property
     def where(self) -> str:
