@@ -42,6 +42,9 @@ from syphon.store.location import Location, as_location
 
 SYPHON = Path(sys.executable).parent / "syphon"
 
+#: Bytes added to each message's body (see :func:`add_round`).
+PADDING = 40_000
+
 #: The fail points, in stage order, each with the count a task point waits for.
 POINTS = [
     "after_plan",
@@ -57,7 +60,9 @@ POINTS = [
 def add_round(pair: Any, r: int, sent: dict[str, str]) -> None:
     """Fresh work for round ``r``: on every backlog queue two messages for a queue without
     duplicate detection (partition keys shared across rounds) and two for one with it,
-    and one invalid message on queue 0."""
+    and one invalid message on queue 0. Bodies of 40 KB: a destination's batches hold
+    many keys, and a round must still take several batches per destination for a kill
+    in the middle of the replay to fall between two of them."""
     for q in range(BACKLOG_QUEUES):
         batch = []
         for i in range(2):
@@ -65,7 +70,8 @@ def add_round(pair: Any, r: int, sent: dict[str, str]) -> None:
                 mid = f"{dest}-r{r}-q{q}-{i}"
                 key = f"k{(q + i) % 3}"
                 batch.append(to_backlog_message(
-                    ServiceBusMessage(f"body {mid}".encode(), message_id=mid, partition_key=key),
+                    ServiceBusMessage(f"body {mid}".encode() + bytes(PADDING), message_id=mid,
+                                      partition_key=key),
                     dest))  # fmt: skip
                 sent[mid] = dest
         if q == 0:
@@ -123,8 +129,8 @@ def kill_with_sigkill(tmp_path: Path, point: str) -> None:
 
 
 def assert_killed(process: subprocess.Popen[str], point: str) -> None:
-    _, stderr = process.communicate(timeout=240)
-    assert process.returncode == -signal.SIGKILL, (point, stderr[-3000:])
+    stdout, stderr = process.communicate(timeout=240)
+    assert process.returncode == -signal.SIGKILL, (point, stdout[-3000:], stderr[-3000:])
 
 
 def backlog_ids(pair: Any) -> set[str]:

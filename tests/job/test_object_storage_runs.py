@@ -117,6 +117,7 @@ def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_fi
     root = resolve_location(config.audit)
     sent: dict[str, str] = {}
     add_round(pair, 0, sent)
+    add_round(pair, 1, sent)  # four batches per destination: the kill falls among them
     before = {d: destination_ids(pair, d) for d in ("orders", "dd")}
 
     killed = start_killed_run(tmp_path, "mid_replay:3")
@@ -130,7 +131,7 @@ def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_fi
     assert (second.status, second.exit_code) == ("busy", ExitCode.BUSY)
     assert_killed(killed, "mid_replay:3")
 
-    gone = (set(sent) | {"bad-r0"}) - backlog_ids(pair)
+    gone = (set(sent) | {"bad-r0", "bad-r1"}) - backlog_ids(pair)
     assert gone <= settled_safely(root), gone - settled_safely(root)
     after_kill = {d: destination_ids(pair, d) for d in ("orders", "dd")}
     assert any(after_kill[d] != before[d] for d in after_kill)  # it had sent batches

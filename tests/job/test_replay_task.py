@@ -311,13 +311,15 @@ def test_spark_lays_the_sends_out_by_destination_and_key_in_replay_order(
     assert names(INPUT) == INPUT_COLUMNS
     # replay order: k1 = 1, 2 (batch a), 3 (batch b); k2 = 4, 5 (batch c, d); keyless
     # batches e, f to "audit"; "gone" is skipped; rows handed over in reverse order
-    rows = [row(1, "a", partition_key_effective="k1", replay_order=1),
-            row(2, "a", partition_key_effective="k1", replay_order=2),
-            row(3, "b", partition_key_effective="k1", replay_order=3),
-            row(4, "c", partition_key_effective="k2", replay_order=1),
-            row(5, "d", partition_key_effective="k2", replay_order=2),
-            row(6, "e", "audit", replay_order=1), row(7, "f", "audit", replay_order=1),
-            row(8, "g", "gone", replay_order=1)]  # fmt: skip
+    # (batch ids as the plan writes them: packing group, then the batch's number)
+    rows = [row(1, "p#orders#k1#0", partition_key_effective="k1", replay_order=1),
+            row(2, "p#orders#k1#0", partition_key_effective="k1", replay_order=2),
+            row(3, "p#orders#k1#1", partition_key_effective="k1", replay_order=3),
+            row(4, "p#orders#k2#0", partition_key_effective="k2", replay_order=1),
+            row(5, "p#orders#k2#1", partition_key_effective="k2", replay_order=2),
+            row(6, "p#audit##0", "audit", replay_order=1),
+            row(7, "p#audit##1", "audit", replay_order=1),
+            row(8, "p#gone##0", "gone", replay_order=1)]  # fmt: skip
     df = spark.createDataFrame([tuple(r[c] for c in INPUT_COLUMNS) for r in reversed(rows)],
                                spark_schema(INPUT))  # fmt: skip
     skipped = {(PRIMARY, "orders"): None, (PRIMARY, "audit"): None,

@@ -30,7 +30,10 @@ def test_a_primary_that_goes_down_mid_run_fails_the_run_and_the_next_run_finishe
         for i in range(8):
             mid = f"m-{q}-{i}"
             batch.append(to_backlog_message(
-                ServiceBusMessage(mid.encode(), message_id=mid, partition_key=f"k{i % 4}"),
+                # 20 KB bodies: the queue's batches hold many keys, and the replay must
+                # still take several batches to fail in the middle
+                ServiceBusMessage(mid.encode() + bytes(20_000), message_id=mid,
+                                  partition_key=f"k{i % 4}"),
                 "orders"))  # fmt: skip
             parked[mid] = "orders"
         send_raw(pair, q, batch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from pyspark.sql import functions as F
 
 from snapshot_rows import T0, row
@@ -51,17 +52,20 @@ CASES: list[tuple[dict[str, Any], str, str | None]] = [
 ]  # fmt: skip
 
 
-def classified(spark: Any, rows: list[dict[str, Any]]) -> Any:
+def classified(spark: Any, rows: list[dict[str, Any]], partitioned: bool = True,
+               sessions: bool = False) -> Any:  # fmt: skip
+    """``rows`` classified against destinations where ``orders`` is partitioned (one key
+    per batch) unless told otherwise."""
     snapshot = spark.createDataFrame(rows, spark_schema(SNAPSHOT))
     destinations = spark.createDataFrame(
         [
-            ("contoso-primary", "orders", True, True, False, 256 * 1024),
-            ("contoso-primary", "nowhere", False, None, None, None),
-            ("other-primary", "orders", True, True, False, 1024),  # not this primary's
+            ("contoso-primary", "orders", True, True, sessions, 256 * 1024, partitioned),
+            ("contoso-primary", "nowhere", False, None, None, None, None),
+            ("other-primary", "orders", True, True, False, 1024, False),  # not this primary's
         ],
         "primary string, destination string, exists boolean, "
         "requires_duplicate_detection boolean, "
-        "requires_session boolean, max_message_bytes long",
+        "requires_session boolean, max_message_bytes long, partitioned boolean",
     )
     replayed = spark.createDataFrame(
         [
@@ -197,6 +201,37 @@ def wire_size(messages: list[bytes], envelope: tuple[str, str | None, str]) -> i
     for m in messages:
         add_encoded(batch, m, envelope)
     return len(encode_payload(bytearray(), batch._message))
+
+
+@pytest.mark.parametrize(("partitioned", "sessions"), [(False, False), (True, False),
+                                                       (False, True)])  # fmt: skip
+def test_a_batch_holds_many_keys_unless_the_destination_is_partitioned_or_has_sessions(
+    spark: Any, partitioned: bool, sessions: bool
+) -> None:
+    from syphon.job.batches import plan_batches
+
+    rows = [
+        row(
+            0,
+            i,
+            message_id=f"m-{i}",
+            minutes=i,
+            body=b"small",
+            **({"session": key} if sessions else {"partition_key": key}),
+        )
+        for i, key in enumerate(["b", "a", "c", "a", "b", "a"], start=1)
+    ]
+    out = plan_batches(order_groups(classified(spark, rows, partitioned, sessions))).collect()
+    placed = sorted((r["batch_id"], r["batch_position"], r["message_id"]) for r in out)
+    if not (partitioned or sessions):  # one batch: key after key, each in replay order
+        assert placed == [("contoso-primary#orders##0", p, m) for p, m in enumerate(
+            ["m-2", "m-4", "m-6", "m-1", "m-5", "m-3"])]  # fmt: skip
+    else:
+        assert placed == [
+            ("contoso-primary#orders#a#0", 0, "m-2"), ("contoso-primary#orders#a#0", 1, "m-4"),
+            ("contoso-primary#orders#a#0", 2, "m-6"), ("contoso-primary#orders#b#0", 0, "m-1"),
+            ("contoso-primary#orders#b#0", 1, "m-5"), ("contoso-primary#orders#c#0", 0, "m-3"),
+        ]  # fmt: skip
 
 
 def test_batches_fit_the_sdk_measure_and_keep_keys_apart(spark: Any) -> None:

@@ -107,6 +107,49 @@ def test_after_a_failed_batch_the_lanes_later_batches_are_skipped_and_other_lane
     assert [seqs for _, seqs in service.sent] == [[1], [4]]
 
 
+def test_a_many_key_batch_that_fails_breaks_each_of_its_keys_and_no_other() -> None:
+    """A destination's batch holds several keys (neither partitioned nor sessionful): a
+    failed one breaks every key in it; a later batch sends its other keys and skips the
+    broken ones' messages, so no key's order is ever broken."""
+    service = FakeService({ORDERS: [Sent("failed", "ServiceBusError"), Sent("sent")]})
+    r = replayer(service)
+    first = [rec(1, "o##0", key="a"), rec(2, "o##0", key="b")]  # fails
+    second = [rec(3, "o##1", key="a"), rec(4, "o##1", key="c"), rec(5, "o##1", key="b"),
+              rec(6, "o##1", key=None)]  # fmt: skip
+    results = [*r.replay(first), *r.replay(second)]
+    assert sorted(outcomes(results)) == [
+        (1, "failed", "ServiceBusError"),
+        (2, "failed", "ServiceBusError"),
+        (3, "skipped", "earlier_batch_failed"),
+        (4, "sent", None),
+        (5, "skipped", "earlier_batch_failed"),
+        (6, "sent", None),
+    ]
+    assert [seqs for _, seqs in service.sent] == [[4, 6]]
+
+
+def test_a_many_key_batch_whose_keys_all_broke_sends_nothing() -> None:
+    service = FakeService({ORDERS: [Sent("failed", "ServiceBusError"), Sent("sent")]})
+    r = replayer(service)
+    r.replay([rec(1, "o##0", key="a"), rec(2, "o##0", key="b")])
+    later = r.replay([rec(3, "o##1", key="b"), rec(4, "o##1", key="a")])
+    assert outcomes(later) == [(3, "skipped", "earlier_batch_failed"),
+                               (4, "skipped", "earlier_batch_failed")]  # fmt: skip
+    assert service.attempts == 1
+
+
+def test_an_unbuildable_message_breaks_every_key_of_its_many_key_batch() -> None:
+    service = FakeService()
+    r = replayer(service)
+    first = r.replay([rec(1, "o##0", key="a"), rec(2, "o##0", key="b", unbuildable=True),
+                      rec(3, "o##0", key="c")])  # fmt: skip
+    later = r.replay([rec(4, "o##1", key="c"), rec(5, "o##1", key="d")])
+    assert outcomes(first) == [(1, "skipped", "batch_not_sendable"),
+                               (2, "skipped", "not_sendable"),
+                               (3, "skipped", "batch_not_sendable")]  # fmt: skip
+    assert outcomes(later) == [(4, "skipped", "earlier_batch_failed"), (5, "sent", None)]
+
+
 def test_keyless_batches_do_not_break_each_other() -> None:
     service = FakeService({ORDERS: [Sent("failed", "X"), Sent("sent")]})
     r = replayer(service)

@@ -147,6 +147,9 @@ def test_an_action_this_version_does_not_know_changes_nothing() -> None:
     assert replay_history(history) == LeaseState("a", _at(10))
     history = [_commit(1, 1, "a", "acquire", 10), _commit(2, 5, "a", "abort", 50)]
     assert replay_history(history) == LeaseState("a", _at(10))
+    # nor one that sorts after the known ones (a holder's "transfer" is not a renew)
+    history = [_commit(1, 1, "a", "acquire", 10), _commit(2, 5, "a", "transfer", 50)]
+    assert replay_history(history) == LeaseState("a", _at(10))
     # a commit that names an action but no holder (not syphon's) is not an acquire
     nameless = _commit(1, 1, "a", "acquire", 10)
     del nameless["syphon.lease.holder"]

@@ -266,6 +266,7 @@ DESTINATIONS: Final = (
     Field("requires_duplicate_detection", "boolean"),
     Field("requires_session", "boolean"),
     Field("max_message_bytes", "long"),
+    Field("partitioned", "boolean"),
 )
 
 #: What earlier runs replayed (for duplicates across runs).

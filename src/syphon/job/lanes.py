@@ -1,14 +1,18 @@
 """The replay's rules, batch by batch: what is sent, what is skipped, and why.
 
-A *lane* is a (primary, destination, partition key): its batches go out in plan order,
-each only after the one before it was sent. :class:`Replayer` applies the rules to one
-batch at a time, given a ``send`` callable (a :class:`~syphon.servicebus.sending.SenderPool`
-in a Spark task; a fake in tests) and a ``build`` callable that rebuilds a message:
+A *lane* is a (primary, destination, partition key): its messages go out in plan order,
+each batch only after the one before it was sent. A batch may hold several lanes (many
+keys for one destination, see :mod:`syphon.job.batches`): a lane that broke earlier is
+left out of the batch, the rest goes, and a failed batch breaks every lane in it.
+:class:`Replayer` applies the rules to one batch at a time, given a ``send`` callable (a
+:class:`~syphon.servicebus.sending.SenderPool` in a Spark task; a fake in tests) and a
+``build`` callable that rebuilds a message:
 
 - a destination the pings skipped: every batch ``skipped`` with the ping's reason;
 - a primary that faulted earlier in the task: ``skipped`` / ``namespace_fault``;
-- a lane whose earlier batch was not sent: ``skipped`` / ``earlier_batch_failed`` (so the
-  next run starts from the first unsent message and order is never broken);
+- a lane whose earlier batch was not sent: its messages ``skipped`` /
+  ``earlier_batch_failed`` (so the next run starts from the first unsent message and
+  order is never broken);
 - a destination with ``failed_batches_per_destination`` failed batches in this task:
   ``skipped`` / ``destination_failing``;
 - within a batch, a message whose snapshot body is not the planned one: ``skipped`` /
@@ -135,23 +139,31 @@ class Replayer:
         skips it; returns one result per record."""
         first = batch[0]
         dest = (first["primary"], first["destination"])
-        key = first["partition_key_effective"]
-        lane = (dest[0], dest[1], key) if key is not None else None
 
-        def all_as(detail: str) -> list[Result]:
-            return [result(r, Outcome.SKIPPED, detail) for r in batch]
+        def lane_of(rec: Record) -> tuple[str, str, str] | None:
+            key = rec["partition_key_effective"]
+            return (dest[0], dest[1], key) if key is not None else None
+
+        def all_as(detail: str, records: Sequence[Record] = batch) -> list[Result]:
+            return [result(r, Outcome.SKIPPED, detail) for r in records]
 
         if dest in self.skip:
             return all_as(str(self.skip[dest]))
         if dest[0] in self.faulted:
             return all_as(Detail.NAMESPACE_FAULT)
-        if lane is not None and lane in self.broken_lanes:
-            return all_as(Detail.EARLIER_BATCH_FAILED)
+        # a batch may hold many keys: a key whose earlier batch failed is left out
+        broken = [r for r in batch if lane_of(r) in self.broken_lanes]
+        results: list[Result] = all_as(Detail.EARLIER_BATCH_FAILED, broken)
+        batch = [r for r in batch if lane_of(r) not in self.broken_lanes]
+        if not batch:
+            return results
         if self.failures.get(dest, 0) >= self.settings.failed_batches_per_destination:
-            return all_as(Detail.DESTINATION_FAILING)
+            return results + all_as(Detail.DESTINATION_FAILING, batch)
+
+        def break_lanes(records: Sequence[Record]) -> None:
+            self.broken_lanes.update(lane for r in records if (lane := lane_of(r)) is not None)
 
         now = self._now()
-        results: list[Result] = []
         messages: list[Any] = []
         sending: list[Record] = []
         for i, rec in enumerate(batch):
@@ -166,9 +178,8 @@ class Replayer:
                 messages.append(self._build(rec, ttl, now))
             except Exception:
                 # the plan rejects what cannot be rebuilt; anything else stops
-                # the batch here, and the lane's later batches, so order is kept
-                if lane is not None:
-                    self.broken_lanes.add(lane)
+                # the batch here, and its keys' later batches, so order is kept
+                break_lanes(batch)
                 return [
                     *results,
                     *(result(r, Outcome.SKIPPED, Detail.BATCH_NOT_SENDABLE) for r in sending),
@@ -182,8 +193,7 @@ class Replayer:
 
         sent, transfers, busy = self._transfer(dest, messages)
         if sent.status != "sent":
-            if lane is not None:
-                self.broken_lanes.add(lane)
+            break_lanes(sending)
             self.failures[dest] = self.failures.get(dest, 0) + 1
             if sent.namespace_fault:
                 self.faulted.add(dest[0])

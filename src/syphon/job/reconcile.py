@@ -109,6 +109,7 @@ def classify(
             ("requires_duplicate_detection", "boolean"),
             ("requires_session", "boolean"),
             ("max_message_bytes", "long"),
+            ("partitioned", "boolean"),
         ):
             df = df.withColumn(name, F.lit(None).cast(kind))
 
@@ -149,6 +150,14 @@ def classify(
         .withColumn("_invalid", invalid_reason)
         .withColumn("_expired", expired)
         .withColumn("_limit", limit)
+        # one key per batch where the service requires it (partitioned entities), where
+        # a batch's envelope carries its session, and where the settings are unknown;
+        # elsewhere a batch may hold many keys (each key's messages in order)
+        .withColumn(
+            "_pack_by_key",
+            F.coalesce(F.col("partitioned"), F.lit(True))
+            | F.coalesce(F.col("requires_session"), F.lit(True)),
+        )
     )
     # the size bound of every message that could be sent; the few over their limit by
     # it carry what rebuilds them, for the exact measure in the batch plan. The

@@ -6,9 +6,10 @@ the audit never holds) — :func:`replay_input`. Every destination is pinged fro
 driver first; one that is missing, unavailable or fails the ping is skipped for this run
 and its messages stay in the backlog.
 
-Spark lays the sends out by (destination, partition key): rows are hash-partitioned on
-that pair (keyless messages on their batch, so a destination's keyless batches may go in
-parallel) and sorted by replay order inside each task. A task holds one client per
+Spark lays the sends out by packing group (a destination, and its partition key where
+batches hold one key; see :mod:`syphon.job.batches`): rows are hash-partitioned on the
+group and sorted by batch number and position inside each task, so each group's batches
+go out in order and every key's order is kept. A task holds one client per
 primary namespace (:class:`~syphon.servicebus.sending.SenderPool`), applies the rules of
 :mod:`syphon.job.lanes` batch by batch and closes its clients on every path.
 
@@ -106,10 +107,12 @@ def replay_messages(
     from pyspark.sql import functions as F
 
     needed = {p for p, _ in skipped}
-    lane = F.coalesce(F.col("partition_key_effective"), F.col("batch_id"))
+    # a packing group's batches (batch id: group#number) go out in order, in one task
+    group = F.regexp_replace(F.col("batch_id"), "#[0-9]+$", "")
+    number = F.expr("try_cast(element_at(split(batch_id, '#'), -1) AS BIGINT)")
     partitions = max(1, rows.sparkSession.sparkContext.defaultParallelism)
-    laid_out = rows.repartition(partitions, "primary", "destination", lane).sortWithinPartitions(
-        "primary", "destination", lane, "replay_order"
+    laid_out = rows.repartition(partitions, group).sortWithinPartitions(
+        group, number, "batch_position"
     )
     plan = _TaskPlan({p: a for p, a in primaries.items() if p in needed},
                      {k: v for k, v in skipped.items() if v}, settings or ReplaySettings(),

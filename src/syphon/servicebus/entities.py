@@ -20,11 +20,11 @@ def list_destinations(access: Access) -> list[tuple[Any, ...]]:
         for q in admin.list_queues():
             size = (q.max_message_size_in_kilobytes or 0) * 1024 or limit
             out.append((access.namespace, q.name, True, bool(q.requires_duplicate_detection),
-                        bool(q.requires_session), size))  # fmt: skip
+                        bool(q.requires_session), size, bool(q.enable_partitioning)))  # fmt: skip
         for t in admin.list_topics():
             size = (t.max_message_size_in_kilobytes or 0) * 1024 or limit
             out.append((access.namespace, t.name, True, bool(t.requires_duplicate_detection),
-                        False, size))  # fmt: skip
+                        False, size, bool(t.enable_partitioning)))  # fmt: skip
     return out
 
 
