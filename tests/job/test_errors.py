@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from azure.servicebus import ServiceBusMessage
 
+from azurite import KEY_ENV, BlobAudit
 from paired_env import PRIMARY, Pair, job_config, send_raw
 from syphon.app.cli import main
 from syphon.core.errors import ExitCode
@@ -93,6 +94,34 @@ def test_an_audit_path_that_cannot_be_written_exits_9_with_a_fix_naming_it(
         f"fix: audit.path ({path}) cannot be written: point it at a folder or URI this "
         "machine and every executor can write, or fix its permissions"
     ]
+    assert "Traceback" not in out + err
+    assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1
+
+
+def test_a_wrong_storage_key_exits_9_with_a_fix_before_spark_and_never_shows_a_key(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], blob_audit: BlobAudit,
+) -> None:  # fmt: skip
+    """The audit on Blob storage (Azurite) refuses a key that is not the account's."""
+    park_one(pair)
+    job_config(pair, tmp_path, monkeypatch, audit=blob_audit.audit_yaml("abfss"))
+    wrong = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
+    monkeypatch.setenv(KEY_ENV, wrong)
+    monkeypatch.setattr(
+        "syphon.app.services.build_spark_session",
+        lambda *_: pytest.fail("Spark started for a run that cannot keep its audit"),
+    )
+    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.AUDIT_UNAVAILABLE, out + err
+    uri = blob_audit.uri("abfss")
+    assert fix_lines(out) == [
+        f"fix: audit.path ({uri}) cannot be reached: check that its container or bucket "
+        "exists and that audit.storage's account key, SAS or Azure AD identity may read, "
+        "write and list it (and audit.storage.endpoint, if set)"
+    ]
+    assert wrong not in out + err
+    assert blob_audit.azurite.key not in out + err
     assert "Traceback" not in out + err
     assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1
 

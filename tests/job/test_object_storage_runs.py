@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from azurite import KEY_ENV, BlobAudit
+from azurite import BlobAudit
 from crash_scenario import (
     add_round,
     assert_killed,
@@ -28,7 +28,7 @@ from crash_scenario import (
     start_killed_run,
     wait_for_the_lease_to_expire,
 )
-from paired_env import PRIMARY, Pair, context, job_config, run_job, send_raw
+from paired_env import Pair, context, job_config, run_job, send_raw
 from servicebus_emulator import QueueSpec
 from syphon.app import notebook
 from syphon.app.cli import main
@@ -157,30 +157,3 @@ def _holder(root: Location) -> str | None:
     if not root.child(LEASES_TABLE).is_table():
         return None
     return Lease(root, "observer", timedelta(seconds=1)).state().holder
-
-
-def test_a_wrong_storage_key_exits_9_with_a_fix_before_spark_and_never_shows_a_key(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], blob_audit: BlobAudit,
-) -> None:  # fmt: skip
-    send_raw(pair, 0, [to_backlog_message(ServiceBusMessage(b"x", message_id="w1"), "orders")])
-    job_config(pair, tmp_path, monkeypatch, audit=blob_audit.audit_yaml("abfss"))
-    wrong = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
-    monkeypatch.setenv(KEY_ENV, wrong)
-    monkeypatch.setattr(
-        "syphon.app.services.build_spark_session",
-        lambda *_: pytest.fail("Spark started for a run that cannot keep its audit"),
-    )
-    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
-    out, err = capsys.readouterr()
-    assert code == ExitCode.AUDIT_UNAVAILABLE, out + err
-    uri = blob_audit.uri("abfss")
-    assert [line for line in out.splitlines() if line.startswith("fix:")] == [
-        f"fix: audit.path ({uri}) cannot be reached: check that its container or bucket "
-        "exists and that audit.storage's account key, SAS or Azure AD identity may read, "
-        "write and list it (and audit.storage.endpoint, if set)"
-    ]
-    assert wrong not in out + err
-    assert blob_audit.azurite.key not in out + err
-    assert "Traceback" not in out + err
-    assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1

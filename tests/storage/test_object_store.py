@@ -4,7 +4,6 @@ credentials a config gives (tests/azurite.py)."""
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from typing import Any
 
@@ -12,6 +11,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
 from azurite import KEY_ENV, BlobAudit
+from lease_race import race
 from syphon.app.storage import resolve_location
 from syphon.core.config import AuditConfig, SecretRef, StorageConfig
 from syphon.core.errors import AuditStoreError, ExitCode
@@ -83,20 +83,7 @@ def test_runs_asking_at_once_on_abfss_get_exactly_one_holder(blob_audit: BlobAud
     Lease(root, "creator", timedelta(seconds=1)).release()  # the table exists
     leases = [Lease(configured(blob_audit, "abfss"), f"run-{i}", timedelta(minutes=5))
               for i in range(6)]  # fmt: skip
-    won: list[str] = []
-    start = threading.Barrier(len(leases))
-
-    def ask(lease: Lease) -> None:
-        start.wait()
-        lease.acquire()
-        if lease.held():
-            won.append(lease.holder)
-
-    threads = [threading.Thread(target=ask, args=(lease,)) for lease in leases]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    won = race(leases)
     assert len(won) == 1
     assert {lease.state().holder for lease in leases} == {won[0]}
     history = read_table(root.child("leases")).column("action").to_pylist()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lease_race import race
 from syphon.store.lease import (
     Lease,
     LeaseLostError,
@@ -21,20 +22,7 @@ from syphon.store.lease import (
 def test_many_runs_asking_at_once_get_exactly_one_holder(tmp_path: Path) -> None:
     leases = [Lease(tmp_path, f"run-{i}", timedelta(minutes=5)) for i in range(6)]
     Lease(tmp_path, "creator", timedelta(seconds=1)).release()  # the table exists
-    won: list[str] = []
-    start = threading.Barrier(len(leases))
-
-    def ask(lease: Lease) -> None:
-        start.wait()
-        lease.acquire()
-        if lease.held():
-            won.append(lease.holder)
-
-    threads = [threading.Thread(target=ask, args=(lease,)) for lease in leases]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    won = race(leases)
     assert len(won) == 1
     # every reader agrees on the holder
     assert {lease.state().holder for lease in leases} == {won[0]}

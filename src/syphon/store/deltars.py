@@ -59,7 +59,5 @@ class DeltaRsStore(TableStore):
 
     def audit(self) -> DataFrame | None:
         # the schema is known: no Spark job to read every file's footer on each read
-        with guarded(self.where, "read its audit table"):
-            if not table_exists(self._table(AUDIT_TABLE)):
-                return None
+        with guarded(self.where, "read its audit table"):  # None before the first plan
             return read_dataframe(self._spark(), self._table(AUDIT_TABLE), spark_schema(AUDIT))
