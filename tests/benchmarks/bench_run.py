@@ -23,7 +23,7 @@ violations counted per (destination, key): a message whose ``n`` is below the on
 received before it.
 Printed per delay and tool: wall time, messages/s, delivered, violations, credits per
 replayed message (billable operations: the baseline's receives, sends and completes;
-syphon's from its ledger: peeks, sends, receives, settlement requests, pings), send
+syphon's from its ledger: peeks, sends, receives, settlement requests), send
 transfers, settlement requests, and the CPU time the local Service Bus process spent
 serving each tool (both share the machine's 2 cores with it); then the ratio. Then the
 empty run: ``syphon run`` as a process on empty backlog queues, wall time and the

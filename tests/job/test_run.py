@@ -168,7 +168,8 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     mine = [r for r in audit if r["run_id"] == first.run_id]
     replay_rows = {r["message_id"]: (r["outcome"], r["detail"]) for r in mine
                    if r["stage"] == "replay"}  # fmt: skip
-    assert replay_rows["paused-1"] == ("skipped", "destination_unavailable")
+    # the probe attaches a link, which the paused destination accepts; its send refuses
+    assert replay_rows["paused-1"] == ("failed", "MessagingEntityDisabledError")
     assert all(replay_rows[m.message_id] == ("sent", None) for m in parked)
     settle = {r["message_id"]: r["outcome"] for r in mine if r["stage"] == "settle"}
     assert settle["bad-1"] == "dead_lettered"
@@ -186,7 +187,8 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     assert ops["replay.messages_sent"] == len(parked) + 4
     assert ops["settle.completes"] == len(parked) + 6
     assert ops["settle.dead_letters"] == 2
-    assert ops["replay.pings"] == 4  # orders, sessions, events, paused
+    assert ops["replay.probes"] == 4  # orders, sessions, events, paused
+    assert "replay.pings" not in ops  # nothing sent to probe a destination
     assert ops["snapshot.messages_peeked"] == len(parked) + 10
     assert ops["replay.busy_retries"] == 0
     # a batch is one transfer: at least one per destination sent to, at most one a message
@@ -200,7 +202,7 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     assert all(timings[s] > 0 for s in ("snapshot", "reconcile", "audit", "replay", "settle"))
     # each is a span of this run: no stage took longer than the whole run did
     assert all(0 <= t <= took for t in timings.values()), (timings, took)
-    assert 0 < timings["replay.pings"] + timings["replay.sends"] <= timings["replay"]
+    assert 0 < timings["replay.probes"] + timings["replay.sends"] <= timings["replay"]
     assert runs[-1]["credits_per_replayed_message"] == pytest.approx(
         ops["credits_estimated"] / (len(parked) + 4)
     )
@@ -325,7 +327,7 @@ def test_a_stopped_run_resumes_sending_what_was_not_sent_and_nothing_twice(
     if stop == "after_replaying":  # the resumed run sent them all
         assert seen_at_record["replay"] == (4, 4)
     spans = resumed.timings
-    assert (spans.replay_pings, spans.replay_sends, spans.replay, spans.settle) == (10, 10, 40, 10)
+    assert (spans.replay_probes, spans.replay_sends, spans.replay, spans.settle) == (10, 10, 40, 10)
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == ids  # each once
     assert sum(len(v) for v in backlog_state(pair).values()) == 0
     rows = [r for r in read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()

@@ -106,15 +106,15 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
     other.release()
 
     # server busy beyond the SDK's own retries: the replay backs off and goes on
-    original_ping = syphon.job.run.ping_destinations
+    original_probe = syphon.job.run.probe_destinations
 
-    def ping_then_throttle(*args: Any, **kwargs: Any) -> Any:
-        answer = original_ping(*args, **kwargs)
+    def probe_then_throttle(*args: Any, **kwargs: Any) -> Any:
+        answer = original_probe(*args, **kwargs)
         pair.primary.throttle("orders")
         threading.Timer(15.0, lambda: pair.primary.throttle("orders", busy=False)).start()
         return answer
 
-    monkeypatch.setattr("syphon.job.run.ping_destinations", ping_then_throttle)
+    monkeypatch.setattr("syphon.job.run.probe_destinations", probe_then_throttle)
     done = run_job(config, spark)
     assert done.status == "done", done
     assert (done.operations.replay_busy_retries or 0) >= 1

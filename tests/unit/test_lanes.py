@@ -176,7 +176,26 @@ def test_a_destination_that_keeps_failing_is_skipped_after_the_threshold() -> No
     assert service.attempts == 3
 
 
-def test_destinations_the_pings_skipped_are_skipped_with_the_pings_reason() -> None:
+@pytest.mark.parametrize(("error", "reason"), [
+    ("MessagingEntityNotFoundError", "destination_missing"),
+    ("MessagingEntityDisabledError", "destination_unavailable"),
+])  # fmt: skip
+def test_a_destination_a_send_finds_missing_or_disabled_is_skipped_from_then_on(
+    error: str, reason: str
+) -> None:
+    service = FakeService({ORDERS: [Sent("failed", error)]})
+    r = replayer(service)
+    other = ("contoso", "payments")
+    results = [
+        *r.replay([rec(1, "a", key="a")]),
+        *r.replay([rec(2, "b", key="b")]),  # a fresh lane: skipped for the destination
+        *r.replay([rec(3, "p", key="a", dest=other)]),
+    ]
+    assert outcomes(results) == [(1, "failed", error), (2, "skipped", reason), (3, "sent", None)]
+    assert service.attempts == 2
+
+
+def test_destinations_the_probes_skipped_are_skipped_with_the_probes_reason() -> None:
     service = FakeService()
     r = replayer(service, skip={ORDERS: "destination_missing", ("contoso", "ok"): None})
     assert outcomes(r.replay([rec(1, "b"), rec(2, "b")])) == [
@@ -310,10 +329,10 @@ def test_the_default_back_off_starts_at_a_second_and_doubles_up_to_thirty() -> N
 
 
 def test_by_default_a_destination_is_given_up_after_three_failed_batches() -> None:
-    service = FakeService({ORDERS: [Sent("failed", "MessagingEntityDisabledError")]})
+    service = FakeService({ORDERS: [Sent("failed", "MessageSizeExceededError")]})
     r = replayer(service)
     results = [x for k in range(5) for x in r.replay([rec(k, f"b{k}", key=f"k{k}")])]
-    assert [d for _, _, d in outcomes(results)] == ["MessagingEntityDisabledError"] * 3 + [
+    assert [d for _, _, d in outcomes(results)] == ["MessageSizeExceededError"] * 3 + [
         "destination_failing"] * 2  # fmt: skip
 
 

@@ -49,7 +49,8 @@ class Operations(_Metrics):
     destinations_management_calls: int | None = None
     snapshot_queues_peeked: int | None = None
     snapshot_messages_peeked: int | None = None
-    replay_pings: int | None = None
+    replay_pings: int | None = None  # runs recorded before the probes
+    replay_probes: int | None = None
     replay_send_transfers: int | None = None
     replay_messages_sent: int | None = None
     replay_busy_retries: int | None = None
@@ -62,9 +63,11 @@ class Operations(_Metrics):
     @property
     def credits_estimated(self) -> int:
         """Billable operations: one per message peeked, sent or received, one per
-        settlement request (a page's completions are one request), one per ping and per
-        probe peek. Runs recorded before settlement requests were counted count one per
-        message completed or dead-lettered instead."""
+        settlement request (a page's completions are one request), one per probe peek of
+        the discovery and per ping (runs recorded before the replay probed its
+        destinations by attaching a link, which is not billed, pinged them). Runs recorded
+        before settlement requests were counted count one per message completed or
+        dead-lettered instead."""
         settled = self.settle_requests
         if settled is None:
             settled = (self.settle_completes or 0) + (self.settle_dead_letters or 0)
@@ -90,7 +93,7 @@ class Operations(_Metrics):
 
 @dataclass
 class Timings(_Metrics):
-    """Seconds per stage (and, within the replay, its pings and sends)."""
+    """Seconds per stage (and, within the replay, its probes and sends)."""
 
     discover: float | None = None
     destinations: float | None = None
@@ -98,7 +101,8 @@ class Timings(_Metrics):
     reconcile: float | None = None
     audit: float | None = None
     replay: float | None = None
-    replay_pings: float | None = None
+    replay_pings: float | None = None  # runs recorded before the probes
+    replay_probes: float | None = None
     replay_sends: float | None = None
     settle: float | None = None
 

@@ -97,10 +97,11 @@ class Detail:
     NOT_SENDABLE: Final = "not_sendable"
     BATCH_NOT_SENDABLE: Final = "batch_not_sendable"
     NAMESPACE_FAULT: Final = "namespace_fault"
-    # destinations skipped by the pings
+    # destinations skipped by the probes, or found missing or disabled by a send (runs
+    # recorded before the probes say ping_failed_<Error> for probe_failed_<Error>)
     DESTINATION_MISSING: Final = "destination_missing"
     DESTINATION_UNAVAILABLE: Final = "destination_unavailable"
-    PING_FAILED: Final = "ping_failed_"  # + the error class
+    PROBE_FAILED: Final = "probe_failed_"  # + the error class
     # settle
     ARRIVED_AFTER_SNAPSHOT: Final = "arrived_after_snapshot"
     NOT_RECEIVED: Final = "not_received"

@@ -89,13 +89,13 @@ def denied_fix(access: Access) -> str:
 def refused_primaries(
     skipped: Mapping[tuple[str, str], str | None], primaries: Mapping[str, Access]
 ) -> Failure | None:
-    """A run whose pings a primary refused (its key is wrong, or holds no Send right, or
+    """A run whose probes a primary refused (its key is wrong, or holds no Send right, or
     Azure AD gave no token) exits 3 with the fix for each such primary: its messages
     wait in the backlog, and no later run does better until the credentials change.
-    ``skipped``: the pings' verdicts by (primary, destination)."""
+    ``skipped``: the probes' verdicts by (primary, destination)."""
     refused = sorted({primary for (primary, _), reason in skipped.items()
-                      if reason is not None and reason.startswith(Detail.PING_FAILED)
-                      and reason.removeprefix(Detail.PING_FAILED) in DENIED})  # fmt: skip
+                      if reason is not None and reason.startswith(Detail.PROBE_FAILED)
+                      and reason.removeprefix(Detail.PROBE_FAILED) in DENIED})  # fmt: skip
     if not refused:
         return None
     fix = "; ".join(denied_fix(primaries[name]) for name in refused)

@@ -8,7 +8,10 @@ left out of the batch, the rest goes, and a failed batch breaks every lane in it
 :class:`~syphon.servicebus.sending.SenderPool` in a Spark task; a fake in tests) and a
 ``build`` callable that rebuilds a message:
 
-- a destination the pings skipped: every batch ``skipped`` with the ping's reason;
+- a destination the probes skipped: every batch ``skipped`` with the probe's reason;
+- a destination whose send said it does not exist or is disabled (after the probe): that
+  batch ``failed`` with the error class, the destination's later batches ``skipped`` /
+  ``destination_missing`` or ``destination_unavailable``;
 - a primary that faulted earlier in the task: ``skipped`` / ``namespace_fault``;
 - a lane whose earlier batch was not sent: its messages ``skipped`` /
   ``earlier_batch_failed`` (so the next run starts from the first unsent message and
@@ -38,6 +41,7 @@ from typing import Any
 
 from syphon.core.schema import Detail, Outcome
 from syphon.core.timespan import TICKS_PER_MICROSECOND
+from syphon.servicebus import errors
 from syphon.servicebus.sending import Destination, Sent
 
 Record = Mapping[str, Any]
@@ -101,7 +105,8 @@ class Replayer:
 
     Args:
         settings: retries and thresholds.
-        skip: destinations the pings skipped, with the reason.
+        skip: destinations the probes skipped, with the reason (a send that finds one
+            missing or disabled adds it).
         send: sends a batch (never raises).
         build: rebuilds a message.
         retried: this task is a retry of one that failed (and may have sent some).
@@ -197,6 +202,10 @@ class Replayer:
             self.failures[dest] = self.failures.get(dest, 0) + 1
             if sent.namespace_fault:
                 self.faulted.add(dest[0])
+            if sent.error in errors.ENTITY_MISSING:
+                self.skip[dest] = Detail.DESTINATION_MISSING
+            elif sent.error in errors.ENTITY_DISABLED:
+                self.skip[dest] = Detail.DESTINATION_UNAVAILABLE
         outcome = {"sent": Outcome.SENT, "in_doubt": Outcome.IN_DOUBT}.get(
             sent.status, Outcome.FAILED
         )

@@ -2,9 +2,9 @@
 
 Input: the run's plan rows in the audit (verdict, batch, position, effective partition
 key) joined with a snapshot of the backlog (the bodies and original properties, which
-the audit never holds) — :func:`replay_input`. Every destination is pinged from the
-driver first; one that is missing, unavailable or fails the ping is skipped for this run
-and its messages stay in the backlog.
+the audit never holds) — :func:`replay_input`. Every destination is probed from the
+driver first (a sender link attached, no message sent); one that is missing, unavailable
+or refuses the probe is skipped for this run and its messages stay in the backlog.
 
 Spark lays the sends out by packing group (a destination, and its partition key where
 batches hold one key; see :mod:`syphon.job.batches`): rows are hash-partitioned on the

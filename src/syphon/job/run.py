@@ -41,7 +41,7 @@ from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.errors import NAMESPACE_FAULTS
-from syphon.servicebus.sending import Destination, ping_destinations
+from syphon.servicebus.sending import Destination, probe_destinations
 from syphon.store.lease import Lease
 
 if TYPE_CHECKING:
@@ -146,10 +146,10 @@ def _replay_and_settle(
     todo = still_to_send(planned, earlier)
     destinations = sorted((r["primary"], r["destination"]) for r in
                           todo.select("primary", "destination").distinct().collect())  # fmt: skip
-    progress.step(f"replay: pinging {len(destinations)} destinations")
-    skipped = ping_destinations(ctx.namespaces.primaries, destinations)
-    ledger.operations.replay_pings = len(destinations)
-    ledger.timings.replay_pings = time.monotonic() - clock
+    progress.step(f"replay: probing {len(destinations)} destinations")
+    skipped = probe_destinations(ctx.namespaces.primaries, destinations)
+    ledger.operations.replay_probes = len(destinations)
+    ledger.timings.replay_probes = time.monotonic() - clock
     in_doubt = ctx.store.in_doubt()  # read before this attempt records "replaying"
     lease.check()
     ledger.record(Status.REPLAYING)
@@ -212,7 +212,7 @@ def _finish(ledger: Ledger, unknown: list[Destination], skipped: dict[Destinatio
     """Records the final status: ``failed`` when a namespace failed mid-run, ``partial``
     when work is left (messages that arrived after the snapshot are the next run's work,
     not left-overs), else ``done``. ``unknown``: the destinations the plan found no
-    entity for; ``skipped``: the pings' verdicts; ``refused``: the exit of a run whose
+    entity for; ``skipped``: the probes' verdicts; ``refused``: the exit of a run whose
     primaries refused the credentials (before missing destinations: it blocks more)."""
     outcomes = {**{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
                 **{f"settle_{k}": v for k, v in settle.by_outcome().items()}}  # fmt: skip

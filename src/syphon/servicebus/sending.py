@@ -1,4 +1,4 @@
-"""Sending to the primaries: pings that probe destinations, and a task's senders.
+"""Sending to the primaries: probes of the destinations, and a task's senders.
 
 A :class:`SenderPool` holds one client per primary and one sender per destination,
 opens them side by side (the SDK's link set-up is mostly waiting), sends one batch of
@@ -14,10 +14,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-from syphon.core.envelope import PING_CONTENT_TYPE
 from syphon.core.schema import Detail
 from syphon.servicebus import errors
 from syphon.servicebus.access import Access
@@ -29,8 +27,11 @@ log = logging.getLogger(__name__)
 #: backoff (which counts it) and a dead namespace is noticed in seconds.
 SDK_RETRIES = 2
 
-#: Senders opened side by side (pings, and a replay task's destinations).
+#: Senders a replay task opens side by side.
 OPEN_THREADS = 16
+
+#: Destinations the driver probes side by side (link set-up is mostly the SDK waiting).
+PROBE_THREADS = 64
 
 #: A destination: (primary namespace, entity path).
 Destination = tuple[str, str]
@@ -53,22 +54,25 @@ class Sent:
     namespace_fault: bool = False
 
 
-def ping_destinations(
+def probe_destinations(
     primaries: Mapping[str, Access], destinations: Iterable[Destination]
 ) -> dict[Destination, str | None]:
-    """Pings every (primary, destination); None for the healthy ones, else a skip reason
-    (``destination_missing``, ``destination_unavailable``, ``ping_failed_<Error>``). A
-    ping is what the paired sender sends: an empty message of content type ping with a
-    one-second TTL, which the service never delivers."""
-    from azure.servicebus import ServiceBusMessage
+    """Checks every (primary, destination) by attaching a sender link and closing it, side
+    by side; None for the healthy ones, else a skip reason (``destination_missing``,
+    ``destination_unavailable``, ``probe_failed_<Error>``: the namespace refused the
+    connection or the credentials).
 
-    def ping(client: Any, primary: str, name: str) -> str | None:
-        message = ServiceBusMessage(
-            b"", content_type=PING_CONTENT_TYPE, time_to_live=timedelta(seconds=1)
-        )
+    No message is sent: the seed pinged with an empty message that the service drops, but
+    a consumer of a service that does not drop it would receive it (the paired sender,
+    which must keep the seed's wire behaviour, still pings). A destination that accepts
+    the attach and refuses sends (the service may check a disabled entity only when it
+    receives a message) is found by the first send, and its later batches are skipped
+    (see :mod:`syphon.job.lanes`)."""
+
+    def probe(client: Any, primary: str, name: str) -> str | None:
         try:
-            with client.get_queue_sender(name, keep_alive=None) as sender:
-                sender.send_messages(message)
+            with client.get_queue_sender(name, keep_alive=None):
+                pass  # entering attaches the link (and puts the token)
             return None
         except Exception as exc:
             name_of = type(exc).__name__
@@ -79,7 +83,7 @@ def ping_destinations(
             elif name_of in errors.ENTITY_DISABLED:
                 reason = Detail.DESTINATION_UNAVAILABLE
             elif isinstance(exc, OSError) or _is_azure(exc):
-                reason = f"{Detail.PING_FAILED}{name_of}"
+                reason = f"{Detail.PROBE_FAILED}{name_of}"
             else:
                 raise
         log.warning("destination %s of %s is skipped: %s", name, primary, reason)
@@ -90,12 +94,12 @@ def ping_destinations(
     for primary, destination in destinations:
         by_primary.setdefault(primary, []).append(destination)
     for primary, names in by_primary.items():
-        # each sender has its own connection: the pings go side by side
+        # each sender has its own connection: the attaches go side by side
         with (
             primaries[primary].client(retry_total=1) as client,
-            ThreadPoolExecutor(max_workers=OPEN_THREADS) as pool,
+            ThreadPoolExecutor(max_workers=min(PROBE_THREADS, len(names))) as pool,
         ):
-            reasons = pool.map(ping, [client] * len(names), [primary] * len(names), names)
+            reasons = pool.map(probe, [client] * len(names), [primary] * len(names), names)
             out.update(((primary, name), r) for name, r in zip(names, reasons, strict=True))
     return out
 
