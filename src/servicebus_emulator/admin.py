@@ -994,13 +994,19 @@ class AdminService:
 # ------------------------------------------------------------------- HTTPS listener
 
 
+class _Listener(ThreadingHTTPServer):
+    #: the standard library's 5 makes clients that connect at once wait for SYN
+    #: retransmissions (see the AMQP listener in server.py)
+    request_queue_size = 1024
+
+
 class AdminServer:
     """The HTTPS listener in front of :class:`AdminService`."""
 
     def __init__(self, broker: Broker, host: str, port: int, tls: TlsMaterial) -> None:
         self.host = host
         handler = _handler_for(self)
-        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd = _Listener((host, port), handler)
         self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
         context = tls.server_context()

@@ -20,6 +20,9 @@ from servicebus_emulator.tls import TlsMaterial, generate
 
 log = logging.getLogger(__name__)
 
+#: Connections the AMQP and management listeners queue before accepting them.
+LISTEN_BACKLOG = 1024
+
 #: The key in emulator connection strings (the namespace's root key, all rights).
 EMULATOR_KEY_NAME = ROOT_KEY.name
 EMULATOR_KEY = ROOT_KEY.key
@@ -161,6 +164,10 @@ class Emulator:
             container = Container(self.handler)
             container.selectable(self._injector)
             acceptor = container.listen(f"{self.host}:{self.port}")
+            # proton listens with a backlog of 10: more clients connecting at once (a job
+            # opening its links side by side) would wait for SYN retransmissions, 1 s and
+            # more, which the service never makes them do (no public way either)
+            acceptor._selectable._delegate.listen(LISTEN_BACKLOG)
             self._container = container
             self._ready.set()
             try:

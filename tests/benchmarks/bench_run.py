@@ -220,17 +220,19 @@ def empty_run(conf: Path) -> tuple[float, str, dict[str, Any]]:
     return wall, status, last.operations.as_map()
 
 
-def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int) -> list[Any]:
+def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
+            with_baseline: bool = True) -> list[Any]:  # fmt: skip
     """Both tools on the same backlog through the endpoints ``ns`` (parking and checking
     go direct): a row per tool, and syphon's run result."""
     rows = []
-    park(direct["secondary"]["conn"], total)
-    clock, cpu = time.monotonic(), cpu_seconds(pid)
-    moved, ops = baseline(ns["secondary"]["conn"], ns["primary"]["conn"])
-    wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
-    received, bad = drain_and_check(direct["primary"]["conn"])
-    rows.append(("baseline", wall, moved, received, bad, sum(ops.values()) / moved, cpu_s,
-                 ops["sends"], ops["completes"]))  # fmt: skip
+    if with_baseline:
+        park(direct["secondary"]["conn"], total)
+        clock, cpu = time.monotonic(), cpu_seconds(pid)
+        moved, ops = baseline(ns["secondary"]["conn"], ns["primary"]["conn"])
+        wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
+        received, bad = drain_and_check(direct["primary"]["conn"])
+        rows.append(("baseline", wall, moved, received, bad, sum(ops.values()) / moved, cpu_s,
+                     ops["sends"], ops["completes"]))  # fmt: skip
 
     park(direct["secondary"]["conn"], total)
     with tempfile.TemporaryDirectory() as tmp:
@@ -252,6 +254,10 @@ def main() -> None:
     parser.add_argument(
         "--delays", default="0,5", help="one-way network delays to measure at, in ms (default 0,5)"
     )
+    parser.add_argument(
+        "--syphon-only", action="store_true",
+        help="leave the baseline out (to profile syphon's stages; no ratio is printed)",
+    )  # fmt: skip
     args = parser.parse_args()
     total = args.messages
     delays = sorted({0.0, *(float(d) for d in args.delays.split(","))})
@@ -264,10 +270,12 @@ def main() -> None:
     try:
         table = []
         for delay in (float(d) for d in args.delays.split(",")):
-            rows, result = measure(info["at"][delay], direct, info["pid"], total)
+            rows, result = measure(info["at"][delay], direct, info["pid"], total,
+                                   not args.syphon_only)  # fmt: skip
             table.append((delay, rows))
-            print(f"{delay:g} ms one way: syphon / baseline {rows[0][1] / rows[1][1]:.2f}x "
-                  f"faster (status {result.status}; stages: "
+            ratio = "" if args.syphon_only else (
+                f"syphon / baseline {rows[0][1] / rows[-1][1]:.2f}x faster ")  # fmt: skip
+            print(f"{delay:g} ms one way: {ratio}(status {result.status}; stages: "
                   + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.as_map().items())
                   + ")", flush=True)  # fmt: skip
             print(
@@ -286,7 +294,8 @@ def main() -> None:
                 print(f"{delay:>4g}ms {name:<9} {wall:>8.1f} {n / wall:>8,.0f} {received:>10,} "
                       f"{bad:>11} {credits:>12.2f} {transfers:>10,} {settles:>11,} "
                       f"{cpu_s:>9.1f}")  # fmt: skip
-            print(f"{'':>6} ratio     {rows[0][1] / rows[1][1]:>8.2f}x")
+            if len(rows) == 2:
+                print(f"{'':>6} ratio     {rows[0][1] / rows[1][1]:>8.2f}x")
 
         for discovery in ("management", "probe"):
             with tempfile.TemporaryDirectory() as tmp:

@@ -80,3 +80,22 @@ def test_a_stopped_emulator_refuses_connections_like_a_namespace_that_is_down(
     sb.stop()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", sb.port), timeout=5).close()
+
+
+def test_both_listeners_queue_many_connections_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # proton listens with a backlog of 10 and the standard library's HTTP server with 5:
+    # a job opening 50 links side by side would wait a second and more for SYN
+    # retransmissions, which the service never makes it do
+    from servicebus_emulator import Emulator
+
+    backlogs: dict[int, int] = {}
+    listen = socket.socket.listen
+
+    def recording(sock: socket.socket, backlog: int = 128) -> None:
+        backlogs[sock.getsockname()[1]] = backlog  # the last listen of a socket counts
+        listen(sock, backlog)
+
+    monkeypatch.setattr(socket.socket, "listen", recording)
+    with Emulator(queues=[QueueSpec("q")]) as sb:
+        assert backlogs[sb.port] >= 512
+        assert backlogs[sb.admin_port] >= 512
