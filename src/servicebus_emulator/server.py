@@ -167,7 +167,9 @@ class Emulator:
             # proton listens with a backlog of 10: more clients connecting at once (a job
             # opening its links side by side) would wait for SYN retransmissions, 1 s and
             # more, which the service never makes them do (no public way either)
-            acceptor._selectable._delegate.listen(LISTEN_BACKLOG)
+            listening = acceptor._selectable._delegate
+            if isinstance(listening, socket.socket):
+                listening.listen(LISTEN_BACKLOG)
             self._container = container
             self._ready.set()
             try:
