@@ -1,10 +1,11 @@
-"""The settle task of one backlog queue against the local Service Bus, through the real
-SDK, without Spark: the task is called with the rows Spark would hand it (one queue's
-settle actions). What it completes, dead-letters and leaves, and each way it stops."""
+"""The settle task against the local Service Bus, through the real SDK, without Spark: the
+task is called with the rows Spark would hand it (its queues' settle actions). What it
+completes, dead-letters and leaves, and each way it stops."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -47,6 +48,12 @@ def actions(rows: list[tuple[int, str, str | None, str]]) -> pd.DataFrame:
     return pa.Table.from_pandas(frame, preserve_index=False).to_pandas()
 
 
+def settle_task(sb_access: Access, run_id: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """The task as Spark runs it (frames in, frames out), over one frame of actions."""
+    task = _SettleTask(sb_access, run_id)
+    return lambda todo: pd.concat(list(task(iter([todo]))), ignore_index=True)
+
+
 def by_seq(frame: pd.DataFrame) -> dict[int, dict[str, Any]]:
     return {int(r["sequence_number"]): r for r in frame.to_dict("records")}
 
@@ -61,7 +68,7 @@ def test_completes_dead_letters_with_the_reason_and_gives_back_what_it_leaves(
         (seq["bad"], DEAD_LETTER, "destination_unknown", "invalid"),
         (seq["paused"], LEAVE, None, "replay"),
     ])  # fmt: skip  # "late" arrived after the snapshot: not in the plan
-    out = by_seq(_SettleTask(access(sb), "run-1")(todo))
+    out = by_seq(settle_task(access(sb), "run-1")(todo))
 
     assert (out[seq["sent"]]["outcome"], out[seq["sent"]]["detail"]) == (Outcome.COMPLETED, None)
     assert (out[seq["bad"]]["outcome"], out[seq["bad"]]["detail"]) == (
@@ -97,7 +104,7 @@ def test_a_queue_with_one_action_is_settled(servicebus_emulator: EmulatorFactory
     sb = servicebus_emulator(QueueSpec(QUEUE))
     seq = park(sb, ["only"])
     todo = actions([(seq["only"], COMPLETE, None, "replay")])
-    out = by_seq(_SettleTask(access(sb), "run-5")(todo))
+    out = by_seq(settle_task(access(sb), "run-5")(todo))
     assert (out[seq["only"]]["outcome"], out[seq["only"]]["received"]) == (Outcome.COMPLETED, 1)
     assert not sb.broker.entity(QUEUE).messages
 
@@ -111,7 +118,7 @@ def test_a_queue_with_more_to_settle_than_one_receive_brings_is_settled_to_the_e
 
     sb = servicebus_emulator(QueueSpec(QUEUE))
     seq = park(sb, [f"m{i}" for i in range(RECEIVE_PAGE * 3 // 2 + 1)])
-    out = by_seq(_SettleTask(access(sb), "run-6")(actions(
+    out = by_seq(settle_task(access(sb), "run-6")(actions(
         [(s, COMPLETE, None, "replay") for s in seq.values()])))  # fmt: skip
     assert {r["outcome"] for r in out.values()} == {Outcome.COMPLETED}
     assert len(out) == len(seq)
@@ -131,7 +138,7 @@ def test_a_message_locked_elsewhere_is_left_not_received(
         assert str(locked.message_id) == "held"
         todo = actions([(seq["held"], COMPLETE, None, "replay"),
                         (seq["free"], COMPLETE, None, "replay")])  # fmt: skip
-        out = by_seq(_SettleTask(access(sb), "run-2")(todo))
+        out = by_seq(settle_task(access(sb), "run-2")(todo))
         other.abandon_message(locked)
     assert (out[seq["free"]]["outcome"], out[seq["free"]]["detail"]) == (Outcome.COMPLETED, None)
     assert (out[seq["held"]]["outcome"], out[seq["held"]]["detail"]) == (
@@ -148,14 +155,14 @@ def test_a_queue_that_cannot_be_read_leaves_everything_with_the_reason(
     todo = actions([(seq["a"], COMPLETE, None, "replay"), (seq["b"], LEAVE, None, "replay")])
 
     sb.make_unavailable(QUEUE)  # the entity refuses: a receive error of its class
-    out = by_seq(_SettleTask(access(sb), "run-3")(todo))
+    out = by_seq(settle_task(access(sb), "run-3")(todo))
     assert out[seq["a"]]["outcome"] == Outcome.LEFT
     assert str(out[seq["a"]]["detail"]).startswith(Detail.RECEIVE_FAILED)
     assert (out[seq["b"]]["outcome"], out[seq["b"]]["detail"]) == (Outcome.LEFT, None)
 
     sb.clear_faults()
     sb.make_namespace_unavailable()  # the whole namespace is down
-    out = by_seq(_SettleTask(access(sb), "run-4")(todo))
+    out = by_seq(settle_task(access(sb), "run-4")(todo))
     assert (out[seq["a"]]["outcome"], out[seq["a"]]["detail"]) == (
         Outcome.LEFT, Detail.NAMESPACE_FAULT)  # fmt: skip
     sb.clear_faults()
@@ -174,7 +181,7 @@ def test_a_page_is_settled_in_one_request_per_outcome(
         + [(seq[m], DEAD_LETTER, "message_id_reused", "conflict") for m in ids[10:11]]
         + [(seq[ids[11]], LEAVE, None, "replay")]
     )
-    out = by_seq(_SettleTask(access(sb), "run-6")(todo))
+    out = by_seq(settle_task(access(sb), "run-6")(todo))
     # on the wire: one request per outcome group, each with its page's lock tokens
     assert sorted(sb.broker.disposition_requests) == sorted([
         (QUEUE, "completed", 8), (QUEUE, "suspended", 2), (QUEUE, "suspended", 1),
@@ -221,7 +228,7 @@ def test_a_lapsed_lock_leaves_its_message_and_the_pass_goes_on(
     seq = park(sb, ["first", "second", "third"])
     todo = actions([(seq[m], COMPLETE, None, "replay") for m in ("first", "second", "third")])
     lapse_before_settling(monkeypatch, lock.total_seconds() + 0.5)
-    out = by_seq(_SettleTask(access(sb), "run-5")(todo))
+    out = by_seq(settle_task(access(sb), "run-5")(todo))
 
     for late in ("first", "second", "third"):  # the request failed, then each on its own
         row = out[seq[late]]
@@ -252,8 +259,50 @@ def test_a_request_that_failed_after_settling_some_is_found_out_message_by_messa
         real(receiver, messages, status, *args)
 
     monkeypatch.setattr(settle, "settle_by_lock_tokens", second_settled_before)
-    out = by_seq(_SettleTask(access(sb), "run-7")(todo))
+    out = by_seq(settle_task(access(sb), "run-7")(todo))
     assert [(out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in ("first", "second", "third")
             ] == [(Outcome.COMPLETED, None)] * 3  # fmt: skip
     assert not sb.broker.entity(QUEUE).messages
     assert sb.broker.disposition_requests[0] == (QUEUE, "completed", 3)  # the page's
+
+
+def test_a_tasks_queues_are_settled_side_by_side_each_with_its_own_results(
+    servicebus_emulator: EmulatorFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import syphon.job.settle as settle
+
+    other = "contoso-primary/x-servicebus-transfer/1"
+    sb = servicebus_emulator(QueueSpec(QUEUE), QueueSpec(other))
+    seq = park(sb, ["a1", "a2"])
+    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+        with client.get_queue_sender(other) as sender:
+            sender.send_messages([ServiceBusMessage(b"b", message_id="b1")])
+    # each queue's first settlement waits until the other queue's has begun too: the
+    # task settles only if its queues' passes run at the same time
+    both = threading.Barrier(2, timeout=20)
+    real = settle.settle_by_lock_tokens
+    met: list[str] = []
+
+    def together(receiver: Any, messages: Any, status: str, *args: Any) -> None:
+        if status == "completed":
+            both.wait()
+            met.append(str(messages[0].message_id))
+        real(receiver, messages, status, *args)
+
+    monkeypatch.setattr(settle, "settle_by_lock_tokens", together)
+    frame = pd.concat([
+        actions([(seq["a1"], COMPLETE, None, "replay"), (seq["a2"], LEAVE, None, "replay")]),
+        actions([(1, COMPLETE, None, "replay")]).assign(backlog_queue=other),
+    ], ignore_index=True)  # fmt: skip
+    out = {(r["backlog_queue"], int(r["sequence_number"])): (r["outcome"], r["detail"])
+           for r in settle_task(access(sb), "run-8")(frame).to_dict("records")}  # fmt: skip
+    assert sorted(met) == ["a1", "b1"]
+    assert out == {
+        (QUEUE, seq["a1"]): (Outcome.COMPLETED, None),
+        (QUEUE, seq["a2"]): (Outcome.LEFT, None),
+        (other, 1): (Outcome.COMPLETED, None),
+    }
+    assert [str(m.message_id) for m in sb.broker.entity(QUEUE).messages.values()] == ["a2"]
+    assert sb.broker.entity(other).messages == {}

@@ -174,6 +174,12 @@ def test_the_data_source_reads_what_the_peek_walk_reads(
         + [(queue(0), s) for s in range(100, 150)]
     )
     assert got == expected
+    # fewer tasks than ranges: the ranges are dealt out and peeked side by side
+    dealt = spark.read.format(name).option("queues", json.dumps(queues)).option("tasks", "2")
+    dealt_df = dealt.load()
+    assert dealt_df.rdd.getNumPartitions() == 2
+    assert sorted((r["backlog_queue"], r["sequence_number"]) for r in dealt_df.collect()) == (
+        expected)  # fmt: skip
     sample = next(r for r in rows if r["backlog_queue"] == queue(2))
     assert sample["application_properties"]["x-ms-path"]["string"] == "sessions"
     assert b"\x00\x53\x75" in sample["encoded"]  # a data section

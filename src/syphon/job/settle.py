@@ -1,7 +1,7 @@
 """Settle: remove from the backlog what a run has finished with, and only that.
 
-Runs after the run's outcomes are committed to the audit. Per backlog queue (one Spark
-task each), receive in peek-lock and
+Runs after the run's outcomes are committed to the audit. Per backlog queue (the queues
+of a Spark task side by side, see :func:`settle_queues`), receive in peek-lock and
 
 - complete what the plan judged ``duplicate``, ``expired`` or ``ping`` and what the
   replay recorded as ``sent``;
@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.schema import (
@@ -66,6 +69,9 @@ RECEIVE_WAIT_SECONDS = 2.0
 #: What the settle does with a message.
 COMPLETE, DEAD_LETTER, LEAVE = "complete", "dead_letter", "leave"
 
+#: A message's settle action, reason and verdict.
+Action = tuple[str, "str | None", str]
+
 
 def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> DataFrame:
     """What to do with each snapshot message (:data:`syphon.core.schema.SETTLE_ACTION`):
@@ -101,22 +107,26 @@ def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> Da
 def settle_queues(
     actions: DataFrame, secondary: Access, run_id: str, failpoint: FailPoint | None = None
 ) -> DataFrame:
-    """Settles every queue of ``actions`` (lazy: read the result exactly once)."""
+    """Settles every queue of ``actions`` (lazy: read the result exactly once).
+
+    Tasks are sized to the cores, not one per queue: the rows are hash-partitioned by
+    queue into as many tasks as Spark runs at once, and each task settles its queues side
+    by side (a thread and a receiver each, at most :data:`SETTLE_THREADS`). A receiver's
+    link costs the SDK about half a second to open and close, mostly waiting, so ten
+    queues on two cores took five such waits one after another."""
+    parallelism = max(1, actions.sparkSession.sparkContext.defaultParallelism)
     task = _SettleTask(secondary, run_id, failpoint)
-
-    def settle_one_queue(pdf: Any) -> Any:  # a plain function: Spark counts its arguments
-        return task(pdf)
-
-    queues = actions.select("backlog_queue").distinct().count()
-    return (
-        actions.repartition(max(1, queues), "backlog_queue")
-        .groupBy("backlog_queue")
-        .applyInPandas(settle_one_queue, spark_schema(SETTLE_RESULT))
+    return actions.repartition(parallelism, "backlog_queue").mapInPandas(
+        task, spark_schema(SETTLE_RESULT)
     )
 
 
+#: Queues one settle task settles side by side.
+SETTLE_THREADS = 16
+
+
 class _SettleTask:
-    """The function each settle task runs for one backlog queue."""
+    """The function each settle task runs over its queues."""
 
     def __init__(self, access: Access, run_id: str, failpoint: FailPoint | None = None) -> None:
         self.__access = access
@@ -126,17 +136,63 @@ class _SettleTask:
     def __repr__(self) -> str:
         return f"_SettleTask(run_id={self.run_id!r})"
 
-    def __call__(self, pdf: Any) -> Any:
+    def __call__(self, frames: Iterator[Any]) -> Iterator[Any]:
+        todo: dict[str, dict[int, Action]] = {}
+        for pdf in frames:
+            for queue, seq, action, reason, verdict in zip(
+                pdf["backlog_queue"], pdf["sequence_number"], pdf["action"], pdf["reason"],
+                pdf["verdict"], strict=True,
+            ):  # fmt: skip
+                todo.setdefault(str(queue), {})[int(seq)] = (
+                    str(action), None if reason is None else str(reason), str(verdict)
+                )  # fmt: skip
+        if not todo:
+            return
+        complete_decoder()  # a message of a type the SDK cannot decode would stop the pass
+        counter = _Counter(self.failpoint)
+        with ThreadPoolExecutor(max_workers=min(SETTLE_THREADS, len(todo))) as pool:
+            passes = [pool.submit(_QueuePass(self.__access, self.run_id, queue, rows,
+                                             counter).run)
+                      for queue, rows in sorted(todo.items())]  # fmt: skip
+            for done in as_completed(passes):
+                yield done.result()
+
+
+class _Counter:
+    """Messages a task settled, for the fail point (its queues settle side by side)."""
+
+    def __init__(self, failpoint: FailPoint | None) -> None:
+        self.failpoint = failpoint
+        self.settled = 0
+        self.lock = threading.Lock()
+
+    def add(self, settled: int) -> None:
+        if self.failpoint is None:
+            return
+        with self.lock:
+            self.settled += settled
+            total = self.settled
+        self.failpoint.reached(total)
+
+
+class _QueuePass:
+    """One backlog queue's pass: receive in peek-lock, settle page by page, give back what
+    is held."""
+
+    def __init__(self, access: Access, run_id: str, queue: str, todo: dict[int, Action],
+                 counter: _Counter) -> None:  # fmt: skip
+        self.__access = access
+        self.run_id = run_id
+        self.queue = queue
+        self.todo = todo
+        self.counter = counter
+
+    def run(self) -> Any:
         import pandas as pd  # type: ignore[import-untyped]
 
-        queue = str(pdf["backlog_queue"].iloc[0])
-        todo: dict[int, tuple[str, str | None, str]] = {
-            int(r["sequence_number"]): (r["action"], r["reason"], r["verdict"])
-            for r in pdf.to_dict("records")
-        }
+        queue, todo = self.queue, self.todo
         out: dict[int, dict[str, Any]] = {}
         stopped: str | None = None
-        complete_decoder()  # a message of a type the SDK cannot decode would stop the pass
         try:
             with (
                 self.__access.client() as client,
@@ -160,12 +216,11 @@ class _SettleTask:
         self,
         receiver: Any,
         queue: str,
-        todo: dict[int, tuple[str, str | None, str]],
+        todo: dict[int, Action],
         out: dict[int, dict[str, Any]],
     ) -> None:
         remaining = sum(1 for a, _, _ in todo.values() if a != LEAVE)
         held: list[Any] = []
-        self._settled = 0
         try:
             while remaining > 0:
                 messages = receiver.receive_messages(
@@ -242,9 +297,7 @@ class _SettleTask:
         self._count(1)
 
     def _count(self, settled: int) -> None:
-        self._settled += settled
-        if self.failpoint is not None:
-            self.failpoint.reached(self._settled)
+        self.counter.add(settled)
 
     def _give_back(self, receiver: Any, queue: str, held: list[Any],
                    out: dict[int, dict[str, Any]]) -> None:  # fmt: skip

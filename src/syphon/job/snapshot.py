@@ -3,9 +3,10 @@
 ``spark.read.format("syphon-backlog")`` is registered by :func:`register_backlog_source`
 with the secondary namespace's access (its secret read once, on the driver), kept inside
 the registered class. It reaches the executors in the pickled task, never in the
-read's options, so it shows in no query plan, log or Spark UI. Each input partition
+read's options, so it shows in no query plan, log or Spark UI. An input partition
 peeks one backlog queue (or one range of its sequence numbers) with
-:func:`syphon.servicebus.peek.peek_rows`: nothing is locked or removed.
+:func:`syphon.servicebus.peek.peek_rows` — nothing is locked or removed — or, with the
+``tasks`` option, several of them side by side (a thread and a receiver each).
 
 Options:
 
@@ -13,12 +14,20 @@ Options:
   ``{"queue": path, "from": first_seq, "until": last_seq}`` (``until`` may be null) to
   split a large queue into several partitions.
 - ``page``: messages per peek (default 250).
+- ``tasks``: at most this many input partitions; the ranges are dealt out among them
+  and each partition peeks its ranges side by side (default: one partition per range).
+  :func:`read_snapshot` sizes it to the cores: a receiver's link costs the SDK about
+  half a second to open and close, mostly waiting, so ten small queues on two cores
+  took five such waits one after another as ten tasks, and one as two.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import queue as queues_
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +66,69 @@ def split_ranges(queue: str, first: int, count: int, size: int) -> list[QueueRan
               range(parts - 1)]  # fmt: skip
     ranges.append(QueueRange(queue, first + (parts - 1) * size, None))
     return ranges
+
+
+def deal(ranges: list[QueueRange], tasks: int) -> list[list[QueueRange]]:
+    """``ranges`` dealt out round-robin among at most ``tasks`` groups (``tasks`` below 1:
+    a group per range)."""
+    if tasks < 1 or tasks >= len(ranges):
+        return [[r] for r in ranges]
+    return [ranges[i::tasks] for i in range(tasks)]
+
+
+#: Ranges one task peeks side by side, and rows the threads may hold before the task
+#: takes them (a bound on the task's memory, whatever the queues hold).
+PEEK_THREADS = 16
+_BUFFERED_ROWS = 2_000
+_DONE = object()
+
+
+def side_by_side(producers: list[Callable[[], Iterator[Any]]],
+                 threads: int = PEEK_THREADS) -> Iterator[Any]:  # fmt: skip
+    """The items of every producer, each producer run in a thread of its own (at most
+    ``threads`` at once), in the order they come. An error in a producer is raised here;
+    closing the iterator early stops the producers at their next item."""
+    if len(producers) == 1:
+        yield from producers[0]()
+        return
+    handoff: queues_.Queue[Any] = queues_.Queue(maxsize=_BUFFERED_ROWS)
+    stop = threading.Event()
+
+    def put(item: Any) -> None:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.2)
+                return
+            except queues_.Full:
+                continue
+
+    def run(producer: Callable[[], Iterator[Any]]) -> None:
+        try:
+            for item in producer():
+                if stop.is_set():
+                    return
+                put((None, item))
+        except BaseException as exc:
+            put((exc, None))
+        finally:
+            put(_DONE)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(producers)))) as pool:
+        for producer in producers:
+            pool.submit(run, producer)
+        left = len(producers)
+        try:
+            while left:
+                got = handoff.get()
+                if got is _DONE:
+                    left -= 1
+                    continue
+                error, item = got
+                if error is not None:
+                    raise error
+                yield item
+        finally:
+            stop.set()
 
 
 def queues_option(ranges: list[QueueRange]) -> str:
@@ -105,27 +177,33 @@ def register_backlog_source(spark: SparkSession, access: Access) -> str:
     columns = names(SNAPSHOT)
 
     class _Partition(InputPartition):
-        def __init__(self, queue_range: QueueRange) -> None:
-            super().__init__(queue_range)
-            self.queue_range = queue_range
+        def __init__(self, ranges: list[QueueRange]) -> None:
+            super().__init__(ranges)
+            self.ranges = ranges
 
     class _Reader(DataSourceReader):
         def __init__(self, options: dict[str, str]) -> None:
             self.ranges = parse_queues_option(options.get("queues"))
             self.page = int(options.get("page", PEEK_PAGE))
+            self.tasks = int(options.get("tasks", 0))
             self.__access = access
 
         def partitions(self) -> list[Any]:
-            return [_Partition(r) for r in self.ranges]
+            return [_Partition(group) for group in deal(self.ranges, self.tasks)]
 
         def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
-            r: QueueRange = partition.queue_range
-            with (
-                self.__access.client() as client,
-                peek_receiver(client, r.queue) as receiver,
-            ):
-                for row in peek_rows(receiver, r.queue, r.first, r.last, self.page):
-                    yield tuple(row[c] for c in columns)
+            def peek(r: QueueRange) -> Callable[[], Iterator[dict[str, Any]]]:
+                def rows() -> Iterator[dict[str, Any]]:
+                    with (
+                        self.__access.client() as client,
+                        peek_receiver(client, r.queue) as receiver,
+                    ):
+                        yield from peek_rows(receiver, r.queue, r.first, r.last, self.page)
+
+                return rows
+
+            for row in side_by_side([peek(r) for r in partition.ranges]):
+                yield tuple(row[c] for c in columns)
 
     class BacklogDataSource(DataSource):
         """Peeks backlog queues into rows of the snapshot schema."""
@@ -174,4 +252,6 @@ def read_snapshot(
         return spark.createDataFrame([], spark_schema(SNAPSHOT))
     name = register_backlog_source(spark, access)
     option = queues_option(snapshot_ranges(access, queues, split_messages))
-    return spark.read.format(name).option("queues", option).load().localCheckpoint(eager=True)
+    tasks = max(1, spark.sparkContext.defaultParallelism)
+    read = spark.read.format(name).option("queues", option).option("tasks", str(tasks))
+    return read.load().localCheckpoint(eager=True)
