@@ -72,6 +72,18 @@ def test_defaults_fill_what_a_minimal_file_leaves_out(tmp_path: Path) -> None:
     assert config.audit.path == ".syphon/delta"
 
 
+def test_a_credit_budget_is_one_number_for_every_primary_or_one_per_primary(
+    tmp_path: Path,
+) -> None:
+    two = MINIMAL + "  - namespace: fabrikam\n    connection_string: {env: FABRIKAM_CS}\n"
+    every = load_config(write(tmp_path, two + "replay: {credits_per_second: 500}\n"), environ={})
+    assert every.replay.credits_per_second == {"contoso": 500.0, "fabrikam": 500.0}
+    one = load_config(write(tmp_path, two + "replay: {credits_per_second: {fabrikam: 250.5}}\n"),
+                      environ={})  # fmt: skip
+    assert one.replay.credits_per_second == {"fabrikam": 250.5}
+    assert load_config(write(tmp_path, two), environ={}).replay.credits_per_second == {}
+
+
 def test_environment_overrides_win_and_are_typed(tmp_path: Path) -> None:
     env = {
         "SYPHON__BACKLOG__QUEUE_COUNT": "12",
@@ -108,6 +120,17 @@ def test_the_config_file_can_come_from_the_environment(tmp_path: Path) -> None:
         ("logging: {level: LOUD}", r"logging\.level: must be one of"),
         ("spark: {conf: {a: [1]}}", r"spark\.conf\.a: must be a scalar"),
         ("extra: 1", r"extra: unknown key"),
+        ("replay: {credits_per_second: 0}", r"replay\.credits_per_second: must be a positive"),
+        ("replay: {credits_per_second: true}", r"replay\.credits_per_second: must be a posit"),
+        (
+            "replay: {credits_per_second: {fabrikam: 5}}",
+            r"replay\.credits_per_second\.fabrikam: is not a configured primary \(one of contoso\)",
+        ),
+        (
+            "replay: {credits_per_second: {contoso: fast}}",
+            r"replay\.credits_per_second\.contoso: must be a positive number",
+        ),
+        ("replay: {speed: 1}", r"replay\.speed: unknown key"),
     ],
 )
 def test_an_invalid_value_names_the_file_and_the_key(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from syphon.core.timespan import timedelta_to_ticks
-from syphon.job.lanes import Replayer, ReplaySettings, ttl_left
+from syphon.job.lanes import CreditPacer, Replayer, ReplaySettings, ttl_left
 from syphon.servicebus.sending import Sent
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
@@ -366,3 +366,49 @@ def test_a_retried_task_marks_only_what_it_sent_as_resent() -> None:
     results = [*r.replay([rec(1, "b0")]), *r.replay([rec(2, "b1", dest=ledger)])]
     assert outcomes(results) == [(1, "failed", "MessagingEntityDisabledError"),
                                  (2, "in_doubt", "OperationTimeoutError")]  # fmt: skip
+
+
+class FakeClock:
+    """A monotonic clock that only moves when the pacer sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(round(seconds, 6))
+        self.now += seconds
+
+
+def test_the_pacer_spends_a_primarys_budget_and_no_more() -> None:
+    clock = FakeClock()
+    pacer = CreditPacer({"contoso": 100.0}, clock, clock.sleep)
+    for _ in range(3):
+        pacer.take("contoso", 50)  # half a second's worth each
+    pacer.take("fabrikam", 10_000)  # no budget: never waits
+    assert clock.sleeps == [0.5, 0.5]
+    clock.now += 5  # idle time is not saved up beyond the next batch
+    pacer.take("contoso", 50)
+    pacer.take("contoso", 50)
+    assert clock.sleeps == [0.5, 0.5, 0.5]
+    assert pacer.waited == pytest.approx(1.5)
+
+
+def test_the_replay_paces_each_transfer_within_its_tasks_share_of_the_budget() -> None:
+    clock = FakeClock()
+    service = FakeService({ORDERS: [Sent("busy"), Sent("sent")]})
+    settings = ReplaySettings(credits_per_second={"contoso": 8.0}, backoff_seconds=0.0)
+    share = settings.split(2)  # two tasks: four credits a second each
+    assert share.credits_per_second == {"contoso": 4.0}
+    assert settings.credits_per_second == {"contoso": 8.0}
+    r = Replayer(share, {}, service.send, build, now=lambda: NOW, sleep=clock.sleep,
+                 clock=clock)  # fmt: skip
+    r.replay([rec(1, "a"), rec(2, "a")])  # refused busy, then sent: two transfers
+    r.replay([rec(3, "b", key="b")])
+    r.replay([rec(4, "p", key="p", dest=("fabrikam", "orders"))])  # no budget there
+    # each transfer of the two-message batch holds half a second, the next waits for it
+    assert [s for s in clock.sleeps if s] == [0.5, 0.5]
+    assert [seqs for _, seqs in service.sent] == [[1, 2], [3], [4]]

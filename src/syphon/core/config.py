@@ -199,6 +199,21 @@ class AuditConfig:
 
 
 @dataclass(frozen=True)
+class ReplayConfig:
+    """How fast the replay may send.
+
+    Attributes:
+        credits_per_second: per primary namespace, the most credits (messages sent) per
+            second the whole run may spend there, split evenly among its replay tasks; a
+            namespace not named has no budget. A Standard namespace is throttled at
+            about 1,000 credits per second for all of its clients: a budget below that
+            leaves room for its live traffic.
+    """
+
+    credits_per_second: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """How runs coordinate.
 
@@ -246,6 +261,7 @@ class SyphonConfig:
     spark: SparkConfig = field(default_factory=SparkConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def primary(self, namespace: str) -> NamespaceConfig:

@@ -33,6 +33,7 @@ from syphon.core.config import (
     CredentialConfig,
     LoggingConfig,
     NamespaceConfig,
+    ReplayConfig,
     RunConfig,
     SparkConfig,
     StorageConfig,
@@ -193,7 +194,9 @@ class _Builder(ConfigReader):
 
     def config(self, raw: dict[str, Any]) -> SyphonConfig:
         top = self.section(
-            raw, "", ("secondary", "primaries", "backlog", "spark", "audit", "run", "logging")
+            raw,
+            "",
+            ("secondary", "primaries", "backlog", "spark", "audit", "run", "replay", "logging"),
         )
         secondary = self.namespace(self.required(top, "", "secondary"), "secondary")
         primaries_raw = self.required(top, "", "primaries")
@@ -213,6 +216,7 @@ class _Builder(ConfigReader):
             spark=self.spark(top.get("spark")),
             audit=self.audit(top.get("audit")),
             run=self.run(top.get("run")),
+            replay=self.replay(top.get("replay"), names),
             logging=self.logging(top.get("logging")),
         )
 
@@ -306,6 +310,26 @@ class _Builder(ConfigReader):
         if lease < 1:
             raise self.fail("run.lease_seconds", f"must be at least 1 (got {lease})")
         return RunConfig(lease_seconds=lease)
+
+    def replay(self, raw: Any, primaries: list[str]) -> ReplayConfig:
+        """``credits_per_second``: a number (every primary) or a mapping from primary
+        namespace to a number."""
+        r = self.section(raw, "replay", ("credits_per_second",))
+        value = r.get("credits_per_second")
+        if value is None:
+            return ReplayConfig()
+        key = "replay.credits_per_second"
+        budgets = dict.fromkeys(primaries, value) if not isinstance(value, dict) else value
+        out: dict[str, float] = {}
+        for name, budget in budgets.items():
+            where = key if not isinstance(value, dict) else f"{key}.{name}"
+            if name not in primaries:
+                raise self.fail(where, f"is not a configured primary (one of "
+                                       f"{', '.join(primaries)})")  # fmt: skip
+            if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0:
+                raise self.fail(where, f"must be a positive number (got {budget!r})")
+            out[name] = float(budget)
+        return ReplayConfig(credits_per_second=out)
 
     def logging(self, raw: Any) -> LoggingConfig:
         lg = self.section(raw, "logging", ("level", "format", "sdk_level"))

@@ -26,7 +26,7 @@ class _Metrics:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value is not None:
+            if value is not None and not isinstance(value, dict):  # dicts: see subclasses
                 stage, _, what = f.name.partition("_")
                 out[f"{stage}.{what}" if what else stage] = value
         return out
@@ -37,6 +37,10 @@ class _Metrics:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k.replace(".", "_", 1): v for k, v in dict(stored or {}).items()}
         return cls(**{k: v for k, v in values.items() if k in known})
+
+
+#: The prefixes of the per-namespace credit figures in the stored operations.
+CREDIT_KEYS = ("replay.credit_budget.", "replay.credit_rate.")
 
 
 @dataclass
@@ -59,6 +63,10 @@ class Operations(_Metrics):
     settle_dead_letters: int | None = None
     settle_abandons: int | None = None
     settle_requests: int | None = None
+    #: per primary with a credit budget: ``replay.credit_budget.<namespace>`` (credits
+    #: per second allowed) and ``replay.credit_rate.<namespace>`` (reached: messages sent
+    #: there per second of sending), both whole credits
+    credit_rates: dict[str, int] = field(default_factory=dict)
 
     @property
     def credits_estimated(self) -> int:
@@ -84,8 +92,16 @@ class Operations(_Metrics):
             return None
         return self.credits_estimated / sent
 
+    @classmethod
+    def from_map(cls, stored: Mapping[str, Any] | None) -> Operations:
+        ops = super().from_map(stored)
+        ops.credit_rates = {k: int(v) for k, v in dict(stored or {}).items()
+                            if k.startswith(CREDIT_KEYS)}  # fmt: skip
+        return ops
+
     def as_map(self) -> dict[str, Any]:
         out = super().as_map()
+        out.update(self.credit_rates)
         if self.settle_receives is not None:  # a run that reached its settle
             out["credits_estimated"] = self.credits_estimated
         return out

@@ -24,6 +24,8 @@ left out of the batch, the rest goes, and a failed batch breaks every lane in it
   with the rest of its batch ``batch_not_sendable`` and its lane broken;
 - a throttled send backs off (doubling, capped) and tries the same batch again, at most
   ``busy_retries`` times, then ``failed`` / ``ServiceBusServerBusyError``;
+- with a credit budget for the batch's primary, each transfer waits until the budget
+  allows its messages (:class:`CreditPacer`);
 - otherwise ``sent`` (``resent_in_doubt`` when an earlier run left the message in doubt,
   or this task is a retry that may have sent it already), ``failed`` or ``in_doubt``
   with the error class.
@@ -33,9 +35,10 @@ Records are plain mappings (the replay input's columns, see :mod:`syphon.job.rep
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -69,6 +72,40 @@ class ReplaySettings:
     backoff_seconds: float = 1.0
     backoff_max_seconds: float = 30.0
     failed_batches_per_destination: int = 3
+    credits_per_second: Mapping[str, float] = field(default_factory=dict)
+
+    def split(self, tasks: int) -> ReplaySettings:
+        """The settings of one of ``tasks`` tasks: each gets an even share of every
+        primary's credit budget."""
+        share = {k: v / max(1, tasks) for k, v in self.credits_per_second.items()}
+        return dataclasses.replace(self, credits_per_second=share)
+
+
+class CreditPacer:
+    """Keeps a task's sends to each primary within its credit budget (credits per
+    second; a message sent is a credit). A transfer of ``n`` messages goes at once when
+    the budget allows, else waits; it then holds the budget for ``n / rate`` seconds, so
+    over any stretch of time the task spends at most its rate, plus one batch."""
+
+    def __init__(self, rates: Mapping[str, float], clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+        self.rates = {k: v for k, v in rates.items() if v > 0}
+        self._clock = clock
+        self._sleep = sleep
+        self._free_at: dict[str, float] = {}
+        self.waited = 0.0
+
+    def take(self, primary: str, credits: int) -> None:
+        """Waits until ``credits`` may be spent on ``primary``, and spends them."""
+        rate = self.rates.get(primary)
+        if rate is None:
+            return
+        now = self._clock()
+        start = max(now, self._free_at.get(primary, now))
+        if start > now:
+            self._sleep(start - now)
+            self.waited += start - now
+        self._free_at[primary] = start + credits / rate
 
 
 def result(rec: Record, outcome: str, detail: str | None, transfers: int = 0,
@@ -110,7 +147,8 @@ class Replayer:
         send: sends a batch (never raises).
         build: rebuilds a message.
         retried: this task is a retry of one that failed (and may have sent some).
-        now: the clock; ``sleep``: how to wait (both replaceable in tests).
+        now: the clock; ``sleep``: how to wait; ``clock``: the pacer's monotonic clock
+            (each replaceable in tests).
         on_sent: called with the number of batches sent so far (the fail point).
     """
 
@@ -125,6 +163,7 @@ class Replayer:
         now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         sleep: Callable[[float], None] = time.sleep,
         on_sent: Callable[[int], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.skip = {k: v for k, v in skip.items() if v}
@@ -134,6 +173,7 @@ class Replayer:
         self._now = now
         self._sleep = sleep
         self._on_sent = on_sent
+        self.pacer = CreditPacer(settings.credits_per_second, clock, sleep)
         self.batches_sent = 0
         self.broken_lanes: set[tuple[str, str, str]] = set()
         self.failures: dict[Destination, int] = {}
@@ -224,6 +264,7 @@ class Replayer:
         transfers = busy = 0
         while True:
             transfers += 1
+            self.pacer.take(dest[0], len(messages))
             sent = self._send(dest, messages)
             if sent.status == "busy":
                 busy += 1

@@ -9,7 +9,9 @@ or refuses the probe is skipped for this run and its messages stay in the backlo
 Spark lays the sends out by packing group (a destination, and its partition key where
 batches hold one key; see :mod:`syphon.job.batches`): rows are hash-partitioned on the
 group and sorted by batch number and position inside each task, so each group's batches
-go out in order and every key's order is kept. A task holds one client per
+go out in order and every key's order is kept. A primary's credit budget
+(``replay.credits_per_second``) is split evenly among the tasks, each pacing its own
+sends (:class:`~syphon.job.lanes.CreditPacer`). A task holds one client per
 primary namespace (:class:`~syphon.servicebus.sending.SenderPool`), applies the rules of
 :mod:`syphon.job.lanes` batch by batch and closes its clients on every path.
 
@@ -114,10 +116,34 @@ def replay_messages(
     laid_out = rows.repartition(partitions, group).sortWithinPartitions(
         group, number, "batch_position"
     )
+    # a primary's credit budget is the run's: each task gets its share
+    task_settings = (settings or ReplaySettings()).split(partitions)
     plan = _TaskPlan({p: a for p, a in primaries.items() if p in needed},
-                     {k: v for k, v in skipped.items() if v}, settings or ReplaySettings(),
+                     {k: v for k, v in skipped.items() if v}, task_settings,
                      failpoint)  # fmt: skip
     return laid_out.mapInPandas(_ReplayTask(plan), spark_schema(REPLAY_RESULT))
+
+
+def credit_rates(results: DataFrame, planned: DataFrame, budgets: Mapping[str, float],
+                 seconds: float) -> dict[str, int]:  # fmt: skip
+    """The ledger's credit figures for the primaries with a budget: the budget and the
+    rate reached (messages sent there per second of the replay's sending), whole credits.
+    One Spark job, and none without a budget."""
+    from pyspark.sql import functions as F
+
+    if not budgets:
+        return {}
+    sent = results.where(F.col("outcome") == Outcome.SENT).select(*PLACE)
+    per_primary = {r["primary"]: int(r["count"]) for r in
+                   sent.join(planned.select(*PLACE, "primary"), list(PLACE))
+                   .groupBy("primary").count().collect()}  # fmt: skip
+    out: dict[str, int] = {}
+    for primary, budget in sorted(budgets.items()):
+        out[f"replay.credit_budget.{primary}"] = int(budget)
+        out[f"replay.credit_rate.{primary}"] = round(
+            per_primary.get(primary, 0) / max(seconds, 1e-3)
+        )
+    return out
 
 
 def build_message(rec: Mapping[str, Any], ttl: timedelta | None, now: datetime) -> EncodedMessage:

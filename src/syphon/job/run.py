@@ -30,10 +30,11 @@ from syphon.core.errors import SyphonError
 from syphon.core.schema import Detail, Outcome, Stage, Status, Verdict
 from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.failures import Failure, missing_destinations, refused_primaries
+from syphon.job.lanes import ReplaySettings
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.plan import discover, discovery_operations, new_run_id, plan
 from syphon.job.reconcile import restore
-from syphon.job.replay import replay_input, replay_messages, still_to_send
+from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
 from syphon.job.settle import settle_actions, settle_queues
 from syphon.job.snapshot import read_snapshot
 from syphon.job.tally import Tally, tally
@@ -156,11 +157,15 @@ def _replay_and_settle(
     failpoints.check("after_replaying")
     sends = time.monotonic()
     progress.step("replay: sending")
+    budgets = ctx.config.replay.credits_per_second
     results = replay_messages(replay_input(restore(snapshot), todo, in_doubt),
                               ctx.namespaces.primaries, skipped,
+                              ReplaySettings(credits_per_second=budgets),
                               failpoint=failpoints.for_task("mid_replay"))  # fmt: skip
     results = results.localCheckpoint(eager=True)  # the sends happen here, exactly once
     ledger.timings.replay_sends = time.monotonic() - sends
+    ledger.operations.credit_rates = credit_rates(results, planned, budgets,
+                                                  ledger.timings.replay_sends)  # fmt: skip
     ctx.store.append_outcomes(results, planned, ledger.run_id, Stage.REPLAY,
                               datetime.now(timezone.utc))  # fmt: skip
     failpoints.check("after_replay_commit")
