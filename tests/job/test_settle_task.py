@@ -34,7 +34,10 @@ def park(sb: Emulator, ids: list[str]) -> dict[str, int]:
         with client.get_queue_sender(QUEUE) as sender:
             sender.send_messages([ServiceBusMessage(i.encode(), message_id=i) for i in ids])
         with client.get_queue_receiver(QUEUE) as receiver:
-            peeked = receiver.peek_messages(len(ids) + 10)
+            peeked: list[Any] = []
+            while page := receiver.peek_messages(250, sequence_number=(
+                    int(peeked[-1].sequence_number or 0) + 1 if peeked else 1)):  # fmt: skip
+                peeked += page  # a peek answers a page at most
     return {str(m.message_id): int(m.sequence_number or 0) for m in peeked}
 
 
