@@ -2,6 +2,7 @@
 empty run.
 
     .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000] [--delays 0,5]
+        [--syphon-only]
 
 Both local Service Bus namespaces run in a child process (the same for both tools). The
 backlog: ``--messages`` messages (1 KB bodies) over 10 backlog queues, 50 destination
@@ -28,6 +29,10 @@ transfers, settlement requests, and the CPU time the local Service Bus process s
 serving each tool (both share the machine's 2 cores with it); then the ratio. Then the
 empty run: ``syphon run`` as a process on empty backlog queues, wall time and the
 ledger's operations, with discovery by management listing and by probing.
+``--syphon-only`` leaves the baseline out, to look at syphon's stages quickly.
+
+The first syphon run of an invocation also starts the Spark session (about 5 s, in its
+wall time); later ones reuse it, as a notebook or a second run on a cluster would.
 """
 
 from __future__ import annotations
@@ -292,7 +297,7 @@ def main() -> None:
         for delay, rows in table:
             for name, wall, n, received, bad, credits, cpu_s, transfers, settles in rows:
                 print(f"{delay:>4g}ms {name:<9} {wall:>8.1f} {n / wall:>8,.0f} {received:>10,} "
-                      f"{bad:>11} {credits:>12.2f} {transfers:>10,} {settles:>11,} "
+                      f"{bad:>11} {credits:>12.3f} {transfers:>10,} {settles:>11,} "
                       f"{cpu_s:>9.1f}")  # fmt: skip
             if len(rows) == 2:
                 print(f"{'':>6} ratio     {rows[0][1] / rows[1][1]:>8.2f}x")
