@@ -103,6 +103,8 @@ def side_by_side(producers: list[Callable[[], Iterator[Any]]],
                 continue
 
     def run(producer: Callable[[], Iterator[Any]]) -> None:
+        if stop.is_set():  # queued behind the running ones, and the reader is gone
+            return
         try:
             for item in producer():
                 if stop.is_set():
