@@ -317,6 +317,47 @@ def test_the_fail_point_hears_every_batch_sent() -> None:
     assert heard == [1, 2, 3]
 
 
+def test_a_batch_that_failed_or_is_in_doubt_is_not_counted_as_sent() -> None:
+    heard: list[int] = []
+    service = FakeService({ORDERS: [Sent("failed", "X"), Sent("in_doubt", "Y"), Sent("sent")]})
+    r = replayer(service, on_sent=heard.append)
+    for i in range(3):
+        r.replay([rec(i, f"b{i}", key=f"k{i}")])
+    assert (r.batches_sent, heard) == (1, [1])
+
+
+def test_by_default_an_always_busy_destination_is_tried_nine_times() -> None:
+    service = FakeService({ORDERS: [Sent("busy", "ServiceBusServerBusyError")]})
+    (row,) = replayer(service).replay([rec(1, "b")])
+    assert (row["outcome"], row["transfers"], row["busy_retries"]) == ("failed", 9, 9)
+    assert service.attempts == 9
+
+
+def test_skipped_rows_count_no_transfers_and_no_busy_answers() -> None:
+    service = FakeService({ORDERS: [Sent("failed", "X")]})
+    r = replayer(service)
+    rows = [*r.replay([rec(1, "a"), rec(2, "a")]), *r.replay([rec(3, "b")])]
+    assert [(x["transfers"], x["busy_retries"]) for x in rows] == [(1, 0), (0, 0), (0, 0)]
+
+
+def test_a_key_breaks_only_its_own_primarys_lane_where_two_primaries_share_names() -> None:
+    other = ("fabrikam", "orders")  # the same entity name and key on another primary
+    service = FakeService({ORDERS: [Sent("failed", "X")]})
+    r = replayer(service)
+    results = [*r.replay([rec(1, "a#0")]), *r.replay([rec(2, "f#0", dest=other)]),
+               *r.replay([rec(3, "f#1", dest=other)])]  # fmt: skip
+    assert outcomes(results) == [(1, "failed", "X"), (2, "sent", None), (3, "sent", None)]
+
+
+@pytest.mark.parametrize("threshold", [0, 1])
+def test_the_failing_threshold_counts_failures_from_none(threshold: int) -> None:
+    service = FakeService({ORDERS: [Sent("failed", "X")]})
+    r = replayer(service, settings=ReplaySettings(failed_batches_per_destination=threshold))
+    rows = [*r.replay([rec(1, "a", key="a")]), *r.replay([rec(2, "b", key="b")])]
+    expected = ["destination_failing"] * 2 if threshold == 0 else ["X", "destination_failing"]
+    assert [d for _, _, d in outcomes(rows)] == expected
+
+
 def test_the_default_back_off_starts_at_a_second_and_doubles_up_to_thirty() -> None:
     busy = Sent("busy", "ServiceBusServerBusyError")
     service = FakeService({ORDERS: [busy] * 7 + [Sent("sent")]})
@@ -371,8 +412,8 @@ def test_a_retried_task_marks_only_what_it_sent_as_resent() -> None:
 class FakeClock:
     """A monotonic clock that only moves when the pacer sleeps."""
 
-    def __init__(self) -> None:
-        self.now = 1000.0
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
         self.sleeps: list[float] = []
 
     def __call__(self) -> float:
@@ -381,6 +422,23 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(round(seconds, 6))
         self.now += seconds
+
+
+def test_a_budget_is_split_evenly_and_whole_for_one_task_or_none() -> None:
+    settings = ReplaySettings(credits_per_second={"contoso": 9.0})
+    assert settings.split(2).credits_per_second == {"contoso": 4.5}
+    assert settings.split(1).credits_per_second == {"contoso": 9.0}
+    assert settings.split(0).credits_per_second == {"contoso": 9.0}
+
+
+def test_a_budget_below_one_credit_a_second_paces_and_no_budget_never_waits() -> None:
+    clock = FakeClock(now=0.25)  # a monotonic clock may read anything
+    pacer = CreditPacer({"slow": 0.5, "none": 0.0}, clock, clock.sleep)
+    pacer.take("none", 5)
+    pacer.take("slow", 1)
+    pacer.take("slow", 1)  # two seconds after the first
+    assert clock.sleeps == [2.0]
+    assert pacer.waited == 2.0
 
 
 def test_the_pacer_spends_a_primarys_budget_and_no_more() -> None:
