@@ -45,16 +45,11 @@ audit:
 """,
         encoding="utf-8",
     )
-    monkeypatch.setattr(
-        "syphon.app.services.build_spark_session",
-        lambda *_: pytest.fail("Spark started for a run that could not discover anything"),
-    )
-    code = main(["run", "--config", str(conf)])
-    out, err = capsys.readouterr()
+    code, out, err = run_without_spark(conf, monkeypatch, capsys,
+                                       "that could not discover anything")  # fmt: skip
     assert code == ExitCode.UNREACHABLE, out + err
     assert ": failed (ServiceRequestError)" in out
-    fix = [line for line in out.splitlines() if line.startswith("fix: ")]
-    assert fix == [
+    assert fix_lines(out) == [
         f"fix: the secondary namespace gone-secondary cannot be reached at 127.0.0.1:{port}: "
         "check the Endpoint of secondary.connection_string or secondary.management_endpoint "
         f"(127.0.0.1:{port}), DNS, the network and the firewall"
@@ -70,6 +65,20 @@ def fix_lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith("fix: ")]
 
 
+def run_without_spark(
+    conf: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], why: str
+) -> tuple[int, str, str]:
+    """``syphon run`` on ``conf`` with Spark forbidden (the test fails if the run starts it,
+    ``why`` saying what should have stopped it first); (exit code, stdout, stderr)."""
+    monkeypatch.setattr(
+        "syphon.app.services.build_spark_session",
+        lambda *_: pytest.fail(f"Spark started for a run {why}"),
+    )
+    code = main(["run", "--config", str(conf)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @pytest.mark.parametrize("where", ["under_a_file", "under_proc"])
 def test_an_audit_path_that_cannot_be_written_exits_9_with_a_fix_naming_it(
     pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -82,12 +91,8 @@ def test_an_audit_path_that_cannot_be_written_exits_9_with_a_fix_naming_it(
     config = job_config(pair, tmp_path, monkeypatch)
     text = (tmp_path / "syphon.yaml").read_text(encoding="utf-8")
     (tmp_path / "syphon.yaml").write_text(text.replace(config.audit.path, path), "utf-8")
-    monkeypatch.setattr(
-        "syphon.app.services.build_spark_session",
-        lambda *_: pytest.fail("Spark started for a run that cannot keep its audit"),
-    )
-    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
-    out, err = capsys.readouterr()
+    code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys,
+                                       "that cannot keep its audit")  # fmt: skip
     assert code == ExitCode.AUDIT_UNAVAILABLE, out + err
     assert ": failed (AuditStoreError)" in out
     assert fix_lines(out) == [
@@ -107,12 +112,8 @@ def test_a_wrong_storage_key_exits_9_with_a_fix_before_spark_and_never_shows_a_k
     job_config(pair, tmp_path, monkeypatch, audit=blob_audit.audit_yaml("abfss"))
     wrong = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
     monkeypatch.setenv(KEY_ENV, wrong)
-    monkeypatch.setattr(
-        "syphon.app.services.build_spark_session",
-        lambda *_: pytest.fail("Spark started for a run that cannot keep its audit"),
-    )
-    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
-    out, err = capsys.readouterr()
+    code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys,
+                                       "that cannot keep its audit")  # fmt: skip
     assert code == ExitCode.AUDIT_UNAVAILABLE, out + err
     uri = blob_audit.uri("abfss")
     assert fix_lines(out) == [
@@ -175,12 +176,8 @@ def test_a_wrong_key_for_the_secondary_exits_3_with_a_fix_before_spark(
     wrong = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
     name = "RootManageSharedAccessKey"
     monkeypatch.setenv("PAIR_TEST_SECONDARY", pair.secondary.connection_string_for(name, wrong))
-    monkeypatch.setattr(
-        "syphon.app.services.build_spark_session",
-        lambda *_: pytest.fail("Spark started for a run whose secondary refused it"),
-    )
-    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
-    out, err = capsys.readouterr()
+    code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys,
+                                       "whose secondary refused it")  # fmt: skip
     assert code == ExitCode.DENIED, out + err
     assert fix_lines(out) == [
         "fix: the secondary namespace contoso-secondary refused the credentials: check the "
