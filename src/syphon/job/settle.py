@@ -52,6 +52,7 @@ from syphon.servicebus.raw import (
     COMPLETED,
     SUSPENDED,
     complete_decoder,
+    lean,
     settle_by_lock_tokens,
 )
 
@@ -199,9 +200,9 @@ class _QueuePass:
         try:
             with (
                 self.__access.client() as client,
-                # keep_alive None: the SDK's keep-alive thread sleeps in 1 s steps and
-                # its close waits for it; a pass receives often enough to stay alive
-                client.get_queue_receiver(queue, keep_alive=None) as receiver,
+                # no keep-alive thread: it sleeps in 1 s steps and the close waits for
+                # it; a pass receives often enough to stay alive
+                lean(client.get_queue_receiver(queue)) as receiver,
             ):
                 self._drain(receiver, queue, todo, out)
         except Exception as exc:  # the namespace or the queue failed: the rest waits

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from syphon.core.peeked import sequence_number, snapshot_row
-from syphon.servicebus.raw import complete_decoder, peek_raw
+from syphon.servicebus.raw import complete_decoder, lean, peek_raw
 
 PEEK_PAGE = 250
 
@@ -25,7 +25,8 @@ def peek_receiver(client: Any, queue: str) -> Any:
     The SDK gives every receiver without prefetch a keep-alive thread that sleeps in
     1 s steps, and its ``close`` waits for that thread: about half a second per receiver,
     paid by every peek of every queue. With a prefetch of one and ``keep_alive`` None it
-    starts none. The prefetch never takes effect: a receiver grants the service credit
+    starts none (and :func:`syphon.servicebus.raw.lean` opens it without the SDK's
+    sleeps between polls). The prefetch never takes effect: a receiver grants the service credit
     only when it receives, and this one only peeks, so nothing is delivered to it or
     locked (tests/job/test_peek_receiver.py fails if an SDK upgrade changes either).
 
@@ -33,7 +34,7 @@ def peek_receiver(client: Any, queue: str) -> Any:
         client: a ``ServiceBusClient`` of the queue's namespace.
     """
     complete_decoder()
-    return client.get_queue_receiver(queue, prefetch_count=1, keep_alive=None)
+    return lean(client.get_queue_receiver(queue, prefetch_count=1, keep_alive=None))
 
 
 def peek_rows(

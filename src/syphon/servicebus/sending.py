@@ -19,7 +19,7 @@ from typing import Any
 from syphon.core.schema import Detail
 from syphon.servicebus import errors
 from syphon.servicebus.access import Access
-from syphon.servicebus.raw import EncodedMessage, encoded_batch
+from syphon.servicebus.raw import EncodedMessage, encoded_batch, lean
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def probe_destinations(
 
     def probe(client: Any, primary: str, name: str) -> str | None:
         try:
-            with client.get_queue_sender(name, keep_alive=None):
+            with lean(client.get_queue_sender(name, keep_alive=None)):
                 pass  # entering attaches the link (and puts the token)
             return None
         except Exception as exc:
@@ -127,8 +127,8 @@ class SenderPool:
                 )
             # keep_alive=None: the client's does not reach its senders, and a sender's
             # keep-alive thread makes its close wait up to a second
-            self.senders[destination] = self.clients[primary].get_queue_sender(
-                destination[1], keep_alive=None
+            self.senders[destination] = lean(
+                self.clients[primary].get_queue_sender(destination[1], keep_alive=None)
             )
         return self.senders[destination]
 
