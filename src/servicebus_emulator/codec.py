@@ -8,10 +8,11 @@ that every property reaches a receiver byte for byte.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from proton import Data, Described, int32, symbol, timestamp, ubyte, uint, ulong
+from proton import Data, Described, symbol, timestamp, ulong
 
 if TYPE_CHECKING:
     from servicebus_emulator.broker import StoredMessage
@@ -217,6 +218,17 @@ class ParsedMessage:
     application_properties: dict[Any, Any] | None = None
     body_size: int = 0
     app_section: Section | None = None
+    _kept: tuple[bytes, int] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def kept_annotations(self) -> tuple[bytes, int]:
+        """The sender's message annotations a delivery keeps (all but those it sets),
+        keys as symbols, encoded as map entries (:func:`encoded_map_entries`); once per
+        message (``replace`` makes a new message, which encodes its own)."""
+        if self._kept is None:
+            kept = {symbol(str(k)): v for k, v in self.annotations.items()
+                    if str(k) not in _DELIVERY_ANNOTATIONS}  # fmt: skip
+            self._kept = encoded_map_entries(kept)
+        return self._kept
 
     def get_application_properties(self) -> dict[Any, Any]:
         """The application properties, decoded on first use."""
@@ -281,15 +293,25 @@ def parse_sections(sections: list[Section]) -> ParsedMessage:
 def encode_header(
     durable: bool, priority: int | None, ttl_ms: int | None, delivery_count: int
 ) -> bytes:
-    """An encoded header section."""
-    fields: list[Any] = [
-        bool(durable),
-        ubyte(priority if priority is not None else 4),
-        uint(ttl_ms) if ttl_ms is not None and 0 <= ttl_ms < 2**32 else None,
-        delivery_count == 0,
-        uint(delivery_count),
-    ]
-    return _encode(Described(ulong(HEADER), fields))
+    """An encoded header section, written byte by byte (every delivery renders one:
+    Proton's encoder took half the time of rendering a message)."""
+    ttl = _uint_bytes(ttl_ms) if ttl_ms is not None and 0 <= ttl_ms < 2**32 else b"\x40"
+    fields = b"".join((
+        b"\x41" if durable else b"\x42",
+        b"\x50", bytes([priority if priority is not None else 4]),
+        ttl,
+        b"\x41" if delivery_count == 0 else b"\x42",
+        _uint_bytes(delivery_count),
+    ))  # fmt: skip
+    return b"\x00\x53\x70\xc0" + bytes([len(fields) + 1, 5]) + fields
+
+
+def _uint_bytes(value: int) -> bytes:
+    if value == 0:
+        return b"\x43"  # uint0
+    if value < 256:
+        return b"\x52" + bytes([value])  # smalluint
+    return b"\x70" + _UINT.pack(value)
 
 
 def encode_annotations(annotations: dict[Any, Any]) -> bytes:
@@ -350,19 +372,71 @@ def encode_value(value: Any) -> bytes:
     return _encode(value)
 
 
+#: The annotations a delivery sets itself (rendered anew each time).
+_DELIVERY_ANNOTATIONS = frozenset({
+    "x-opt-sequence-number", "x-opt-enqueue-sequence-number", "x-opt-enqueued-time",
+    "x-opt-message-state", "x-opt-locked-until", "x-opt-deadletter-source",
+})  # fmt: skip
+
+
 def render_message(msg: StoredMessage, entity_path: str) -> bytes:
-    """The bytes a receiver gets: a fresh header and annotations, then the bare message."""
+    """The bytes a receiver gets: a fresh header and annotations, then the bare message.
+
+    The annotations the sender gave are encoded once per message (Proton); those the
+    delivery sets (sequence number, enqueued time, state, lock, dead-letter source) are
+    written byte by byte after them, in one map."""
     parsed = msg.parsed
-    annotations: dict[Any, Any] = {str(k): v for k, v in parsed.annotations.items()}
-    annotations["x-opt-sequence-number"] = msg.seq
-    annotations["x-opt-enqueue-sequence-number"] = msg.seq
-    annotations["x-opt-enqueued-time"] = timestamp(msg.enqueued_ms)
-    annotations["x-opt-message-state"] = int32(msg.state)
+    pairs, count = parsed.kept_annotations()
+    dynamic = [
+        _symbol_bytes("x-opt-sequence-number"), _long_bytes(msg.seq),
+        _symbol_bytes("x-opt-enqueue-sequence-number"), _long_bytes(msg.seq),
+        _symbol_bytes("x-opt-enqueued-time"), b"\x83" + _LONG.pack(msg.enqueued_ms),
+        _symbol_bytes("x-opt-message-state"), b"\x71" + _INT.pack(msg.state),
+    ]  # fmt: skip
     if msg.locked_until_ms is not None:
-        annotations["x-opt-locked-until"] = timestamp(msg.locked_until_ms)
+        dynamic += [_symbol_bytes("x-opt-locked-until"), b"\x83" + _LONG.pack(msg.locked_until_ms)]
     if msg.dead_letter_source is not None:
-        annotations["x-opt-deadletter-source"] = msg.dead_letter_source
+        dynamic += [_symbol_bytes("x-opt-deadletter-source"), _string_bytes(msg.dead_letter_source)]
+    entries = pairs + b"".join(dynamic)
+    count += len(dynamic)
+    annotations = (b"\x00\x53\x72\xd1" + _UINT.pack(len(entries) + 4) + _UINT.pack(count)
+                   + entries)  # fmt: skip
     durable = bool(parsed.header[0]) if parsed.header else False
     priority = parsed.header[1] if len(parsed.header) > 1 else None
     header = encode_header(durable, priority, parsed.ttl_ms, msg.delivery_count)
-    return header + encode_annotations(annotations) + parsed.bare
+    return header + annotations + parsed.bare
+
+
+def encoded_map_entries(value: dict[Any, Any]) -> tuple[bytes, int]:
+    """A map's encoded entries (keys and values one after another, without the map's
+    constructor, size and count) and their count (keys plus values)."""
+    encoded = _encode(value)
+    if encoded[0] == 0xC1:  # map8: size and count one byte each
+        return encoded[3:], encoded[2]
+    return encoded[9:], int.from_bytes(encoded[5:9], "big")  # map32
+
+
+_UINT = struct.Struct(">I")
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+
+
+def _long_bytes(value: int) -> bytes:
+    if -128 <= value < 128:
+        return b"\x55" + _INT8.pack(value)  # smalllong
+    return b"\x81" + _LONG.pack(value)
+
+
+_INT8 = struct.Struct(">b")
+
+
+def _symbol_bytes(name: str) -> bytes:
+    raw = name.encode("ascii")
+    return b"\xa3" + bytes([len(raw)]) + raw
+
+
+def _string_bytes(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    if len(raw) < 256:
+        return b"\xa1" + bytes([len(raw)]) + raw
+    return b"\xb1" + _UINT.pack(len(raw)) + raw

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus._pyamqp._decode import decode_payload
 from azure.servicebus._pyamqp._encode import encode_payload
@@ -112,3 +114,34 @@ def test_a_stamped_message_id_leaves_every_other_field_and_section_as_it_was() -
     assert [getattr(back, f) for f in fields] == [getattr(message, f) for f in fields]
     assert back.correlation_id == correlation
     assert (back.body, back.properties) == (b"\x00\x01", {"k": 1})
+
+
+def test_a_delivery_renders_its_header_and_annotations_over_the_senders() -> None:
+    # the sender's annotations are kept (encoded once per message), those a delivery sets
+    # replace any the sender gave (a message forwarded from another entity carries them)
+    message = ServiceBusMessage(b"x", partition_key="k", time_to_live=timedelta(seconds=90))
+    message.raw_amqp_message.annotations = {
+        "x-opt-partition-key": "k", "x-opt-sequence-number": 999, "custom": 5,
+    }  # fmt: skip
+    raw = encoded(message)
+    parsed = parse_message(raw)
+    for count, locked, source in ((0, None, None), (300, 2**40, "q/$DeadLetterQueue")):
+        stored = StoredMessage(seq=2**33 + count, parsed=parsed, enqueued_ms=1_700_000_000_123,
+                               expires_ms=None, size=len(raw), session_id=None,
+                               delivery_count=count, locked_until_ms=locked,
+                               dead_letter_source=source)  # fmt: skip
+        back = decode_payload(memoryview(render_message(stored, "q")))
+        header = back.header
+        assert (header.durable, header.priority, header.ttl) == (False, 4, 90_000)
+        assert (header.first_acquirer, header.delivery_count) == (count == 0, count)
+        expected = {
+            b"x-opt-partition-key": b"k", b"custom": 5,
+            b"x-opt-sequence-number": stored.seq, b"x-opt-enqueue-sequence-number": stored.seq,
+            b"x-opt-enqueued-time": 1_700_000_000_123, b"x-opt-message-state": 0,
+        }  # fmt: skip
+        if locked is not None:
+            expected[b"x-opt-locked-until"] = locked
+        if source is not None:
+            expected[b"x-opt-deadletter-source"] = source.encode()
+        assert back.message_annotations == expected
+        assert render_message(stored, "q").endswith(parsed.bare)

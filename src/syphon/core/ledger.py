@@ -109,7 +109,8 @@ class Operations(_Metrics):
 
 @dataclass
 class Timings(_Metrics):
-    """Seconds per stage (and, within the replay, its probes and sends)."""
+    """Seconds per stage (and, within the replay, its probes and sends; within the
+    settle, its passes over the queues, before their outcomes are recorded)."""
 
     discover: float | None = None
     destinations: float | None = None
@@ -121,6 +122,7 @@ class Timings(_Metrics):
     replay_probes: float | None = None
     replay_sends: float | None = None
     settle: float | None = None
+    settle_passes: float | None = None
 
 
 @dataclass

@@ -187,6 +187,7 @@ def _replay_and_settle(
     settled = settle_queues(settle_actions(planned, all_sent), ctx.namespaces.secondary,
                             ledger.run_id, failpoints.for_task("mid_settle"))  # fmt: skip
     settled = settled.localCheckpoint(eager=True)
+    ledger.timings.settle_passes = time.monotonic() - clock
     ctx.store.append_outcomes(settled, planned, ledger.run_id, Stage.SETTLE,
                               datetime.now(timezone.utc))  # fmt: skip
     failpoints.check("after_settle_commit")
