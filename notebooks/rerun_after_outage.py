@@ -12,7 +12,12 @@
 # MAGIC - `run_id`: a planned run to inspect and replay (empty: plan a new one);
 # MAGIC - `destinations`: `primary/destination`, comma-separated, to narrow what is shown;
 # MAGIC - `message_id`: a MessageId to look up in the audit;
-# MAGIC - `replay`: `yes` to replay the run in the replay cell (default `no`).
+# MAGIC - `replay`: `yes` to replay the run in the replay cell (default `no`);
+# MAGIC - `select_destinations`, `select_message_ids` (comma-separated),
+# MAGIC   `select_enqueued_from`, `select_enqueued_until` (ISO 8601, UTC) and `select_where`
+# MAGIC   (a Spark SQL predicate, e.g. `properties['tenant'] = 'contoso'`): what a new plan
+# MAGIC   takes, as `syphon plan`'s options; the rest is recorded `unselected` and stays in
+# MAGIC   the backlog. Empty: every message.
 
 # COMMAND ----------
 
@@ -22,6 +27,11 @@ run_id = ""
 destinations = ""
 message_id = ""
 replay = "no"
+select_destinations = ""
+select_message_ids = ""
+select_enqueued_from = ""
+select_enqueued_until = ""
+select_where = ""
 
 # COMMAND ----------
 
@@ -34,6 +44,11 @@ params = nb.parameters(
     destinations=destinations,
     message_id=message_id,
     replay=replay,
+    select_destinations=select_destinations,
+    select_message_ids=select_message_ids,
+    select_enqueued_from=select_enqueued_from,
+    select_enqueued_until=select_enqueued_until,
+    select_where=select_where,
 )
 ctx = nb.open_context(params)
 
@@ -51,7 +66,8 @@ print(nb.backlog_status(ctx))
 
 # MAGIC %md
 # MAGIC ## Plan
-# MAGIC Snapshot, reconcile and audit (recorded as `planned`), or the planned run named by `run_id`.
+# MAGIC Snapshot, reconcile and audit (recorded as `planned`) of what the selection takes, or
+# MAGIC the planned run named by `run_id`.
 
 # COMMAND ----------
 

@@ -5,9 +5,12 @@ widgets made and answers ``get`` with what a user typed (the only fake in these 
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 
 from syphon.app.notebook import WIDGETS, Parameters, parameters
+from syphon.core.selection import Selection, SelectionError
 
 
 class Widgets:
@@ -56,3 +59,16 @@ def test_on_databricks_widgets_are_made_with_the_values_as_defaults_and_read_bac
 def test_bad_parameters_are_refused_with_the_reason(changes: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parameters(**changes)
+
+
+def test_the_selection_widgets_make_the_plans_selection() -> None:
+    got = parameters(select_destinations="orders, billing", select_message_ids="a,b",
+                     select_enqueued_from="2026-11-01T08:00:00Z",
+                     select_where=" true ")  # fmt: skip
+    assert got.selection == Selection(
+        destinations=("orders", "billing"), message_ids=("a", "b"),
+        enqueued_from=datetime(2026, 11, 1, 8, tzinfo=timezone.utc), where="true",
+    )  # fmt: skip
+    assert parameters().selection is None  # empty widgets: every message
+    with pytest.raises(SelectionError, match="select_enqueued_until"):
+        parameters(select_enqueued_until="soon")

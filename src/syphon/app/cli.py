@@ -9,6 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import NoReturn
 
 import yaml
@@ -19,6 +20,7 @@ from syphon.app.text import format_run, format_status, format_summary
 from syphon.core.config import LOG_LEVELS, SyphonConfig
 from syphon.core.configfile import load_config
 from syphon.core.errors import EXIT_CODES, SyphonError
+from syphon.core.selection import Selection, SelectionError, parse_time
 from syphon.job.context import RunContext
 from syphon.job.failures import explain
 from syphon.job.plan import new_run_id, plan
@@ -60,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_option(planned)
     planned.add_argument("--run-id", default=None, help="the run id (default: time and random)")
+    _add_selection_options(planned)
 
     provision = sub.add_parser(
         "provision",
@@ -79,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_option(ran)
     ran.add_argument("--run-id", default=None, help="the run id (default: time and random)")
+    _add_selection_options(ran)
 
     replay = sub.add_parser(
         "replay", help="resume the replay and settle of a planned run (same exit codes as run)"
@@ -90,6 +94,58 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_option(shown)
     shown.add_argument("--runs", type=int, default=10, help="how many runs to show (default 10)")
     return parser
+
+
+def _add_selection_options(cmd: argparse.ArgumentParser) -> None:
+    group = cmd.add_argument_group(
+        "selection",
+        "take only some messages (every condition given must hold); the rest are recorded "
+        "as unselected and stay where they are. With plan: the dry run of a run with the "
+        "same selection",
+    )
+    group.add_argument("--destination", action="append", default=[], metavar="ENTITY",
+                       help="messages for this entity (repeatable)")  # fmt: skip
+    group.add_argument("--message-id", action="append", default=[], metavar="ID",
+                       help="messages with this MessageId (repeatable)")  # fmt: skip
+    group.add_argument("--message-ids-file", default=None, metavar="FILE",
+                       help="messages whose MessageId is a line of FILE")  # fmt: skip
+    group.add_argument("--enqueued-from", default=None, metavar="TIME",
+                       help="first enqueued at or after TIME (ISO 8601, UTC unless a zone "
+                            "is given)")  # fmt: skip
+    group.add_argument("--enqueued-until", default=None, metavar="TIME",
+                       help="first enqueued before TIME")  # fmt: skip
+    group.add_argument("--where", default=None, metavar="SQL",
+                       help="a Spark SQL predicate over the snapshot's columns and "
+                            "properties['name'] (see the README)")  # fmt: skip
+
+
+def _selection(args: argparse.Namespace) -> Selection | None:
+    """The command's selection, or None when it gives none.
+
+    Raises:
+        SelectionError: a time or the MessageId file cannot be read.
+    """
+    ids = list(args.message_id)
+    if args.message_ids_file is not None:
+        try:
+            text = Path(args.message_ids_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SelectionError(
+                f"--message-ids-file {args.message_ids_file}: {exc.strerror or exc}"
+            ) from None
+        ids += [line.strip() for line in text.splitlines() if line.strip()]
+    selection = Selection(
+        destinations=tuple(args.destination),
+        message_ids=tuple(ids),
+        enqueued_from=None if args.enqueued_from is None
+        else parse_time(args.enqueued_from, "--enqueued-from"),
+        enqueued_until=None if args.enqueued_until is None
+        else parse_time(args.enqueued_until, "--enqueued-until"),
+        where=args.where,
+    )  # fmt: skip
+    if args.message_ids_file is not None and not ids:
+        raise SelectionError(f"--message-ids-file {args.message_ids_file}: no MessageId in it")
+    return None if selection.everything else selection
 
 
 def _add_config_option(cmd: argparse.ArgumentParser) -> None:
@@ -123,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     run_id = getattr(args, "run_id", None) or new_run_id(datetime.now(timezone.utc))
     with run_context(run_id):  # every record, the config's included, names the run
+        # a malformed selection is refused before anything is read or started
+        selection = _selection(args) if args.command in ("plan", "run") else None
         config = _config(args)
         if args.command == "config":
             print(yaml.safe_dump(config.as_dict(), sort_keys=False), end="")
@@ -133,8 +191,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.command == "status":
             return _status(ctx, args.runs)
         if args.command == "plan":
-            return _plan(ctx, run_id)
-        result = run_with_report(ctx, run_id, resume=args.command == "replay")
+            return _plan(ctx, run_id, selection)
+        result = run_with_report(ctx, run_id, resume=args.command == "replay",
+                                 selection=selection)  # fmt: skip
     print(format_run(result))
     print(f"audit: {ctx.store.where}")
     return int(result.exit_code)
@@ -160,9 +219,11 @@ def _status(ctx: RunContext, runs: int) -> int:
     return 0
 
 
-def _plan(ctx: RunContext, run_id: str) -> int:
+def _plan(ctx: RunContext, run_id: str, selection: Selection | None) -> int:
     try:
-        result = plan(ctx, run_id, datetime.now(timezone.utc))
+        result = plan(ctx, run_id, datetime.now(timezone.utc), selection=selection)
+    except SyphonError:
+        raise
     except Exception as exc:
         _raise_as(exc, ctx)
     print(format_summary(result))

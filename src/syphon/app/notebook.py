@@ -10,12 +10,14 @@ or a pandas frame), never a message body. :func:`open_context` builds the servic
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from syphon.app.services import build_context, run_with_report
 from syphon.app.text import format_run, format_status, format_summary
 from syphon.core.configfile import load_config
 from syphon.core.schema import Stage
+from syphon.core.selection import Selection, parse_time
 from syphon.job.context import RunContext
 from syphon.job.plan import new_run_id
 from syphon.job.plan import plan as plan_run
@@ -35,6 +37,12 @@ WIDGETS = {
     "destinations": ("", "Destinations (primary/destination, comma-separated; empty: all)"),
     "message_id": ("", "MessageId to look up in the audit"),
     "replay": ("no", "Replay the planned run (yes/no)"),
+    # the selection of a new plan (syphon plan's options; empty: every message)
+    "select_destinations": ("", "Select: destinations (entity paths, comma-separated)"),
+    "select_message_ids": ("", "Select: MessageIds (comma-separated)"),
+    "select_enqueued_from": ("", "Select: enqueued from (ISO 8601, UTC)"),
+    "select_enqueued_until": ("", "Select: enqueued until (ISO 8601, UTC)"),
+    "select_where": ("", "Select: Spark SQL predicate"),
 }
 
 
@@ -47,6 +55,7 @@ class Parameters:
     destinations: tuple[tuple[str, str], ...]
     message_id: str
     replay: bool
+    selection: Selection | None = None
 
 
 def parameters(dbutils: Any = None, **values: str) -> Parameters:
@@ -56,6 +65,7 @@ def parameters(dbutils: Any = None, **values: str) -> Parameters:
     Raises:
         ValueError: a destination is not ``primary/destination``, or ``replay`` is not
             yes or no.
+        SelectionError: a selection widget holds a malformed time.
     """
     got = {name: str(values.get(name, default)) for name, (default, _) in WIDGETS.items()}
     if dbutils is not None:
@@ -74,7 +84,25 @@ def parameters(dbutils: Any = None, **values: str) -> Parameters:
     if replay not in ("yes", "no"):
         raise ValueError(f"replay: {got['replay']!r} is not yes or no")
     return Parameters(got["config"].strip(), got["run_id"].strip(), tuple(places),
-                      got["message_id"].strip(), replay == "yes")  # fmt: skip
+                      got["message_id"].strip(), replay == "yes", _selection(got))  # fmt: skip
+
+
+def _selection(got: dict[str, str]) -> Selection | None:
+    def items(name: str) -> tuple[str, ...]:
+        return tuple(i.strip() for i in got[name].split(",") if i.strip())
+
+    def time(name: str) -> datetime | None:
+        text = got[name].strip()
+        return parse_time(text, name) if text else None
+
+    selection = Selection(
+        destinations=items("select_destinations"),
+        message_ids=items("select_message_ids"),
+        enqueued_from=time("select_enqueued_from"),
+        enqueued_until=time("select_enqueued_until"),
+        where=got["select_where"].strip() or None,
+    )
+    return None if selection.everything else selection
 
 
 def open_context(params: Parameters) -> RunContext:
@@ -162,8 +190,8 @@ def audit_for(ctx: RunContext, params: Parameters) -> pd.DataFrame:
 def plan(ctx: RunContext, params: Parameters) -> tuple[str, str]:
     """The run to inspect and replay, and its summary: ``params.run_id`` when the ledger
     says it was planned (nothing is peeked again), else a new plan (recorded
-    ``planned``)."""
-    from datetime import datetime, timezone
+    ``planned``) of what ``params.selection`` takes."""
+    from datetime import timezone
 
     if params.run_id:
         rows = [r for r in ctx.store.runs() if r.run_id == params.run_id]
@@ -174,7 +202,7 @@ def plan(ctx: RunContext, params: Parameters) -> tuple[str, str]:
             return params.run_id, (f"run {params.run_id}: planned earlier, now "
                                    f"{latest.status}; verdicts: {counts}")  # fmt: skip
     now = datetime.now(timezone.utc)
-    result = plan_run(ctx, params.run_id or new_run_id(now), now)
+    result = plan_run(ctx, params.run_id or new_run_id(now), now, selection=params.selection)
     return result.run_id, format_summary(result)
 
 

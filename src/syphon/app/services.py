@@ -10,6 +10,7 @@ from syphon.app.report import write_run_report
 from syphon.app.spark import build_spark_session
 from syphon.app.storage import resolve_location
 from syphon.core.config import SyphonConfig
+from syphon.core.selection import Selection
 from syphon.job import run as job_run
 from syphon.job.context import RunContext, SparkOnDemand
 from syphon.job.ledger import RunResult
@@ -42,14 +43,14 @@ def build_context(
     return RunContext(config, namespaces, open_store(config.audit, spark, location), spark)
 
 
-def run_with_report(ctx: RunContext, run_id: str | None = None,
-                    resume: bool = False) -> RunResult:  # fmt: skip
-    """``syphon run`` (or, with ``resume``, ``syphon replay`` of ``run_id``), then the run's
-    report."""
+def run_with_report(ctx: RunContext, run_id: str | None = None, resume: bool = False,
+                    selection: Selection | None = None) -> RunResult:  # fmt: skip
+    """``syphon run`` on what ``selection`` takes (or, with ``resume``, ``syphon replay``
+    of ``run_id``: its plan says what it takes), then the run's report."""
     if resume:
         assert run_id is not None
         result = job_run.resume(ctx, run_id)
     else:
-        result = job_run.run(ctx, run_id)
+        result = job_run.run(ctx, run_id, selection)
     result.report = write_run_report(ctx, result)
     return result

@@ -49,9 +49,14 @@ def format_summary(result: PlanResult) -> str:
     lines = [
         f"run {result.run_id}: {sum(result.counts.values())} messages in "
         f"{sum(1 for q in result.queues if not q.empty)} of {len(result.queues)} backlog queues",
-        f"{'primary':<20} {'destination':<28} {'replay':>7} {'dup':>5} {'confl':>5} "
-        f"{'exp':>5} {'ping':>5} {'inval':>5} {'spread':>6}  outage span",
     ]
+    if result.selection is not None:
+        lines.append(f"selection: {result.selection.describe()} "
+                     f"(the rest: unselected, left where it is)")  # fmt: skip
+    lines.append(
+        f"{'primary':<20} {'destination':<28} {'replay':>7} {'dup':>5} {'confl':>5} "
+        f"{'exp':>5} {'ping':>5} {'inval':>5} {'unsel':>5} {'spread':>6}  outage span"
+    )
     for d in result.per_destination:
         span = "-"
         if d["first"] is not None and d["last"] is not None:
@@ -59,6 +64,7 @@ def format_summary(result: PlanResult) -> str:
         lines.append(
             f"{d['primary'] or '?':<20} {d['destination'] or '(no destination)':<28} "
             f"{d['replay']:>7} {d['duplicate']:>5} {d['conflict']:>5} {d['expired']:>5} "
-            f"{d['ping']:>5} {d['invalid']:>5} {d['spread_groups']:>6}  {span}"
+            f"{d['ping']:>5} {d['invalid']:>5} {d['unselected']:>5} {d['spread_groups']:>6}"
+            f"  {span}"
         )
     return "\n".join(lines)

@@ -49,8 +49,9 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
         ExitCode.CONFIG,
         "a config key is missing or bad, a secret reference cannot be resolved or holds a "
         "malformed connection string, or a literal secret is in the config (checked before "
-        "anything starts; the line names the file, the key and what it must be)",
-        "fix the key or set the variable",
+        "anything starts; the line names the file, the key and what it must be); or a "
+        "selection option is malformed or its `--where` does not apply",
+        "fix the key, the option or set the variable",
     ),
     ExitCodeDoc(
         ExitCode.DENIED,

@@ -48,7 +48,10 @@ class Verdict:
     EXPIRED: Final = "expired"
     PING: Final = "ping"
     INVALID: Final = "invalid"
-    ALL: Final = (REPLAY, DUPLICATE, CONFLICT, EXPIRED, PING, INVALID)
+    #: left out by the operator's selection (:mod:`syphon.core.selection`): never sent,
+    #: never settled
+    UNSELECTED: Final = "unselected"
+    ALL: Final = (REPLAY, DUPLICATE, CONFLICT, EXPIRED, PING, INVALID, UNSELECTED)
     #: settled by completing the backlog message (a replayed one too, once ``sent``)
     COMPLETED_AS_IS: Final = (DUPLICATE, EXPIRED, PING)
     #: settled by dead-lettering it, with the verdict's reason
@@ -104,6 +107,7 @@ class Detail:
     PROBE_FAILED: Final = "probe_failed_"  # + the error class
     # settle
     ARRIVED_AFTER_SNAPSHOT: Final = "arrived_after_snapshot"
+    NOT_SELECTED: Final = "not_selected"  # the verdict unselected's reason, too
     NOT_RECEIVED: Final = "not_received"
     SETTLE_FAILED: Final = "settle_failed_"  # + the error class
     RECEIVE_FAILED: Final = "receive_failed_"  # + the error class

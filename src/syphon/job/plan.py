@@ -20,9 +20,11 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.ledger import Operations, RunRecord, Timings
-from syphon.core.schema import DESTINATIONS, Status, Verdict, spark_schema
+from syphon.core.schema import DESTINATIONS, SNAPSHOT, Status, Verdict, spark_schema
+from syphon.core.selection import Selection, SelectionError
 from syphon.job.context import RunContext, fit_shuffle_partitions
-from syphon.job.reconcile import reconcile_snapshot
+from syphon.job.reconcile import reconcile_snapshot, restore
+from syphon.job.selection import with_views
 from syphon.job.snapshot import read_snapshot
 from syphon.obs import progress
 from syphon.servicebus.discovery import DiscoveredQueue, discover_backlog
@@ -30,7 +32,7 @@ from syphon.servicebus.entities import list_destinations, listing_failed
 from syphon.store import queries
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ class PlanResult:
     Attributes:
         per_destination: rows of :func:`verdicts_by_destination`, by primary and destination.
         snapshot: the checkpointed snapshot (bodies included) for the replay.
+        selection: what the run takes (None: every message).
     """
 
     run_id: str
@@ -51,6 +54,7 @@ class PlanResult:
     timings: Timings = field(default_factory=Timings)
     operations: Operations = field(default_factory=Operations)
     snapshot: DataFrame | None = None
+    selection: Selection | None = None
 
 
 def new_run_id(now: datetime) -> str:
@@ -119,16 +123,23 @@ def plan(
     run_id: str,
     started: datetime,
     queues: list[DiscoveredQueue] | None = None,
+    selection: Selection | None = None,
 ) -> PlanResult:
     """Plans a run (see the module docstring) and records it as ``planned``.
 
     Args:
         queues: the backlog queues when the caller discovered them already.
+        selection: what the run takes (:mod:`syphon.core.selection`); the rest is
+            ``unselected``. Checked before anything is peeked.
+
+    Raises:
+        SelectionError: the selection's predicate does not apply to a snapshot.
     """
     from pyspark.sql import functions as F
 
     spark = ctx.spark()  # its start is no stage's time
     progress.watch(spark)
+    check_selection(spark, selection)
     timings = Timings()
     clock = time.monotonic()
     if queues is None:
@@ -159,6 +170,7 @@ def plan(
         ctx.store.replayed(),
         default_max_message_bytes=ctx.namespaces.secondary.max_message_bytes,
         listed_primaries=listed,
+        selection=selection,
     )
     # checkpointed: the audit, the counts and the summary read it
     planned = planned.localCheckpoint(eager=True)
@@ -191,4 +203,30 @@ def plan(
             timings=timings,
         )
     )
-    return PlanResult(run_id, queues, counts, per_destination, timings, operations, snapshot)
+    return PlanResult(run_id, queues, counts, per_destination, timings, operations, snapshot,
+                      selection)  # fmt: skip
+
+
+def check_selection(spark: SparkSession, selection: Selection | None) -> None:
+    """Judges the selection on an empty snapshot, so that a predicate that does not parse,
+    names a column that does not exist or is not true or false fails before anything is
+    peeked.
+
+    Raises:
+        SelectionError: with Spark's own words (its first line).
+    """
+    if selection is None or selection.where is None:
+        return
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    empty = with_views(restore(spark.createDataFrame([], spark_schema(SNAPSHOT))))
+    try:
+        where_kind = empty.select(F.expr(selection.where)).schema[0].dataType
+    except Exception as exc:  # Spark's parse and analysis errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SelectionError(f"--where {selection.where!r}: {first}") from None
+    if not isinstance(where_kind, BooleanType):
+        raise SelectionError(
+            f"--where {selection.where!r}: is {where_kind.simpleString()}, not true or false"
+        )

@@ -2,6 +2,8 @@
 
 Every snapshot row gets exactly one verdict, in this order of precedence:
 
+0. ``unselected`` — left out by the operator's selection (reason ``not_selected``,
+   :mod:`syphon.core.selection`); only when a run has one;
 1. ``ping`` — content type ``application/vnd.ms-servicebus-ping`` (nothing to replay);
 2. ``invalid`` — with a machine-readable reason: the envelope's (missing or malformed
    aliases, property key problems, bytes that are not an AMQP message),
@@ -38,9 +40,11 @@ from syphon.core.schema import (
     Verdict,
     names,
 )
+from syphon.core.selection import NOT_SELECTED, Selection
 from syphon.core.sizing import ENVELOPE_RESERVE
 from syphon.core.timespan import TICKS_PER_SECOND
 from syphon.job.batches import plan_batches
+from syphon.job.selection import SELECTED, select
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -171,8 +175,12 @@ def classify(
 
     # duplicates are judged among the messages that could be replayed, in replay order;
     # windows over the whole frame (no join back): the rows travel through one shuffle
+    # (messages the selection leaves out are not: a copy left for later must not make
+    # the one taken now a duplicate)
+    selected = F.col(SELECTED) if SELECTED in df.columns else F.lit(True)
     candidate = (
-        ~F.col("_is_ping")
+        selected
+        & ~F.col("_is_ping")
         & F.col("_invalid").isNull()
         & ~F.col("_expired")
         & F.col("message_id").isNotNull()
@@ -213,8 +221,10 @@ def classify(
     )
     df = df.withColumn("_dup_reason", dup_reason)
 
+    unselected = ~selected
     verdict = (
-        F.when(F.col("_is_ping"), F.lit(Verdict.PING))
+        F.when(unselected, F.lit(Verdict.UNSELECTED))
+        .when(F.col("_is_ping"), F.lit(Verdict.PING))
         .when(F.col("_invalid").isNotNull(), F.lit(Verdict.INVALID))
         .when(F.col("_expired"), F.lit(Verdict.EXPIRED))
         .when(
@@ -225,7 +235,8 @@ def classify(
         .otherwise(F.lit(Verdict.REPLAY))
     )
     reason = (
-        F.when(F.col("_is_ping"), F.lit(None).cast("string"))
+        F.when(unselected, F.lit(NOT_SELECTED))
+        .when(F.col("_is_ping"), F.lit(None).cast("string"))
         .when(F.col("_invalid").isNotNull(), F.col("_invalid"))
         .when(F.col("_expired"), F.lit("time_to_live_passed"))
         .otherwise(F.col("_dup_reason"))
@@ -236,6 +247,7 @@ def classify(
         .withColumn("partition_key_effective", F.col("_key.key"))
         .withColumn("partition_key_source", F.col("_key.source"))
         .drop("_key", "_is_ping", "_invalid", "_expired", "_dup_reason", "_candidate", "_r_hashes")
+        .drop(SELECTED)
     )
 
 
@@ -297,12 +309,15 @@ def reconcile_snapshot(
     replayed: DataFrame | None = None,
     default_max_message_bytes: int = 256 * 1024,
     listed_primaries: tuple[str, ...] = (),
+    selection: Selection | None = None,
 ) -> DataFrame:
-    """The whole reconcile of a snapshot: :func:`restore`, :func:`classify`,
-    :func:`order_groups` and :func:`plan_batches` (arguments as :func:`classify`'s).
-    The messages' bytes are dropped by the classify once measured, the property maps
-    after it, so the shuffles carry the audit's columns only."""
-    restored = restore(snapshot).drop("application_properties")
+    """The whole reconcile of a snapshot: :func:`restore`, the ``selection``
+    (:mod:`syphon.job.selection`; a message it leaves out is ``unselected``),
+    :func:`classify`, :func:`order_groups` and :func:`plan_batches` (the other arguments
+    as :func:`classify`'s). The messages' bytes are dropped by the classify once
+    measured, the property maps after it, so the shuffles carry the audit's columns
+    only."""
+    restored = select(restore(snapshot), selection).drop("application_properties")
     classified = classify(
         restored, now, destinations, replayed, default_max_message_bytes, listed_primaries
     ).drop("original_application_properties")

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from syphon.core.errors import SyphonError
 from syphon.core.schema import Detail, Outcome, Stage, Status, Verdict
+from syphon.core.selection import Selection
 from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.failures import Failure, missing_destinations, refused_primaries
 from syphon.job.lanes import ReplaySettings
@@ -49,9 +50,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def run(ctx: RunContext, run_id: str | None = None) -> RunResult:
-    """Runs every stage (see the module docstring). Errors end the run as ``failed`` in
-    the ledger and in the result, never as an exception."""
+def run(ctx: RunContext, run_id: str | None = None,
+        selection: Selection | None = None) -> RunResult:  # fmt: skip
+    """Runs every stage (see the module docstring) on what ``selection`` takes (None:
+    everything). Errors end the run as ``failed`` in the ledger and in the result, never
+    as an exception."""
     started = datetime.now(timezone.utc)
     run_id = run_id or new_run_id(started)
     with run_context(run_id):  # every record of the run carries its id
@@ -69,7 +72,7 @@ def run(ctx: RunContext, run_id: str | None = None) -> RunResult:
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, str):
                     return ledger.busy(lease)
-                planned = plan(ctx, run_id, started, queues)
+                planned = plan(ctx, run_id, started, queues, selection)
                 ledger.counts = dict(planned.counts)
                 planned.timings.discover = ledger.timings.discover
                 ledger.timings, ledger.operations = planned.timings, planned.operations
@@ -217,7 +220,8 @@ def _finish(ledger: Ledger, unknown: list[Destination], skipped: dict[Destinatio
             refused: Failure | None = None) -> RunResult:  # fmt: skip
     """Records the final status: ``failed`` when a namespace failed mid-run, ``partial``
     when work is left (messages that arrived after the snapshot are the next run's work,
-    not left-overs), else ``done``. ``unknown``: the destinations the plan found no
+    and those the selection left out the operator's choice: neither is a left-over),
+    else ``done``. ``unknown``: the destinations the plan found no
     entity for; ``skipped``: the probes' verdicts; ``refused``: the exit of a run whose
     primaries refused the credentials (before missing destinations: it blocks more)."""
     outcomes = {**{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
@@ -228,7 +232,8 @@ def _finish(ledger: Ledger, unknown: list[Destination], skipped: dict[Destinatio
     if sides:  # a namespace failed mid-run: its clients were closed, the rest waits
         return ledger.result(Status.FAILED, f"{Detail.NAMESPACE_FAULT}: " + ", ".join(sides),
                              outcomes)  # fmt: skip
-    left = settle.count(Outcome.LEFT, except_details=[Detail.ARRIVED_AFTER_SNAPSHOT])
+    not_left_over = [Detail.ARRIVED_AFTER_SNAPSHOT, Detail.NOT_SELECTED]
+    left = settle.count(Outcome.LEFT, except_details=not_left_over)
     result = ledger.result(Status.PARTIAL if left else Status.DONE, None, outcomes)
     missing = sorted(k for k, reason in skipped.items() if reason == Detail.DESTINATION_MISSING)
     failure = refused or missing_destinations(unknown, missing)

@@ -81,7 +81,8 @@ def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> Da
     """What to do with each snapshot message (:data:`syphon.core.schema.SETTLE_ACTION`):
     ``complete`` what was replayed (an outcome ``sent`` in ``replay_results``),
     duplicated, expired or a ping; ``dead_letter`` what is invalid or a conflict, with
-    the verdict's reason; ``leave`` everything else."""
+    the verdict's reason; ``leave`` everything else (an unselected message with the
+    reason ``not_selected``, which its settle row's detail carries)."""
     from pyspark.sql import functions as F
 
     plan = plan_rows.select(*PLACE, "verdict", "reason")
@@ -102,7 +103,11 @@ def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> Da
         .when(replayed, F.lit(COMPLETE))
         .otherwise(F.lit(LEAVE))
     )
-    reason = F.when(verdict.isin(*Verdict.DEAD_LETTERED), F.coalesce(F.col("reason"), verdict))
+    reason = (
+        F.when(verdict.isin(*Verdict.DEAD_LETTERED), F.coalesce(F.col("reason"), verdict))
+        # left for a later run on purpose: its settle row says so (not work left over)
+        .when(verdict == Verdict.UNSELECTED, F.lit(Detail.NOT_SELECTED))
+    )
     return plan.select(
         *PLACE, action.alias("action"), reason.alias("reason"), verdict.alias("verdict")
     ).select(*names(SETTLE_ACTION))
@@ -210,9 +215,9 @@ class _QueuePass:
             stopped = (Detail.NAMESPACE_FAULT if name in NAMESPACE_FAULTS
                        else f"{Detail.RECEIVE_FAILED}{name}")  # fmt: skip
             log.warning("settling %s stopped: %s", queue, name)
-        for seq, (action, _, _) in todo.items():
+        for seq, (action, reason, _) in todo.items():
             if seq not in out:
-                detail = None if action == LEAVE else (stopped or Detail.NOT_RECEIVED)
+                detail = reason if action == LEAVE else (stopped or Detail.NOT_RECEIVED)
                 out[seq] = _row(queue, seq, Outcome.LEFT, detail, 0)
         return pd.DataFrame(list(out.values()), columns=_RESULT_COLUMNS)
 
@@ -238,7 +243,7 @@ class _QueuePass:
                     action, reason, verdict = todo.get(seq, ("new", None, ""))
                     if action not in (COMPLETE, DEAD_LETTER):
                         held.append(m)
-                        detail = Detail.ARRIVED_AFTER_SNAPSHOT if action == "new" else None
+                        detail = Detail.ARRIVED_AFTER_SNAPSHOT if action == "new" else reason
                         out.setdefault(seq, _row(queue, seq, Outcome.LEFT, detail, 0))
                         out[seq]["received"] += 1
                         continue
