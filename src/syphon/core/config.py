@@ -125,6 +125,39 @@ class BacklogConfig:
     split_messages: int = 50_000
 
 
+#: The kinds of source a run drains (DESIGN.md, "Sources").
+SOURCE_KINDS = ("backlog", "dead_letter")
+#: The name of the source a config without a ``sources`` section has.
+DEFAULT_SOURCE = "backlog"
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Where a run's messages wait to go home (``syphon run --source NAME``).
+
+    Attributes:
+        name: how commands name it (letters, digits, ``-``, ``_``).
+        kind: ``backlog`` (the paired-namespace backlog queues of the secondary, as
+            ``backlog`` configures them) or ``dead_letter`` (the dead-letter sub-queues
+            of ``entities`` in the primary ``namespace``, re-driven into it).
+        namespace: ``dead_letter``: the configured primary whose entities' dead letters
+            are re-driven (and where they go).
+        entities: ``dead_letter``: the queues whose dead-letter queue is read.
+        targets: ``dead_letter``: entity -> where its dead letters go (default: back to
+            the entity itself).
+    """
+
+    name: str
+    kind: str
+    namespace: str | None = None
+    entities: tuple[str, ...] = ()
+    targets: Mapping[str, str] = field(default_factory=dict)
+
+    def target(self, entity: str) -> str:
+        """Where ``entity``'s dead letters are sent."""
+        return self.targets.get(entity, entity)
+
+
 @dataclass(frozen=True)
 class SparkConfig:
     """How the Spark session is built.
@@ -263,6 +296,28 @@ class SyphonConfig:
     run: RunConfig = field(default_factory=RunConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    sources: tuple[SourceConfig, ...] = (SourceConfig(DEFAULT_SOURCE, "backlog"),)
+
+    def source_named(self, name: str | None) -> SourceConfig:
+        """The source ``name`` (None: ``backlog`` when configured, else the only one).
+
+        Raises:
+            ConfigError: no source of that name, or several and none named.
+        """
+        names = [s.name for s in self.sources]
+        if name is None:
+            if DEFAULT_SOURCE in names:
+                name = DEFAULT_SOURCE
+            elif len(names) == 1:
+                name = names[0]
+            else:
+                raise ConfigError(f"{self.source}: several sources ({', '.join(names)}): "
+                                  "name one with --source")  # fmt: skip
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise ConfigError(f"{self.source}: no source {name!r} in sources "
+                          f"(configured: {', '.join(names)})")  # fmt: skip
 
     def primary(self, namespace: str) -> NamespaceConfig:
         """The primary namespace of that name.

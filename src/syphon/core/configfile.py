@@ -24,9 +24,11 @@ from syphon.core.config import (
     AUDIT_ENGINES,
     CONFIG_PATH_ENV,
     CREDENTIAL_TYPES,
+    DEFAULT_SOURCE,
     DISCOVERY_MODES,
     ENV_PREFIX,
     LOG_LEVELS,
+    SOURCE_KINDS,
     TIERS,
     AuditConfig,
     BacklogConfig,
@@ -35,6 +37,7 @@ from syphon.core.config import (
     NamespaceConfig,
     ReplayConfig,
     RunConfig,
+    SourceConfig,
     SparkConfig,
     StorageConfig,
     SyphonConfig,
@@ -196,8 +199,9 @@ class _Builder(ConfigReader):
         top = self.section(
             raw,
             "",
-            ("secondary", "primaries", "backlog", "spark", "audit", "run", "replay", "logging"),
-        )
+            ("secondary", "primaries", "backlog", "spark", "audit", "run", "replay", "logging",
+             "sources"),
+        )  # fmt: skip
         secondary = self.namespace(self.required(top, "", "secondary"), "secondary")
         primaries_raw = self.required(top, "", "primaries")
         if not isinstance(primaries_raw, list) or not primaries_raw:
@@ -218,7 +222,57 @@ class _Builder(ConfigReader):
             run=self.run(top.get("run")),
             replay=self.replay(top.get("replay"), names),
             logging=self.logging(top.get("logging")),
+            sources=self.sources(top.get("sources"), names),
         )
+
+    def sources(self, raw: Any, primaries: list[str]) -> tuple[SourceConfig, ...]:
+        """``sources``: a list of sources (default: one ``backlog`` source)."""
+        if raw is None:
+            return (SourceConfig(DEFAULT_SOURCE, "backlog"),)
+        if not isinstance(raw, list) or not raw:
+            raise self.fail("sources", "must be a non-empty list of sources")
+        out = [self.one_source(item, f"sources.{i}", primaries) for i, item in enumerate(raw)]
+        names = [s.name for s in out]
+        if len(set(names)) != len(names):
+            raise self.fail("sources", "a source name is used twice")
+        return tuple(out)
+
+    def one_source(self, raw: Any, key: str, primaries: list[str]) -> SourceConfig:
+        s = self.section(raw, key, ("name", "kind", "namespace", "entities", "targets"))
+        name = self.required(s, key, "name")
+        if not isinstance(name, str) or not _SOURCE_NAME.match(name):
+            raise self.fail(f"{key}.name", f"{name!r} is not a source name (letters, digits, "
+                                           "- and _, up to 50)")  # fmt: skip
+        kind = self.choice(s, key, "kind", SOURCE_KINDS, "backlog")
+        if kind == "backlog":
+            for extra in ("namespace", "entities", "targets"):
+                if s.get(extra) is not None:
+                    raise self.fail(f"{key}.{extra}", "is for kind dead_letter only (a backlog "
+                                                      "source is the backlog section)")  # fmt: skip
+            return SourceConfig(name, kind)
+        namespace = self.required(s, key, "namespace")
+        if namespace not in primaries:
+            raise self.fail(f"{key}.namespace", f"{namespace!r} is not a configured primary "
+                                                f"(one of {', '.join(primaries)})")  # fmt: skip
+        entities = self.required(s, key, "entities")
+        if (not isinstance(entities, list) or not entities
+                or not all(isinstance(e, str) and e.strip() for e in entities)):  # fmt: skip
+            raise self.fail(f"{key}.entities", "must be a non-empty list of queue names")
+        for e in entities:
+            problem = _entity_problem(e)
+            if problem:
+                raise self.fail(f"{key}.entities", f"{e!r}: {problem}")
+        targets = s.get("targets") or {}
+        if not isinstance(targets, dict):
+            raise self.fail(f"{key}.targets", "must be a mapping from entity to destination")
+        for entity, target in targets.items():
+            if entity not in entities:
+                raise self.fail(f"{key}.targets.{entity}", "is not one of the source's entities")
+            if not isinstance(target, str) or _entity_problem(target):
+                raise self.fail(f"{key}.targets.{entity}",
+                                f"{target!r} is not a queue or topic name")  # fmt: skip
+        return SourceConfig(name, kind, namespace, tuple(entities),
+                            {str(k): str(v) for k, v in targets.items()})  # fmt: skip
 
     def backlog(self, raw: Any) -> BacklogConfig:
         b = self.section(
@@ -343,3 +397,20 @@ class _Builder(ConfigReader):
         if sdk_level not in LOG_LEVELS:
             raise self.fail("logging.sdk_level", f"must be one of {', '.join(LOG_LEVELS)}")
         return LoggingConfig(level=level, format=fmt, sdk_level=sdk_level)
+
+
+_SOURCE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
+
+
+def _entity_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a dead-letter source's entity (None: it can)."""
+    if path.endswith("/$DeadLetterQueue") or "$" in path:
+        return "name the entity, not its dead-letter queue (syphon reads <entity>/$DeadLetterQueue)"
+    if "/subscriptions/" in path.lower():
+        return (
+            "a subscription's dead letters cannot be sent back to one subscription; "
+            "subscriptions are not a dead-letter source yet"
+        )
+    if path != path.strip() or not path or len(path) > 260:
+        return "not a queue name"
+    return None
