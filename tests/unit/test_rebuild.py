@@ -19,7 +19,7 @@ from proton import (
 
 from amqp_values import every_type
 from syphon.core import amqp_bytes as ab
-from syphon.core.rebuild import rebuild
+from syphon.core.rebuild import DEAD_LETTER_PROPERTIES, rebuild
 
 SCHEDULED = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
 FOOTER = ab.section(ab.FOOTER, ab.encode_map([(ab.encode_symbol("f"), b"\x54\x01")]))
@@ -176,3 +176,21 @@ def test_the_session_id_goes_at_the_group_id_of_a_short_properties_list() -> Non
     assert got[:3] == items[:3]
     assert got[3:10] == [b"\x40"] * 7
     assert (len(got), ab.decode(got[10])) == (11, "s-1")
+
+
+def test_a_dead_lettered_message_loses_only_the_dead_letter_properties() -> None:
+    # a re-driven message is live again: the service's reason and description go, every
+    # other property stays with its bytes (an x-ms-path of the sender's own too)
+    sent = Message(id="m1", body=b"x", group_id="s1", properties={
+        "DeadLetterReason": "MaxDeliveryCountExceeded", "DeadLetterErrorDescription": "10",
+        "x-ms-path": "kept", "tenant": "contoso", "n": ulong(7)})  # fmt: skip
+    sent.inferred = True
+    encoded = bytes(sent.encode())
+    rebuilt = by_code(rebuild(encoded, session_id="s1", time_to_live_ms=None,
+                              scheduled_enqueue_time=None,
+                              dropped=DEAD_LETTER_PROPERTIES))  # fmt: skip
+    kept = {ab.decode(k): (ab.type_name(v), ab.decode(v))
+            for k, v in ab.map_entries(rebuilt[ab.APPLICATION_PROPERTIES].value)}  # fmt: skip
+    assert kept == {"x-ms-path": ("string", "kept"), "tenant": ("string", "contoso"),
+                    "n": ("ulong", 7)}  # fmt: skip
+    assert rebuilt[ab.PROPERTIES].raw == by_code(encoded)[ab.PROPERTIES].raw

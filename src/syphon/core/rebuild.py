@@ -17,10 +17,16 @@ changed (DESIGN.md, "The backlog message format") and what the service owns:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 from syphon.core import amqp_bytes as ab
 from syphon.core.envelope import ALIASES
+
+#: The application properties the service adds to a message it dead-letters (its
+#: reason and description); a re-driven message is live again and is sent without them
+#: (the dead-letter source is a message annotation, dropped with the service's own).
+DEAD_LETTER_PROPERTIES = frozenset({"DeadLetterReason", "DeadLetterErrorDescription"})
 
 #: Message annotations the service writes on every message it holds (a replay sends
 #: none of them: the destination writes its own).
@@ -43,6 +49,7 @@ def rebuild(
     session_id: str | None,
     time_to_live_ms: int | None,
     scheduled_enqueue_time: datetime | None,
+    dropped: Collection[str] = ALIASES,
 ) -> bytes:
     """The message to send for the backlog message ``encoded`` (as a peek returns it).
 
@@ -51,6 +58,8 @@ def rebuild(
         time_to_live_ms: the TTL to send (what is left of the original), or None for none;
             capped at :data:`MAX_TTL_MS`.
         scheduled_enqueue_time: when the destination is to enqueue it, or None for now.
+        dropped: the application properties left out (a backlog message's aliases; a
+            dead-lettered message's :data:`DEAD_LETTER_PROPERTIES`).
 
     Raises:
         AmqpFormatError: ``encoded`` is not an AMQP message.
@@ -80,7 +89,7 @@ def rebuild(
             out.append(_properties(part.value, session_id))
         elif part.code == ab.APPLICATION_PROPERTIES:
             entries = [(k, v) for k, v in ab.map_entries(part.value)
-                       if ab.decode(k) not in ALIASES]  # fmt: skip
+                       if ab.decode(k) not in dropped]  # fmt: skip
             if entries:
                 out.append(ab.section(ab.APPLICATION_PROPERTIES, ab.encode_map(entries)))
         elif part.code >= ab.DATA:  # the body and the footer, as they are
