@@ -57,6 +57,20 @@ def is_namespace_name(name: str) -> bool:
     return bool(_NAMESPACE_RE.match(name))
 
 
+#: The path of an entity's dead-letter sub-queue is the entity's with this suffix.
+DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
+
+
+def dead_letter_path(entity: str) -> str:
+    """The path of ``entity``'s dead-letter sub-queue."""
+    return entity + DEAD_LETTER_SUFFIX
+
+
+def is_dead_letter_path(path: str | None) -> bool:
+    """Whether ``path`` is a dead-letter sub-queue's (a backlog queue's never is)."""
+    return bool(path) and str(path).endswith(DEAD_LETTER_SUFFIX)
+
+
 def backlog_queue_path(primary: str, index: int) -> str:
     """Builds ``<primary>/x-servicebus-transfer/<index>``.
 

@@ -22,11 +22,19 @@ from datetime import datetime
 
 from syphon.core import amqp_bytes as ab
 from syphon.core.envelope import ALIASES
+from syphon.core.naming import is_dead_letter_path
 
 #: The application properties the service adds to a message it dead-letters (its
 #: reason and description); a re-driven message is live again and is sent without them
 #: (the dead-letter source is a message annotation, dropped with the service's own).
 DEAD_LETTER_PROPERTIES = frozenset({"DeadLetterReason", "DeadLetterErrorDescription"})
+
+
+def dropped_properties(source_path: str | None) -> Collection[str]:
+    """The application properties a message read from ``source_path`` is sent without:
+    a dead-letter queue's messages lose :data:`DEAD_LETTER_PROPERTIES`, a backlog
+    queue's their aliases."""
+    return DEAD_LETTER_PROPERTIES if is_dead_letter_path(source_path) else ALIASES
 
 #: Message annotations the service writes on every message it holds (a replay sends
 #: none of them: the destination writes its own).

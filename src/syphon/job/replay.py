@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.rebuild import rebuild
+from syphon.core.rebuild import dropped_properties, rebuild
 from syphon.core.schema import (
     MESSAGE_COLUMNS,
     PLACE,
@@ -166,6 +166,7 @@ def build_message(rec: Mapping[str, Any], ttl: timedelta | None, now: datetime) 
         session_id=rec["original_session_id"],
         time_to_live_ms=ttl_ms,
         scheduled_enqueue_time=scheduled,
+        dropped=dropped_properties(rec.get("backlog_queue")),
     )
     return EncodedMessage(encoded, rec["message_id"], rec["original_session_id"],
                           rec["partition_key"])  # fmt: skip
