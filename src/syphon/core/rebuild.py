@@ -36,6 +36,7 @@ def dropped_properties(source_path: str | None) -> Collection[str]:
     queue's their aliases."""
     return DEAD_LETTER_PROPERTIES if is_dead_letter_path(source_path) else ALIASES
 
+
 #: Message annotations the service writes on every message it holds (a replay sends
 #: none of them: the destination writes its own).
 SERVICE_ANNOTATIONS = frozenset({

@@ -27,6 +27,9 @@ number. Messages without a MessageId are never duplicates.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from syphon.core.envelope import PING_CONTENT_TYPE, restore_envelope_col
@@ -53,10 +56,23 @@ if TYPE_CHECKING:
 _ID_LENGTH = 128
 
 
-def restore(snapshot: DataFrame) -> DataFrame:
-    """Adds the restored envelope to snapshot rows."""
+@dataclass(frozen=True)
+class DeadLetters:
+    """Where a dead-letter source's messages go: back into ``namespace`` (a primary),
+    each to its entity or to the entity's target."""
+
+    namespace: str
+    targets: Mapping[str, str] = field(default_factory=dict)
+
+
+def restore(snapshot: DataFrame, dead_letters: DeadLetters | None = None) -> DataFrame:
+    """Adds the restored envelope to snapshot rows: a backlog message's from its aliases,
+    or (``dead_letters``) a dead-lettered message's from the message itself
+    (:func:`restore_dead_letters`)."""
     from pyspark.sql import functions as F
 
+    if dead_letters is not None:
+        return restore_dead_letters(snapshot, dead_letters)
     env = restore_envelope_col(F.col("application_properties"), F.col("property_problem"))
     return (
         snapshot.withColumn("_env", env)
@@ -69,6 +85,40 @@ def restore(snapshot: DataFrame) -> DataFrame:
         .withColumn("envelope_reason", F.col("_env.reason"))
         .withColumn("original_enqueued_time", F.col("enqueued_time"))
         .drop("_env")
+    )
+
+
+def restore_dead_letters(snapshot: DataFrame, dead_letters: DeadLetters) -> DataFrame:
+    """Restores dead-lettered messages: each goes back to the entity whose dead-letter
+    queue held it (or its target) in ``dead_letters.namespace``, with its own session
+    id; its properties are its own but the service's dead-letter reason and description.
+
+    A dead-lettered message's time to live is not sent again and never expires it here:
+    it was counted from its first enqueue (and ran out for many of them, which is why
+    they were dead-lettered); the re-driven message takes its destination's default.
+    Its scheduled time has passed. A property map the snapshot could not read makes it
+    ``invalid`` with that reason, as for a backlog message."""
+    from pyspark.sql import functions as F
+
+    from syphon.core.naming import DEAD_LETTER_SUFFIX
+    from syphon.core.rebuild import DEAD_LETTER_PROPERTIES
+
+    entity = F.regexp_replace(F.col("backlog_queue"), re.escape(DEAD_LETTER_SUFFIX) + "$", "")
+    destination = entity
+    if dead_letters.targets:
+        pairs = [F.lit(x) for k, v in sorted(dead_letters.targets.items()) for x in (k, v)]
+        destination = F.coalesce(F.element_at(F.create_map(*pairs), entity), entity)
+    dropped = sorted(DEAD_LETTER_PROPERTIES)
+    props = F.map_filter(F.col("application_properties"), lambda k, _v: ~k.isin(*dropped))
+    return (
+        snapshot.withColumn("primary", F.lit(dead_letters.namespace))
+        .withColumn("destination", destination)
+        .withColumn("original_session_id", F.col("session_id"))
+        .withColumn("original_time_to_live_ticks", F.lit(None).cast("long"))
+        .withColumn("original_scheduled_enqueue_time", F.lit(None).cast("timestamp"))
+        .withColumn("original_application_properties", props)
+        .withColumn("envelope_reason", F.col("property_problem"))
+        .withColumn("original_enqueued_time", F.col("enqueued_time"))
     )
 
 
@@ -310,14 +360,16 @@ def reconcile_snapshot(
     default_max_message_bytes: int = 256 * 1024,
     listed_primaries: tuple[str, ...] = (),
     selection: Selection | None = None,
+    dead_letters: DeadLetters | None = None,
 ) -> DataFrame:
-    """The whole reconcile of a snapshot: :func:`restore`, the ``selection``
+    """The whole reconcile of a snapshot: :func:`restore` (of dead letters with
+    ``dead_letters``), the ``selection``
     (:mod:`syphon.job.selection`; a message it leaves out is ``unselected``),
     :func:`classify`, :func:`order_groups` and :func:`plan_batches` (the other arguments
     as :func:`classify`'s). The messages' bytes are dropped by the classify once
     measured, the property maps after it, so the shuffles carry the audit's columns
     only."""
-    restored = select(restore(snapshot), selection).drop("application_properties")
+    restored = select(restore(snapshot, dead_letters), selection).drop("application_properties")
     classified = classify(
         restored, now, destinations, replayed, default_max_message_bytes, listed_primaries
     ).drop("original_application_properties")

@@ -1,0 +1,53 @@
+"""Dead-lettered messages restored for a re-drive (no Service Bus): each goes back to its
+entity (or the entity's target) in the source namespace, with its own session id and
+properties but the service's dead-letter reason and description, never expired by a
+time to live counted from its first enqueue."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from snapshot_rows import T0, encode_message, snapshot_row
+from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.job.reconcile import DeadLetters, reconcile_snapshot
+
+NOW = T0 + timedelta(days=3)
+DL = [("DeadLetterReason", "MaxDeliveryCountExceeded"), ("DeadLetterErrorDescription", "10")]
+
+
+def dead_lettered(entity: str, seq: int, message_id: str, minutes: int = 0,
+                  props: list[tuple[Any, Any]] | None = None,
+                  **fields: Any) -> dict[str, Any]:  # fmt: skip
+    encoded = encode_message([*(props or []), *DL], message_id=message_id)
+    row = snapshot_row(encoded, seq)
+    row.update(backlog_queue=f"{entity}/$DeadLetterQueue", message_id=message_id,
+               enqueued_time=T0 + timedelta(minutes=minutes), **fields)  # fmt: skip
+    return row
+
+
+def test_dead_letters_go_back_to_their_entity_with_their_own_envelope(spark: Any) -> None:
+    rows = [
+        dead_lettered("orders", 1, "a", 2, [("tenant", "contoso")], session_id="s1"),
+        dead_lettered("orders", 2, "b", 1, session_id="s1", time_to_live_ms=60_000),
+        dead_lettered("billing", 1, "c", 0, [("x-ms-path", "elsewhere")]),
+        dead_lettered("orders", 3, "a", 3, [("tenant", "contoso")], session_id="s1"),
+    ]
+    snapshot = spark.createDataFrame(rows, spark_schema(SNAPSHOT))
+    where = DeadLetters("contoso", {"billing": "billing-retry"})
+    planned = reconcile_snapshot(snapshot, F.lit(NOW), dead_letters=where)
+    out = {(r["backlog_queue"], r["sequence_number"]): r for r in planned.collect()}
+    a, b, c = out[("orders/$DeadLetterQueue", 1)], out[("orders/$DeadLetterQueue", 2)], \
+        out[("billing/$DeadLetterQueue", 1)]  # fmt: skip
+    assert {(r["primary"], r["destination"]) for r in (a, b)} == {("contoso", "orders")}
+    # a target, and an x-ms-path of the sender's own is only a property here
+    assert (c["primary"], c["destination"], c["verdict"]) == ("contoso", "billing-retry", "replay")
+    # its own session, in its key's order (b was first enqueued first); its TTL, counted
+    # from its first enqueue three days ago, neither expires it nor goes with it
+    assert (b["verdict"], b["original_session_id"], b["original_time_to_live_ticks"]) == (
+        "replay", "s1", None)  # fmt: skip
+    assert (b["replay_order"], a["replay_order"]) == (1, 2)
+    dup = out[("orders/$DeadLetterQueue", 3)]
+    assert (dup["verdict"], dup["reason"]) == ("duplicate", "duplicate_in_snapshot")
