@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from snapshot_rows import T0, encode_message, snapshot_row
 from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.core.selection import Selection
 from syphon.job.reconcile import DeadLetters, reconcile_snapshot
 
 NOW = T0 + timedelta(days=3)
@@ -51,3 +52,16 @@ def test_dead_letters_go_back_to_their_entity_with_their_own_envelope(spark: Any
     assert (b["replay_order"], a["replay_order"]) == (1, 2)
     dup = out[("orders/$DeadLetterQueue", 3)]
     assert (dup["verdict"], dup["reason"]) == ("duplicate", "duplicate_in_snapshot")
+
+
+def test_a_selection_sees_the_dead_letter_reason(spark: Any) -> None:
+    rows = [dead_lettered("orders", 1, "a"), dead_lettered("orders", 2, "b")]
+    snapshot = spark.createDataFrame(rows, spark_schema(SNAPSHOT))
+
+    def taken(where: str) -> list[str]:
+        planned = reconcile_snapshot(snapshot, F.lit(NOW), dead_letters=DeadLetters("contoso"),
+                                     selection=Selection(where=where))  # fmt: skip
+        return sorted(r["message_id"] for r in planned.collect() if r["verdict"] == "replay")
+
+    assert taken("properties['DeadLetterReason'] = 'MaxDeliveryCountExceeded'") == ["a", "b"]
+    assert taken("properties['DeadLetterReason'] = 'TTLExpiredException'") == []

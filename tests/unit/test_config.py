@@ -283,3 +283,57 @@ def test_the_config_holds_references_never_values(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, MINIMAL), environ={"SECONDARY_CS": "SECRET-VALUE"})
     assert "SECRET-VALUE" not in repr(config)
     assert "SECRET-VALUE" not in repr(config.as_dict())
+
+
+def test_sources_default_to_the_backlog_and_name_what_a_run_drains(tmp_path: Path) -> None:
+    plain = load_config(write(tmp_path, MINIMAL), environ={})
+    assert [(s.name, s.kind) for s in plain.sources] == [("backlog", "backlog")]
+    assert plain.source_named(None).name == "backlog"
+    text = MINIMAL + (
+        "sources:\n"
+        "  - {name: dlq, kind: dead_letter, namespace: contoso, entities: [orders, pay],\n"
+        "     targets: {pay: pay-retry}}\n"
+    )
+    config = load_config(write(tmp_path, text), environ={})
+    only = config.source_named(None)  # the only source is the default
+    assert (only.name, only.namespace, only.entities) == ("dlq", "contoso", ("orders", "pay"))
+    assert (only.target("pay"), only.target("orders")) == ("pay-retry", "orders")
+    with pytest.raises(ConfigError, match="no source 'backlog'"):
+        config.source_named("backlog")
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("{name: x, kind: dead_letter, entities: [q]}", "namespace"),
+        (
+            "{name: x, kind: dead_letter, namespace: other, entities: [q]}",
+            "not a configured primary",
+        ),
+        ("{name: x, kind: dead_letter, namespace: contoso, entities: []}", "non-empty list"),
+        (
+            "{name: x, kind: dead_letter, namespace: contoso, entities: [q/$DeadLetterQueue]}",
+            "not its dead-letter queue",
+        ),
+        (
+            "{name: x, kind: dead_letter, namespace: contoso, entities: [t/Subscriptions/s]}",
+            "subscription",
+        ),
+        (
+            "{name: x, kind: dead_letter, namespace: contoso, entities: [q], targets: {r: s}}",
+            "not one of the source's entities",
+        ),
+        ("{name: x, kind: backlog, entities: [q]}", "dead_letter only"),
+        ("{name: 'a b', kind: backlog}", "not a source name"),
+        ("{name: x, kind: sideways}", "kind"),
+    ],
+)
+def test_a_bad_source_is_refused_with_its_key(tmp_path: Path, source: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=r"sources\.0") as raised:
+        load_config(write(tmp_path, MINIMAL + f"sources:\n  - {source}\n"), environ={})
+    assert said in str(raised.value)
+
+
+def test_a_source_name_is_used_once(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="used twice"):
+        load_config(write(tmp_path, MINIMAL + "sources: [{name: a}, {name: a}]\n"), environ={})

@@ -24,6 +24,7 @@ from syphon.core.selection import Selection, SelectionError, parse_time
 from syphon.job.context import RunContext
 from syphon.job.failures import explain
 from syphon.job.plan import new_run_id, plan
+from syphon.job.sources import RunSource, run_source
 from syphon.job.status import status
 from syphon.obs import progress
 from syphon.obs.logs import LOG_FORMATS, configure_logging, run_context
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_option(planned)
     planned.add_argument("--run-id", default=None, help="the run id (default: time and random)")
+    _add_source_option(planned)
     _add_selection_options(planned)
 
     provision = sub.add_parser(
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_option(ran)
     ran.add_argument("--run-id", default=None, help="the run id (default: time and random)")
+    _add_source_option(ran)
     _add_selection_options(ran)
 
     replay = sub.add_parser(
@@ -89,11 +92,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_option(replay)
     replay.add_argument("--run-id", required=True, help="the planned run to resume")
+    _add_source_option(replay)
 
     shown = sub.add_parser("status", help="backlog depth per queue and the last runs")
     _add_config_option(shown)
     shown.add_argument("--runs", type=int, default=10, help="how many runs to show (default 10)")
     return parser
+
+
+def _add_source_option(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--source", default=None, metavar="NAME",
+                     help="the configured source to drain (default: backlog, or the only "
+                          "one; see sources in the config)")  # fmt: skip
 
 
 def _add_selection_options(cmd: argparse.ArgumentParser) -> None:
@@ -190,10 +200,12 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _provision(ctx, args.count)
         if args.command == "status":
             return _status(ctx, args.runs)
+        source = run_source(ctx, args.source) if args.command in ("plan", "run", "replay") \
+            else None  # fmt: skip
         if args.command == "plan":
-            return _plan(ctx, run_id, selection)
+            return _plan(ctx, run_id, selection, source)
         result = run_with_report(ctx, run_id, resume=args.command == "replay",
-                                 selection=selection)  # fmt: skip
+                                 selection=selection, source=source)  # fmt: skip
     print(format_run(result))
     print(f"audit: {ctx.store.where}")
     return int(result.exit_code)
@@ -219,9 +231,11 @@ def _status(ctx: RunContext, runs: int) -> int:
     return 0
 
 
-def _plan(ctx: RunContext, run_id: str, selection: Selection | None) -> int:
+def _plan(ctx: RunContext, run_id: str, selection: Selection | None,
+          source: RunSource | None) -> int:  # fmt: skip
     try:
-        result = plan(ctx, run_id, datetime.now(timezone.utc), selection=selection)
+        result = plan(ctx, run_id, datetime.now(timezone.utc), selection=selection,
+                      source=source)  # fmt: skip
     except SyphonError:
         raise
     except Exception as exc:

@@ -14,6 +14,7 @@ from syphon.core.selection import Selection
 from syphon.job import run as job_run
 from syphon.job.context import RunContext, SparkOnDemand
 from syphon.job.ledger import RunResult
+from syphon.job.sources import RunSource
 from syphon.servicebus.access import resolve_namespaces
 from syphon.servicebus.secrets import DbutilsGet
 from syphon.store.backend import open_store
@@ -44,13 +45,14 @@ def build_context(
 
 
 def run_with_report(ctx: RunContext, run_id: str | None = None, resume: bool = False,
-                    selection: Selection | None = None) -> RunResult:  # fmt: skip
+                    selection: Selection | None = None,
+                    source: RunSource | None = None) -> RunResult:  # fmt: skip
     """``syphon run`` on what ``selection`` takes (or, with ``resume``, ``syphon replay``
     of ``run_id``: its plan says what it takes), then the run's report."""
     if resume:
         assert run_id is not None
-        result = job_run.resume(ctx, run_id)
+        result = job_run.resume(ctx, run_id, source)
     else:
-        result = job_run.run(ctx, run_id, selection)
+        result = job_run.run(ctx, run_id, selection, source)
     result.report = write_run_report(ctx, result)
     return result

@@ -23,11 +23,12 @@ from syphon.core.ledger import Operations, RunRecord, Timings
 from syphon.core.schema import DESTINATIONS, SNAPSHOT, Status, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
 from syphon.job.context import RunContext, fit_shuffle_partitions
-from syphon.job.reconcile import reconcile_snapshot, restore
+from syphon.job.reconcile import DeadLetters, reconcile_snapshot, restore
 from syphon.job.selection import with_views
 from syphon.job.snapshot import read_snapshot
+from syphon.job.sources import RunSource, run_source
 from syphon.obs import progress
-from syphon.servicebus.discovery import DiscoveredQueue, discover_backlog
+from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.entities import list_destinations, listing_failed
 from syphon.store import queries
 
@@ -61,14 +62,19 @@ def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
-def discover(ctx: RunContext) -> list[DiscoveredQueue]:
-    """The backlog queues of every configured primary (no Spark)."""
-    primaries = [p.namespace for p in ctx.config.primaries]
-    return discover_backlog(ctx.namespaces.secondary, primaries, ctx.config.backlog)
+def discover(ctx: RunContext, source: RunSource | None = None) -> list[DiscoveredQueue]:
+    """The queues of ``source`` (None: the config's default source), without Spark."""
+    return (source or run_source(ctx)).discover(ctx)
 
 
-def discovery_operations(ctx: RunContext, queues: list[DiscoveredQueue]) -> Operations:
-    """What a discovery cost: one listing, or a peek per probed index."""
+def discovery_operations(ctx: RunContext, queues: list[DiscoveredQueue],
+                         source: RunSource | None = None) -> Operations:  # fmt: skip
+    """What a discovery cost: one listing, or a peek per probed index (a dead-letter
+    source: a peek per entity)."""
+    source = source or run_source(ctx)
+    if source.kind == "dead_letter":
+        return Operations(discover_management_calls=0, discover_peeks=len(queues),
+                          discover_backlog_queues=len(queues))  # fmt: skip
     backlog = ctx.config.backlog
     if backlog.discovery == "management":
         return Operations(discover_management_calls=1, discover_peeks=0,
@@ -124,6 +130,7 @@ def plan(
     started: datetime,
     queues: list[DiscoveredQueue] | None = None,
     selection: Selection | None = None,
+    source: RunSource | None = None,
 ) -> PlanResult:
     """Plans a run (see the module docstring) and records it as ``planned``.
 
@@ -131,20 +138,23 @@ def plan(
         queues: the backlog queues when the caller discovered them already.
         selection: what the run takes (:mod:`syphon.core.selection`); the rest is
             ``unselected``. Checked before anything is peeked.
+        source: the source drained (None: the config's default, see
+            :func:`syphon.job.sources.run_source`).
 
     Raises:
         SelectionError: the selection's predicate does not apply to a snapshot.
     """
     from pyspark.sql import functions as F
 
+    source = source or run_source(ctx)
     spark = ctx.spark()  # its start is no stage's time
     progress.watch(spark)
-    check_selection(spark, selection)
+    check_selection(spark, selection, source.dead_letters)
     timings = Timings()
     clock = time.monotonic()
     if queues is None:
-        progress.step("discover: listing the backlog queues")
-        queues = discover(ctx)
+        progress.step(f"discover: finding the queues of source {source.name}")
+        queues = discover(ctx, source)
     non_empty = [q for q in queues if not q.empty]
     timings.discover = time.monotonic() - clock
 
@@ -154,8 +164,8 @@ def plan(
     timings.destinations = time.monotonic() - clock
 
     clock = time.monotonic()
-    progress.step(f"snapshot: peeking {len(non_empty)} backlog queues")
-    snapshot = read_snapshot(spark, ctx.namespaces.secondary, non_empty,
+    progress.step(f"snapshot: peeking {len(non_empty)} queues")
+    snapshot = read_snapshot(spark, source.access, non_empty,
                              ctx.config.backlog.split_messages)  # fmt: skip
     peeked = snapshot.count()
     timings.snapshot = time.monotonic() - clock
@@ -168,9 +178,10 @@ def plan(
         F.lit(started),
         destinations,
         ctx.store.replayed(),
-        default_max_message_bytes=ctx.namespaces.secondary.max_message_bytes,
+        default_max_message_bytes=source.access.max_message_bytes,
         listed_primaries=listed,
         selection=selection,
+        dead_letters=source.dead_letters,
     )
     # checkpointed: the audit, the counts and the summary read it
     planned = planned.localCheckpoint(eager=True)
@@ -187,7 +198,7 @@ def plan(
         key=lambda d: (d["primary"] or "", d["destination"] or ""),
     )
     counts = {v: n for v in Verdict.ALL if (n := sum(int(d[v]) for d in per_destination))}
-    operations = discovery_operations(ctx, queues)
+    operations = discovery_operations(ctx, queues, source)
     operations.destinations_management_calls = 2 * len(ctx.config.primaries)
     operations.snapshot_queues_peeked = len(non_empty)
     operations.snapshot_messages_peeked = rows
@@ -207,7 +218,8 @@ def plan(
                       selection)  # fmt: skip
 
 
-def check_selection(spark: SparkSession, selection: Selection | None) -> None:
+def check_selection(spark: SparkSession, selection: Selection | None,
+                    dead_letters: DeadLetters | None = None) -> None:  # fmt: skip
     """Judges the selection on an empty snapshot, so that a predicate that does not parse,
     names a column that does not exist or is not true or false fails before anything is
     peeked.
@@ -220,7 +232,7 @@ def check_selection(spark: SparkSession, selection: Selection | None) -> None:
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
 
-    empty = with_views(restore(spark.createDataFrame([], spark_schema(SNAPSHOT))))
+    empty = with_views(restore(spark.createDataFrame([], spark_schema(SNAPSHOT)), dead_letters))
     try:
         where_kind = empty.select(F.expr(selection.where)).schema[0].dataType
     except Exception as exc:  # Spark's parse and analysis errors

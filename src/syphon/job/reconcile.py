@@ -91,7 +91,8 @@ def restore(snapshot: DataFrame, dead_letters: DeadLetters | None = None) -> Dat
 def restore_dead_letters(snapshot: DataFrame, dead_letters: DeadLetters) -> DataFrame:
     """Restores dead-lettered messages: each goes back to the entity whose dead-letter
     queue held it (or its target) in ``dead_letters.namespace``, with its own session
-    id; its properties are its own but the service's dead-letter reason and description.
+    id and its properties (the service's dead-letter reason and description among them,
+    for selections; the replay sends it without them).
 
     A dead-lettered message's time to live is not sent again and never expires it here:
     it was counted from its first enqueue (and ran out for many of them, which is why
@@ -101,22 +102,21 @@ def restore_dead_letters(snapshot: DataFrame, dead_letters: DeadLetters) -> Data
     from pyspark.sql import functions as F
 
     from syphon.core.naming import DEAD_LETTER_SUFFIX
-    from syphon.core.rebuild import DEAD_LETTER_PROPERTIES
 
     entity = F.regexp_replace(F.col("backlog_queue"), re.escape(DEAD_LETTER_SUFFIX) + "$", "")
     destination = entity
     if dead_letters.targets:
         pairs = [F.lit(x) for k, v in sorted(dead_letters.targets.items()) for x in (k, v)]
         destination = F.coalesce(F.element_at(F.create_map(*pairs), entity), entity)
-    dropped = sorted(DEAD_LETTER_PROPERTIES)
-    props = F.map_filter(F.col("application_properties"), lambda k, _v: ~k.isin(*dropped))
     return (
         snapshot.withColumn("primary", F.lit(dead_letters.namespace))
         .withColumn("destination", destination)
         .withColumn("original_session_id", F.col("session_id"))
         .withColumn("original_time_to_live_ticks", F.lit(None).cast("long"))
         .withColumn("original_scheduled_enqueue_time", F.lit(None).cast("timestamp"))
-        .withColumn("original_application_properties", props)
+        # the reason and description stay for selections (--where); the replay leaves
+        # them out of the message (syphon.core.rebuild.dropped_properties)
+        .withColumn("original_application_properties", F.col("application_properties"))
         .withColumn("envelope_reason", F.col("property_problem"))
         .withColumn("original_enqueued_time", F.col("enqueued_time"))
     )

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from syphon.core.errors import SyphonError
+from syphon.core.naming import is_dead_letter_path
 from syphon.core.schema import Detail, Outcome, Stage, Status, Verdict
 from syphon.core.selection import Selection
 from syphon.job.context import RunContext, fit_shuffle_partitions
@@ -38,6 +39,7 @@ from syphon.job.reconcile import restore
 from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
 from syphon.job.settle import settle_actions, settle_queues
 from syphon.job.snapshot import read_snapshot
+from syphon.job.sources import RunSource, run_source
 from syphon.job.tally import Tally, tally
 from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context
@@ -50,45 +52,49 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def run(ctx: RunContext, run_id: str | None = None,
-        selection: Selection | None = None) -> RunResult:  # fmt: skip
+def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None = None,
+        source: RunSource | None = None) -> RunResult:  # fmt: skip
     """Runs every stage (see the module docstring) on what ``selection`` takes (None:
-    everything). Errors end the run as ``failed`` in the ledger and in the result, never
-    as an exception."""
+    everything) of ``source`` (None: the config's default). Errors end the run as
+    ``failed`` in the ledger and in the result, never as an exception."""
     started = datetime.now(timezone.utc)
     run_id = run_id or new_run_id(started)
+    source = source or run_source(ctx)
     with run_context(run_id):  # every record of the run carries its id
         ledger = Ledger(ctx, run_id, started)
         clock = time.monotonic()
         try:
-            queues = discover(ctx)
+            queues = discover(ctx, source)
         except Exception as exc:
-            return ledger.failed(exc, ctx.namespaces.secondary)
+            return ledger.failed(exc, source.access)
         ledger.timings.discover = time.monotonic() - clock
-        ledger.operations = discovery_operations(ctx, queues)
+        ledger.operations = discovery_operations(ctx, queues, source)
         try:
             if all(q.empty for q in queues):
                 return ledger.result(Status.EMPTY)
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, str):
                     return ledger.busy(lease)
-                planned = plan(ctx, run_id, started, queues, selection)
+                planned = plan(ctx, run_id, started, queues, selection, source)
                 ledger.counts = dict(planned.counts)
                 planned.timings.discover = ledger.timings.discover
                 ledger.timings, ledger.operations = planned.timings, planned.operations
                 failpoints.check("after_plan")
-                return _replay_and_settle(ctx, ledger, lease, planned.snapshot)
+                return _replay_and_settle(ctx, ledger, lease, planned.snapshot, source)
         except Exception as exc:
-            return ledger.failed(exc, ctx.namespaces.secondary)
+            return ledger.failed(exc, source.access)
 
 
-def resume(ctx: RunContext, run_id: str) -> RunResult:
+def resume(ctx: RunContext, run_id: str, source: RunSource | None = None) -> RunResult:
     """Resumes a planned run: peeks its backlog queues again, sends what its plan says
     and no earlier attempt of the run recorded as sent, then settles.
+
+    ``source``: the source it was planned from (None: the config's default).
 
     Raises:
         SyphonError: the ledger has no plan of that run.
     """
+    source = source or run_source(ctx)
     mine = [r for r in ctx.store.runs() if r.run_id == run_id]
     if not any(r.status == Status.PLANNED for r in mine):
         raise SyphonError(f"run {run_id} was never planned in {ctx.store.where}")
@@ -98,9 +104,9 @@ def resume(ctx: RunContext, run_id: str) -> RunResult:
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, str):
                     return ledger.busy(lease)
-                return _replay_and_settle(ctx, ledger, lease, None)
+                return _replay_and_settle(ctx, ledger, lease, None, source)
         except Exception as exc:
-            return ledger.failed(exc, ctx.namespaces.secondary)
+            return ledger.failed(exc, source.access)
 
 
 @contextlib.contextmanager
@@ -120,7 +126,7 @@ def _leased(ctx: RunContext, ledger: Ledger) -> Iterator[Lease | str]:
 
 
 def _replay_and_settle(
-    ctx: RunContext, ledger: Ledger, lease: Lease, snapshot: DataFrame | None
+    ctx: RunContext, ledger: Ledger, lease: Lease, snapshot: DataFrame | None, source: RunSource
 ) -> RunResult:
     """The replay and the settle of a planned run (``snapshot`` None: peek again)."""
     spark = ctx.spark()
@@ -138,8 +144,11 @@ def _replay_and_settle(
             earlier = None
         paths = sorted(r["backlog_queue"] for r in planned.select("backlog_queue").distinct()
                        .collect())  # fmt: skip
+        if any(is_dead_letter_path(p) for p in paths) != (source.kind == "dead_letter"):
+            raise SyphonError(f"run {ledger.run_id} was planned from another source than "
+                              f"{source.name}: name its source with --source")  # fmt: skip
         queues = [DiscoveredQueue("", 0, p, None, False) for p in paths]
-        snapshot = read_snapshot(spark, ctx.namespaces.secondary, queues,
+        snapshot = read_snapshot(spark, source.access, queues,
                                  ctx.config.backlog.split_messages)  # fmt: skip
     if not ledger.counts:
         ledger.counts = {r["verdict"]: int(r["count"])
@@ -161,7 +170,7 @@ def _replay_and_settle(
     sends = time.monotonic()
     progress.step("replay: sending")
     budgets = ctx.config.replay.credits_per_second
-    results = replay_messages(replay_input(restore(snapshot), todo, in_doubt),
+    results = replay_messages(replay_input(restore(snapshot, source.dead_letters), todo, in_doubt),
                               ctx.namespaces.primaries, skipped,
                               ReplaySettings(credits_per_second=budgets),
                               failpoint=failpoints.for_task("mid_replay"))  # fmt: skip
@@ -187,7 +196,7 @@ def _replay_and_settle(
     all_sent = results if earlier is None else earlier.select(*columns).unionByName(
         results.select(*columns))  # fmt: skip
     progress.step("settle: completing and dead-lettering in the backlog queues")
-    settled = settle_queues(settle_actions(planned, all_sent), ctx.namespaces.secondary,
+    settled = settle_queues(settle_actions(planned, all_sent), source.access,
                             ledger.run_id, failpoints.for_task("mid_settle"))  # fmt: skip
     settled = settled.localCheckpoint(eager=True)
     ledger.timings.settle_passes = time.monotonic() - clock

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Any
 
+from syphon.core.naming import DEAD_LETTER_SUFFIX
 from syphon.core.schema import (
     PLACE,
     SETTLE_ACTION,
@@ -82,7 +83,8 @@ def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> Da
     ``complete`` what was replayed (an outcome ``sent`` in ``replay_results``),
     duplicated, expired or a ping; ``dead_letter`` what is invalid or a conflict, with
     the verdict's reason; ``leave`` everything else (an unselected message with the
-    reason ``not_selected``, which its settle row's detail carries)."""
+    reason ``not_selected``, which its settle row's detail carries). In a dead-letter
+    queue only what was sent is completed; the rest is left with its verdict's reason."""
     from pyspark.sql import functions as F
 
     plan = plan_rows.select(*PLACE, "verdict", "reason")
@@ -97,14 +99,24 @@ def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> Da
         plan = plan.withColumn("_sent", F.lit(None).cast("boolean"))
     verdict = F.col("verdict")
     replayed = (verdict == Verdict.REPLAY) & F.coalesce(F.col("_sent"), F.lit(False))
+    # a dead-letter queue's message is removed only once sent: it cannot be dead-lettered
+    # again, and nothing else may remove the only copy of a message that failed
+    dead_letter_queue = F.col("backlog_queue").endswith(DEAD_LETTER_SUFFIX)
     action = (
-        F.when(verdict.isin(*Verdict.COMPLETED_AS_IS), F.lit(COMPLETE))
+        F.when(dead_letter_queue & replayed, F.lit(COMPLETE))
+        .when(dead_letter_queue, F.lit(LEAVE))
+        .when(verdict.isin(*Verdict.COMPLETED_AS_IS), F.lit(COMPLETE))
         .when(verdict.isin(*Verdict.DEAD_LETTERED), F.lit(DEAD_LETTER))
         .when(replayed, F.lit(COMPLETE))
         .otherwise(F.lit(LEAVE))
     )
     reason = (
-        F.when(verdict.isin(*Verdict.DEAD_LETTERED), F.coalesce(F.col("reason"), verdict))
+        # why a dead letter stays where it is: its verdict's reason (or the verdict)
+        F.when(
+            dead_letter_queue & ~replayed & (verdict != Verdict.REPLAY),
+            F.coalesce(F.col("reason"), verdict),
+        )
+        .when(verdict.isin(*Verdict.DEAD_LETTERED), F.coalesce(F.col("reason"), verdict))
         # left for a later run on purpose: its settle row says so (not work left over)
         .when(verdict == Verdict.UNSELECTED, F.lit(Detail.NOT_SELECTED))
     )

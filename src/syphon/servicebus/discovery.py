@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from syphon.core.config import BacklogConfig
-from syphon.core.naming import backlog_queue_path, match_backlog_queue_path
+from syphon.core.naming import backlog_queue_path, dead_letter_path, match_backlog_queue_path
 from syphon.servicebus.peek import peek_receiver
 
 
@@ -134,3 +134,36 @@ def discover_backlog(
             return discover_by_management(admin, primaries, backlog.queue_count)
     with access.client() as client:
         return discover_by_probe(client, primaries, backlog.queue_count, backlog.probe_limit)
+
+
+def discover_dead_letters(access: Any, entities: Sequence[str]) -> list[DiscoveredQueue]:
+    """The dead-letter sub-queues of ``entities`` in the namespace ``access`` reaches,
+    each found empty or not by one peek (Listen rights are enough: no listing).
+
+    Returns:
+        One :class:`DiscoveredQueue` per entity (``primary`` the namespace, ``index`` the
+        entity's place in ``entities``, ``message_count`` 0 when empty, else unknown).
+
+    Raises:
+        SyphonError: an entity does not exist (its name is in the message).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from azure.servicebus.exceptions import MessagingEntityNotFoundError
+
+    from syphon.core.errors import ConfigError
+
+    def probe(index: int, entity: str) -> DiscoveredQueue:
+        path = dead_letter_path(entity)
+        try:
+            with access.client() as client, peek_receiver(client, path) as receiver:
+                peeked = receiver.peek_messages(1)
+        except MessagingEntityNotFoundError:
+            message = (f"the dead-letter source's entity {entity!r} does not exist in "
+                       f"{access.namespace}")  # fmt: skip
+            raise ConfigError(message, fix=f"{message}: correct the source's entities") from None
+        return DiscoveredQueue(primary=access.namespace, index=index, path=path,
+                               message_count=None if peeked else 0, extra=False)  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=max(1, min(PROBE_THREADS, len(entities)))) as pool:
+        return list(pool.map(lambda ie: probe(*ie), enumerate(entities)))

@@ -1,0 +1,135 @@
+"""``syphon run --source`` of a dead-letter source, end to end through the command against
+the local Service Bus: dead-lettered messages go back to their queue in order per key,
+with their properties and types but the service's dead-letter reason and description,
+and leave the dead-letter queue; one re-driven before is not sent again when it comes
+back to the dead-letter queue, and stays there with the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+
+from paired_env import PRIMARY, Pair, job_config, stored
+from syphon.app.cli import main
+from syphon.core import amqp_bytes as ab
+from syphon.store.audit import AUDIT_TABLE
+from syphon.store.delta import read_table
+
+pytestmark = pytest.mark.timeout(420)
+
+SOURCES = f"""
+sources:
+  - name: backlog
+    kind: backlog
+  - name: redrive
+    kind: dead_letter
+    namespace: {PRIMARY}
+    entities: [orders, sessions]
+"""
+
+
+def dead_letter(pair: Pair, entity: str, messages: list[ServiceBusMessage],
+                session: str | None = None) -> None:  # fmt: skip
+    """Sends ``messages`` to ``entity``, then receives and dead-letters each in order."""
+    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
+        with client.get_queue_sender(entity) as sender:
+            sender.send_messages(messages)
+        with client.get_queue_receiver(entity, session_id=session) as receiver:
+            got: list[Any] = []
+            while len(got) < len(messages):
+                page = receiver.receive_messages(len(messages), max_wait_time=2)
+                assert page, f"only {len(got)} of {len(messages)} came back"
+                for m in page:
+                    receiver.dead_letter_message(m, reason="HandlerFailed", error_description="x")
+                got += page
+
+
+def dead_letters(pair: Pair, entity: str) -> list[str]:
+    dlq = pair.primary.broker.entity(entity).dlq
+    assert dlq is not None
+    return [str(m.message_id) for m in dlq.messages.values()]
+
+
+def properties(stored_message: Any) -> dict[str, tuple[str, Any]]:
+    for part in ab.sections(stored_message.parsed.bare):
+        if part.code == ab.APPLICATION_PROPERTIES:
+            return {ab.decode(k): (ab.type_name(v), ab.decode(v))
+                    for k, v in ab.map_entries(part.value)}  # fmt: skip
+    return {}
+
+
+def test_dead_letters_are_redriven_once_in_order_with_their_properties(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    dead_letter(pair, "orders", [
+        ServiceBusMessage(b"o1", message_id="o-1", application_properties={"tenant": "c", "n": 1}),
+        ServiceBusMessage(b"o2", message_id="o-2", partition_key="k"),
+    ])  # fmt: skip
+    dead_letter(pair, "sessions", [ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}",
+                                                     session_id="s1") for i in range(3)],
+                session="s1")  # fmt: skip
+    assert dead_letters(pair, "orders") == ["o-1", "o-2"]
+    job_config(pair, tmp_path, monkeypatch, extra=SOURCES)
+    monkeypatch.setattr("syphon.app.services.build_spark_session", lambda *_: spark)
+    conf = str(tmp_path / "syphon.yaml")
+
+    assert main(["run", "--config", conf, "--source", "redrive", "--run-id", "first"]) == 0
+    orders = stored(pair, "orders")
+    assert [str(m.message_id) for m in orders] == ["o-1", "o-2"]
+    assert properties(orders[0]) == {"tenant": ("string", "c"), "n": ("int", 1)}  # as sent
+    assert properties(orders[1]) == {}  # the reason and description are the service's
+    assert [(str(m.message_id), m.session_id) for m in stored(pair, "sessions")] == [
+        ("s-0", "s1"), ("s-1", "s1"), ("s-2", "s1")]  # fmt: skip
+    assert dead_letters(pair, "orders") == []
+    assert dead_letters(pair, "sessions") == []
+    audit = [r for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+             if r["run_id"] == "first" and r["stage"] == "plan"]  # fmt: skip
+    assert sorted((r["backlog_queue"], r["primary"], r["destination"], r["verdict"])
+                  for r in audit if r["message_id"] == "o-1") == [
+        ("orders/$DeadLetterQueue", PRIMARY, "orders", "replay")]  # fmt: skip
+
+    # o-1 fails again: already re-driven, it is not sent a second time and stays
+    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
+        with client.get_queue_receiver("orders") as receiver:
+            for m in receiver.receive_messages(5, max_wait_time=2):
+                if str(m.message_id) == "o-1":
+                    receiver.dead_letter_message(m, reason="HandlerFailed")
+                else:
+                    receiver.complete_message(m)
+    assert main(["run", "--config", conf, "--source", "redrive", "--run-id", "again"]) == 5
+    assert stored(pair, "orders") == []
+    assert dead_letters(pair, "orders") == ["o-1"]
+    rows = {(r["stage"], r["message_id"]): (r["verdict"], r["reason"], r["outcome"], r["detail"])
+            for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+            if r["run_id"] == "again"}  # fmt: skip
+    assert rows[("plan", "o-1")][:2] == ("duplicate", "already_replayed")
+    assert rows[("settle", "o-1")][2:] == ("left", "already_replayed")
+
+
+def test_an_unknown_source_or_entity_exits_2(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    job_config(pair, tmp_path, monkeypatch,
+               extra=SOURCES.replace("[orders, sessions]", "[orders, nowhere]"))  # fmt: skip
+    monkeypatch.setattr("syphon.app.services.build_spark_session", lambda *_: spark)
+    conf = str(tmp_path / "syphon.yaml")
+    assert main(["run", "--config", conf, "--source", "nope"]) == 2
+    assert "no source 'nope'" in capsys.readouterr().err
+    assert main(["run", "--config", conf, "--source", "redrive"]) == 2  # recorded failed
+    assert "fix: the dead-letter source's entity 'nowhere' does not exist" in (
+        capsys.readouterr().out)  # fmt: skip
+
+
+def test_the_receivers_sub_queue_is_the_same_path(pair: Pair) -> None:
+    # syphon names a dead-letter queue by its path; the SDK's sub_queue reaches the same
+    dead_letter(pair, "orders", [ServiceBusMessage(b"x", message_id="p-1")])
+    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
+        with client.get_queue_receiver("orders", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as r:
+            by_sdk = [str(m.message_id) for m in r.peek_messages(5)]
+        with client.get_queue_receiver("orders/$DeadLetterQueue") as r:
+            by_path = [str(m.message_id) for m in r.peek_messages(5)]
+    assert by_sdk == by_path == ["p-1"]
