@@ -66,7 +66,7 @@ def test_a_bad_config_is_one_line_naming_the_key_and_exit_code_2(tmp_path: Path)
     result = run("config", "--config", str(bad))
     assert result.returncode == 2
     assert result.stderr.strip() == f"syphon config: {bad}: extra: unknown key " + (
-        "(known: secondary, primaries, backlog, spark, audit, run, replay, logging)"
+        "(known: secondary, primaries, backlog, spark, audit, run, replay, logging, sources)"
     )
 
 
