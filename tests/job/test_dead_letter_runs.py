@@ -2,7 +2,8 @@
 the local Service Bus: dead-lettered messages go back to their queue in order per key,
 with their properties and types but the service's dead-letter reason and description,
 and leave the dead-letter queue; one re-driven before is not sent again when it comes
-back to the dead-letter queue, and stays there with the reason."""
+back to the dead-letter queue, and stays there with the reason, until the operator asks
+for it by name (``--allow-resend``)."""
 
 from __future__ import annotations
 
@@ -107,6 +108,17 @@ def test_dead_letters_are_redriven_once_in_order_with_their_properties(
             if r["run_id"] == "again"}  # fmt: skip
     assert rows[("plan", "o-1")][:2] == ("duplicate", "already_replayed")
     assert rows[("settle", "o-1")][2:] == ("left", "already_replayed")
+
+    # the operator asks for it by name: sent again, and the audit says so
+    assert main(["run", "--config", conf, "--source", "redrive", "--run-id", "asked",
+                 "--allow-resend", "o-1"]) == 0  # fmt: skip
+    assert [str(m.message_id) for m in stored(pair, "orders")] == ["o-1"]
+    assert dead_letters(pair, "orders") == []
+    asked = {(r["stage"], r["message_id"]): (r["verdict"], r["reason"], r["outcome"])
+             for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+             if r["run_id"] == "asked"}  # fmt: skip
+    assert asked[("plan", "o-1")] == ("replay", "resend_allowed", "planned")
+    assert asked[("replay", "o-1")][2] == "sent"
 
 
 def test_an_unknown_source_or_entity_exits_2(

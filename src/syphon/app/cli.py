@@ -124,6 +124,9 @@ def _add_selection_options(cmd: argparse.ArgumentParser) -> None:
                             "is given)")  # fmt: skip
     group.add_argument("--enqueued-until", default=None, metavar="TIME",
                        help="first enqueued before TIME")  # fmt: skip
+    cmd.add_argument("--allow-resend", action="append", default=[], metavar="ID",
+                     help="send this MessageId again although an earlier run replayed it "
+                          "(repeatable; the audit records the reason resend_allowed)")  # fmt: skip
     group.add_argument("--where", default=None, metavar="SQL",
                        help="a Spark SQL predicate over the snapshot's columns and "
                             "properties['name'] (see the README)")  # fmt: skip
@@ -202,10 +205,12 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _status(ctx, args.runs)
         source = run_source(ctx, args.source) if args.command in ("plan", "run", "replay") \
             else None  # fmt: skip
+        resend = tuple(getattr(args, "allow_resend", ()))
         if args.command == "plan":
-            return _plan(ctx, run_id, selection, source)
+            return _plan(ctx, run_id, selection, source, resend)
         result = run_with_report(ctx, run_id, resume=args.command == "replay",
-                                 selection=selection, source=source)  # fmt: skip
+                                 selection=selection, source=source,
+                                 allow_resend=resend)  # fmt: skip
     print(format_run(result))
     print(f"audit: {ctx.store.where}")
     return int(result.exit_code)
@@ -232,10 +237,10 @@ def _status(ctx: RunContext, runs: int) -> int:
 
 
 def _plan(ctx: RunContext, run_id: str, selection: Selection | None,
-          source: RunSource | None) -> int:  # fmt: skip
+          source: RunSource | None, allow_resend: tuple[str, ...]) -> int:  # fmt: skip
     try:
         result = plan(ctx, run_id, datetime.now(timezone.utc), selection=selection,
-                      source=source)  # fmt: skip
+                      source=source, allow_resend=allow_resend)  # fmt: skip
     except SyphonError:
         raise
     except Exception as exc:

@@ -45,14 +45,14 @@ def build_context(
 
 
 def run_with_report(ctx: RunContext, run_id: str | None = None, resume: bool = False,
-                    selection: Selection | None = None,
-                    source: RunSource | None = None) -> RunResult:  # fmt: skip
+                    selection: Selection | None = None, source: RunSource | None = None,
+                    allow_resend: tuple[str, ...] = ()) -> RunResult:  # fmt: skip
     """``syphon run`` on what ``selection`` takes (or, with ``resume``, ``syphon replay``
     of ``run_id``: its plan says what it takes), then the run's report."""
     if resume:
         assert run_id is not None
         result = job_run.resume(ctx, run_id, source)
     else:
-        result = job_run.run(ctx, run_id, selection, source)
+        result = job_run.run(ctx, run_id, selection, source, allow_resend)
     result.report = write_run_report(ctx, result)
     return result

@@ -131,6 +131,7 @@ def plan(
     queues: list[DiscoveredQueue] | None = None,
     selection: Selection | None = None,
     source: RunSource | None = None,
+    allow_resend: tuple[str, ...] = (),
 ) -> PlanResult:
     """Plans a run (see the module docstring) and records it as ``planned``.
 
@@ -140,6 +141,7 @@ def plan(
             ``unselected``. Checked before anything is peeked.
         source: the source drained (None: the config's default, see
             :func:`syphon.job.sources.run_source`).
+        allow_resend: MessageIds to send again although an earlier run replayed them.
 
     Raises:
         SelectionError: the selection's predicate does not apply to a snapshot.
@@ -182,6 +184,7 @@ def plan(
         listed_primaries=listed,
         selection=selection,
         dead_letters=source.dead_letters,
+        allow_resend=allow_resend,
     )
     # checkpointed: the audit, the counts and the summary read it
     planned = planned.localCheckpoint(eager=True)

@@ -52,6 +52,9 @@ from syphon.job.selection import SELECTED, select
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+#: The reason of a replay the operator asked for although an earlier run replayed it.
+RESEND_ALLOWED = "resend_allowed"
+
 #: The service refuses a MessageId or a ReplyToSessionId longer than 128 characters.
 _ID_LENGTH = 128
 
@@ -129,6 +132,7 @@ def classify(
     replayed: DataFrame | None = None,
     default_max_message_bytes: int = 256 * 1024,
     listed_primaries: tuple[str, ...] = (),
+    allow_resend: tuple[str, ...] = (),
 ) -> DataFrame:
     """Gives every restored row its verdict, reason and effective partition key.
 
@@ -142,6 +146,9 @@ def classify(
         default_max_message_bytes: the limit when a destination's is unknown.
         listed_primaries: primaries whose every entity is in ``destinations`` (their
             management API listed them all): a destination missing there does not exist.
+        allow_resend: MessageIds the operator asks to send again although an earlier
+            run replayed them (``--allow-resend``): judged as if never replayed, and a
+            replay of one that was is recorded with the reason ``resend_allowed``.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -256,6 +263,15 @@ def classify(
         ).drop("_r_primary", "_r_dest", "_r_id")
     else:
         df = df.withColumn("_r_hashes", F.lit(None).cast("array<string>"))
+    resend = F.lit(False)
+    if allow_resend:
+        allowed = F.col("message_id").isin(*sorted(set(allow_resend)))
+        resend = allowed & F.col("_r_hashes").isNotNull()
+        df = df.withColumn("_resend", resend).withColumn(
+            "_r_hashes", F.when(allowed, F.lit(None).cast("array<string>")).otherwise(
+                F.col("_r_hashes"))
+        )  # fmt: skip
+        resend = F.col("_resend")
     by_id = Window.partitionBy(*DESTINATION_KEY, "message_id", "_candidate").orderBy(
         *[F.col(c) for c in ORDER_COLUMNS]
     )
@@ -289,7 +305,7 @@ def classify(
         .when(F.col("_is_ping"), F.lit(None).cast("string"))
         .when(F.col("_invalid").isNotNull(), F.col("_invalid"))
         .when(F.col("_expired"), F.lit("time_to_live_passed"))
-        .otherwise(F.col("_dup_reason"))
+        .otherwise(F.coalesce(F.col("_dup_reason"), F.when(resend, F.lit(RESEND_ALLOWED))))
     )
     return (
         df.withColumn("verdict", verdict)
@@ -297,7 +313,7 @@ def classify(
         .withColumn("partition_key_effective", F.col("_key.key"))
         .withColumn("partition_key_source", F.col("_key.source"))
         .drop("_key", "_is_ping", "_invalid", "_expired", "_dup_reason", "_candidate", "_r_hashes")
-        .drop(SELECTED)
+        .drop(SELECTED, "_resend")
     )
 
 
@@ -361,6 +377,7 @@ def reconcile_snapshot(
     listed_primaries: tuple[str, ...] = (),
     selection: Selection | None = None,
     dead_letters: DeadLetters | None = None,
+    allow_resend: tuple[str, ...] = (),
 ) -> DataFrame:
     """The whole reconcile of a snapshot: :func:`restore` (of dead letters with
     ``dead_letters``), the ``selection``
@@ -371,7 +388,13 @@ def reconcile_snapshot(
     only."""
     restored = select(restore(snapshot, dead_letters), selection).drop("application_properties")
     classified = classify(
-        restored, now, destinations, replayed, default_max_message_bytes, listed_primaries
+        restored,
+        now,
+        destinations,
+        replayed,
+        default_max_message_bytes,
+        listed_primaries,
+        allow_resend,
     ).drop("original_application_properties")
     # materialized once: the batch plan reads it twice (its groups, and the join back)
     ordered = order_groups(classified).localCheckpoint(eager=True)

@@ -53,10 +53,12 @@ if TYPE_CHECKING:
 
 
 def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None = None,
-        source: RunSource | None = None) -> RunResult:  # fmt: skip
+        source: RunSource | None = None,
+        allow_resend: tuple[str, ...] = ()) -> RunResult:  # fmt: skip
     """Runs every stage (see the module docstring) on what ``selection`` takes (None:
-    everything) of ``source`` (None: the config's default). Errors end the run as
-    ``failed`` in the ledger and in the result, never as an exception."""
+    everything) of ``source`` (None: the config's default), sending again the MessageIds
+    of ``allow_resend`` that earlier runs replayed. Errors end the run as ``failed`` in
+    the ledger and in the result, never as an exception."""
     started = datetime.now(timezone.utc)
     run_id = run_id or new_run_id(started)
     source = source or run_source(ctx)
@@ -75,7 +77,7 @@ def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None 
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, str):
                     return ledger.busy(lease)
-                planned = plan(ctx, run_id, started, queues, selection, source)
+                planned = plan(ctx, run_id, started, queues, selection, source, allow_resend)
                 ledger.counts = dict(planned.counts)
                 planned.timings.discover = ledger.timings.discover
                 ledger.timings, ledger.operations = planned.timings, planned.operations
