@@ -9,6 +9,8 @@
 # MAGIC
 # MAGIC Parameters (widgets on Databricks; papermill parameters elsewhere):
 # MAGIC - `config`: the config file (empty: `SYPHON_CONFIG`, else the embedded default);
+# MAGIC - `source`: the config's source to drain (empty: `backlog`, or the only one), e.g. a
+# MAGIC   dead-letter source to re-drive;
 # MAGIC - `run_id`: a planned run to inspect and replay (empty: plan a new one);
 # MAGIC - `destinations`: `primary/destination`, comma-separated, to narrow what is shown;
 # MAGIC - `message_id`: a MessageId to look up in the audit;
@@ -23,6 +25,7 @@
 
 # Parameters
 config = ""
+source = ""
 run_id = ""
 destinations = ""
 message_id = ""
@@ -40,6 +43,7 @@ from syphon.app import notebook as nb
 params = nb.parameters(
     globals().get("dbutils"),
     config=config,
+    source=source,
     run_id=run_id,
     destinations=destinations,
     message_id=message_id,
@@ -104,7 +108,7 @@ nb.spread_groups(ctx, params, run_id)
 # COMMAND ----------
 
 if params.replay:
-    print(nb.replay(ctx, run_id))
+    print(nb.replay(ctx, run_id, params))
 else:
     print(f"run {run_id} not replayed: set the replay parameter to yes")
 

@@ -72,3 +72,10 @@ def test_the_selection_widgets_make_the_plans_selection() -> None:
     assert parameters().selection is None  # empty widgets: every message
     with pytest.raises(SelectionError, match="select_enqueued_until"):
         parameters(select_enqueued_until="soon")
+
+
+def test_the_source_widget_names_the_source_to_drain() -> None:
+    assert parameters(source=" orders-dlq ").source == "orders-dlq"
+    assert parameters().source is None  # empty: the config's default source
+    dbutils = DbUtils({"source": "orders-dlq"})
+    assert parameters(dbutils).source == "orders-dlq"

@@ -21,6 +21,7 @@ from syphon.core.selection import Selection, parse_time
 from syphon.job.context import RunContext
 from syphon.job.plan import new_run_id
 from syphon.job.plan import plan as plan_run
+from syphon.job.sources import run_source
 from syphon.job.status import status
 from syphon.obs.logs import configure_logging
 from syphon.servicebus.secrets import databricks_secrets
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 #: The notebook's widgets: name -> (default, label).
 WIDGETS = {
     "config": ("", "Config file"),
+    "source": ("", "Source (a name from the config's sources; empty: backlog)"),
     "run_id": ("", "Run id (empty: plan a new run)"),
     "destinations": ("", "Destinations (primary/destination, comma-separated; empty: all)"),
     "message_id": ("", "MessageId to look up in the audit"),
@@ -56,6 +58,7 @@ class Parameters:
     message_id: str
     replay: bool
     selection: Selection | None = None
+    source: str | None = None
 
 
 def parameters(dbutils: Any = None, **values: str) -> Parameters:
@@ -84,7 +87,8 @@ def parameters(dbutils: Any = None, **values: str) -> Parameters:
     if replay not in ("yes", "no"):
         raise ValueError(f"replay: {got['replay']!r} is not yes or no")
     return Parameters(got["config"].strip(), got["run_id"].strip(), tuple(places),
-                      got["message_id"].strip(), replay == "yes", _selection(got))  # fmt: skip
+                      got["message_id"].strip(), replay == "yes", _selection(got),
+                      got["source"].strip() or None)  # fmt: skip
 
 
 def _selection(got: dict[str, str]) -> Selection | None:
@@ -202,10 +206,12 @@ def plan(ctx: RunContext, params: Parameters) -> tuple[str, str]:
             return params.run_id, (f"run {params.run_id}: planned earlier, now "
                                    f"{latest.status}; verdicts: {counts}")  # fmt: skip
     now = datetime.now(timezone.utc)
-    result = plan_run(ctx, params.run_id or new_run_id(now), now, selection=params.selection)
+    result = plan_run(ctx, params.run_id or new_run_id(now), now, selection=params.selection,
+                      source=run_source(ctx, params.source))  # fmt: skip
     return result.run_id, format_summary(result)
 
 
-def replay(ctx: RunContext, run_id: str) -> str:
-    """Replays and settles the planned run; its summary."""
-    return format_run(run_with_report(ctx, run_id, resume=True))
+def replay(ctx: RunContext, run_id: str, params: Parameters | None = None) -> str:
+    """Replays and settles the planned run (of ``params.source``); its summary."""
+    source = run_source(ctx, params.source if params is not None else None)
+    return format_run(run_with_report(ctx, run_id, resume=True, source=source))
