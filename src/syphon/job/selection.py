@@ -1,5 +1,6 @@
 """A :class:`syphon.core.selection.Selection` as a Spark condition on restored snapshot
-rows (:func:`syphon.job.reconcile.restore`), and its check before a run starts.
+rows (:func:`syphon.job.reconcile.restore`); :func:`syphon.job.plan.check_selection`
+judges a ``where`` before a run peeks anything.
 
 The ``where`` predicate sees every column of a restored row (``destination``,
 ``primary``, ``message_id``, ``session_id``, ``partition_key``, ``subject``,
