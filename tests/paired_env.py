@@ -147,6 +147,15 @@ spark:
     return load_config(path, environ={})
 
 
+def command_config(pair: Pair, spark: Any, tmp_path: Path, monkeypatch: Any,
+                   extra: str = "") -> str:  # fmt: skip
+    """Writes :func:`job_config`'s file (with ``extra``) for the ``syphon`` command and makes
+    the command use the tests' Spark session; returns the file's path for ``--config``."""
+    job_config(pair, tmp_path, monkeypatch, extra=extra)
+    monkeypatch.setattr("syphon.app.services.build_spark_session", lambda *_: spark)
+    return str(tmp_path / "syphon.yaml")
+
+
 def send_raw(pair: Pair, queue: int | str, messages: list[Any]) -> None:
     """Sends messages as they are to a backlog queue (an index or a full path)."""
     path = queue if isinstance(queue, str) else f"{PRIMARY}/x-servicebus-transfer/{queue}"

@@ -419,15 +419,13 @@ def encoded_map_entries(value: dict[Any, Any]) -> tuple[bytes, int]:
 _UINT = struct.Struct(">I")
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
+_INT8 = struct.Struct(">b")
 
 
 def _long_bytes(value: int) -> bytes:
     if -128 <= value < 128:
         return b"\x55" + _INT8.pack(value)  # smalllong
     return b"\x81" + _LONG.pack(value)
-
-
-_INT8 = struct.Struct(">b")
 
 
 def _symbol_bytes(name: str) -> bytes:

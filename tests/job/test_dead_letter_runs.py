@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 
-from paired_env import PRIMARY, Pair, job_config, stored
+from paired_env import PRIMARY, Pair, command_config, stored
 from syphon.app.cli import main
 from syphon.core import amqp_bytes as ab
 from syphon.store.audit import AUDIT_TABLE
@@ -73,9 +73,7 @@ def test_dead_letters_are_redriven_once_in_order_with_their_properties(
                                                      session_id="s1") for i in range(3)],
                 session="s1")  # fmt: skip
     assert dead_letters(pair, "orders") == ["o-1", "o-2"]
-    job_config(pair, tmp_path, monkeypatch, extra=SOURCES)
-    monkeypatch.setattr("syphon.app.services.build_spark_session", lambda *_: spark)
-    conf = str(tmp_path / "syphon.yaml")
+    conf = command_config(pair, spark, tmp_path, monkeypatch, extra=SOURCES)
 
     assert main(["run", "--config", conf, "--source", "redrive", "--run-id", "first"]) == 0
     orders = stored(pair, "orders")
@@ -125,10 +123,8 @@ def test_an_unknown_source_or_entity_exits_2(
     pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    job_config(pair, tmp_path, monkeypatch,
-               extra=SOURCES.replace("[orders, sessions]", "[orders, nowhere]"))  # fmt: skip
-    monkeypatch.setattr("syphon.app.services.build_spark_session", lambda *_: spark)
-    conf = str(tmp_path / "syphon.yaml")
+    missing = SOURCES.replace("[orders, sessions]", "[orders, nowhere]")
+    conf = command_config(pair, spark, tmp_path, monkeypatch, extra=missing)
     assert main(["run", "--config", conf, "--source", "nope"]) == 2
     assert "no source 'nope'" in capsys.readouterr().err
     assert main(["run", "--config", conf, "--source", "redrive"]) == 2  # recorded failed

@@ -6,7 +6,6 @@ plain link, so that an SDK upgrade that changes what ``lean`` relies on fails he
 
 from __future__ import annotations
 
-import threading
 import time
 import types
 
@@ -16,6 +15,7 @@ from azure.servicebus import _servicebus_receiver as sdk_receiver
 from azure.servicebus import _servicebus_sender as sdk_sender
 from azure.servicebus.exceptions import ServiceBusError
 
+from sdk_threads import keep_alive_threads
 from servicebus_emulator import QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.servicebus.raw import COMPLETED, lean, settle_by_lock_tokens
@@ -34,13 +34,6 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     for module in (sdk_receiver, sdk_sender):
         monkeypatch.setattr(module, "time", types.SimpleNamespace(**{**vars(time), "sleep": sleep}))
     return asked
-
-
-def _keep_alive_threads() -> set[threading.Thread]:
-    # the SDK's AMQP client runs its keep-alive loop in a thread whose target is its
-    # _keep_alive method (azure/servicebus/_pyamqp/client.py)
-    return {t for t in threading.enumerate()
-            if getattr(getattr(t, "_target", None), "__name__", "") == "_keep_alive"}  # fmt: skip
 
 
 def test_links_open_without_sleeping_between_polls(
@@ -69,15 +62,15 @@ def test_a_receiver_without_prefetch_starts_no_keep_alive_and_locks_only_what_it
     with ServiceBusClient.from_connection_string(sb.connection_string) as client:
         with client.get_queue_sender("q", keep_alive=None) as sender:
             sender.send_messages([ServiceBusMessage(f"m{i}".encode()) for i in range(6)])
-        before = _keep_alive_threads()
+        before = keep_alive_threads()
         with client.get_queue_receiver("q") as plain:  # the control: the SDK starts one
             plain.peek_messages(1)
-            assert len(_keep_alive_threads() - before) == 1
-        before = _keep_alive_threads()  # the control's close joined its thread
+            assert len(keep_alive_threads() - before) == 1
+        before = keep_alive_threads()  # the control's close joined its thread
         with lean(client.get_queue_receiver("q")) as receiver:
             first = receiver.receive_messages(2, max_wait_time=2)
             second = receiver.receive_messages(2, max_wait_time=2)
-            assert _keep_alive_threads() - before == set()
+            assert keep_alive_threads() - before == set()
             locked = {m.seq for m in sb.broker.entity("q").messages.values() if m.lock_token}
             settle_by_lock_tokens(receiver, first + second, COMPLETED)
     assert [b"".join(m.body) for m in first + second] == [b"m0", b"m1", b"m2", b"m3"]

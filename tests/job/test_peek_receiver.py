@@ -9,22 +9,16 @@ import threading
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
+from sdk_threads import keep_alive_threads
 from servicebus_emulator import QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.servicebus.peek import peek_receiver
 
 
-def _keep_alive_threads() -> set[threading.Thread]:
-    # the SDK's AMQP client runs its keep-alive loop in a thread whose target is its
-    # _keep_alive method (azure/servicebus/_pyamqp/client.py)
-    return {t for t in threading.enumerate()
-            if getattr(getattr(t, "_target", None), "__name__", "") == "_keep_alive"}  # fmt: skip
-
-
 def _started_since(before: set[threading.Thread]) -> set[threading.Thread]:
     # only threads that started since: an earlier test's clients in this worker may end
     # their keep-alive threads while this one runs, so counting all of them is flaky
-    return _keep_alive_threads() - before
+    return keep_alive_threads() - before
 
 
 def test_a_peek_receiver_starts_no_keep_alive_and_locks_nothing(
@@ -34,7 +28,7 @@ def test_a_peek_receiver_starts_no_keep_alive_and_locks_nothing(
     with ServiceBusClient.from_connection_string(sb.connection_string) as client:
         with client.get_queue_sender("q", keep_alive=None) as sender:
             sender.send_messages([ServiceBusMessage(f"m{i}".encode()) for i in range(3)])
-        before = _keep_alive_threads()
+        before = keep_alive_threads()
 
         # the SDK's default receiver does start one: what this test would miss otherwise
         with client.get_queue_receiver("q") as plain:

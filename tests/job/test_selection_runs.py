@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import PRIMARY, Pair, backlog_state, job_config, send_raw, stored
+from paired_env import PRIMARY, Pair, backlog_state, command_config, send_raw, stored
 from syphon.app.cli import main
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
@@ -55,9 +55,7 @@ def test_plan_is_the_dry_run_and_run_takes_only_the_selection(
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     park(pair)
-    job_config(pair, tmp_path, monkeypatch)
-    monkeypatch.setattr("syphon.app.services.build_spark_session", lambda *_: spark)
-    conf = str(tmp_path / "syphon.yaml")
+    conf = command_config(pair, spark, tmp_path, monkeypatch)
     selection = ["--destination", "orders", "--where", "properties['tenant'] = 'contoso'"]
     before = backlog_state(pair)
 
@@ -117,11 +115,9 @@ def test_a_predicate_that_does_not_apply_fails_the_run_with_exit_2_and_sends_not
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     park(pair)
-    job_config(pair, tmp_path, monkeypatch)
-    monkeypatch.setattr("syphon.app.services.build_spark_session", lambda *_: spark)
+    conf = command_config(pair, spark, tmp_path, monkeypatch)
     before = backlog_state(pair)
-    code = main(["run", "--config", str(tmp_path / "syphon.yaml"),
-                 "--where", "no_such_column = 1"])  # fmt: skip
+    code = main(["run", "--config", conf, "--where", "no_such_column = 1"])
     assert code == 2
     assert "no_such_column" in capsys.readouterr().err
     assert backlog_state(pair) == before

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from syphon.core.envelope import PING_CONTENT_TYPE, restore_envelope_col
-from syphon.core.naming import backlog_primary_col
+from syphon.core.naming import DEAD_LETTER_SUFFIX, backlog_primary_col
 from syphon.core.partitioning import effective_partition_key_col
 from syphon.core.schema import (
     DESTINATION_KEY,
@@ -103,8 +103,6 @@ def restore_dead_letters(snapshot: DataFrame, dead_letters: DeadLetters) -> Data
     Its scheduled time has passed. A property map the snapshot could not read makes it
     ``invalid`` with that reason, as for a backlog message."""
     from pyspark.sql import functions as F
-
-    from syphon.core.naming import DEAD_LETTER_SUFFIX
 
     entity = F.regexp_replace(F.col("backlog_queue"), re.escape(DEAD_LETTER_SUFFIX) + "$", "")
     destination = entity

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from syphon.core.config import BacklogConfig
+from syphon.core.errors import ConfigError
 from syphon.core.naming import backlog_queue_path, dead_letter_path, match_backlog_queue_path
 from syphon.servicebus.peek import peek_receiver
 
@@ -150,8 +151,6 @@ def discover_dead_letters(access: Any, entities: Sequence[str]) -> list[Discover
     from concurrent.futures import ThreadPoolExecutor
 
     from azure.servicebus.exceptions import MessagingEntityNotFoundError
-
-    from syphon.core.errors import ConfigError
 
     def probe(index: int, entity: str) -> DiscoveredQueue:
         path = dead_letter_path(entity)
