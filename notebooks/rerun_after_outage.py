@@ -16,7 +16,8 @@
 # MAGIC - `message_id`: a MessageId to look up in the audit;
 # MAGIC - `replay`: `yes` to replay the run in the replay cell (default `no`);
 # MAGIC - `select_destinations`, `select_message_ids` (comma-separated),
-# MAGIC   `select_enqueued_from`, `select_enqueued_until` (ISO 8601, UTC) and `select_where`
+# MAGIC   `select_enqueued_from`, `select_enqueued_until` (ISO 8601, UTC),
+# MAGIC   `select_dead_letter_reasons` (comma-separated) and `select_where`
 # MAGIC   (a Spark SQL predicate, e.g. `properties['tenant'] = 'contoso'`): what a new plan
 # MAGIC   takes, as `syphon plan`'s options; the rest is recorded `unselected` and stays in
 # MAGIC   the backlog. Empty: every message.
@@ -34,6 +35,7 @@ select_destinations = ""
 select_message_ids = ""
 select_enqueued_from = ""
 select_enqueued_until = ""
+select_dead_letter_reasons = ""
 select_where = ""
 
 # COMMAND ----------
@@ -52,6 +54,7 @@ params = nb.parameters(
     select_message_ids=select_message_ids,
     select_enqueued_from=select_enqueued_from,
     select_enqueued_until=select_enqueued_until,
+    select_dead_letter_reasons=select_dead_letter_reasons,
     select_where=select_where,
 )
 ctx = nb.open_context(params)

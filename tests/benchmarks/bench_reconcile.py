@@ -242,7 +242,9 @@ def main() -> None:
         generated = time.monotonic() - clock
         with tempfile.TemporaryDirectory() as tmp, PeakMemory() as memory:
             started = time.monotonic()
-            planned = reconcile_snapshot(snapshot, now, dests).localCheckpoint(eager=True)
+            planned = reconcile_snapshot(snapshot, now, dests)
+            planned = planned.withColumn("source", F.lit("backlog"))
+            planned = planned.withColumn("source_kind", F.lit("backlog")).localCheckpoint(True)
             store = DeltaRsStore(tmp, lambda: spark)
             written = store.append_plan(planned, f"bench-{size}", datetime.now(timezone.utc))
             wall = time.monotonic() - started

@@ -85,3 +85,34 @@ def test_a_run_keeps_its_audit_and_ledger_in_catalog_tables(
     assert third.status == "empty"
     statuses = [r.status for r in context(config, spark).store.runs() if r.run_id == third.run_id]
     assert statuses == ["empty"]
+
+
+def test_a_catalog_audit_an_earlier_syphon_wrote_gains_the_new_columns(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A catalog audit without the columns added since (the source's) gains them at the
+    next append; its old rows, and a read before that append, give null for them."""
+    from syphon.core.schema import AUDIT, names, spark_schema
+    from syphon.store.catalog import CatalogStore
+    from syphon.store.location import as_location
+
+    database = f"syphon_it_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE DATABASE {database} LOCATION '{(tmp_path / 'warehouse').as_uri()}'")
+    old_columns = [c for c in names(AUDIT) if c not in ("source", "source_kind")]
+    empty = spark.createDataFrame([{c: None for c in names(AUDIT)}], spark_schema(AUDIT))
+    old = empty.fillna({"run_id": "r0"}).select(*old_columns)
+    old.write.format("parquet").saveAsTable(f"{database}.audit")
+    store = CatalogStore(f"{database}.audit", "parquet", as_location(tmp_path / "d"),
+                         lambda: spark)  # fmt: skip
+
+    before = store.audit()
+    assert before is not None
+    assert [(r.run_id, r.source) for r in before.collect()] == [("r0", None)]
+
+    newer = empty.fillna({"run_id": "r1", "source": "dlq", "source_kind": "dead_letter"})
+    store._append(newer, "audit", "plan-r1")
+    assert {"source", "source_kind"} <= set(spark.table(f"{database}.audit").columns)
+    after = store.audit()
+    assert after is not None
+    assert sorted((r.run_id, r.source, r.source_kind) for r in after.collect()) == [
+        ("r0", None, None), ("r1", "dlq", "dead_letter")]  # fmt: skip

@@ -89,6 +89,13 @@ def test_dead_letters_are_redriven_once_in_order_with_their_properties(
     assert sorted((r["backlog_queue"], r["primary"], r["destination"], r["verdict"])
                   for r in audit if r["message_id"] == "o-1") == [
         ("orders/$DeadLetterQueue", PRIMARY, "orders", "replay")]  # fmt: skip
+    # every stage's row says which source, entity and dead-lettering it came from
+    recorded = {(r["stage"], r["source"], r["source_kind"], r["source_entity"],
+                 r["dead_letter_reason"], r["dead_letter_description"])
+                for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+                if r["run_id"] == "first" and r["message_id"] == "o-1"}  # fmt: skip
+    assert recorded == {(stage, "redrive", "dead_letter", "orders", "HandlerFailed", "x")
+                        for stage in ("plan", "replay", "settle")}  # fmt: skip
 
     # o-1 fails again: already re-driven, it is not sent a second time and stays
     with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:

@@ -78,3 +78,25 @@ def test_a_table_an_earlier_syphon_wrote_takes_the_new_writers_files(
     got = read_table(table).to_pydict()
     assert sorted(got["n"]) == list(range(10))
     assert spark.read.parquet(*dt.file_uris()).count() == 10
+
+
+def test_a_table_without_a_new_column_gains_it_and_reads_its_old_rows_as_null(
+    spark: Any, tmp_path: Path
+) -> None:
+    """An audit an earlier syphon wrote lacks the columns added since (the source's): the
+    next append adds them in a commit of their own; the old rows read as null, by delta-rs
+    and by Spark through syphon's reader."""
+    from syphon.store.delta import read_dataframe
+
+    table = tmp_path / "audit"
+    append_dataframe(frame(spark, 0, 4), table, "old")
+    newer = frame(spark, 4, 2).selectExpr("*", "'dlq' as source")
+    assert append_dataframe(newer, table, "new") == 2
+    assert "source" in [f.name for f in DeltaTable(str(table)).schema().fields]
+    got = read_table(table).to_pydict()
+    assert sorted(zip(got["n"], got["source"], strict=True)) == [
+        (0, None), (1, None), (2, None), (3, None), (4, "dlq"), (5, "dlq")]  # fmt: skip
+    read = read_dataframe(spark, table, newer.schema)
+    assert read is not None
+    assert sorted((r.n, r.source) for r in read.collect()) == sorted(
+        zip(got["n"], got["source"], strict=True))  # fmt: skip

@@ -128,6 +128,21 @@ def test_executors_write_the_files_and_one_commit_adds_them(
     assert sorted((r.n, r.message_id) for r in read.collect()) == rows
 
 
+def test_files_written_before_a_column_was_added_read_it_as_null(
+    blob_audit: BlobAudit, spark: Any
+) -> None:
+    """On object storage, Spark's tasks read the files themselves: a file without a
+    column the table gained since gives null for it."""
+    table = configured(blob_audit).child("audit")
+    old = spark.createDataFrame([(1, "a"), (2, "b")], "n long, message_id string")
+    append_dataframe(old, table, "old")
+    new = spark.createDataFrame([(3, "c", "dlq")], "n long, message_id string, source string")
+    assert append_dataframe(new, table, "new") == 1
+    read = read_dataframe(spark, table, new.schema)
+    assert read is not None
+    assert sorted((r.n, r.source) for r in read.collect()) == [(1, None), (2, None), (3, "dlq")]
+
+
 @pytest.mark.spark
 def test_a_failed_commit_leaves_nothing_a_reader_sees(
     blob_audit: BlobAudit, spark: Any, monkeypatch: pytest.MonkeyPatch

@@ -64,10 +64,12 @@ def test_bad_parameters_are_refused_with_the_reason(changes: dict[str, str], mes
 def test_the_selection_widgets_make_the_plans_selection() -> None:
     got = parameters(select_destinations="orders, billing", select_message_ids="a,b",
                      select_enqueued_from="2026-11-01T08:00:00Z",
+                     select_dead_letter_reasons="TTLExpiredException, poison",
                      select_where=" true ")  # fmt: skip
     assert got.selection == Selection(
         destinations=("orders", "billing"), message_ids=("a", "b"),
-        enqueued_from=datetime(2026, 11, 1, 8, tzinfo=timezone.utc), where="true",
+        enqueued_from=datetime(2026, 11, 1, 8, tzinfo=timezone.utc),
+        dead_letter_reasons=("TTLExpiredException", "poison"), where="true",
     )  # fmt: skip
     assert parameters().selection is None  # empty widgets: every message
     with pytest.raises(SelectionError, match="select_enqueued_until"):

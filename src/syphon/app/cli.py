@@ -124,6 +124,9 @@ def _add_selection_options(cmd: argparse.ArgumentParser) -> None:
                             "is given)")  # fmt: skip
     group.add_argument("--enqueued-until", default=None, metavar="TIME",
                        help="first enqueued before TIME")  # fmt: skip
+    group.add_argument("--dead-letter-reason", action="append", default=[], metavar="REASON",
+                       help="dead-lettered messages with this DeadLetterReason "
+                            "(repeatable)")  # fmt: skip
     cmd.add_argument("--allow-resend", action="append", default=[], metavar="ID",
                      help="send this MessageId again although an earlier run replayed it "
                           "(repeatable; the audit records the reason resend_allowed)")  # fmt: skip
@@ -154,6 +157,7 @@ def _selection(args: argparse.Namespace) -> Selection | None:
         else parse_time(args.enqueued_from, "--enqueued-from"),
         enqueued_until=None if args.enqueued_until is None
         else parse_time(args.enqueued_until, "--enqueued-until"),
+        dead_letter_reasons=tuple(args.dead_letter_reason),
         where=args.where,
     )  # fmt: skip
     if args.message_ids_file is not None and not ids:

@@ -44,6 +44,7 @@ WIDGETS = {
     "select_message_ids": ("", "Select: MessageIds (comma-separated)"),
     "select_enqueued_from": ("", "Select: enqueued from (ISO 8601, UTC)"),
     "select_enqueued_until": ("", "Select: enqueued until (ISO 8601, UTC)"),
+    "select_dead_letter_reasons": ("", "Select: dead-letter reasons (comma-separated)"),
     "select_where": ("", "Select: Spark SQL predicate"),
 }
 
@@ -104,6 +105,7 @@ def _selection(got: dict[str, str]) -> Selection | None:
         message_ids=items("select_message_ids"),
         enqueued_from=time("select_enqueued_from"),
         enqueued_until=time("select_enqueued_until"),
+        dead_letter_reasons=items("select_dead_letter_reasons"),
         where=got["select_where"].strip() or None,
     )
     return None if selection.everything else selection

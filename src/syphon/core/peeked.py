@@ -31,6 +31,8 @@ SEQUENCE_NUMBER = "x-opt-sequence-number"
 ENQUEUED_TIME = "x-opt-enqueued-time"
 PARTITION_KEY = "x-opt-partition-key"
 SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
+#: the entity a message was dead-lettered in, when it was forwarded to another's DLQ
+DEAD_LETTER_SOURCE = "x-opt-deadletter-source"
 _UNREADABLE = object()
 
 
@@ -85,7 +87,8 @@ def _annotations(parts: dict[int, ab.Section]) -> dict[Any, Any]:
     type must not make the message unreadable)."""
     if ab.MESSAGE_ANNOTATIONS not in parts:
         return {}
-    wanted = (SEQUENCE_NUMBER, ENQUEUED_TIME, PARTITION_KEY, SCHEDULED_ENQUEUE_TIME)
+    wanted = (SEQUENCE_NUMBER, ENQUEUED_TIME, PARTITION_KEY, SCHEDULED_ENQUEUE_TIME,
+              DEAD_LETTER_SOURCE)  # fmt: skip
     out: dict[Any, Any] = {}
     for key, value in ab.map_entries(parts[ab.MESSAGE_ANNOTATIONS].value):
         if ab.type_name(key) == "symbol" and (name := ab.decode(key)) in wanted:
@@ -118,6 +121,7 @@ def _system(encoded: bytes) -> dict[str, Any]:
         partition_key=_text(annotations.get(PARTITION_KEY)),
         time_to_live_ms=ttl if isinstance(ttl, int) else None,
         scheduled_enqueue_time=scheduled if isinstance(scheduled, datetime) else None,
+        dead_letter_source=_text(annotations.get(DEAD_LETTER_SOURCE)),
     )
     return out
 
@@ -153,7 +157,8 @@ def snapshot_row(encoded: bytes, backlog_queue: str) -> dict[str, Any]:
     except ab.AmqpFormatError:
         system = {c: None for c in _PROPERTY_COLUMNS}
         system.update(enqueued_time=None, delivery_count=0, partition_key=None,
-                      time_to_live_ms=None, scheduled_enqueue_time=None)  # fmt: skip
+                      time_to_live_ms=None, scheduled_enqueue_time=None,
+                      dead_letter_source=None)  # fmt: skip
         content["property_problem"] = MESSAGE_MALFORMED
     row = {"backlog_queue": backlog_queue, **system, "sequence_number": number, **content}
     return {c: row[c] for c in _COLUMNS}

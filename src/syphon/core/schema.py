@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType, StructType
 
 
@@ -161,6 +162,7 @@ SNAPSHOT: Final = (
     Field("reply_to_session_id", "string"),
     Field("time_to_live_ms", "long"),
     Field("scheduled_enqueue_time", "timestamp"),
+    Field("dead_letter_source", "string"),
     Field("application_properties", "properties"),
     Field("property_problem", "string"),
     Field("body_type", "string"),
@@ -199,6 +201,13 @@ AUDIT: Final = (
     Field("batch_position", "long"),
     Field("outcome", "string"),
     Field("detail", "string"),
+    # added with the sources (tables written before read them as null)
+    Field("source", "string"),
+    Field("source_kind", "string"),
+    Field("source_entity", "string"),
+    Field("dead_letter_reason", "string"),
+    Field("dead_letter_description", "string"),
+    Field("dead_letter_error_source", "string"),
 )
 
 #: Audit columns taken from a planned row under another name (the rest keep theirs).
@@ -373,3 +382,15 @@ def arrow_schema(fields: Iterable[Field]) -> Any:
     import pyarrow as pa
 
     return pa.schema([pa.field(f.name, arrow_type(f.type), f.nullable) for f in fields])
+
+
+def with_columns_of(frame: DataFrame, fields: Iterable[Field]) -> DataFrame:
+    """``frame`` with the columns of ``fields`` it lacks added as nulls of their type (a
+    table an earlier syphon wrote, read before a column was added to it)."""
+    from pyspark.sql import functions as F
+
+    have = {c.lower() for c in frame.columns}
+    for f in fields:
+        if f.name.lower() not in have:
+            frame = frame.withColumn(f.name, F.lit(None).cast(spark_type(f.type)))
+    return frame

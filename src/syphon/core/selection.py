@@ -1,11 +1,12 @@
 """Which messages of a source a run takes: the operator's selection.
 
 A selection narrows a run to some of what its snapshot holds — by destination, by the
-original enqueue time, by MessageId, or by any Spark SQL predicate over the snapshot's
-columns — and is judged by Spark on the snapshot, never by the service. What it leaves
-out gets the verdict ``unselected`` (reason ``not_selected``): recorded in the audit
-like every other message, never sent, never settled; it stays where it is for a later
-run. ``syphon plan`` with a selection is the dry run of ``syphon run`` with the same one.
+original enqueue time, by MessageId, by dead-letter reason, or by any Spark SQL predicate
+over the snapshot's columns — and is judged by Spark on the snapshot, never by the
+service. What it leaves out gets the verdict ``unselected`` (reason ``not_selected``):
+recorded in the audit like every other message, never sent, never settled; it stays
+where it is for a later run. ``syphon plan`` with a selection is the dry run of
+``syphon run`` with the same one.
 
 Order: a key's messages are replayed in their order among those selected. A selection
 that takes later messages of a key and leaves earlier ones sends those ahead of the
@@ -46,6 +47,9 @@ class Selection:
         message_ids: MessageIds to take.
         enqueued_from: the earliest original enqueue time taken (inclusive, UTC).
         enqueued_until: the latest original enqueue time taken (exclusive, UTC).
+        dead_letter_reasons: dead-lettered messages with one of these reasons (the
+            service's ``DeadLetterReason``, compared exactly); a message that was not
+            dead-lettered has none and is left.
         where: a Spark SQL predicate over the snapshot's columns (see the README's
             "Select what a run takes"); a message for which it is not true is left.
     """
@@ -54,6 +58,7 @@ class Selection:
     message_ids: tuple[str, ...] = ()
     enqueued_from: datetime | None = None
     enqueued_until: datetime | None = None
+    dead_letter_reasons: tuple[str, ...] = ()
     where: str | None = None
 
     def __post_init__(self) -> None:
@@ -88,6 +93,8 @@ class Selection:
             parts.append(f"enqueued from {self.enqueued_from.isoformat()}")
         if self.enqueued_until is not None:
             parts.append(f"enqueued until {self.enqueued_until.isoformat()}")
+        if self.dead_letter_reasons:
+            parts.append("dead-letter reason " + " or ".join(self.dead_letter_reasons))
         if self.where is not None:
             parts.append(f"where {self.where}")
         return "; ".join(parts)

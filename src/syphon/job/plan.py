@@ -23,7 +23,7 @@ from syphon.core.ledger import Operations, RunRecord, Timings
 from syphon.core.schema import DESTINATIONS, SNAPSHOT, Status, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
 from syphon.job.context import RunContext, fit_shuffle_partitions
-from syphon.job.reconcile import DeadLetters, reconcile_snapshot, restore
+from syphon.job.reconcile import Redrive, reconcile_snapshot, restore
 from syphon.job.selection import with_views
 from syphon.job.snapshot import read_snapshot
 from syphon.job.sources import RunSource, run_source
@@ -151,7 +151,7 @@ def plan(
     source = source or run_source(ctx)
     spark = ctx.spark()  # its start is no stage's time
     progress.watch(spark)
-    check_selection(spark, selection, source.dead_letters)
+    check_selection(spark, selection, source.redrive)
     timings = Timings()
     clock = time.monotonic()
     if queues is None:
@@ -183,11 +183,11 @@ def plan(
         default_max_message_bytes=source.access.max_message_bytes,
         listed_primaries=listed,
         selection=selection,
-        dead_letters=source.dead_letters,
+        redrive=source.redrive,
         allow_resend=allow_resend,
     )
     # checkpointed: the audit, the counts and the summary read it
-    planned = planned.localCheckpoint(eager=True)
+    planned = with_source(planned, source).localCheckpoint(eager=True)
     timings.reconcile = time.monotonic() - clock
 
     clock = time.monotonic()
@@ -221,8 +221,17 @@ def plan(
                       selection)  # fmt: skip
 
 
+def with_source(planned: DataFrame, source: RunSource) -> DataFrame:
+    """Planned rows with the audit's ``source`` and ``source_kind`` columns."""
+    from pyspark.sql import functions as F
+
+    return planned.withColumn("source", F.lit(source.name)).withColumn(
+        "source_kind", F.lit(source.kind)
+    )
+
+
 def check_selection(spark: SparkSession, selection: Selection | None,
-                    dead_letters: DeadLetters | None = None) -> None:  # fmt: skip
+                    redrive: Redrive | None = None) -> None:  # fmt: skip
     """Judges the selection on an empty snapshot, so that a predicate that does not parse,
     names a column that does not exist or is not true or false fails before anything is
     peeked.
@@ -235,7 +244,7 @@ def check_selection(spark: SparkSession, selection: Selection | None,
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
 
-    empty = with_views(restore(spark.createDataFrame([], spark_schema(SNAPSHOT)), dead_letters))
+    empty = with_views(restore(spark.createDataFrame([], spark_schema(SNAPSHOT)), redrive))
     try:
         where_kind = empty.select(F.expr(selection.where)).schema[0].dataType
     except Exception as exc:  # Spark's parse and analysis errors

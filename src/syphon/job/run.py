@@ -172,7 +172,7 @@ def _replay_and_settle(
     sends = time.monotonic()
     progress.step("replay: sending")
     budgets = ctx.config.replay.credits_per_second
-    results = replay_messages(replay_input(restore(snapshot, source.dead_letters), todo, in_doubt),
+    results = replay_messages(replay_input(restore(snapshot, source.redrive), todo, in_doubt),
                               ctx.namespaces.primaries, skipped,
                               ReplaySettings(credits_per_second=budgets),
                               failpoint=failpoints.for_task("mid_replay"))  # fmt: skip

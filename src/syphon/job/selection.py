@@ -5,10 +5,11 @@ judges a ``where`` before a run peeks anything.
 The ``where`` predicate sees every column of a restored row (``destination``,
 ``primary``, ``message_id``, ``session_id``, ``partition_key``, ``subject``,
 ``content_type``, ``correlation_id``, ``to``, ``reply_to``, ``original_enqueued_time``,
-``backlog_queue``, ``sequence_number``, ``body_size``, …) and two views of the original
-application properties: ``properties``, each value as text (strings as they are,
-numbers and booleans in Spark's text, times as ISO 8601 UTC), and
-``typed_properties``, each value as its typed struct (``.int``, ``.float``,
+``backlog_queue``, ``sequence_number``, ``body_size``, ``source_entity``,
+``dead_letter_reason``, ``dead_letter_description``, ``dead_letter_error_source``, …)
+and two views of the original application properties: ``properties``, each value as
+text (strings as they are, numbers and booleans in Spark's text, times as ISO 8601 UTC),
+and ``typed_properties``, each value as its typed struct (``.int``, ``.float``,
 ``.string``, ``.timestamp``, ``.bool``, ``.kind``, ``.amqp_type``).
 """
 
@@ -32,19 +33,22 @@ def with_views(restored: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     props = F.col("original_application_properties")
+    return restored.withColumn(
+        "properties", F.transform_values(props, lambda _key, value: property_text(value))
+    ).withColumn("typed_properties", props)
 
-    def text(_key: Column, value: Column) -> Column:
-        return F.coalesce(
-            value["string"],
-            value["int"].cast("string"),
-            value["float"].cast("string"),
-            value["bool"].cast("string"),
-            F.date_format(value["timestamp"], "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"),
-            value["text"],
-        )
 
-    return restored.withColumn("properties", F.transform_values(props, text)).withColumn(
-        "typed_properties", props
+def property_text(value: Column) -> Column:
+    """A typed application-property value as text (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(
+        value["string"],
+        value["int"].cast("string"),
+        value["float"].cast("string"),
+        value["bool"].cast("string"),
+        F.date_format(value["timestamp"], "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"),
+        value["text"],
     )
 
 
@@ -63,6 +67,9 @@ def selected_col(selection: Selection) -> Column:
         conditions.append(F.col("original_enqueued_time") >= F.lit(selection.enqueued_from))
     if selection.enqueued_until is not None:
         conditions.append(F.col("original_enqueued_time") < F.lit(selection.enqueued_until))
+    if selection.dead_letter_reasons:
+        reasons = sorted(set(selection.dead_letter_reasons))
+        conditions.append(F.col("dead_letter_reason").isin(*reasons))
     if selection.where is not None:
         conditions.append(F.expr(selection.where))
     if not conditions:

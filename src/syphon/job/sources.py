@@ -5,7 +5,7 @@ are found, and how their messages are restored (DESIGN.md, "Sources").
   ``backlog`` configures; each message's destination and envelope from its aliases.
 - ``dead_letter``: the dead-letter sub-queues of named entities of a primary, found by a
   peek each; each message goes back to its entity (or the entity's target) in that
-  primary (:func:`syphon.job.reconcile.restore_dead_letters`). The settle completes
+  primary (:func:`syphon.job.reconcile.restore_redriven`). The settle completes
   what was sent and leaves everything else where it is: a dead-letter queue's message
   cannot be dead-lettered again, and one that is not sent is never removed.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from syphon.core.config import SourceConfig
 from syphon.job.context import RunContext
-from syphon.job.reconcile import DeadLetters
+from syphon.job.reconcile import Redrive
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import (
     DiscoveredQueue,
@@ -46,12 +46,12 @@ class RunSource:
         return self.config.kind
 
     @property
-    def dead_letters(self) -> DeadLetters | None:
+    def redrive(self) -> Redrive | None:
         """Where its messages go, for a dead-letter source (None: a backlog source)."""
         if self.config.kind != "dead_letter":
             return None
         assert self.config.namespace is not None
-        return DeadLetters(self.config.namespace, dict(self.config.targets))
+        return Redrive(self.config.namespace, dict(self.config.targets))
 
     def discover(self, ctx: RunContext) -> list[DiscoveredQueue]:
         """Its queues, empty ones included (no Spark)."""

@@ -5,16 +5,19 @@ cluster). The lease and the reports stay at ``audit.path``."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from syphon.core.ledger import RunRecord
-from syphon.core.schema import RUNS, arrow_schema
+from syphon.core.schema import AUDIT, RUNS, arrow_schema, with_columns_of
 from syphon.store.audit import AUDIT_TABLE, SparkProvider, TableStore
 from syphon.store.location import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 
 class CatalogStore(TableStore):
@@ -35,13 +38,29 @@ class CatalogStore(TableStore):
         return self.table if table == AUDIT_TABLE else f"{self.table}_{table}"
 
     def _append(self, frame: DataFrame, table: str, label: str) -> int:
+        name = self._name(table)
+        self._add_missing_columns(name, frame)
         frame = frame.persist()
         try:
             rows = frame.count()
-            frame.write.format(self.format).mode("append").saveAsTable(self._name(table))
+            frame.write.format(self.format).mode("append").saveAsTable(name)
         finally:
             frame.unpersist()
         return rows
+
+    def _add_missing_columns(self, name: str, frame: DataFrame) -> None:
+        """Adds to an existing table the columns of ``frame`` it lacks (a table an earlier
+        syphon wrote, before a column was added): their earlier rows read as null."""
+        spark = self._spark()
+        if not spark.catalog.tableExists(name):
+            return
+        have = {c.lower() for c in spark.table(name).columns}
+        missing = [f for f in frame.schema.fields if f.name.lower() not in have]
+        if missing:
+            columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+            log.info("the table %s gains the columns %s", name,
+                     ", ".join(f.name for f in missing))  # fmt: skip
+            spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
 
     def append_run(self, record: RunRecord) -> None:
         import pyarrow as pa  # type: ignore[import-untyped]
@@ -62,4 +81,6 @@ class CatalogStore(TableStore):
     def audit(self) -> DataFrame | None:
         spark = self._spark()
         name = self._name(AUDIT_TABLE)
-        return spark.table(name) if spark.catalog.tableExists(name) else None
+        if not spark.catalog.tableExists(name):
+            return None
+        return with_columns_of(spark.table(name), AUDIT)

@@ -126,10 +126,26 @@ def append_dataframe(df: DataFrame, where: Where, label: str = "") -> int:
             table.uri, Schema.from_arrow(schema), actions, mode="append", storage_options=options
         )
     elif actions:
-        DeltaTable(table.uri, storage_options=options).create_write_transaction(
-            list(actions), "append", schema
-        )
+        delta = DeltaTable(table.uri, storage_options=options)
+        if add_missing_columns(delta, schema):
+            delta = DeltaTable(table.uri, storage_options=options)
+        delta.create_write_transaction(list(actions), "append", schema)
     return sum(f["rows"] for f in written)
+
+
+def add_missing_columns(delta: Any, schema: pa.Schema) -> list[str]:
+    """Adds to the table the columns of ``schema`` it lacks (a table an earlier syphon
+    wrote, before a column was added), in one commit; their rows read as null. Returns
+    the names added."""
+    from deltalake import Schema
+
+    have = {f.name for f in delta.schema().fields}
+    missing = [f for f in Schema.from_arrow(schema).fields if f.name not in have]
+    if missing:
+        log.info("the table at %s gains the columns %s", delta.table_uri,
+                 ", ".join(f.name for f in missing))  # fmt: skip
+        delta.alter.add_columns(missing)
+    return [f.name for f in missing]
 
 
 class _WriteFiles:
@@ -215,8 +231,21 @@ class _ReadFiles:
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 parquet = pq.ParquetFile(filesystem.open_input_file(self.names[index]))
-                for part in parquet.iter_batches(columns=self.schema.names):
-                    yield part.cast(self.schema)
+                # a file written before a column was added has none: its rows read null
+                present = set(parquet.schema_arrow.names)
+                columns = [n for n in self.schema.names if n in present]
+                for part in parquet.iter_batches(columns=columns):
+                    yield self._conform(part)
+
+    def _conform(self, part: pa.RecordBatch) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        arrays = [
+            part.column(f.name) if f.name in part.schema.names
+            else pa.nulls(part.num_rows, f.type)
+            for f in self.schema
+        ]  # fmt: skip
+        return pa.RecordBatch.from_arrays(arrays, names=self.schema.names).cast(self.schema)
 
 
 def append_arrow(table: pa.Table, where: Where, properties: Any = None) -> None:
