@@ -103,13 +103,15 @@ def job_config(
     extra: str = "",
     azure_ad: str | None = None,
     audit: str | None = None,
+    secondary: bool = True,
 ) -> SyphonConfig:
     """A syphon config for the pair (secrets in environment variables set through
     ``monkeypatch``), with Delta tables under ``tmp_path``. With ``azure_ad`` (a YAML
     flow mapping such as ``{type: managed_identity}``) both namespaces are reached with
     that Azure AD credential at their local addresses instead of connection strings. With
     ``audit`` (the audit section's lines, indented two spaces) the audit goes there
-    instead, e.g. to Azurite (tests/azurite.py)."""
+    instead, e.g. to Azurite (tests/azurite.py). Without ``secondary`` the config has no
+    secondary namespace (only sources of other kinds in ``extra``)."""
     monkeypatch.setenv("PAIR_TEST_SECONDARY", pair.secondary.connection_string)
     monkeypatch.setenv("PAIR_TEST_PRIMARY", pair.primary.connection_string)
 
@@ -120,13 +122,15 @@ def job_config(
                 f'"{emulator.host}:{emulator.port}"')  # fmt: skip
 
     path = tmp_path / "syphon.yaml"
-    path.write_text(
-        f"""
+    secondary_block = f"""
 secondary:
   namespace: contoso-secondary
   {auth(pair.secondary, "PAIR_TEST_SECONDARY").replace("    ", "  ")}
   management_endpoint: "{pair.secondary.admin_endpoint}"
   ca_bundle: "{pair.secondary.ca_bundle}"
+"""
+    path.write_text(
+        f"""{secondary_block if secondary else ""}
 primaries:
   - namespace: {PRIMARY}
     {auth(pair.primary, "PAIR_TEST_PRIMARY")}
@@ -148,10 +152,10 @@ spark:
 
 
 def command_config(pair: Pair, spark: Any, tmp_path: Path, monkeypatch: Any,
-                   extra: str = "") -> str:  # fmt: skip
+                   extra: str = "", secondary: bool = True) -> str:  # fmt: skip
     """Writes :func:`job_config`'s file (with ``extra``) for the ``syphon`` command and makes
     the command use the tests' Spark session; returns the file's path for ``--config``."""
-    job_config(pair, tmp_path, monkeypatch, extra=extra)
+    job_config(pair, tmp_path, monkeypatch, extra=extra, secondary=secondary)
     monkeypatch.setattr("syphon.app.services.build_spark_session", lambda *_: spark)
     return str(tmp_path / "syphon.yaml")
 

@@ -97,9 +97,10 @@ def run_demo(
         config = load_config(config_path)
         primary_name = config.primaries[0].namespace
         count = config.backlog.queue_count
-        say(f"local Service Bus: primary {primary_name}, secondary {config.secondary.namespace}")
         ctx = build_context(config, spark_factory=spark_factory)
-        with ctx.namespaces.secondary.admin_client() as admin:
+        backlog_ns = ctx.namespaces.backlog_namespace()
+        say(f"local Service Bus: primary {primary_name}, secondary {backlog_ns.namespace}")
+        with backlog_ns.admin_client() as admin:
             result = provision_backlog(admin, primary_name, count=count)
         say(result.summary())
 

@@ -14,6 +14,8 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 
 from paired_env import PRIMARY, Pair, command_config, stored
+from report_html import parse_report, table_dict
+from servicebus_emulator import QueueSpec
 from syphon.app.cli import main
 from syphon.core import amqp_bytes as ab
 from syphon.store.audit import AUDIT_TABLE
@@ -135,8 +137,55 @@ def test_an_unknown_source_or_entity_exits_2(
     assert main(["run", "--config", conf, "--source", "nope"]) == 2
     assert "no source 'nope'" in capsys.readouterr().err
     assert main(["run", "--config", conf, "--source", "redrive"]) == 2  # recorded failed
-    assert "fix: the dead-letter source's entity 'nowhere' does not exist" in (
+    assert "fix: the dead-letter source redrive's entity 'nowhere' does not exist" in (
         capsys.readouterr().out)  # fmt: skip
+
+
+def test_every_queue_and_a_subscription_with_a_target_are_redriven(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A dead-letter source without entities reads every queue's dead-letter queue (one
+    listing) and the subscriptions given a target; a subscription's dead letters go to
+    its target queue, not to the topic (whose other subscriptions would get them too)."""
+    pair.primary.broker.declare(QueueSpec("events-replay"))
+    dead_letter(pair, "orders", [ServiceBusMessage(b"o", message_id="o-1")])
+    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
+        with client.get_topic_sender("events") as sender:
+            sender.send_messages(ServiceBusMessage(b"e", message_id="e-1", subject="created"))
+        with client.get_subscription_receiver("events", "all") as receiver:
+            for m in receiver.receive_messages(1, max_wait_time=2):
+                receiver.dead_letter_message(m, reason="Poison", error_description="bad")
+    assert [str(m.message_id) for m in pair.primary.broker.entity(
+        "events/Subscriptions/all").dlq.messages.values()] == ["e-1"]  # fmt: skip
+    extra = f"""
+sources:
+  - name: everything
+    kind: dead_letter
+    namespace: {PRIMARY}
+    targets: {{events/Subscriptions/all: events-replay}}
+"""
+    conf = command_config(pair, spark, tmp_path, monkeypatch, extra=extra)
+    assert main(["run", "--config", conf, "--source", "everything", "--run-id", "all"]) == 0
+    assert [str(m.message_id) for m in stored(pair, "orders")] == ["o-1"]
+    assert [str(m.message_id) for m in stored(pair, "events-replay")] == ["e-1"]
+    assert stored(pair, "events/Subscriptions/all") == []  # not sent through the topic
+    assert dead_letters(pair, "orders") == []
+    assert dead_letters(pair, "events/Subscriptions/all") == []
+    rows = {r["message_id"]: r for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+            if r["run_id"] == "all" and r["stage"] == "plan"}  # fmt: skip
+    e1 = rows["e-1"]
+    assert (e1["backlog_queue"], e1["source_entity"], e1["destination"],
+            e1["dead_letter_reason"], e1["dead_letter_description"]) == (
+        "events/Subscriptions/all/$DeadLetterQueue", "events/Subscriptions/all",
+        "events-replay", "Poison", "bad")  # fmt: skip
+    # the report says per entity what was re-driven
+    page = parse_report((tmp_path / "delta" / "reports" / "all.html").read_text("utf-8"))
+    entities = table_dict(page.sections["entities"][0])
+    for entity in ("orders", "events/Subscriptions/all"):
+        assert (entities[entity]["planned"], entities[entity]["sent"],
+                entities[entity]["completed"], entities[entity]["left"]) == (
+            "1", "1", "1", "0")  # fmt: skip
+    assert "source everything" in page.text["entities"]
 
 
 def test_the_receivers_sub_queue_is_the_same_path(pair: Pair) -> None:

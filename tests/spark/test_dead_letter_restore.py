@@ -13,7 +13,8 @@ from pyspark.sql import functions as F
 from snapshot_rows import T0, encode_message, snapshot_row
 from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.core.selection import Selection
-from syphon.job.reconcile import Redrive, reconcile_snapshot
+from syphon.job.reconcile import reconcile_snapshot
+from syphon.job.restore import Redrive
 
 NOW = T0 + timedelta(days=3)
 DL = [("DeadLetterReason", "MaxDeliveryCountExceeded"), ("DeadLetterErrorDescription", "10")]

@@ -10,7 +10,8 @@ from pyspark.sql import functions as F
 
 from snapshot_rows import T0, row
 from syphon.core.schema import SNAPSHOT, spark_schema
-from syphon.job.reconcile import classify, order_groups, restore
+from syphon.job.reconcile import classify, order_groups
+from syphon.job.restore import restore
 
 NOW = T0 + timedelta(hours=2)
 

@@ -13,7 +13,12 @@ from syphon.core.ledger import RunRecord
 from syphon.core.schema import AUDIT, names, spark_schema
 from syphon.job.plan import verdicts_by_destination as plan_summary
 from syphon.job.replay import replay_input, still_to_send
-from syphon.job.report import left_for_next_run, outage_timeline, verdicts_by_destination
+from syphon.job.report import (
+    by_source_entity,
+    left_for_next_run,
+    outage_timeline,
+    verdicts_by_destination,
+)
 from syphon.job.settle import settle_actions, settle_queues
 from syphon.servicebus.access import Access
 from syphon.store import queries
@@ -262,6 +267,33 @@ def test_the_reports_figures(spark: SparkSession) -> None:
     assert timeline == {naive[0]: 1, naive[5]: 2}
     left = sorted(tuple(r) for r in left_for_next_run(rows).collect())
     assert left == [("replay", "skipped", "destination_missing", 1), ("settle", "left", None, 1)]
+
+
+def test_the_reports_figures_per_source_entity(spark: SparkSession) -> None:
+    dlq = "orders/$DeadLetterQueue"
+    rows = audit_rows(spark, [
+        plan_row(1, "replay", backlog_queue=dlq, source_entity="orders"),
+        plan_row(2, "invalid", reason="too_large", backlog_queue=dlq, source_entity="orders"),
+        plan_row(3, "replay"),  # recorded before sources: its backlog queue is its entity
+        {"stage": "replay", "outcome": "sent", "source_entity": "orders", "backlog_queue": dlq},
+        {"stage": "settle", "outcome": "completed", "source_entity": "orders",
+         "backlog_queue": dlq},
+        {"stage": "settle", "outcome": "left", "detail": "too_large", "source_entity": "orders",
+         "backlog_queue": dlq},
+        {"stage": "replay", "outcome": "skipped", "detail": "destination_missing",
+         "backlog_queue": Q0},
+    ])  # fmt: skip
+    got = sorted((r["entity"], r["stage"], r["outcome"], r["why"] or "-", r["count"])
+                 for r in by_source_entity(rows).collect())  # fmt: skip
+    assert got == [
+        (Q0, "plan", "planned", "-", 1),
+        (Q0, "replay", "skipped", "skipped: destination_missing", 1),
+        ("orders", "plan", "planned", "-", 1),
+        ("orders", "plan", "planned", "invalid: too_large", 1),
+        ("orders", "replay", "sent", "-", 1),
+        ("orders", "settle", "completed", "-", 1),
+        ("orders", "settle", "left", "left: too_large", 1),
+    ]
 
 
 def test_the_reports_count_of_spread_groups_counts_each_group_once(spark: SparkSession) -> None:

@@ -152,7 +152,7 @@ def test_an_invalid_override_names_the_variable(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("", r"secondary: is required"),
+        ("", r"primaries: is required"),
         ("- a\n- b\n", r"top level must be a mapping"),
         ("secondary: [\n", r"not valid YAML"),
         (
@@ -317,13 +317,42 @@ def test_sources_default_to_the_backlog_and_name_what_a_run_drains(tmp_path: Pat
         ),
         (
             "{name: x, kind: dead_letter, namespace: contoso, entities: [t/Subscriptions/s]}",
-            "subscription",
+            "the subscription 't/Subscriptions/s' needs a target",
+        ),
+        (
+            "{name: x, kind: dead_letter, namespace: contoso, entities: [t/Subscriptions/s],"
+            " targets: {t/Subscriptions/s: u/Subscriptions/v}}",
+            "is not a queue or topic name",
+        ),
+        (
+            "{name: x, kind: dead_letter, namespace: contoso, entities: [t/subscriptions]}",
+            "a subscription is <topic>/Subscriptions/<name>",
+        ),
+        ("{name: x, kind: dead_letter, namespace: contoso, entities: [q, q]}", "listed twice"),
+        ("{name: x, kind: namespace, namespace: contoso}", "from_namespace"),
+        (
+            "{name: x, kind: namespace, namespace: contoso, from_namespace: {namespace: contoso,"
+            " connection_string: {env: OLD}}}",
+            "must differ",
+        ),
+        (
+            "{name: x, kind: namespace, namespace: contoso, dead_letters: yes please,"
+            " from_namespace: {namespace: contoso-old, connection_string: {env: OLD}}}",
+            "true or false",
+        ),
+        (
+            "{name: x, kind: namespace, namespace: contoso, from_namespace: {namespace: old1}}",
+            "from_namespace.namespace",
+        ),
+        (
+            "{name: x, kind: dead_letter, namespace: contoso, dead_letters: true}",
+            "namespace only",
         ),
         (
             "{name: x, kind: dead_letter, namespace: contoso, entities: [q], targets: {r: s}}",
             "not one of the source's entities",
         ),
-        ("{name: x, kind: backlog, entities: [q]}", "dead_letter only"),
+        ("{name: x, kind: backlog, entities: [q]}", "dead_letter or namespace only"),
         ("{name: 'a b', kind: backlog}", "not a source name"),
         ("{name: x, kind: sideways}", "kind"),
     ],
@@ -332,6 +361,45 @@ def test_a_bad_source_is_refused_with_its_key(tmp_path: Path, source: str, said:
     with pytest.raises(ConfigError, match=r"sources\.0") as raised:
         load_config(write(tmp_path, MINIMAL + f"sources:\n  - {source}\n"), environ={})
     assert said in str(raised.value)
+
+
+def test_a_namespace_source_drains_another_namespace_into_a_primary(tmp_path: Path) -> None:
+    text = MINIMAL + (
+        "sources:\n"
+        "  - name: old-west\n"
+        "    kind: namespace\n"
+        "    namespace: contoso\n"
+        "    dead_letters: true\n"
+        "    from_namespace: {namespace: contoso-west, connection_string: {env: OLD_CS}}\n"
+        "    targets: {events/Subscriptions/audit: audit-replay}\n"
+    )
+    config = load_config(write(tmp_path, text), environ={})
+    source = config.source_named("old-west")
+    assert (source.kind, source.namespace, source.dead_letters, source.entities) == (
+        "namespace", "contoso", True, ())  # fmt: skip
+    assert source.from_namespace is not None
+    assert (source.from_namespace.namespace, source.read_namespace) == (
+        "contoso-west", "contoso-west")  # fmt: skip
+    assert source.target("events/Subscriptions/audit") == "audit-replay"
+    assert "OLD_CS" in str(config.as_dict())  # a reference, never a value
+
+
+def test_the_secondary_is_needed_only_by_a_backlog_source(tmp_path: Path) -> None:
+    no_secondary = MINIMAL.split("primaries:")[1]
+    dlq = "\nsources: [{name: d, kind: dead_letter, namespace: contoso, entities: [q]}]\n"
+    config = load_config(write(tmp_path, "primaries:" + no_secondary + dlq), environ={})
+    assert config.secondary is None
+    with pytest.raises(ConfigError, match="secondary: is required by a backlog source"):
+        load_config(write(tmp_path, "primaries:" + no_secondary), environ={})
+
+
+def test_a_drained_namespace_is_neither_the_secondary_nor_a_primary(tmp_path: Path) -> None:
+    text = MINIMAL + (
+        "sources: [{name: o, kind: namespace, namespace: contoso,\n"
+        "  from_namespace: {namespace: contoso-secondary, connection_string: {env: X}}}]\n"
+    )
+    with pytest.raises(ConfigError, match="drained by a namespace source"):
+        load_config(write(tmp_path, text), environ={})
 
 
 def test_a_source_name_is_used_once(tmp_path: Path) -> None:

@@ -55,6 +55,9 @@ def figures(**changes: object) -> ReportData:
             {"stage": "replay", "outcome": "skipped", "detail": "destination_missing", "count": 1},
             {"stage": "settle", "outcome": "left", "detail": None, "count": 1},
         ],
+        source="orders-dlq",
+        by_entity={"orders": dict(planned=10, replay_sent=6, completed=8, left=1, dead_lettered=1)},
+        entity_reasons={"orders": {"left: too_large": 1, "duplicate: already_replayed": 2}},
     )
     for key, value in changes.items():
         setattr(data, key, value)
@@ -97,6 +100,12 @@ def test_the_page_has_every_section_with_the_figures_it_was_given() -> None:
     ]
     summary = table_dict(page.sections["summary"][0])
     assert summary["messages planned"]["messages"] == "10"
+    entities = table_dict(page.sections["entities"][0])
+    assert entities["orders"] == {
+        "planned": "10", "sent": "6", "completed": "8", "dead-lettered": "1", "left": "1",
+        "why": "duplicate: already_replayed (2); left: too_large (1)",
+    }  # fmt: skip
+    assert "source orders-dlq" in page.text["entities"]
 
 
 def test_the_page_loads_nothing_and_runs_no_script() -> None:

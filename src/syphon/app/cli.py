@@ -28,6 +28,7 @@ from syphon.job.sources import RunSource, run_source
 from syphon.job.status import status
 from syphon.obs import progress
 from syphon.obs.logs import LOG_FORMATS, configure_logging, run_context
+from syphon.servicebus.access import Access
 from syphon.servicebus.secrets import databricks_secrets
 
 log = logging.getLogger(__name__)
@@ -94,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--run-id", required=True, help="the planned run to resume")
     _add_source_option(replay)
 
-    shown = sub.add_parser("status", help="backlog depth per queue and the last runs")
+    shown = sub.add_parser("status", help="a source's depth per queue and its last runs")
     _add_config_option(shown)
+    _add_source_option(shown)
     shown.add_argument("--runs", type=int, default=10, help="how many runs to show (default 10)")
     return parser
 
@@ -205,10 +207,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         ctx = build_context(config, dbutils_get=databricks_secrets())
         if args.command == "provision":
             return _provision(ctx, args.count)
+        source = run_source(ctx, args.source) if args.command != "provision" else None
         if args.command == "status":
-            return _status(ctx, args.runs)
-        source = run_source(ctx, args.source) if args.command in ("plan", "run", "replay") \
-            else None  # fmt: skip
+            assert source is not None
+            return _status(ctx, args.runs, source)
         resend = tuple(getattr(args, "allow_resend", ()))
         if args.command == "plan":
             return _plan(ctx, run_id, selection, source, resend)
@@ -231,11 +233,11 @@ def _config(args: argparse.Namespace) -> SyphonConfig:
     return config
 
 
-def _status(ctx: RunContext, runs: int) -> int:
+def _status(ctx: RunContext, runs: int, source: RunSource) -> int:
     try:
-        report = status(ctx, last_runs=runs)
+        report = status(ctx, last_runs=runs, source=source)
     except Exception as exc:
-        _raise_as(exc, ctx)
+        _raise_as(exc, ctx, source.access)
     print(format_status(report))
     return 0
 
@@ -248,7 +250,7 @@ def _plan(ctx: RunContext, run_id: str, selection: Selection | None,
     except SyphonError:
         raise
     except Exception as exc:
-        _raise_as(exc, ctx)
+        _raise_as(exc, ctx, source.access if source is not None else None)
     print(format_summary(result))
     print(f"audit: {ctx.store.where}")
     return 0
@@ -260,7 +262,7 @@ def _provision(ctx: RunContext, count: int | None) -> int:
     wanted = count if count is not None else ctx.config.backlog.queue_count
     warnings = 0
     try:
-        with ctx.namespaces.secondary.admin_client() as admin:
+        with ctx.namespaces.backlog_namespace().admin_client() as admin:
             for primary in ctx.config.primaries:
                 result = provision_backlog(admin, primary.namespace, count=wanted)
                 print(result.summary())
@@ -275,9 +277,10 @@ def _provision(ctx: RunContext, count: int | None) -> int:
     return 0
 
 
-def _raise_as(exc: Exception, ctx: RunContext) -> NoReturn:
-    """Re-raises ``exc`` as a syphon error explained for the secondary namespace."""
-    failure = explain(exc, ctx.namespaces.secondary)
+def _raise_as(exc: Exception, ctx: RunContext, namespace: Access | None = None) -> NoReturn:
+    """Re-raises ``exc`` as a syphon error explained for ``namespace`` (None: the
+    secondary)."""
+    failure = explain(exc, namespace or ctx.namespaces.secondary)
     error = SyphonError(f"failed ({failure.detail})", fix=failure.fix)
     error.exit_code = failure.code
     raise error from None

@@ -52,6 +52,16 @@ def write_run_report(ctx: RunContext, result: RunResult) -> str | None:
         return None
 
 
+def _entity_row(d: ReportData, entity: str) -> list[Any]:
+    """A source entity's line: messages planned, sent, completed, dead-lettered and left,
+    and why some were not sent or not removed (most first)."""
+    c = d.by_entity[entity]
+    reasons = sorted(d.entity_reasons.get(entity, {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    why = "; ".join(f"{r} ({n})" for r, n in reasons)
+    return [entity, c.get("planned", 0), c.get("replay_sent", 0), c.get("completed", 0),
+            c.get("dead_lettered", 0), c.get("left", 0), why]  # fmt: skip
+
+
 def render_html(data: ReportData) -> str:
     """The whole page, self-contained."""
     from jinja2 import Environment, PackageLoader, select_autoescape
@@ -91,6 +101,7 @@ def render_html(data: ReportData) -> str:
         "spread_rows": [_spread_row(g) for g in d.spread],
         "operation_rows": [[k, v] for k, v in sorted(d.operations.items())],
         "left_rows": [[r["stage"], r["outcome"], r["detail"] or "", r["count"]] for r in d.left],
+        "entity_rows": [_entity_row(d, e) for e in sorted(d.by_entity)],
         "credits": credits,
         "per_message": f"{credits / sent:.2f}" if credits is not None and sent else None,
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from syphon.job.ledger import RunResult
-from syphon.job.plan import PlanResult
+from syphon.job.plan import PlanResult, unread
 from syphon.job.status import StatusReport
 
 
@@ -29,11 +29,14 @@ def format_run(result: RunResult) -> str:
 
 
 def format_status(report: StatusReport) -> str:
-    """What ``syphon status`` prints: each backlog queue's depth, then the last runs."""
-    lines = [f"{'backlog queue':<60} {'messages':>9}"]
+    """What ``syphon status`` prints: each queue's depth, then the source's last runs."""
+    lines = [f"source {report.source}", f"{'queue':<60} {'messages':>9}"]
     for q in report.queues:
         depth = "?" if q.message_count is None else str(q.message_count)
-        lines.append(f"{q.path:<60} {depth:>9}" + ("  (extra)" if q.extra else ""))
+        note = "  (extra)" if q.extra else ""
+        if q.unreadable:
+            note += f"  (not read: {q.unreadable})"
+        lines.append(f"{q.path:<60} {depth:>9}{note}")
     lines.append("")
     lines.append(f"{'run':<28} {'status':<10} {'started':<20} counts")
     for r in report.runs:
@@ -50,6 +53,8 @@ def format_summary(result: PlanResult) -> str:
         f"run {result.run_id}: {sum(result.counts.values())} messages in "
         f"{sum(1 for q in result.queues if not q.empty)} of {len(result.queues)} backlog queues",
     ]
+    for path, why in sorted(unread(result.queues).items()):
+        lines.append(f"not read: {path} ({why}; its messages stay where they are)")
     if result.selection is not None:
         lines.append(f"selection: {result.selection.describe()} "
                      f"(the rest: unselected, left where it is)")  # fmt: skip

@@ -126,7 +126,7 @@ class BacklogConfig:
 
 
 #: The kinds of source a run drains (DESIGN.md, "Sources").
-SOURCE_KINDS = ("backlog", "dead_letter")
+SOURCE_KINDS = ("backlog", "dead_letter", "namespace")
 #: The name of the source a config without a ``sources`` section has.
 DEFAULT_SOURCE = "backlog"
 
@@ -138,13 +138,22 @@ class SourceConfig:
     Attributes:
         name: how commands name it (letters, digits, ``-``, ``_``).
         kind: ``backlog`` (the paired-namespace backlog queues of the secondary, as
-            ``backlog`` configures them) or ``dead_letter`` (the dead-letter sub-queues
-            of ``entities`` in the primary ``namespace``, re-driven into it).
-        namespace: ``dead_letter``: the configured primary whose entities' dead letters
-            are re-driven (and where they go).
-        entities: ``dead_letter``: the queues whose dead-letter queue is read.
-        targets: ``dead_letter``: entity -> where its dead letters go (default: back to
-            the entity itself).
+            ``backlog`` configures them), ``dead_letter`` (the dead-letter sub-queues
+            of ``entities`` in the primary ``namespace``, re-driven into it) or
+            ``namespace`` (the queues of ``from_namespace``, drained into the same
+            names in the primary ``namespace``).
+        namespace: the configured primary the messages go to (``dead_letter``: whose
+            entities' dead letters are re-driven).
+        entities: the entities read (queues, and subscriptions as
+            ``<topic>/Subscriptions/<name>``, each of which needs a target); empty:
+            every queue of the namespace read (found by a management listing), and
+            the subscriptions named in ``targets``.
+        targets: entity -> where its messages go in ``namespace`` (default: the entity
+            of the same name; a subscription has no default: a message cannot be sent
+            to one subscription of a topic).
+        from_namespace: ``namespace``: the namespace drained (a failed-over primary),
+            with its own access.
+        dead_letters: ``namespace``: also drain each entity's dead-letter sub-queue.
     """
 
     name: str
@@ -152,10 +161,19 @@ class SourceConfig:
     namespace: str | None = None
     entities: tuple[str, ...] = ()
     targets: Mapping[str, str] = field(default_factory=dict)
+    from_namespace: NamespaceConfig | None = None
+    dead_letters: bool = False
 
     def target(self, entity: str) -> str:
-        """Where ``entity``'s dead letters are sent."""
+        """Where ``entity``'s messages are sent."""
         return self.targets.get(entity, entity)
+
+    @property
+    def read_namespace(self) -> str | None:
+        """The namespace whose entities are read (None: the secondary's backlog)."""
+        if self.kind == "namespace":
+            return self.from_namespace.namespace if self.from_namespace else None
+        return self.namespace
 
 
 @dataclass(frozen=True)
@@ -283,12 +301,13 @@ class SyphonConfig:
 
     Attributes:
         source: the file it was loaded from (for messages).
-        secondary: the namespace that holds the backlog queues.
+        secondary: the namespace that holds the backlog queues (None: no backlog
+            source is configured).
         primaries: the primary namespaces whose backlogs are drained.
     """
 
     source: str
-    secondary: NamespaceConfig
+    secondary: NamespaceConfig | None
     primaries: tuple[NamespaceConfig, ...]
     backlog: BacklogConfig = field(default_factory=BacklogConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)

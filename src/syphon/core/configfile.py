@@ -23,35 +23,26 @@ import yaml
 from syphon.core.config import (
     AUDIT_ENGINES,
     CONFIG_PATH_ENV,
-    CREDENTIAL_TYPES,
-    DEFAULT_SOURCE,
     DISCOVERY_MODES,
     ENV_PREFIX,
     LOG_LEVELS,
-    SOURCE_KINDS,
-    TIERS,
     AuditConfig,
     BacklogConfig,
-    CredentialConfig,
     LoggingConfig,
-    NamespaceConfig,
     ReplayConfig,
     RunConfig,
-    SourceConfig,
     SparkConfig,
     StorageConfig,
     SyphonConfig,
     default_config_path,
 )
-from syphon.core.configreader import SECRET_OPTION, SECRET_SETTING, ConfigReader
+from syphon.core.confignamespaces import NamespaceReader
+from syphon.core.configreader import SECRET_OPTION, SECRET_SETTING
 from syphon.core.errors import ConfigError
-from syphon.core.naming import is_namespace_name
 from syphon.core.storage_uri import StorageUri, StorageUriError, parse_storage_path
 
 _URL = re.compile(r"^https?://[^/\s]+(/\S*)?$")
-_ENDPOINT = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$")
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){1,2}$")
-_HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$")
 
 
 def load_config(
@@ -127,73 +118,8 @@ def _apply_env_overrides(
         origins[".".join(parts)] = f"environment variable {name}"
 
 
-class _Builder(ConfigReader):
+class _Builder(NamespaceReader):
     """Turns the raw mapping into dataclasses, naming file/variable and key on error."""
-
-    def namespace(self, raw: Any, key: str) -> NamespaceConfig:
-        ns = self.section(
-            raw,
-            key,
-            ("namespace", "connection_string", "credential", "fully_qualified_namespace",
-             "tier", "management_endpoint", "ca_bundle"),
-        )  # fmt: skip
-        name = self.required(ns, key, "namespace")
-        if not isinstance(name, str) or not is_namespace_name(name):
-            raise self.fail(
-                f"{key}.namespace",
-                f"{name!r} is not a namespace name (6-50 letters, digits or hyphens, "
-                "starting with a letter, ending with a letter or digit)",
-            )
-        has_string = ns.get("connection_string") is not None
-        has_credential = ns.get("credential") is not None
-        if has_string == has_credential:
-            raise self.fail(key, "give a connection_string or an Azure AD credential (exactly one)")
-        fqns = self.optional_str(ns, key, "fully_qualified_namespace")
-        if fqns is not None and not _HOST.match(fqns):
-            raise self.fail(f"{key}.fully_qualified_namespace",
-                            f"must be host or host:port, no scheme (got {fqns!r})")  # fmt: skip
-        if fqns is not None and has_string:
-            raise self.fail(
-                f"{key}.fully_qualified_namespace",
-                "is for Azure AD; a connection string names its own endpoint",
-            )
-        return NamespaceConfig(
-            namespace=name,
-            connection_string=(
-                self.secret(ns["connection_string"], f"{key}.connection_string")
-                if has_string else None
-            ),
-            tier=self.choice(ns, key, "tier", TIERS, "standard"),
-            management_endpoint=self.endpoint(ns, key),
-            ca_bundle=self.optional_str(ns, key, "ca_bundle"),
-            credential=self.credential(ns["credential"], f"{key}.credential")
-            if has_credential else None,
-            fully_qualified_namespace=fqns,
-        )  # fmt: skip
-
-    def credential(self, raw: Any, key: str) -> CredentialConfig:
-        c = self.section(raw, key, ("type", "client_id", "tenant_id", "client_secret"))
-        kind = self.choice(c, key, "type", CREDENTIAL_TYPES, "default")
-        client_id = self.optional_str(c, key, "client_id")
-        tenant_id = self.optional_str(c, key, "tenant_id")
-        secret = c.get("client_secret")
-        if kind == "service_principal":
-            for name in ("client_id", "tenant_id", "client_secret"):
-                self.required(c, key, name)
-            return CredentialConfig(kind, client_id, tenant_id,
-                                    self.secret(secret, f"{key}.client_secret"))  # fmt: skip
-        for name in ("tenant_id", "client_secret"):
-            if c.get(name) is not None:
-                raise self.fail(f"{key}.{name}", "is for type service_principal only")
-        return CredentialConfig(kind, client_id)
-
-    def endpoint(self, raw: dict[str, Any], key: str) -> str | None:
-        value = self.optional_str(raw, key, "management_endpoint")
-        if value is not None and not _ENDPOINT.match(value):
-            raise self.fail(
-                f"{key}.management_endpoint", f"must be host:port, no scheme (got {value!r})"
-            )
-        return value
 
     def config(self, raw: dict[str, Any]) -> SyphonConfig:
         top = self.section(
@@ -202,7 +128,8 @@ class _Builder(ConfigReader):
             ("secondary", "primaries", "backlog", "spark", "audit", "run", "replay", "logging",
              "sources"),
         )  # fmt: skip
-        secondary = self.namespace(self.required(top, "", "secondary"), "secondary")
+        raw_secondary = top.get("secondary")
+        secondary = None if raw_secondary is None else self.namespace(raw_secondary, "secondary")
         primaries_raw = self.required(top, "", "primaries")
         if not isinstance(primaries_raw, list) or not primaries_raw:
             raise self.fail("primaries", "must be a non-empty list")
@@ -210,8 +137,18 @@ class _Builder(ConfigReader):
         names = [p.namespace for p in primaries]
         if len(set(names)) != len(names):
             raise self.fail("primaries", "a namespace is listed twice")
-        if secondary.namespace in names:
+        if secondary is not None and secondary.namespace in names:
             raise self.fail("secondary.namespace", "must differ from every primary namespace")
+        sources = self.sources(top.get("sources"), names)
+        if secondary is None and any(s.kind == "backlog" for s in sources):
+            raise self.fail("secondary", "is required by a backlog source (the default when "
+                                         "sources is not given): the namespace that holds "
+                                         "the backlog queues")  # fmt: skip
+        drained = [s.from_namespace.namespace for s in sources if s.from_namespace]
+        clash = [n for n in drained if n in names or (secondary and n == secondary.namespace)]
+        if clash:
+            raise self.fail("sources", f"{clash[0]!r} is drained by a namespace source: it "
+                                       "cannot also be the secondary or a primary")  # fmt: skip
         return SyphonConfig(
             source=self.source,
             secondary=secondary,
@@ -222,57 +159,8 @@ class _Builder(ConfigReader):
             run=self.run(top.get("run")),
             replay=self.replay(top.get("replay"), names),
             logging=self.logging(top.get("logging")),
-            sources=self.sources(top.get("sources"), names),
+            sources=sources,
         )
-
-    def sources(self, raw: Any, primaries: list[str]) -> tuple[SourceConfig, ...]:
-        """``sources``: a list of sources (default: one ``backlog`` source)."""
-        if raw is None:
-            return (SourceConfig(DEFAULT_SOURCE, "backlog"),)
-        if not isinstance(raw, list) or not raw:
-            raise self.fail("sources", "must be a non-empty list of sources")
-        out = [self.one_source(item, f"sources.{i}", primaries) for i, item in enumerate(raw)]
-        names = [s.name for s in out]
-        if len(set(names)) != len(names):
-            raise self.fail("sources", "a source name is used twice")
-        return tuple(out)
-
-    def one_source(self, raw: Any, key: str, primaries: list[str]) -> SourceConfig:
-        s = self.section(raw, key, ("name", "kind", "namespace", "entities", "targets"))
-        name = self.required(s, key, "name")
-        if not isinstance(name, str) or not _SOURCE_NAME.match(name):
-            raise self.fail(f"{key}.name", f"{name!r} is not a source name (letters, digits, "
-                                           "- and _, up to 50)")  # fmt: skip
-        kind = self.choice(s, key, "kind", SOURCE_KINDS, "backlog")
-        if kind == "backlog":
-            for extra in ("namespace", "entities", "targets"):
-                if s.get(extra) is not None:
-                    raise self.fail(f"{key}.{extra}", "is for kind dead_letter only (a backlog "
-                                                      "source is the backlog section)")  # fmt: skip
-            return SourceConfig(name, kind)
-        namespace = self.required(s, key, "namespace")
-        if namespace not in primaries:
-            raise self.fail(f"{key}.namespace", f"{namespace!r} is not a configured primary "
-                                                f"(one of {', '.join(primaries)})")  # fmt: skip
-        entities = self.required(s, key, "entities")
-        if (not isinstance(entities, list) or not entities
-                or not all(isinstance(e, str) and e.strip() for e in entities)):  # fmt: skip
-            raise self.fail(f"{key}.entities", "must be a non-empty list of queue names")
-        for e in entities:
-            problem = _entity_problem(e)
-            if problem:
-                raise self.fail(f"{key}.entities", f"{e!r}: {problem}")
-        targets = s.get("targets") or {}
-        if not isinstance(targets, dict):
-            raise self.fail(f"{key}.targets", "must be a mapping from entity to destination")
-        for entity, target in targets.items():
-            if entity not in entities:
-                raise self.fail(f"{key}.targets.{entity}", "is not one of the source's entities")
-            if not isinstance(target, str) or _entity_problem(target):
-                raise self.fail(f"{key}.targets.{entity}",
-                                f"{target!r} is not a queue or topic name")  # fmt: skip
-        return SourceConfig(name, kind, namespace, tuple(entities),
-                            {str(k): str(v) for k, v in targets.items()})  # fmt: skip
 
     def backlog(self, raw: Any) -> BacklogConfig:
         b = self.section(
@@ -397,20 +285,3 @@ class _Builder(ConfigReader):
         if sdk_level not in LOG_LEVELS:
             raise self.fail("logging.sdk_level", f"must be one of {', '.join(LOG_LEVELS)}")
         return LoggingConfig(level=level, format=fmt, sdk_level=sdk_level)
-
-
-_SOURCE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
-
-
-def _entity_problem(path: str) -> str | None:
-    """Why ``path`` cannot be a dead-letter source's entity (None: it can)."""
-    if path.endswith("/$DeadLetterQueue") or "$" in path:
-        return "name the entity, not its dead-letter queue (syphon reads <entity>/$DeadLetterQueue)"
-    if "/subscriptions/" in path.lower():
-        return (
-            "a subscription's dead letters cannot be sent back to one subscription; "
-            "subscriptions are not a dead-letter source yet"
-        )
-    if path != path.strip() or not path or len(path) > 260:
-        return "not a queue name"
-    return None

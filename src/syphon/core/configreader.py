@@ -63,6 +63,8 @@ class ConfigReader:
             raise self.fail(dotted, f"must be an integer (got {value!r})")
         if kind is str and not isinstance(value, str):
             raise self.fail(dotted, f"must be a string (got {value!r})")
+        if kind is bool and not isinstance(value, bool):
+            raise self.fail(dotted, f"must be true or false (got {value!r})")
         if isinstance(value, str) and _LITERAL_SECRET.search(value):
             raise self.fail(
                 dotted, "looks like a literal secret; reference it instead ({env: NAME})"

@@ -57,7 +57,8 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
         ExitCode.DENIED,
         "a namespace refused the credentials, or azure-identity got no token",
         "check the key name and key (the secondary needs Manage and Listen rights, a primary "
-        "Send, and Manage to read its destinations' settings); with Azure AD, that the "
+        "Send, and Manage to read its destinations' settings, a dead-letter source's "
+        "primary and a drained namespace Listen too); with Azure AD, that the "
         "identity is found on this machine and holds Azure Service Bus Data Owner",
     ),
     ExitCodeDoc(
@@ -68,7 +69,8 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
     ExitCodeDoc(
         ExitCode.PARTIAL,
         "work was left for a later run (a skipped destination, a failed send, a message "
-        "not received; late arrivals do not count)",
+        "not received, a queue of the source that cannot be read; late arrivals do not "
+        "count)",
         "see the outcomes; rerun when the destination is back",
     ),
     ExitCodeDoc(

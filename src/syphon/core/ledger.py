@@ -132,6 +132,8 @@ class RunRecord:
     Attributes:
         counts: messages by verdict (keys from :class:`syphon.core.schema.Verdict`).
         recorded_at: when the row was written (set by the store).
+        source: the configured source the run drained (None: recorded before sources,
+            a backlog run).
     """
 
     run_id: str
@@ -144,6 +146,7 @@ class RunRecord:
     timings: Timings = field(default_factory=Timings)
     detail: str | None = None
     recorded_at: datetime | None = None
+    source: str | None = None
 
     def as_row(self, recorded_at: datetime) -> dict[str, Any]:
         """The row as the ledger table stores it (see :data:`syphon.core.schema.RUNS`)."""
@@ -159,6 +162,7 @@ class RunRecord:
             "timings": list(self.timings.as_map().items()),
             "detail": self.detail,
             "credits_per_replayed_message": self.operations.credits_per_replayed_message(),
+            "source": self.source,
         }
 
     @classmethod
@@ -175,6 +179,7 @@ class RunRecord:
             timings=Timings.from_map(dict(row.get("timings") or {})),
             detail=row.get("detail"),
             recorded_at=row.get("recorded_at"),
+            source=row.get("source"),
         )
 
 

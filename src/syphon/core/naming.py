@@ -71,6 +71,12 @@ def is_dead_letter_path(path: str | None) -> bool:
     return bool(path) and str(path).endswith(DEAD_LETTER_SUFFIX)
 
 
+def is_subscription_path(path: str) -> bool:
+    """Whether ``path`` names a topic's subscription (``<topic>/Subscriptions/<name>``)."""
+    parts = path.split("/")
+    return len(parts) >= 3 and parts[-2].lower() == "subscriptions" and all(parts)
+
+
 def backlog_queue_path(primary: str, index: int) -> str:
     """Builds ``<primary>/x-servicebus-transfer/<index>``.
 

@@ -231,6 +231,7 @@ RUNS: Final = (
     Field("timings", "map<string,double>"),
     Field("detail", "string"),
     Field("credits_per_replayed_message", "double"),
+    Field("source", "string"),  # added with the sources (older rows: null)
 )
 
 #: The lease table's rows (the lease itself lives in its commits' metadata).

@@ -33,6 +33,8 @@ class Failure:
 
 
 def _role(access: Access) -> str:
+    if access.key.endswith("from_namespace"):
+        return "drained"
     return "secondary" if access.key == "secondary" else "primary"
 
 
@@ -68,6 +70,7 @@ def unreachable_fix(access: Access) -> str:
 _RIGHTS = {
     "secondary": "Manage and Listen rights",
     "primary": "Send rights, and Manage to read the destinations' settings",
+    "drained": "Listen rights, and Manage to list its queues",
 }
 
 

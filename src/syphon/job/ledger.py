@@ -55,13 +55,17 @@ class Ledger:
     """Appends a run's status rows, carrying its counts, operations and timings
     forward."""
 
-    def __init__(self, ctx: RunContext, run_id: str, started: datetime) -> None:
+    def __init__(self, ctx: RunContext, run_id: str, started: datetime,
+                 source: str | None = None) -> None:  # fmt: skip
         self.ctx = ctx
         self.run_id = run_id
         self.started = started
+        self.source = source
         self.counts: dict[str, int] = {}
         self.operations = Operations()
         self.timings = Timings()
+        #: the source's queues that hold messages syphon cannot read (path: why)
+        self.unread: dict[str, str] = {}
 
     def record(self, status: str, detail: str | None = None, final: bool = False) -> None:
         self.ctx.store.append_run(
@@ -75,6 +79,7 @@ class Ledger:
                 operations=self.operations,
                 timings=self.timings,
                 detail=detail,
+                source=self.source,
             )
         )
 

@@ -20,10 +20,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.ledger import Operations, RunRecord, Timings
+from syphon.core.naming import is_subscription_path
 from syphon.core.schema import DESTINATIONS, SNAPSHOT, Status, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
 from syphon.job.context import RunContext, fit_shuffle_partitions
-from syphon.job.reconcile import Redrive, reconcile_snapshot, restore
+from syphon.job.reconcile import reconcile_snapshot
+from syphon.job.restore import Redrive, restore
 from syphon.job.selection import with_views
 from syphon.job.snapshot import read_snapshot
 from syphon.job.sources import RunSource, run_source
@@ -69,11 +71,17 @@ def discover(ctx: RunContext, source: RunSource | None = None) -> list[Discovere
 
 def discovery_operations(ctx: RunContext, queues: list[DiscoveredQueue],
                          source: RunSource | None = None) -> Operations:  # fmt: skip
-    """What a discovery cost: one listing, or a peek per probed index (a dead-letter
-    source: a peek per entity)."""
+    """What a discovery cost: one listing, or a peek per probed index (a dead-letter or
+    namespace source: a peek per queue of its named entities, or one listing and a peek
+    per queue of its subscriptions)."""
     source = source or run_source(ctx)
-    if source.kind == "dead_letter":
-        return Operations(discover_management_calls=0, discover_peeks=len(queues),
+    if source.kind != "backlog":
+        if source.config.entities:
+            return Operations(discover_management_calls=0, discover_peeks=len(queues),
+                              discover_backlog_queues=len(queues))  # fmt: skip
+        subscriptions = [e for e in source.config.targets if is_subscription_path(e)]
+        return Operations(discover_management_calls=1,
+                          discover_peeks=len(source.paths(subscriptions)),
                           discover_backlog_queues=len(queues))  # fmt: skip
     backlog = ctx.config.backlog
     if backlog.discovery == "management":
@@ -157,7 +165,7 @@ def plan(
     if queues is None:
         progress.step(f"discover: finding the queues of source {source.name}")
         queues = discover(ctx, source)
-    non_empty = [q for q in queues if not q.empty]
+    non_empty = [q for q in queues if not q.empty and q.unreadable is None]
     timings.discover = time.monotonic() - clock
 
     clock = time.monotonic()
@@ -215,10 +223,16 @@ def plan(
             counts=counts,
             operations=operations,
             timings=timings,
+            source=source.name,
         )
     )
     return PlanResult(run_id, queues, counts, per_destination, timings, operations, snapshot,
                       selection)  # fmt: skip
+
+
+def unread(queues: list[DiscoveredQueue]) -> dict[str, str]:
+    """The queues that may hold messages syphon cannot read, with why (path: reason)."""
+    return {q.path: q.unreadable for q in queues if q.unreadable and not q.empty}
 
 
 def with_source(planned: DataFrame, source: RunSource) -> DataFrame:

@@ -27,13 +27,9 @@ number. Messages without a MessageId are never duplicates.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from syphon.core.envelope import PING_CONTENT_TYPE, restore_envelope_col
-from syphon.core.naming import DEAD_LETTER_SUFFIX, backlog_primary_col
+from syphon.core.envelope import PING_CONTENT_TYPE
 from syphon.core.partitioning import effective_partition_key_col
 from syphon.core.schema import (
     DESTINATION_KEY,
@@ -47,7 +43,8 @@ from syphon.core.selection import NOT_SELECTED, Selection
 from syphon.core.sizing import ENVELOPE_RESERVE
 from syphon.core.timespan import TICKS_PER_SECOND
 from syphon.job.batches import plan_batches
-from syphon.job.selection import SELECTED, property_text, select
+from syphon.job.restore import Redrive, restore
+from syphon.job.selection import SELECTED, select
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -57,93 +54,6 @@ RESEND_ALLOWED = "resend_allowed"
 
 #: The service refuses a MessageId or a ReplyToSessionId longer than 128 characters.
 _ID_LENGTH = 128
-
-
-@dataclass(frozen=True)
-class Redrive:
-    """Where a dead-letter or namespace source's messages go: into ``namespace`` (a
-    primary), each to the entity it was read from (a dead-letter queue's messages: to the
-    queue's entity) or to that entity's target."""
-
-    namespace: str
-    targets: Mapping[str, str] = field(default_factory=dict)
-
-
-def restore(snapshot: DataFrame, redrive: Redrive | None = None) -> DataFrame:
-    """Adds the restored envelope to snapshot rows: a backlog message's from its aliases,
-    or (``redrive``) a message's own (:func:`restore_redriven`). Either way it gains the
-    audit's ``source_entity`` and ``dead_letter_*`` columns."""
-    from pyspark.sql import functions as F
-
-    if redrive is not None:
-        return restore_redriven(snapshot, redrive)
-    env = restore_envelope_col(F.col("application_properties"), F.col("property_problem"))
-    none = F.lit(None).cast("string")
-    return (
-        snapshot.withColumn("_env", env)
-        .withColumn("primary", backlog_primary_col(F.col("backlog_queue")))
-        .withColumn("destination", F.col("_env.destination"))
-        .withColumn("original_session_id", F.col("_env.session_id"))
-        .withColumn("original_time_to_live_ticks", F.col("_env.time_to_live_ticks"))
-        .withColumn("original_scheduled_enqueue_time", F.col("_env.scheduled_enqueue_time_utc"))
-        .withColumn("original_application_properties", F.col("_env.application_properties"))
-        .withColumn("envelope_reason", F.col("_env.reason"))
-        .withColumn("original_enqueued_time", F.col("enqueued_time"))
-        .withColumn("source_entity", F.col("backlog_queue"))
-        .withColumn("dead_letter_reason", none)
-        .withColumn("dead_letter_description", none)
-        .withColumn("dead_letter_error_source", none)
-        .drop("_env")
-    )
-
-
-def restore_redriven(snapshot: DataFrame, redrive: Redrive) -> DataFrame:
-    """Restores messages read from a primary's (or an old namespace's) own entities: each
-    goes to the entity it was read from (``source_entity``: a dead-letter queue's entity)
-    or that entity's target in ``redrive.namespace``, with its own session id and its
-    properties (a dead-lettered message's reason and description among them, for
-    selections and the audit; the replay sends it without them).
-
-    An active message keeps its time to live and its scheduled time, counted from its
-    first enqueue, so one that has run out is ``expired``. A dead-lettered message's are
-    not sent again and never expire it here: its time to live was counted from its first
-    enqueue (and ran out for many of them, which is why they were dead-lettered); the
-    re-driven message takes its destination's default, and its scheduled time has passed.
-    A property map the snapshot could not read makes it ``invalid`` with that reason, as
-    for a backlog message."""
-    from pyspark.sql import functions as F
-
-    in_dlq = F.col("backlog_queue").endswith(DEAD_LETTER_SUFFIX)
-    entity = F.regexp_replace(F.col("backlog_queue"), re.escape(DEAD_LETTER_SUFFIX) + "$", "")
-    destination = entity
-    if redrive.targets:
-        pairs = [F.lit(x) for k, v in sorted(redrive.targets.items()) for x in (k, v)]
-        destination = F.coalesce(F.element_at(F.create_map(*pairs), entity), entity)
-
-    def dead_letter_property(name: str) -> Column:
-        value = F.element_at(F.col("application_properties"), F.lit(name))
-        return F.when(in_dlq, property_text(value))
-
-    ttl_ticks = F.col("time_to_live_ms") * (TICKS_PER_SECOND // 1000)
-    return (
-        snapshot.withColumn("primary", F.lit(redrive.namespace))
-        .withColumn("destination", destination)
-        .withColumn("original_session_id", F.col("session_id"))
-        .withColumn("original_time_to_live_ticks", F.when(~in_dlq, ttl_ticks).cast("long"))
-        .withColumn(
-            "original_scheduled_enqueue_time",
-            F.when(~in_dlq, F.col("scheduled_enqueue_time")).cast("timestamp"),
-        )
-        # a dead letter's reason and description stay for selections (--where); the replay
-        # leaves them out of the message (syphon.core.rebuild.dropped_properties)
-        .withColumn("original_application_properties", F.col("application_properties"))
-        .withColumn("envelope_reason", F.col("property_problem"))
-        .withColumn("original_enqueued_time", F.col("enqueued_time"))
-        .withColumn("source_entity", entity)
-        .withColumn("dead_letter_reason", dead_letter_property("DeadLetterReason"))
-        .withColumn("dead_letter_description", dead_letter_property("DeadLetterErrorDescription"))
-        .withColumn("dead_letter_error_source", F.when(in_dlq, F.col("dead_letter_source")))
-    )
 
 
 def classify(

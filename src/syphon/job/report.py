@@ -52,6 +52,13 @@ class ReportData:
     spread: list[dict[str, Any]] = field(default_factory=list)
     #: what the run did not finish: stage, outcome, detail, count
     left: list[dict[str, Any]] = field(default_factory=list)
+    #: the run's source
+    source: str | None = None
+    #: source entity -> what happened to its messages (``planned``, ``sent``, and the
+    #: settle's ``completed``, ``dead_lettered``, ``left``) -> messages
+    by_entity: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: source entity -> why its messages were not sent or not removed -> messages
+    entity_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def _place() -> list[Column]:
@@ -109,10 +116,33 @@ def left_for_next_run(rows: DataFrame) -> DataFrame:
     return unfinished.groupBy("stage", "outcome", "detail").count()
 
 
+def by_source_entity(rows: DataFrame) -> DataFrame:
+    """Per source entity (the queue or subscription read; a row written before sources:
+    its backlog queue), stage, outcome and why (``why``: a replay row's detail unless
+    sent, a settle row's detail when left, a plan row's verdict and reason unless it is
+    to be replayed): ``count`` messages."""
+    from pyspark.sql import functions as F
+
+    entity = F.coalesce(F.col("source_entity"), F.col("backlog_queue"), F.lit("?"))
+    why = (
+        F.when((F.col("stage") == Stage.REPLAY) & (F.col("outcome") != Outcome.SENT),
+               F.concat_ws(": ", F.col("outcome"), F.col("detail")))
+        .when((F.col("stage") == Stage.SETTLE) & (F.col("outcome") == Outcome.LEFT),
+              F.concat_ws(": ", F.lit("left"), F.col("detail")))
+        .when((F.col("stage") == Stage.PLAN) & (F.col("verdict") != "replay"),
+              F.concat_ws(": ", F.col("verdict"), F.col("reason")))
+    )  # fmt: skip
+    return (
+        rows.select(entity.alias("entity"), "stage", "outcome", why.alias("why"))
+        .groupBy("entity", "stage", "outcome", "why")
+        .count()
+    )
+
+
 def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData:
     """The report's figures: the run's result, and (``read_audit``, when Spark ran) its
-    audit rows. Five Spark jobs, whatever the run's size: the run's rows are read once,
-    then four small aggregations are collected."""
+    audit rows. Seven Spark jobs, whatever the run's size: the run's rows are read once,
+    then small aggregations are collected."""
     data = ReportData(
         result.run_id,
         result.status,
@@ -149,6 +179,15 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
         data.spread = [r.asDict() for r in spread]
     left = [r.asDict() for r in left_for_next_run(rows).collect()]
     data.left = sorted(left, key=lambda r: (r["stage"], r["outcome"], r["detail"] or ""))
+    sources = {r["source"] for r in plan.select("source").distinct().collect()} - {None}
+    data.source = ", ".join(sorted(sources)) or None
+    for r in by_source_entity(rows).collect():
+        counts = data.by_entity.setdefault(r["entity"], {})
+        key = r["outcome"] if r["stage"] != Stage.REPLAY else f"replay_{r['outcome']}"
+        counts[key] = counts.get(key, 0) + int(r["count"])
+        if r["why"]:
+            reasons = data.entity_reasons.setdefault(r["entity"], {})
+            reasons[r["why"]] = reasons.get(r["why"], 0) + int(r["count"])
     return data
 
 

@@ -21,6 +21,7 @@ A run that lost its lease settles nothing: the new holder will.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -34,9 +35,9 @@ from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.failures import Failure, missing_destinations, refused_primaries
 from syphon.job.lanes import ReplaySettings
 from syphon.job.ledger import Ledger, RunResult
-from syphon.job.plan import discover, discovery_operations, new_run_id, plan
-from syphon.job.reconcile import restore
+from syphon.job.plan import discover, discovery_operations, new_run_id, plan, unread
 from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
+from syphon.job.restore import restore
 from syphon.job.settle import settle_actions, settle_queues
 from syphon.job.snapshot import read_snapshot
 from syphon.job.sources import RunSource, run_source
@@ -51,6 +52,8 @@ from syphon.store.lease import Lease
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+log = logging.getLogger(__name__)
+
 
 def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None = None,
         source: RunSource | None = None,
@@ -63,7 +66,7 @@ def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None 
     run_id = run_id or new_run_id(started)
     source = source or run_source(ctx)
     with run_context(run_id):  # every record of the run carries its id
-        ledger = Ledger(ctx, run_id, started)
+        ledger = Ledger(ctx, run_id, started, source.name)
         clock = time.monotonic()
         try:
             queues = discover(ctx, source)
@@ -71,6 +74,7 @@ def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None 
             return ledger.failed(exc, source.access)
         ledger.timings.discover = time.monotonic() - clock
         ledger.operations = discovery_operations(ctx, queues, source)
+        ledger.unread = unread(queues)
         try:
             if all(q.empty for q in queues):
                 return ledger.result(Status.EMPTY)
@@ -101,7 +105,7 @@ def resume(ctx: RunContext, run_id: str, source: RunSource | None = None) -> Run
     if not any(r.status == Status.PLANNED for r in mine):
         raise SyphonError(f"run {run_id} was never planned in {ctx.store.where}")
     with run_context(run_id):
-        ledger = Ledger(ctx, run_id, min(r.started_at for r in mine))
+        ledger = Ledger(ctx, run_id, min(r.started_at for r in mine), source.name)
         try:
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, str):
@@ -144,11 +148,18 @@ def _replay_and_settle(
         earlier = ctx.store.run_rows(ledger.run_id, Stage.REPLAY)
         if earlier is not None and earlier.limit(1).count() == 0:
             earlier = None
-        paths = sorted(r["backlog_queue"] for r in planned.select("backlog_queue").distinct()
-                       .collect())  # fmt: skip
-        if any(is_dead_letter_path(p) for p in paths) != (source.kind == "dead_letter"):
-            raise SyphonError(f"run {ledger.run_id} was planned from another source than "
-                              f"{source.name}: name its source with --source")  # fmt: skip
+        found = planned.select("backlog_queue", "source").distinct().collect()
+        paths = sorted({r["backlog_queue"] for r in found})
+        recorded = {r["source"] for r in found} - {None}  # None: planned before sources
+        other = (
+            recorded != {source.name}
+            if recorded
+            else (any(is_dead_letter_path(p) for p in paths) != (source.kind == "dead_letter"))
+        )
+        if other:
+            named = f" ({', '.join(sorted(recorded))})" if recorded else ""
+            raise SyphonError(f"run {ledger.run_id} was planned from another source{named} "
+                              f"than {source.name}: name its source with --source")  # fmt: skip
         queues = [DiscoveredQueue("", 0, p, None, False) for p in paths]
         snapshot = read_snapshot(spark, source.access, queues,
                                  ctx.config.backlog.split_messages)  # fmt: skip
@@ -231,8 +242,9 @@ def _finish(ledger: Ledger, unknown: list[Destination], skipped: dict[Destinatio
             refused: Failure | None = None) -> RunResult:  # fmt: skip
     """Records the final status: ``failed`` when a namespace failed mid-run, ``partial``
     when work is left (messages that arrived after the snapshot are the next run's work,
-    and those the selection left out the operator's choice: neither is a left-over),
-    else ``done``. ``unknown``: the destinations the plan found no
+    and those the selection left out the operator's choice: neither is a left-over) or a
+    queue of the source holds messages syphon cannot read (the detail names them), else
+    ``done``. ``unknown``: the destinations the plan found no
     entity for; ``skipped``: the probes' verdicts; ``refused``: the exit of a run whose
     primaries refused the credentials (before missing destinations: it blocks more)."""
     outcomes = {**{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
@@ -245,7 +257,14 @@ def _finish(ledger: Ledger, unknown: list[Destination], skipped: dict[Destinatio
                              outcomes)  # fmt: skip
     not_left_over = [Detail.ARRIVED_AFTER_SNAPSHOT, Detail.NOT_SELECTED]
     left = settle.count(Outcome.LEFT, except_details=not_left_over)
-    result = ledger.result(Status.PARTIAL if left else Status.DONE, None, outcomes)
+    detail = None
+    if ledger.unread:
+        detail = "not read: " + ", ".join(
+            f"{p} ({why})" for p, why in sorted(ledger.unread.items())
+        )
+        log.warning("run %s: %s", ledger.run_id, detail)
+    status = Status.PARTIAL if left or ledger.unread else Status.DONE
+    result = ledger.result(status, detail, outcomes)
     missing = sorted(k for k, reason in skipped.items() if reason == Detail.DESTINATION_MISSING)
     failure = refused or missing_destinations(unknown, missing)
     if failure is not None:

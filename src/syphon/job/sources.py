@@ -3,26 +3,40 @@ are found, and how their messages are restored (DESIGN.md, "Sources").
 
 - ``backlog``: the paired-namespace backlog queues in the secondary namespace, found as
   ``backlog`` configures; each message's destination and envelope from its aliases.
-- ``dead_letter``: the dead-letter sub-queues of named entities of a primary, found by a
-  peek each; each message goes back to its entity (or the entity's target) in that
-  primary (:func:`syphon.job.reconcile.restore_redriven`). The settle completes
-  what was sent and leaves everything else where it is: a dead-letter queue's message
-  cannot be dead-lettered again, and one that is not sent is never removed.
+- ``dead_letter``: the dead-letter sub-queues of entities of a primary (named, or every
+  queue's by a management listing, and the subscriptions given a target), each found by
+  a peek; each message goes back to its entity (or the entity's target) in that primary.
+- ``namespace``: the queues of another namespace (a failed-over primary), their active
+  messages and, with ``dead_letters``, their dead-letter sub-queues; each message goes to
+  the entity of the same name (or its target) in the configured primary.
+
+Both of the last restore a message from the message itself
+(:func:`syphon.job.reconcile.restore_redriven`). The settle decides by the queue a
+message was read from (:func:`syphon.job.settle.settle_actions`): in a dead-letter queue
+it completes what was sent and leaves everything else (a dead letter cannot be
+dead-lettered again, and one that is not sent is never removed); an active queue is
+settled as a backlog queue is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 
 from syphon.core.config import SourceConfig
+from syphon.core.naming import dead_letter_path, is_subscription_path
 from syphon.job.context import RunContext
-from syphon.job.reconcile import Redrive
+from syphon.job.restore import Redrive
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import (
     DiscoveredQueue,
     discover_backlog,
-    discover_dead_letters,
+    list_queues,
+    listed_queues,
+    probe_entities,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,18 +61,46 @@ class RunSource:
 
     @property
     def redrive(self) -> Redrive | None:
-        """Where its messages go, for a dead-letter source (None: a backlog source)."""
-        if self.config.kind != "dead_letter":
+        """Where its messages go (None: a backlog source, whose messages say it)."""
+        if self.config.kind == "backlog":
             return None
         assert self.config.namespace is not None
         return Redrive(self.config.namespace, dict(self.config.targets))
 
+    @property
+    def reads_active(self) -> bool:
+        """Whether it reads entities' active messages (else their dead letters)."""
+        return self.config.kind == "namespace"
+
+    @property
+    def reads_dead_letters(self) -> bool:
+        return self.config.kind == "dead_letter" or self.config.dead_letters
+
+    def paths(self, entities: list[str]) -> list[str]:
+        """The queues it reads of ``entities``: each's own, its dead-letter queue, or both."""
+        out: list[str] = []
+        for entity in entities:
+            if self.reads_active:
+                out.append(entity)
+            if self.reads_dead_letters:
+                out.append(dead_letter_path(entity))
+        return out
+
     def discover(self, ctx: RunContext) -> list[DiscoveredQueue]:
         """Its queues, empty ones included (no Spark)."""
-        if self.config.kind == "dead_letter":
-            return discover_dead_letters(self.access, self.config.entities)
-        primaries = [p.namespace for p in ctx.config.primaries]
-        return discover_backlog(self.access, primaries, ctx.config.backlog)
+        if self.config.kind == "backlog":
+            primaries = [p.namespace for p in ctx.config.primaries]
+            return discover_backlog(self.access, primaries, ctx.config.backlog)
+        what = f"the {self.kind.replace('_', '-')} source {self.name}"
+        if self.config.entities:
+            return probe_entities(self.access, self.paths(list(self.config.entities)), what)
+        # every queue, by one listing (with counts), and the subscriptions given a target
+        listed = list_queues(self.access)
+        found = listed_queues(listed, self.reads_active, self.reads_dead_letters,
+                              self.access.namespace)  # fmt: skip
+        subscriptions = [e for e in self.config.targets if is_subscription_path(e)]
+        probed = probe_entities(self.access, self.paths(subscriptions), what)
+        return [*found, *(replace(q, index=len(found) + q.index) for q in probed)]
 
 
 def run_source(ctx: RunContext, name: str | None = None) -> RunSource:
@@ -66,9 +108,12 @@ def run_source(ctx: RunContext, name: str | None = None) -> RunSource:
 
     Raises:
         ConfigError: no such source.
+        SecretError: a namespace source's secret is unset or malformed.
     """
     config = ctx.config.source_named(name)
     if config.kind == "dead_letter":
         assert config.namespace is not None
         return RunSource(config, ctx.namespaces.primary(config.namespace))
-    return RunSource(config, ctx.namespaces.secondary)
+    if config.kind == "namespace":
+        return RunSource(config, ctx.namespaces.drained_by(config.name))
+    return RunSource(config, ctx.namespaces.backlog_namespace())

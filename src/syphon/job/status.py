@@ -1,4 +1,5 @@
-"""``syphon status``: the backlog's depth and the last runs (no Spark with delta-rs)."""
+"""``syphon status``: a source's depth per queue and its last runs (no Spark with
+delta-rs)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,28 @@ from dataclasses import dataclass
 from syphon.core.ledger import RunRecord, latest_per_run
 from syphon.job.context import RunContext
 from syphon.job.plan import discover
+from syphon.job.sources import RunSource, run_source
 from syphon.servicebus.discovery import DiscoveredQueue
 
 
 @dataclass
 class StatusReport:
-    """Backlog depth per queue and the ledger's last runs (newest first)."""
+    """A source's depth per queue and its last runs in the ledger (newest first)."""
 
     queues: list[DiscoveredQueue]
     runs: list[RunRecord]
+    source: str = "backlog"
 
 
-def status(ctx: RunContext, last_runs: int = 10) -> StatusReport:
-    """Discovers the backlog queues (with their depth when the management API tells it)
-    and reads the last runs' latest rows from the ledger."""
-    queues = discover(ctx)
+def status(ctx: RunContext, last_runs: int = 10, source: RunSource | None = None) -> StatusReport:
+    """Discovers the source's queues (with their depth when a management listing tells
+    it; else 0 or unknown) and reads its last runs' latest rows from the ledger (runs
+    recorded before sources count as the backlog's)."""
+    source = source or run_source(ctx)
+    queues = discover(ctx, source)
     latest = latest_per_run(ctx.store.runs())
-    runs = sorted(latest.values(), key=lambda r: r.started_at, reverse=True)[:last_runs]
-    return StatusReport(queues, runs)
+    mine = [r for r in latest.values()
+            if (r.source or "backlog") == source.name
+            or (r.source is None and source.kind == "backlog")]  # fmt: skip
+    runs = sorted(mine, key=lambda r: r.started_at, reverse=True)[:last_runs]
+    return StatusReport(queues, runs, source.name)

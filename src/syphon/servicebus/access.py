@@ -91,10 +91,39 @@ class Access:
 
 @dataclass(frozen=True)
 class Namespaces:
-    """Every namespace of a config, resolved: the secondary and the primaries by name."""
+    """Every namespace of a config, resolved: the secondary (None: not configured), the
+    primaries by name, and each namespace source's drained namespace by source name (or
+    the error its secret gave, raised when that source is run: a source for the day of a
+    failover must not stop the scheduled runs while its secret is not set)."""
 
-    secondary: Access
+    secondary: Access | None
     primaries: Mapping[str, Access]
+    drained: Mapping[str, Access | SecretError] = field(default_factory=dict)
+
+    def drained_by(self, source: str) -> Access:
+        """The namespace the namespace source ``source`` drains.
+
+        Raises:
+            SecretError: its secret is unset or malformed.
+            ConfigError: no namespace source of that name.
+        """
+        got = self.drained.get(source)
+        if got is None:
+            raise ConfigError(f"no namespace source {source!r} in sources")
+        if isinstance(got, SecretError):
+            raise got
+        return got
+
+    def backlog_namespace(self) -> Access:
+        """The secondary, which holds the backlog queues.
+
+        Raises:
+            ConfigError: the config has none.
+        """
+        if self.secondary is None:
+            raise ConfigError("no secondary namespace is configured: give secondary to "
+                              "drain backlog queues")  # fmt: skip
+        return self.secondary
 
     def primary(self, name: str) -> Access:
         """The primary of that name.
@@ -172,15 +201,27 @@ def resolve_namespaces(
     Raises:
         SecretError: a secret is unset or malformed (exit code 2, before anything starts).
     """
-    secondary = resolve_access(config.secondary, "secondary", config.source,
-                               dbutils_get=dbutils_get, environ=environ)  # fmt: skip
+    secondary = None
+    if config.secondary is not None:
+        secondary = resolve_access(config.secondary, "secondary", config.source,
+                                   dbutils_get=dbutils_get, environ=environ)  # fmt: skip
     primaries = {
         p.namespace: resolve_access(
             p, f"primaries.{i}", config.source, dbutils_get=dbutils_get, environ=environ
         )
         for i, p in enumerate(config.primaries)
     }
-    return Namespaces(secondary, primaries)
+    drained: dict[str, Access | SecretError] = {}
+    for i, s in enumerate(config.sources):
+        if s.from_namespace is None:
+            continue
+        try:
+            drained[s.name] = resolve_access(s.from_namespace, f"sources.{i}.from_namespace",
+                                             config.source, dbutils_get=dbutils_get,
+                                             environ=environ)  # fmt: skip
+        except SecretError as exc:
+            drained[s.name] = exc
+    return Namespaces(secondary, primaries, drained)
 
 
 _credentials: dict[tuple[Any, ...], Any] = {}

@@ -18,7 +18,12 @@ from typing import Any
 
 from syphon.core.config import BacklogConfig
 from syphon.core.errors import ConfigError
-from syphon.core.naming import backlog_queue_path, dead_letter_path, match_backlog_queue_path
+from syphon.core.naming import (
+    DEAD_LETTER_SUFFIX,
+    backlog_queue_path,
+    dead_letter_path,
+    match_backlog_queue_path,
+)
 from syphon.servicebus.peek import peek_receiver
 
 
@@ -33,6 +38,9 @@ class DiscoveredQueue:
         message_count: messages in it when the discovery knew (None: unknown), dead
             letters excluded.
         extra: its index is at or beyond the configured queue count.
+        unreadable: why syphon cannot read it (None: it can): ``requires_session``, an
+            entity whose messages only a session receiver sees (a peek of all its
+            sessions' messages is not possible without locking each session).
     """
 
     primary: str
@@ -40,6 +48,7 @@ class DiscoveredQueue:
     path: str
     message_count: int | None
     extra: bool
+    unreadable: str | None = None
 
     @property
     def empty(self) -> bool:
@@ -137,32 +146,103 @@ def discover_backlog(
         return discover_by_probe(client, primaries, backlog.queue_count, backlog.probe_limit)
 
 
-def discover_dead_letters(access: Any, entities: Sequence[str]) -> list[DiscoveredQueue]:
-    """The dead-letter sub-queues of ``entities`` in the namespace ``access`` reaches,
-    each found empty or not by one peek (Listen rights are enough: no listing).
+def probe_entities(access: Any, paths: Sequence[str], what: str) -> list[DiscoveredQueue]:
+    """Queues (or sub-queues) of the namespace ``access`` reaches, each found empty or not
+    by one peek (Listen rights are enough: no listing).
+
+    Args:
+        paths: the queues' paths (an entity's, or its ``/$DeadLetterQueue``).
+        what: the source, for the error (``the dead-letter source``).
 
     Returns:
-        One :class:`DiscoveredQueue` per entity (``primary`` the namespace, ``index`` the
-        entity's place in ``entities``, ``message_count`` 0 when empty, else unknown).
+        One :class:`DiscoveredQueue` per path (``primary`` the namespace, ``index`` the
+        path's place in ``paths``, ``message_count`` 0 when empty, else unknown).
 
     Raises:
-        SyphonError: an entity does not exist (its name is in the message).
+        ConfigError: an entity does not exist (its name is in the message).
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from azure.servicebus.exceptions import MessagingEntityNotFoundError
+    from azure.servicebus.exceptions import MessagingEntityNotFoundError, ServiceBusError
 
-    def probe(index: int, entity: str) -> DiscoveredQueue:
-        path = dead_letter_path(entity)
+    def probe(index: int, path: str) -> DiscoveredQueue:
         try:
             with access.client() as client, peek_receiver(client, path) as receiver:
                 peeked = receiver.peek_messages(1)
         except MessagingEntityNotFoundError:
-            message = (f"the dead-letter source's entity {entity!r} does not exist in "
-                       f"{access.namespace}")  # fmt: skip
+            entity = path.removesuffix(DEAD_LETTER_SUFFIX)
+            message = f"{what}'s entity {entity!r} does not exist in {access.namespace}"
             raise ConfigError(message, fix=f"{message}: correct the source's entities") from None
+        except ServiceBusError as exc:
+            if not requires_session(exc):
+                raise
+            return DiscoveredQueue(primary=access.namespace, index=index, path=path,
+                                   message_count=None, extra=False,
+                                   unreadable=REQUIRES_SESSION)  # fmt: skip
         return DiscoveredQueue(primary=access.namespace, index=index, path=path,
                                message_count=None if peeked else 0, extra=False)  # fmt: skip
 
-    with ThreadPoolExecutor(max_workers=max(1, min(PROBE_THREADS, len(entities)))) as pool:
-        return list(pool.map(lambda ie: probe(*ie), enumerate(entities)))
+    if not paths:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(PROBE_THREADS, len(paths)))) as pool:
+        return list(pool.map(lambda ip: probe(*ip), enumerate(paths)))
+
+
+def discover_dead_letters(access: Any, entities: Sequence[str]) -> list[DiscoveredQueue]:
+    """The dead-letter sub-queues of ``entities`` (:func:`probe_entities`)."""
+    return probe_entities(access, [dead_letter_path(e) for e in entities], "the dead-letter source")
+
+
+@dataclass(frozen=True)
+class ListedQueue:
+    """A queue of a namespace as its management listing counts it."""
+
+    path: str
+    active: int  # active and scheduled messages
+    dead_letters: int
+    sessions: bool = False
+
+
+def list_queues(access: Any) -> list[ListedQueue]:
+    """Every queue of the namespace ``access`` reaches, with its counts (one listing;
+    needs the Manage right).
+
+    Raises:
+        azure.core.exceptions.AzureError, OSError: the management API did not answer.
+    """
+    with access.admin_client() as admin:
+        sessions = {q.name for q in admin.list_queues() if q.requires_session}
+        listed = [
+            ListedQueue(
+                q.name,
+                q.active_message_count + q.scheduled_message_count,
+                q.dead_letter_message_count,
+                q.name in sessions,
+            )
+            for q in admin.list_queues_runtime_properties()
+        ]
+    return sorted(listed, key=lambda q: q.path)
+
+
+def listed_queues(listed: Sequence[ListedQueue], active: bool, dead_letters: bool,
+                  namespace: str) -> list[DiscoveredQueue]:  # fmt: skip
+    """The queues a listing gives a source: each queue's active messages (``active``) and
+    its dead-letter sub-queue (``dead_letters``), with their counts."""
+    paths: list[tuple[str, int, str | None]] = []
+    for q in listed:
+        if active:
+            paths.append((q.path, q.active, REQUIRES_SESSION if q.sessions else None))
+        if dead_letters:  # a dead-letter queue never requires sessions
+            paths.append((dead_letter_path(q.path), q.dead_letters, None))
+    return [DiscoveredQueue(primary=namespace, index=i, path=p, message_count=n, extra=False,
+                            unreadable=why) for i, (p, n, why) in enumerate(paths)]  # fmt: skip
+
+
+#: Why an entity's active messages are not read: only a session receiver sees them.
+REQUIRES_SESSION = "requires_session"
+
+
+def requires_session(exc: BaseException) -> bool:
+    """Whether ``exc`` is the service refusing a receiver without a session on an entity
+    that requires sessions."""
+    return "requires sessions" in str(exc)

@@ -67,6 +67,7 @@ class CatalogStore(TableStore):
 
         row = record.as_row(datetime.now(timezone.utc))
         frame = self._spark().createDataFrame(pa.Table.from_pylist([row], arrow_schema(RUNS)))
+        self._add_missing_columns(self._name("runs"), frame)
         frame.write.format(self.format).mode("append").saveAsTable(self._name("runs"))
 
     def runs(self) -> list[RunRecord]:

@@ -248,15 +248,18 @@ class _ReadFiles:
         return pa.RecordBatch.from_arrays(arrays, names=self.schema.names).cast(self.schema)
 
 
-def append_arrow(table: pa.Table, where: Where, properties: Any = None) -> None:
+def append_arrow(table: pa.Table, where: Where, properties: Any = None,
+                 merge_schema: bool = False) -> None:  # fmt: skip
     """Appends a small Arrow table (written from the driver), with ``properties`` (delta-rs
-    CommitProperties) on its commit."""
+    CommitProperties) on its commit; with ``merge_schema``, a table an earlier syphon
+    wrote gains the columns added since (its older rows read them as null)."""
     from deltalake import write_deltalake
 
     location = as_location(where)
     if location.local:
         os.makedirs(location.uri, exist_ok=True)
     write_deltalake(location.uri, table, mode="append", commit_properties=properties,
+                    schema_mode="merge" if merge_schema else None,
                     storage_options=location.storage_options())  # fmt: skip
 
 

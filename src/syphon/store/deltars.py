@@ -48,7 +48,7 @@ class DeltaRsStore(TableStore):
         row = record.as_row(datetime.now(timezone.utc))
         arrow = pa.Table.from_pylist([row], schema=arrow_schema(RUNS))
         with guarded(self.where, "record the run in its ledger"):
-            append_arrow(arrow, self._table(RUNS_TABLE))
+            append_arrow(arrow, self._table(RUNS_TABLE), merge_schema=True)
 
     def runs(self) -> list[RunRecord]:
         path = self._table(RUNS_TABLE)
