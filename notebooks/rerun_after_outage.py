@@ -62,12 +62,12 @@ ctx = nb.open_context(params)
 # COMMAND ----------
 
 # MAGIC %md
-# MAGIC ## Backlog status
-# MAGIC Messages in each backlog queue, and the last runs in the ledger.
+# MAGIC ## Source status
+# MAGIC Messages in each queue of the source, and its last runs in the ledger.
 
 # COMMAND ----------
 
-print(nb.backlog_status(ctx))
+print(nb.backlog_status(ctx, params))
 
 # COMMAND ----------
 

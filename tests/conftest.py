@@ -83,6 +83,7 @@ SLOWEST_FIRST = (
     "tests/job/test_run_faults.py",
     "tests/job/test_plan_verdicts.py",
     "tests/job/test_run.py",
+    "tests/job/test_namespace_runs.py",
     "tests/job/test_replay_failures.py",
     "tests/job/test_object_storage_runs.py",
 )

@@ -2,7 +2,7 @@
 empty run.
 
     .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000] [--delays 0,5]
-        [--warm] [--syphon-only]
+        [--warm] [--syphon-only] [--redrive]
 
 Both local Service Bus namespaces run in a child process (the same for both tools). The
 backlog: ``--messages`` messages (1 KB bodies) over 10 backlog queues, 50 destination
@@ -30,6 +30,15 @@ serving each tool (both share the machine's 2 cores with it); then the ratio. Th
 empty run: ``syphon run`` as a process on empty backlog queues, wall time and the
 ledger's operations, with discovery by management listing and by probing.
 ``--syphon-only`` leaves the baseline out, to look at syphon's stages quickly.
+
+``--redrive`` adds, at each delay, the dead-letter re-drive of the same messages: they
+are sent straight to their destinations (same keys, bodies and order) and dead-lettered
+there (reason ``bench``), then moved back into their queues, first by the loop an
+explorer tool runs (per dead-letter queue, receive up to 100 in peek-lock, send each on
+its own to its queue without the dead-letter properties, complete it), then, dead-lettered
+again, by ``syphon run --source redrive`` (a dead-letter source over every queue of the
+primary, found by one listing). The same figures are printed for both, in rows
+``dlq-loop`` and ``dlq-syphon`` under the backlog's.
 
 The first syphon run of an invocation also starts the Spark session (about 5 s, in its
 wall time) and warms its JVM and Python workers; later ones reuse them, as a notebook or
@@ -158,6 +167,96 @@ def baseline(secondary: str, primary: str) -> tuple[int, dict[str, int]]:
     return ops["sends"], ops
 
 
+def park_dead_letters(primary: str, total: int) -> None:
+    """The backlog's messages sent straight to their destinations and dead-lettered there,
+    in order (see the module docstring)."""
+    rng = random.Random(7)
+    body = bytes(1024)
+    order: dict[tuple[str, str], int] = defaultdict(int)
+    by_dest: dict[str, list[ServiceBusMessage]] = defaultdict(list)
+    for i in range(total):
+        dest = f"dest-{rng.randrange(DESTINATIONS):02d}"
+        kind = rng.random()
+        session = f"s{rng.randrange(97)}" if kind < 0.3 else None
+        key = f"k{rng.randrange(89)}" if 0.3 <= kind < 0.6 else None
+        n = order[(dest, session or key or "")]
+        order[(dest, session or key or "")] += 1
+        by_dest[dest].append(ServiceBusMessage(body, message_id=f"m{i}", session_id=session,
+                                               partition_key=key,
+                                               application_properties={"n": n}))  # fmt: skip
+    with ServiceBusClient.from_connection_string(primary) as client:
+        for dest, messages in sorted(by_dest.items()):
+            with client.get_queue_sender(dest) as sender:
+                for start in range(0, len(messages), 200):
+                    sender.send_messages(messages[start : start + 200])
+            with lean(client.get_queue_receiver(dest, prefetch_count=0)) as receiver:
+                moved = 0
+                while moved < len(messages):
+                    got = receiver.receive_messages(max_message_count=500, max_wait_time=2)
+                    if not got:
+                        raise RuntimeError(f"{dest}: {moved} of {len(messages)} dead-lettered")
+                    for m in got:
+                        receiver.dead_letter_message(m, reason="bench", error_description="b")
+                    moved += len(got)
+
+
+def baseline_redrive(primary: str) -> tuple[int, dict[str, int]]:
+    """The explorer tools' re-drive: per dead-letter queue, receive up to 100 in
+    peek-lock, send each message on its own to its queue without the dead-letter
+    properties, complete it. Returns (messages moved, operations)."""
+    ops = {"receives": 0, "sends": 0, "completes": 0}
+    dropped = {b"DeadLetterReason", b"DeadLetterErrorDescription"}
+    with ServiceBusClient.from_connection_string(primary) as client:
+        for d in range(DESTINATIONS):
+            dest = f"dest-{d:02d}"
+            with client.get_queue_receiver(dest, sub_queue="deadletter") as receiver, \
+                    client.get_queue_sender(dest) as sender:  # fmt: skip
+                while batch := receiver.receive_messages(max_message_count=100, max_wait_time=1):
+                    ops["receives"] += len(batch)
+                    for m in batch:
+                        props = {k: v for k, v in (m.application_properties or {}).items()
+                                 if k not in dropped}  # fmt: skip
+                        sender.send_messages(ServiceBusMessage(
+                            b"".join(m.body), message_id=m.message_id, session_id=m.session_id,
+                            partition_key=m.partition_key, application_properties=props,
+                        ))  # fmt: skip
+                        ops["sends"] += 1
+                        receiver.complete_message(m)
+                        ops["completes"] += 1
+    return ops["sends"], ops
+
+
+def measure_redrive(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
+                    with_baseline: bool = True) -> list[Any]:  # fmt: skip
+    """The dead-letter re-drive by both tools (see the module docstring): a row per tool,
+    and syphon's run result."""
+    from syphon.job.sources import run_source
+
+    rows = []
+    if with_baseline:
+        park_dead_letters(direct["primary"]["conn"], total)
+        clock, cpu = time.monotonic(), cpu_seconds(pid)
+        moved, ops = baseline_redrive(ns["primary"]["conn"])
+        wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
+        received, bad = drain_and_check(direct["primary"]["conn"])
+        rows.append(("dlq-loop", wall, moved, received, bad, sum(ops.values()) / moved, cpu_s,
+                     ops["sends"], ops["completes"]))  # fmt: skip
+
+    park_dead_letters(direct["primary"]["conn"], total)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = load_config(write_config(Path(tmp), ns))
+        clock, cpu = time.monotonic(), cpu_seconds(pid)
+        ctx = build_context(config)
+        result = run_with_report(ctx, source=run_source(ctx, "redrive"))
+        wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
+    received, bad = drain_and_check(direct["primary"]["conn"])
+    o = result.operations
+    sent = o.replay_messages_sent or 0
+    rows.append(("dlq-syphon", wall, sent, received, bad, o.credits_estimated / max(sent, 1),
+                 cpu_s, o.replay_send_transfers or 0, o.settle_requests or 0))  # fmt: skip
+    return [rows, result]
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -211,6 +310,9 @@ backlog:
   discovery: {discovery}
 audit:
   path: "{tmp / "delta"}"
+sources:
+  - {{name: backlog, kind: backlog}}
+  - {{name: redrive, kind: dead_letter, namespace: {PRIMARY}}}
 """,
         encoding="utf-8",
     )
@@ -276,6 +378,11 @@ def main() -> None:
         "--syphon-only", action="store_true",
         help="leave the baseline out (to profile syphon's stages; no ratio is printed)",
     )  # fmt: skip
+    parser.add_argument(
+        "--redrive", action="store_true",
+        help="also re-drive the same messages from their queues' dead-letter queues, by "
+             "the explorer tools' loop and by syphon run --source redrive",
+    )  # fmt: skip
     args = parser.parse_args()
     total = args.messages
     delays = sorted({0.0, *(float(d) for d in args.delays.split(","))})
@@ -312,6 +419,13 @@ def main() -> None:
                 + ", ".join(f"{k} {v}" for k, v in sorted(result.operations.as_map().items())),
                 flush=True,
             )
+            if args.redrive:
+                more, again = measure_redrive(info["at"][delay], direct, info["pid"], total,
+                                              not args.syphon_only)  # fmt: skip
+                rows += more
+                print(f"{delay:g} ms one way, re-drive: (status {again.status}; stages: "
+                      + ", ".join(f"{k} {v:.1f} s" for k, v in again.timings.as_map().items())
+                      + ")", flush=True)  # fmt: skip
 
         head = (f"{'delay':>6} {'tool':<9} {'wall s':>8} {'msg/s':>8} {'delivered':>10} "
                 f"{'violations':>11} {'credits/msg':>12} {'transfers':>10} {'settle req':>11} "
@@ -323,8 +437,10 @@ def main() -> None:
                 print(f"{delay:>4g}ms {name:<9} {wall:>8.1f} {n / wall:>8,.0f} {received:>10,} "
                       f"{bad:>11} {credits:>12.3f} {transfers:>10,} {settles:>11,} "
                       f"{cpu_s:>9.1f}")  # fmt: skip
-            if len(rows) == 2:
-                print(f"{'':>6} ratio     {rows[0][1] / rows[1][1]:>8.2f}x")
+            walls = {name: wall for name, wall, *_ in rows}
+            for loop, tool in (("baseline", "syphon"), ("dlq-loop", "dlq-syphon")):
+                if loop in walls and tool in walls:
+                    print(f"{'':>6} ratio     {walls[loop] / walls[tool]:>8.2f}x  ({tool})")
 
         for discovery in ("management", "probe"):
             with tempfile.TemporaryDirectory() as tmp:

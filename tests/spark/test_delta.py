@@ -100,3 +100,27 @@ def test_a_table_without_a_new_column_gains_it_and_reads_its_old_rows_as_null(
     assert read is not None
     assert sorted((r.n, r.source) for r in read.collect()) == sorted(
         zip(got["n"], got["source"], strict=True))  # fmt: skip
+
+
+def test_a_ledger_without_the_source_column_gains_it(tmp_path: Path) -> None:
+    """A run ledger an earlier syphon wrote has no ``source``: the next run's row adds it
+    (delta-rs merges the schema); the older rows read it as None (a backlog run)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    from syphon.core.ledger import RunRecord
+    from syphon.core.schema import RUNS, arrow_schema
+    from syphon.store.delta import append_arrow
+    from syphon.store.deltars import DeltaRsStore
+
+    started = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    old_schema = arrow_schema([f for f in RUNS if f.name != "source"])
+    old_row = RunRecord("r-old", "done", started).as_row(started)
+    del old_row["source"]
+    append_arrow(pa.Table.from_pylist([old_row], schema=old_schema), tmp_path / "runs")
+
+    store = DeltaRsStore(tmp_path, lambda: None)  # type: ignore[arg-type,return-value]
+    store.append_run(RunRecord("r-new", "done", started, source="orders-dlq"))  # merged
+    assert [(r.run_id, r.source) for r in store.runs()] == [
+        ("r-old", None),
+        ("r-new", "orders-dlq"),
+    ]

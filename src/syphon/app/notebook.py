@@ -119,9 +119,11 @@ def open_context(params: Parameters) -> RunContext:
     return build_context(config, dbutils_get=databricks_secrets())
 
 
-def backlog_status(ctx: RunContext) -> str:
-    """Messages in each backlog queue, and the last runs in the ledger."""
-    return format_status(status(ctx))
+def backlog_status(ctx: RunContext, params: Parameters | None = None) -> str:
+    """Messages in each queue of the source (``params.source``; None: the default), and
+    its last runs in the ledger."""
+    source = run_source(ctx, params.source if params is not None else None)
+    return format_status(status(ctx, source=source))
 
 
 def _only(df: DataFrame, params: Parameters) -> DataFrame:
