@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus.management import ServiceBusAdministrationClient
 
 from paired_env import PRIMARY, Pair, command_config, stored
 from report_html import parse_report, table_dict
@@ -143,18 +144,26 @@ def test_an_unknown_source_or_entity_exits_2(
 
 def test_every_queue_and_a_subscription_with_a_target_are_redriven(
     pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    """A dead-letter source without entities reads every queue's dead-letter queue (one
-    listing) and the subscriptions given a target; a subscription's dead letters go to
-    its target queue, not to the topic (whose other subscriptions would get them too)."""
+    """A dead-letter source without entities reads every queue's dead-letter queue and
+    the subscriptions given a target (found by listing them); a subscription's dead
+    letters go to its target queue, not to the topic (whose other subscriptions would get
+    them too). A subscription without a target is named as not read: the run is partial
+    and its dead letters stay."""
     pair.primary.broker.declare(QueueSpec("events-replay"))
+    with ServiceBusAdministrationClient.from_connection_string(
+        pair.primary.admin_connection_string, connection_verify=pair.primary.ca_bundle
+    ) as admin:
+        admin.create_subscription("events", "audit")
     dead_letter(pair, "orders", [ServiceBusMessage(b"o", message_id="o-1")])
     with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
         with client.get_topic_sender("events") as sender:
             sender.send_messages(ServiceBusMessage(b"e", message_id="e-1", subject="created"))
-        with client.get_subscription_receiver("events", "all") as receiver:
-            for m in receiver.receive_messages(1, max_wait_time=2):
-                receiver.dead_letter_message(m, reason="Poison", error_description="bad")
+        for name in ("all", "audit"):
+            with client.get_subscription_receiver("events", name) as receiver:
+                for m in receiver.receive_messages(1, max_wait_time=2):
+                    receiver.dead_letter_message(m, reason="Poison", error_description="bad")
     assert [str(m.message_id) for m in pair.primary.broker.entity(
         "events/Subscriptions/all").dlq.messages.values()] == ["e-1"]  # fmt: skip
     extra = f"""
@@ -165,7 +174,10 @@ sources:
     targets: {{events/Subscriptions/all: events-replay}}
 """
     conf = command_config(pair, spark, tmp_path, monkeypatch, extra=extra)
-    assert main(["run", "--config", conf, "--source", "everything", "--run-id", "all"]) == 0
+    assert main(["run", "--config", conf, "--source", "everything", "--run-id", "all"]) == 5
+    assert "not read: events/Subscriptions/audit/$DeadLetterQueue (no_target)" in (
+        capsys.readouterr().out)  # fmt: skip
+    assert dead_letters(pair, "events/Subscriptions/audit") == ["e-1"]  # where it was
     assert [str(m.message_id) for m in stored(pair, "orders")] == ["o-1"]
     assert [str(m.message_id) for m in stored(pair, "events-replay")] == ["e-1"]
     assert stored(pair, "events/Subscriptions/all") == []  # not sent through the topic

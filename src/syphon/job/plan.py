@@ -20,7 +20,6 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.ledger import Operations, RunRecord, Timings
-from syphon.core.naming import is_subscription_path
 from syphon.core.schema import DESTINATIONS, SNAPSHOT, Status, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
 from syphon.job.context import RunContext, fit_shuffle_partitions
@@ -72,16 +71,15 @@ def discover(ctx: RunContext, source: RunSource | None = None) -> list[Discovere
 def discovery_operations(ctx: RunContext, queues: list[DiscoveredQueue],
                          source: RunSource | None = None) -> Operations:  # fmt: skip
     """What a discovery cost: one listing, or a peek per probed index (a dead-letter or
-    namespace source: a peek per queue of its named entities, or one listing and a peek
-    per queue of its subscriptions)."""
+    namespace source: a peek per queue of its named entities, or the listings of its
+    namespace's queues and subscriptions)."""
     source = source or run_source(ctx)
     if source.kind != "backlog":
         if source.config.entities:
             return Operations(discover_management_calls=0, discover_peeks=len(queues),
                               discover_backlog_queues=len(queues))  # fmt: skip
-        subscriptions = [e for e in source.config.targets if is_subscription_path(e)]
-        return Operations(discover_management_calls=1,
-                          discover_peeks=len(source.paths(subscriptions)),
+        calls = source.listings[-1] if source.listings else 0
+        return Operations(discover_management_calls=calls, discover_peeks=0,
                           discover_backlog_queues=len(queues))  # fmt: skip
     backlog = ctx.config.backlog
     if backlog.discovery == "management":

@@ -21,17 +21,18 @@ settled as a backlog queue is.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 
 from syphon.core.config import SourceConfig
-from syphon.core.naming import dead_letter_path, is_subscription_path
+from syphon.core.errors import ConfigError
+from syphon.core.naming import dead_letter_path
 from syphon.job.context import RunContext
 from syphon.job.restore import Redrive
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import (
     DiscoveredQueue,
     discover_backlog,
-    list_queues,
+    list_entities,
     listed_queues,
     probe_entities,
 )
@@ -50,6 +51,8 @@ class RunSource:
 
     config: SourceConfig
     access: Access
+    #: the management listings its discoveries took (one entry per discovery)
+    listings: list[int] = field(default_factory=list, compare=False)
 
     @property
     def name(self) -> str:
@@ -94,13 +97,15 @@ class RunSource:
         what = f"the {self.kind.replace('_', '-')} source {self.name}"
         if self.config.entities:
             return probe_entities(self.access, self.paths(list(self.config.entities)), what)
-        # every queue, by one listing (with counts), and the subscriptions given a target
-        listed = list_queues(self.access)
-        found = listed_queues(listed, self.reads_active, self.reads_dead_letters,
-                              self.access.namespace)  # fmt: skip
-        subscriptions = [e for e in self.config.targets if is_subscription_path(e)]
-        probed = probe_entities(self.access, self.paths(subscriptions), what)
-        return [*found, *(replace(q, index=len(found) + q.index) for q in probed)]
+        # every queue and subscription, by listing them with their counts
+        listed, calls = list_entities(self.access)
+        self.listings.append(calls)
+        missing = sorted(set(self.config.targets) - {q.path for q in listed})
+        if missing:
+            message = f"{what}'s entity {missing[0]!r} does not exist in {self.access.namespace}"
+            raise ConfigError(message, fix=f"{message}: correct the source's targets")
+        return listed_queues(listed, self.reads_active, self.reads_dead_letters,
+                             self.access.namespace, set(self.config.targets))  # fmt: skip
 
 
 def run_source(ctx: RunContext, name: str | None = None) -> RunSource:

@@ -12,7 +12,7 @@ Two ways, chosen by ``backlog.discovery``:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,21 +195,24 @@ def discover_dead_letters(access: Any, entities: Sequence[str]) -> list[Discover
 
 @dataclass(frozen=True)
 class ListedQueue:
-    """A queue of a namespace as its management listing counts it."""
+    """A queue or a subscription of a namespace as its management listing counts it."""
 
     path: str
     active: int  # active and scheduled messages
     dead_letters: int
     sessions: bool = False
+    subscription: bool = False
 
 
-def list_queues(access: Any) -> list[ListedQueue]:
-    """Every queue of the namespace ``access`` reaches, with its counts (one listing;
-    needs the Manage right).
+def list_entities(access: Any) -> tuple[list[ListedQueue], int]:
+    """Every queue and every topic's subscription of the namespace ``access`` reaches,
+    with their counts (needs the Manage right), and how many listings that took: two of
+    the queues, one of the topics and two per topic.
 
     Raises:
         azure.core.exceptions.AzureError, OSError: the management API did not answer.
     """
+    calls = 3
     with access.admin_client() as admin:
         sessions = {q.name for q in admin.list_queues() if q.requires_session}
         listed = [
@@ -221,19 +224,41 @@ def list_queues(access: Any) -> list[ListedQueue]:
             )
             for q in admin.list_queues_runtime_properties()
         ]
-    return sorted(listed, key=lambda q: q.path)
+        for topic in admin.list_topics():
+            calls += 2
+            subs = admin.list_subscriptions(topic.name)
+            in_sessions = {s.name for s in subs if s.requires_session}
+            for sub in admin.list_subscriptions_runtime_properties(topic.name):
+                path = f"{topic.name}/Subscriptions/{sub.name}"
+                listed.append(ListedQueue(path, sub.active_message_count,
+                                          sub.dead_letter_message_count,
+                                          sub.name in in_sessions, True))  # fmt: skip
+    return sorted(listed, key=lambda q: q.path), calls
 
 
-def listed_queues(listed: Sequence[ListedQueue], active: bool, dead_letters: bool,
-                  namespace: str) -> list[DiscoveredQueue]:  # fmt: skip
+#: Why a subscription's messages are not read: it has no target (a message cannot be sent
+#: to one subscription), so a source that reads every entity leaves it.
+NO_TARGET = "no_target"
+
+
+def listed_queues(
+    listed: Sequence[ListedQueue], active: bool, dead_letters: bool, namespace: str,
+    targets: Collection[str] = (),
+) -> list[DiscoveredQueue]:  # fmt: skip
     """The queues a listing gives a source: each queue's active messages (``active``) and
-    its dead-letter sub-queue (``dead_letters``), with their counts."""
+    its dead-letter sub-queue (``dead_letters``), with their counts; a subscription's as
+    well when it is one of ``targets``' entities, else named as not read (``no_target``)
+    when it holds such messages."""
     paths: list[tuple[str, int, str | None]] = []
     for q in listed:
-        if active:
-            paths.append((q.path, q.active, REQUIRES_SESSION if q.sessions else None))
-        if dead_letters:  # a dead-letter queue never requires sessions
-            paths.append((dead_letter_path(q.path), q.dead_letters, None))
+        untargeted = q.subscription and q.path not in targets
+        if active and not (untargeted and not q.active):
+            why = NO_TARGET if untargeted else REQUIRES_SESSION if q.sessions else None
+            paths.append((q.path, q.active, why))
+        if dead_letters and not (untargeted and not q.dead_letters):
+            # a dead-letter queue never requires sessions
+            paths.append((dead_letter_path(q.path), q.dead_letters,
+                          NO_TARGET if untargeted else None))  # fmt: skip
     return [DiscoveredQueue(primary=namespace, index=i, path=p, message_count=n, extra=False,
                             unreadable=why) for i, (p, n, why) in enumerate(paths)]  # fmt: skip
 
