@@ -3,9 +3,12 @@ nothing it would have to fetch."""
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+import pytest
 
 from report_html import parse_report, table_dict
 from syphon.app.report import render_html
@@ -169,3 +172,25 @@ def test_the_same_figures_draw_the_same_page(tmp_path: Path) -> None:
     again = render_html(figures())
     assert first == report_path(tmp_path.absolute(), "r-1")
     assert Path(first).read_text(encoding="utf-8") == again
+
+
+def test_a_report_that_fails_says_where_and_never_the_errors_text(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from types import SimpleNamespace
+
+    from syphon.app import report
+    from syphon.job.ledger import RunResult
+
+    def broken(_: ReportData) -> str:
+        raise TypeError("a value the page must not quote")
+
+    monkeypatch.setattr(report, "render_html", broken)
+    ctx = SimpleNamespace(store=SimpleNamespace(write_report=lambda *_: "page"),
+                          spark=SimpleNamespace(started=None))  # fmt: skip
+    result = RunResult("r-1", "done", {}, {})
+    with caplog.at_level(logging.WARNING, logger="syphon.app.report"):
+        assert report.write_run_report(ctx, result) is None  # type: ignore[arg-type]
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert line.startswith("run r-1: no report written (TypeError at test_report.py:")
+    assert "must not quote" not in line

@@ -17,6 +17,8 @@ from __future__ import annotations
 import io
 import logging
 import re
+import traceback
+from pathlib import Path
 from typing import Any
 
 from syphon.job.context import RunContext
@@ -47,7 +49,11 @@ def write_run_report(ctx: RunContext, result: RunResult) -> str | None:
         data = gather(result, ctx.store, read_audit=ctx.spark.started is not None)
         return ctx.store.write_report(result.run_id, render_html(data).encode("utf-8"))
     except Exception as exc:
-        log.warning("run %s: no report written (%s)", result.run_id, type(exc).__name__)
+        # where it failed (a file and line of syphon's or a library's), never the error's
+        # text: it could quote a value
+        frames = traceback.extract_tb(exc.__traceback__)
+        at = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+        log.warning("run %s: no report written (%s%s)", result.run_id, type(exc).__name__, at)
         log.debug("run %s: report failed", result.run_id, exc_info=exc)
         return None
 
