@@ -207,9 +207,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         ctx = build_context(config, dbutils_get=databricks_secrets())
         if args.command == "provision":
             return _provision(ctx, args.count)
-        source = run_source(ctx, args.source) if args.command != "provision" else None
+        source = run_source(ctx, args.source)
         if args.command == "status":
-            assert source is not None
             return _status(ctx, args.runs, source)
         resend = tuple(getattr(args, "allow_resend", ()))
         if args.command == "plan":

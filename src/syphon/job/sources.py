@@ -3,15 +3,16 @@ are found, and how their messages are restored (DESIGN.md, "Sources").
 
 - ``backlog``: the paired-namespace backlog queues in the secondary namespace, found as
   ``backlog`` configures; each message's destination and envelope from its aliases.
-- ``dead_letter``: the dead-letter sub-queues of entities of a primary (named, or every
-  queue's by a management listing, and the subscriptions given a target), each found by
-  a peek; each message goes back to its entity (or the entity's target) in that primary.
+- ``dead_letter``: the dead-letter sub-queues of entities of a primary (the named ones,
+  each found by a peek; or every queue's and the targeted subscriptions', found by
+  listing them); each message goes back to its entity (or the entity's target) in that
+  primary.
 - ``namespace``: the queues of another namespace (a failed-over primary), their active
   messages and, with ``dead_letters``, their dead-letter sub-queues; each message goes to
   the entity of the same name (or its target) in the configured primary.
 
 Both of the last restore a message from the message itself
-(:func:`syphon.job.reconcile.restore_redriven`). The settle decides by the queue a
+(:func:`syphon.job.restore.restore_redriven`). The settle decides by the queue a
 message was read from (:func:`syphon.job.settle.settle_actions`): in a dead-letter queue
 it completes what was sent and leaves everything else (a dead letter cannot be
 dead-lettered again, and one that is not sent is never removed); an active queue is
@@ -20,7 +21,6 @@ settled as a backlog queue is.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 
 from syphon.core.config import SourceConfig
@@ -36,8 +36,6 @@ from syphon.servicebus.discovery import (
     listed_queues,
     probe_entities,
 )
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Finding every backlog queue of the configured primaries in the secondary namespace.
+"""Finding a source's queues: every backlog queue of the configured primaries in the
+secondary namespace, and the queues of the other sources.
 
 Two ways, chosen by ``backlog.discovery``:
 
@@ -8,6 +9,12 @@ Two ways, chosen by ``backlog.discovery``:
   five are used) are found too, and empty queues are known without a peek.
 - ``probe``: for namespaces where the caller may not list (no Manage right): peek one
   message at each index below ``probe_limit``; a missing queue is skipped.
+
+The other sources' queues (a primary's dead-letter queues, another namespace's queues)
+are found the same two ways: named entities by a peek each (:func:`probe_entities`),
+or every queue and subscription by listing them with their counts
+(:func:`list_entities`, :func:`listed_queues`). A queue whose messages only a session
+receiver sees is found, and marked ``unreadable``.
 """
 
 from __future__ import annotations
@@ -186,11 +193,6 @@ def probe_entities(access: Any, paths: Sequence[str], what: str) -> list[Discove
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(PROBE_THREADS, len(paths)))) as pool:
         return list(pool.map(lambda ip: probe(*ip), enumerate(paths)))
-
-
-def discover_dead_letters(access: Any, entities: Sequence[str]) -> list[DiscoveredQueue]:
-    """The dead-letter sub-queues of ``entities`` (:func:`probe_entities`)."""
-    return probe_entities(access, [dead_letter_path(e) for e in entities], "the dead-letter source")
 
 
 @dataclass(frozen=True)
