@@ -226,37 +226,6 @@ def baseline_redrive(primary: str) -> tuple[int, dict[str, int]]:
     return ops["sends"], ops
 
 
-def measure_redrive(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
-                    with_baseline: bool = True) -> list[Any]:  # fmt: skip
-    """The dead-letter re-drive by both tools (see the module docstring): a row per tool,
-    and syphon's run result."""
-    from syphon.job.sources import run_source
-
-    rows = []
-    if with_baseline:
-        park_dead_letters(direct["primary"]["conn"], total)
-        clock, cpu = time.monotonic(), cpu_seconds(pid)
-        moved, ops = baseline_redrive(ns["primary"]["conn"])
-        wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
-        received, bad = drain_and_check(direct["primary"]["conn"])
-        rows.append(("dlq-loop", wall, moved, received, bad, sum(ops.values()) / moved, cpu_s,
-                     ops["sends"], ops["completes"]))  # fmt: skip
-
-    park_dead_letters(direct["primary"]["conn"], total)
-    with tempfile.TemporaryDirectory() as tmp:
-        config = load_config(write_config(Path(tmp), ns))
-        clock, cpu = time.monotonic(), cpu_seconds(pid)
-        ctx = build_context(config)
-        result = run_with_report(ctx, source=run_source(ctx, "redrive"))
-        wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
-    received, bad = drain_and_check(direct["primary"]["conn"])
-    o = result.operations
-    sent = o.replay_messages_sent or 0
-    rows.append(("dlq-syphon", wall, sent, received, bad, o.credits_estimated / max(sent, 1),
-                 cpu_s, o.replay_send_transfers or 0, o.settle_requests or 0))  # fmt: skip
-    return [rows, result]
-
-
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -335,29 +304,50 @@ def empty_run(conf: Path) -> tuple[float, str, dict[str, Any]]:
 
 
 def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
-            with_baseline: bool = True) -> list[Any]:  # fmt: skip
-    """Both tools on the same backlog through the endpoints ``ns`` (parking and checking
-    go direct): a row per tool, and syphon's run result."""
+            with_baseline: bool = True, redrive: bool = False) -> list[Any]:  # fmt: skip
+    """Both tools on the same work through the endpoints ``ns`` (parking and checking go
+    direct): the backlog drain, or (``redrive``) the dead-letter re-drive (see the module
+    docstring). Returns a row per tool, and syphon's run result."""
+    from syphon.job.sources import run_source
+
+    if redrive:
+        names, source = ("dlq-loop", "dlq-syphon"), "redrive"
+
+        def fill() -> None:
+            park_dead_letters(direct["primary"]["conn"], total)
+
+        def loop() -> tuple[int, dict[str, int]]:
+            return baseline_redrive(ns["primary"]["conn"])
+    else:
+        names, source = ("baseline", "syphon"), "backlog"
+
+        def fill() -> None:
+            park(direct["secondary"]["conn"], total)
+
+        def loop() -> tuple[int, dict[str, int]]:
+            return baseline(ns["secondary"]["conn"], ns["primary"]["conn"])
+
     rows = []
     if with_baseline:
-        park(direct["secondary"]["conn"], total)
+        fill()
         clock, cpu = time.monotonic(), cpu_seconds(pid)
-        moved, ops = baseline(ns["secondary"]["conn"], ns["primary"]["conn"])
+        moved, ops = loop()
         wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
         received, bad = drain_and_check(direct["primary"]["conn"])
-        rows.append(("baseline", wall, moved, received, bad, sum(ops.values()) / moved, cpu_s,
+        rows.append((names[0], wall, moved, received, bad, sum(ops.values()) / moved, cpu_s,
                      ops["sends"], ops["completes"]))  # fmt: skip
 
-    park(direct["secondary"]["conn"], total)
+    fill()
     with tempfile.TemporaryDirectory() as tmp:
         config = load_config(write_config(Path(tmp), ns))
         clock, cpu = time.monotonic(), cpu_seconds(pid)
-        result = run_with_report(build_context(config))
+        ctx = build_context(config)
+        result = run_with_report(ctx, source=run_source(ctx, source))
         wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
     received, bad = drain_and_check(direct["primary"]["conn"])
     o = result.operations
     sent = o.replay_messages_sent or 0
-    rows.append(("syphon", wall, sent, received, bad, o.credits_estimated / max(sent, 1), cpu_s,
+    rows.append((names[1], wall, sent, received, bad, o.credits_estimated / max(sent, 1), cpu_s,
                  o.replay_send_transfers or 0, o.settle_requests or 0))  # fmt: skip
     return [rows, result]
 
@@ -420,8 +410,8 @@ def main() -> None:
                 flush=True,
             )
             if args.redrive:
-                more, again = measure_redrive(info["at"][delay], direct, info["pid"], total,
-                                              not args.syphon_only)  # fmt: skip
+                more, again = measure(info["at"][delay], direct, info["pid"], total,
+                                      not args.syphon_only, redrive=True)  # fmt: skip
                 rows += more
                 print(f"{delay:g} ms one way, re-drive: (status {again.status}; stages: "
                       + ", ".join(f"{k} {v:.1f} s" for k, v in again.timings.as_map().items())

@@ -168,13 +168,6 @@ class SourceConfig:
         """Where ``entity``'s messages are sent."""
         return self.targets.get(entity, entity)
 
-    @property
-    def read_namespace(self) -> str | None:
-        """The namespace whose entities are read (None: the secondary's backlog)."""
-        if self.kind == "namespace":
-            return self.from_namespace.namespace if self.from_namespace else None
-        return self.namespace
-
 
 @dataclass(frozen=True)
 class SparkConfig:

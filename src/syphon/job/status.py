@@ -28,8 +28,10 @@ def status(ctx: RunContext, last_runs: int = 10, source: RunSource | None = None
     source = source or run_source(ctx)
     queues = discover(ctx, source)
     latest = latest_per_run(ctx.store.runs())
-    mine = [r for r in latest.values()
-            if (r.source or "backlog") == source.name
-            or (r.source is None and source.kind == "backlog")]  # fmt: skip
+    mine = [
+        r
+        for r in latest.values()
+        if r.source == source.name or (r.source is None and source.kind == "backlog")
+    ]
     runs = sorted(mine, key=lambda r: r.started_at, reverse=True)[:last_runs]
     return StatusReport(queues, runs, source.name)
