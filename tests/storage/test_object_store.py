@@ -107,6 +107,24 @@ def test_the_report_goes_to_the_store_and_its_uri_is_returned(blob_audit: BlobAu
     assert configured(blob_audit, "az").read_bytes("reports/run-1.html") == b"<html>report</html>"
 
 
+#: Pages one byte below the 1 MiB write buffer, at it and well past it (as on a local
+#: path: tests/unit/test_location_files.py).
+PAGE_SIZES = [(1 << 20) - 1, 1 << 20, 5 << 20]
+
+
+@pytest.mark.parametrize("size", PAGE_SIZES)
+def test_a_page_of_any_size_is_written_whole_to_blob_storage(
+    blob_audit: BlobAudit, size: int
+) -> None:
+    root = configured(blob_audit, "abfss")
+    data = (bytes(range(256)) * (size // 256 + 1))[:size]
+    shown = root.write_bytes("reports/big.html", data)
+    assert shown == f"{blob_audit.uri('abfss')}/reports/big.html"
+    assert configured(blob_audit, "az").read_bytes("reports/big.html") == data
+    listed = root.filesystem().get_file_info(_everything("reports"))
+    assert [i.base_name for i in listed] == ["big.html"]  # no part-written file beside it
+
+
 @pytest.mark.spark
 def test_executors_write_the_files_and_one_commit_adds_them(
     blob_audit: BlobAudit, spark: Any
@@ -169,7 +187,7 @@ def test_a_failed_commit_leaves_nothing_a_reader_sees(
     assert sorted(r.n for r in read.collect()) == [1, 2]
 
 
-def _everything() -> Any:
+def _everything(below: str = "") -> Any:
     from pyarrow import fs
 
-    return fs.FileSelector("", recursive=True)
+    return fs.FileSelector(below, recursive=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from report_html import parse_report, table_dict
-from syphon.app.report import render_html
+from syphon.app.report import TABLE_ROWS, render_html
 from syphon.job.report import SPREAD_ROWS, ReportData
 from syphon.store.reports import report_path, write_page
 
@@ -165,6 +165,54 @@ def test_many_spread_groups_are_counted_and_the_largest_listed() -> None:
     assert f"{SPREAD_ROWS + 7} group(s)" in page.text["spread"]
     assert f"The {SPREAD_ROWS} spread over the most queues" in page.text["spread"]
     assert len(page.sections["spread"][0]) == SPREAD_ROWS + 1
+
+
+def busy_run(destinations: int, entities: int) -> ReportData:
+    """Figures of a large run: every destination busy in every slice of the timeline."""
+    places = [("contoso", f"destination-{i:04d}") for i in range(destinations)]
+    return figures(
+        by_destination={p: {"replay": 100 + i, "invalid": 1} for i, p in enumerate(places)},
+        windows={p: (T0 + timedelta(seconds=i), T0 + timedelta(hours=3))
+                 for i, p in enumerate(places)},
+        timeline={(*p, T0 + timedelta(minutes=3 * b)): 1 + (i * b) % 97
+                  for i, p in enumerate(places) for b in range(60)},
+        by_entity={f"queue-{i:04d}": {"planned": 10 + i, "left": i % 3} for i in range(entities)},
+        entity_reasons={f"queue-{i:04d}": {"left: not_received": i % 3} for i in range(entities)},
+    )  # fmt: skip
+
+
+def test_a_large_run_lists_the_largest_rows_and_counts_the_rest() -> None:
+    page = parse_report(render_html(busy_run(TABLE_ROWS + 40, TABLE_ROWS + 5)))
+    verdicts = page.sections["verdicts"][0]
+    assert len(verdicts) == TABLE_ROWS + 1  # and the header
+    listed = [row[0] for row in verdicts[1:]]
+    # the busiest first: destination i holds 101 + i messages
+    assert listed[0] == f"contoso/destination-{TABLE_ROWS + 39:04d}"
+    assert f"contoso/destination-{39:04d}" not in listed
+    left_out = sum(101 + i for i in range(40))
+    assert f"40 more destinations with {left_out} messages are not listed" in page.text["verdicts"]
+    windows = page.sections["timeline"][0]
+    assert len(windows) == TABLE_ROWS + 1
+    assert "40 more destinations" in page.text["timeline"]
+    entities = page.sections["entities"][0]
+    assert len(entities) == TABLE_ROWS + 1
+    # those with messages left first
+    assert all(int(row[5]) == 2 for row in entities[1:60])
+    assert "5 more source entities" in page.text["entities"]
+    assert "the audit has every message's row" in page.text["entities"]
+
+
+def test_a_small_run_lists_every_row_and_says_nothing_is_left_out() -> None:
+    page = parse_report(render_html(busy_run(3, 2)))
+    assert len(page.sections["verdicts"][0]) == 4
+    assert "not listed" not in page.text["verdicts"] + page.text["entities"]
+
+
+def test_the_page_stays_small_whatever_the_run_size() -> None:
+    """A page of a run over 2,000 destinations and entities, every timeline slice busy,
+    stays well below the 1 MiB it once passed at 20,000 messages over 50 destinations."""
+    sizes = [len(render_html(busy_run(n, n)).encode()) for n in (50, 2000)]
+    assert max(sizes) < 700_000, sizes
 
 
 def test_the_same_figures_draw_the_same_page(tmp_path: Path) -> None:

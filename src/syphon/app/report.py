@@ -18,6 +18,7 @@ import io
 import logging
 import re
 import traceback
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,17 @@ from syphon.job.report import ReportData, gather
 
 log = logging.getLogger(__name__)
 
-#: Destinations drawn in a chart (the tables list them all).
+#: Destinations drawn in a chart.
 CHART_DESTINATIONS = 30
+
+#: Rows a table lists (the largest first); the page says how many it leaves out and how
+#: many messages they hold: the audit has every row. Keeps the page quick to open
+#: whatever the run's size.
+TABLE_ROWS = 200
+
+#: Sizes of the outage timeline's dots: a few classes, one drawing each (a size per dot
+#: wrote every dot as a path of its own: 1.3 MB for 30 destinations of 60 slices).
+DOT_CLASSES = 5
 
 #: A colour per verdict (the others: grey).
 VERDICT_COLOURS = {
@@ -81,8 +91,9 @@ def render_html(data: ReportData) -> str:
     )
     d = data
     verdicts = sorted({v for c in d.by_destination.values() for v in c}, key=_verdict_order)
-    places = sorted(d.by_destination, key=lambda p: -sum(d.by_destination[p].values()))
-    windows = sorted(d.windows, key=lambda p: d.windows[p][0])
+    places = sorted(d.by_destination, key=lambda p: (-sum(d.by_destination[p].values()), p))
+    windows = sorted(d.windows, key=lambda p: (d.windows[p][0], p))
+    entities = sorted(d.by_entity, key=lambda e: _entity_rank(d.by_entity[e], e))
     credits = d.operations.get("credits_estimated")
     sent = d.operations.get("replay.messages_sent", 0)
     context: dict[str, Any] = {
@@ -101,13 +112,24 @@ def render_html(data: ReportData) -> str:
         "verdicts": verdicts,
         "verdict_header": ["destination", *verdicts, "total"],
         "destinations": len(places),
-        "verdict_rows": [_verdict_row(d, p, verdicts) for p in places],
+        "verdict_rows": [_verdict_row(d, p, verdicts) for p in places[:TABLE_ROWS]],
+        "verdicts_left_out": _left_out(
+            places[TABLE_ROWS:], lambda p: sum(d.by_destination[p].values()), "destinations"
+        ),
         "windows": len(windows),
-        "window_rows": [_window_row(d, p) for p in windows],
+        "window_rows": [_window_row(d, p) for p in windows[:TABLE_ROWS]],
+        "windows_left_out": _left_out(
+            windows[TABLE_ROWS:],
+            lambda p: sum(d.by_destination.get(p, {}).values()),
+            "destinations",
+        ),
         "spread_rows": [_spread_row(g) for g in d.spread],
         "operation_rows": [[k, v] for k, v in sorted(d.operations.items())],
         "left_rows": [[r["stage"], r["outcome"], r["detail"] or "", r["count"]] for r in d.left],
-        "entity_rows": [_entity_row(d, e) for e in sorted(d.by_entity)],
+        "entity_rows": [_entity_row(d, e) for e in entities[:TABLE_ROWS]],
+        "entities_left_out": _left_out(
+            entities[TABLE_ROWS:], lambda e: d.by_entity[e].get("planned", 0), "source entities"
+        ),
         "credits": credits,
         "per_message": f"{credits / sent:.2f}" if credits is not None and sent else None,
     }
@@ -123,6 +145,22 @@ def render_html(data: ReportData) -> str:
         chart = _timeline_chart(d, windows[:CHART_DESTINATIONS])
         context["timeline_chart"] = Markup(chart)  # noqa: S704
     return str(env.get_template("report.html.j2").render(**context))
+
+
+def _entity_rank(counts: dict[str, int], entity: str) -> tuple[int, int, str]:
+    """Source entities with the most messages left first, then the most planned."""
+    return (-counts.get("left", 0), -counts.get("planned", 0), entity)
+
+
+def _left_out(rest: list[Any], messages: Any, what: str) -> str | None:
+    """The line that stands for the rows a table leaves out (None: it lists them all)."""
+    if not rest:
+        return None
+    total = sum(messages(r) for r in rest)
+    return (
+        f"{len(rest)} more {what} with {total} messages are not listed here; the audit "
+        "has every message's row."
+    )
 
 
 def _verdict_row(d: ReportData, place: tuple[str, str], verdicts: list[str]) -> list[Any]:
@@ -210,14 +248,17 @@ def _timeline_chart(d: ReportData, places: list[tuple[str, str]]) -> str:
     for p, y in rows.items():
         first, last = d.windows[p]
         ax.plot([first, last], [y, y], color="#adb5bd", linewidth=1, zorder=1)
-    xs, ys, sizes = [], [], []
+    dots: dict[int, tuple[list[datetime], list[int]]] = {}
     for (primary, destination, at), count in sorted(d.timeline.items()):
         row = rows.get((primary, destination))
         if row is not None:
+            size = min(DOT_CLASSES - 1, (DOT_CLASSES * count - 1) // peak)
+            xs, ys = dots.setdefault(size, ([], []))
             xs.append(at)
             ys.append(row)
-            sizes.append(12 + 140 * count / peak)
-    ax.scatter(xs, ys, s=sizes, color="#1c7ed6", alpha=0.7, zorder=2)
+    for size, (xs, ys) in sorted(dots.items()):
+        area = 12 + 140 * (size + 1) / DOT_CLASSES
+        ax.scatter(xs, ys, s=area, color="#1c7ed6", alpha=0.7, linewidths=0, zorder=2)
     ax.set_yticks(list(rows.values()), [_place(*p) for p in rows])
     ax.set_xlabel("first sent (UTC)")
     ax.spines[["top", "right"]].set_visible(False)

@@ -17,9 +17,11 @@ with them, but its ``repr`` shows none, and nothing writes them anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,11 @@ STORAGE_SCOPE = "https://storage.azure.com/.default"
 
 #: A token is asked for again when it has less than this left (seconds).
 _TOKEN_MARGIN = 300
+
+#: The buffer between a write and the object store's stream, and the largest piece
+#: handed to it at once (below the buffer: see :meth:`Location.write_bytes`).
+_WRITE_BUFFER = 1 << 20
+_WRITE_PIECE = 1 << 18
 
 #: Returns a bearer token for storage (an Azure AD credential's, cached until near expiry).
 TokenSource = Callable[[], str]
@@ -96,16 +103,38 @@ class Location:
         return bool(DeltaTable.is_deltatable(self.uri, self.storage_options()))
 
     def write_bytes(self, name: str, data: bytes) -> str:
-        """Writes ``data`` to ``name`` below this folder; returns its shown location."""
+        """Writes ``data`` to ``name`` below this folder, whole or not at all; returns its
+        shown location.
+
+        The bytes go to a hidden name beside it first and are moved into place once all
+        are written, so that a reader never takes a part-written or empty file for the
+        real one; a write that fails removes what it wrote. An existing ``name`` is
+        replaced.
+        """
         import pyarrow as pa
 
         filesystem = self.filesystem()
-        parent = name.rpartition("/")[0]
+        parent, _, leaf = name.rpartition("/")
         if parent:
             filesystem.create_dir(parent, recursive=True)
-        # a buffered stream hands the object store bytes, which its raw stream wants
-        with pa.BufferedOutputStream(filesystem.open_output_stream(name), 1 << 20) as out:
-            out.write(data)
+        partial = f"{parent}/" if parent else ""
+        partial += f".{leaf}.{uuid.uuid4().hex[:12]}.partial"
+        try:
+            # The object store's raw stream takes only ``bytes``; a buffered stream hands
+            # it bytes as long as no single write reaches the buffer's size (a larger one
+            # goes straight through as a pyarrow Buffer, which it refuses): write in
+            # pieces below that size.
+            with pa.BufferedOutputStream(
+                filesystem.open_output_stream(partial), _WRITE_BUFFER
+            ) as out:
+                view = memoryview(data)
+                for start in range(0, len(view), _WRITE_PIECE):
+                    out.write(view[start : start + _WRITE_PIECE])
+            filesystem.move(partial, name)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                filesystem.delete_file(partial)
+            raise
         return self.child(name).shown
 
     def read_bytes(self, name: str) -> bytes:
