@@ -317,14 +317,20 @@ class AmqpHandler:
             return exc
         return None
 
-    def _refusal(self, link: Any, entity: str, right: str | None = None) -> BrokerError | None:
-        """Why the connection may not do what needs ``right`` on ``entity`` (None: it
-        may): no token it put covers the entity with that right (for a ``$management``
-        link, with any right; each request is checked again)."""
-        entity = entity.removesuffix(MANAGEMENT_SUFFIX)
+    def _refusal(self, link: Any, address: str, right: str | None = None) -> BrokerError | None:
+        """Why the connection may not do what needs ``right`` on ``address`` (None: it
+        may): no token it put covers the address with that right (for a ``$management``
+        link, with any right; each request is checked again).
+
+        A token covers every address its audience is a prefix of; an entity's
+        management node is covered by a token for the entity and by one for the node
+        itself (``<entity>/$management``, the audience the JavaScript SDK signs its
+        management link with), as the service does."""
+        entity = address.removesuffix(MANAGEMENT_SUFFIX)
         grants: list[Grant] = getattr(link.connection, "grants", [])
         rights = (right,) if right is not None else (LISTEN, SEND)
-        if any(g.allows(entity, r) for g in grants for r in rights):
+        covered = {entity, address}
+        if any(g.allows(a, r) for g in grants for r in rights for a in covered):
             return None
         refused = unauthorized(rights[0], f"sb://{self.host}/{entity}")
         return BrokerError(refused.condition, refused.description)
@@ -538,7 +544,7 @@ class AmqpHandler:
             entity = state.entity[: -len(MANAGEMENT_SUFFIX)]
             operation = _text(app.get("operation")) or ""
             right = _OPERATION_RIGHTS.get(operation.removeprefix("com.microsoft:"), LISTEN)
-            refused = self._refusal(link, entity, right)
+            refused = self._refusal(link, state.entity, right)
             if refused is not None:
                 response: Response = (401, refused.description, None, refused.condition)
             else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from azure.core.exceptions import ClientAuthenticationError
@@ -16,7 +17,7 @@ from azure.servicebus.exceptions import (
     ServiceBusError,
 )
 from azure.servicebus.management import ServiceBusAdministrationClient
-from proton import Message
+from proton import UNDESCRIBED, Array, Data, Message, int32
 from proton.utils import BlockingConnection, LinkDetached
 
 from sas import put_token, root_key
@@ -98,6 +99,63 @@ def test_a_token_for_the_namespace_covers_every_entity(
     conn.create_sender("q", name="send-q").send(Message(body="x"))
     conn.create_sender("other", name="send-other").send(Message(body="x"))
     assert (stored(sb, "q"), stored(sb, "other")) == (1, 1)
+
+
+def management_status(conn: BlockingConnection, operation: str, body: dict[str, Any]) -> int:
+    """One request on ``q``'s management node; the status code of its answer."""
+    sender = conn.create_sender("q/$management", name=f"mgmt-tx-{operation}")
+    receiver = conn.create_receiver("q/$management", credit=1, name=f"mgmt-rx-{operation}")
+    sender.send(Message(id="req", reply_to=f"mgmt-rx-{operation}", body=body,
+                        properties={"operation": f"com.microsoft:{operation}"}))  # fmt: skip
+    reply = receiver.receive(timeout=10)
+    sender.close()
+    receiver.close()
+    return int(reply.properties["statusCode"])
+
+
+#: A Listen request (peek) and a Send request (cancel a scheduled message) on the node.
+PEEK = ("peek-message", {"from-sequence-number": 1, "message-count": int32(1)})
+CANCEL = ("cancel-scheduled-message",
+          {"sequence-numbers": Array(UNDESCRIBED, Data.LONG, 12345)})  # fmt: skip
+
+
+@pytest.mark.parametrize("audience", ["q/$management", "q", ""])
+def test_a_token_for_the_management_node_the_entity_or_the_namespace_authorizes_its_requests(
+    sb: Emulator, conn: BlockingConnection, audience: str
+) -> None:
+    """The JavaScript SDK signs its management link with a token for ``<entity>/$management``
+    alone, and schedules, cancels and receives deferred messages with it."""
+    assert put_token(conn, sb, audience) == (202, "Accepted")
+    assert management_status(conn, *PEEK) == 204  # authorized; the queue is empty
+    assert management_status(conn, *CANCEL) == 200
+
+
+@pytest.mark.parametrize("audience", ["other/$management", "other", "q/$management/more"])
+def test_a_token_for_another_node_or_entity_does_not_authorize_the_management_node(
+    sb: Emulator, conn: BlockingConnection, audience: str
+) -> None:
+    assert put_token(conn, sb, audience) == (202, "Accepted")
+    with pytest.raises(LinkDetached):  # the node's attach itself is refused
+        management_status(conn, *PEEK)
+
+
+def test_a_token_for_the_management_node_does_not_cover_the_entity_itself(
+    sb: Emulator, conn: BlockingConnection
+) -> None:
+    assert put_token(conn, sb, "q/$management") == (202, "Accepted")
+    assert refused_attach(conn, "q") == UNAUTHORIZED
+    assert stored(sb) == 0
+
+
+def test_a_listen_key_on_the_management_node_peeks_but_cannot_cancel(
+    sb: Emulator, conn: BlockingConnection
+) -> None:
+    assert put_token(conn, sb, "q/$management", ("listen-only", "LISTEN_KEY_VALUE")) == (
+        202,
+        "Accepted",
+    )
+    assert management_status(conn, *PEEK) == 204
+    assert management_status(conn, *CANCEL) == 401
 
 
 # ------------------------------------------------------------------ AMQP, through the SDK
