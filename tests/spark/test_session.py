@@ -1,3 +1,4 @@
+import logging
 import os
 import signal
 import subprocess
@@ -94,6 +95,49 @@ def test_a_killed_sessions_scratch_files_hold_no_clear_body_and_the_next_start_r
     assert folder.is_dir()  # a killed session cleans nothing up ...
     assert clean_stale_scratch(root) == [folder]  # ... the next start does
     assert not folder.exists()
+
+
+CLEAN_EXIT_SCRIPT = """
+import sys
+from syphon.app.spark import build_spark_session
+from syphon.core.config import SparkConfig
+spark = build_spark_session(SparkConfig(master="local[1]",
+                                        conf={"spark.driver.extraJavaOptions": sys.argv[1]}))
+spark.range(100).repartition(3).count()  # a shuffle: files in the scratch folder
+print(spark.conf.get("spark.local.dir"), flush=True)
+"""
+
+
+def test_a_session_that_ends_normally_leaves_no_scratch_folder(tmp_path: Path) -> None:
+    root = tmp_path / "scratch"
+    done = subprocess.run(
+        [sys.executable, "-c", CLEAN_EXIT_SCRIPT, java_options()],
+        env={**os.environ, "SYPHON_SPARK_SCRATCH": str(root)},
+        capture_output=True, text=True, timeout=180, check=True,
+    )  # fmt: skip
+    folder = Path(done.stdout.strip().splitlines()[-1])
+    assert folder.parent == root
+    assert not folder.exists()
+    assert list(root.iterdir()) == []
+
+
+def test_only_a_folder_with_scratch_files_in_it_is_reported_as_ended_uncleanly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from syphon.app.spark import clean_stale_scratch
+
+    root = tmp_path / "scratch"
+    empty, killed = root / "session-1-aaaaaaaa", root / "session-2-bbbbbbbb"
+    for folder in (empty, killed):
+        folder.mkdir(parents=True)
+        (folder / ".syphon-session.lock").write_text("")
+    (killed / "blockmgr-1").mkdir()
+    (killed / "blockmgr-1" / "shuffle_0_0_0.data").write_bytes(b"x")
+    with caplog.at_level(logging.DEBUG, logger="syphon.app.spark"):
+        assert clean_stale_scratch(root) == [empty, killed]
+    unclean = [r.getMessage() for r in caplog.records if "uncleanly" in r.getMessage()]
+    assert unclean == [f"removed the scratch folder of a session that ended uncleanly: {killed}"]
+    assert list(root.iterdir()) == []
 
 
 def test_a_run_sizes_its_shuffles_to_its_backlog_unless_the_operator_chose(

@@ -142,6 +142,14 @@ def test_an_invalid_value_names_the_file_and_the_key(
     assert str(info.value).startswith(str(path))
 
 
+@pytest.mark.parametrize("text", ["", "# nothing yet\n", "backlog: {queue_count: 3}\n"])
+def test_a_file_without_primaries_names_the_key_as_written(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(info.value) == f"{path}: primaries: is required"
+
+
 def test_an_invalid_override_names_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"SYPHON__BACKLOG__QUEUE_COUNT.*backlog\.queue_count"):
         load_config(write(tmp_path, MINIMAL), environ={"SYPHON__BACKLOG__QUEUE_COUNT": "many"})

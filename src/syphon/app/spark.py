@@ -10,6 +10,7 @@ same encryption (see the README).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import logging
@@ -64,7 +65,9 @@ def scratch_root() -> Path:
 
 def clean_stale_scratch(root: Path) -> list[Path]:
     """Removes the scratch folders under ``root`` whose session is gone (their lock is
-    free); returns them."""
+    free); returns them. A folder that held more than its lock file belonged to a session
+    that ended uncleanly (killed, or its process crashed), which is logged; one that held
+    only the lock ended cleanly but was not removed, which is not news."""
     removed = []
     for folder in sorted(root.glob("session-*")) if root.is_dir() else []:
         lock = folder / _LOCK
@@ -75,14 +78,20 @@ def clean_stale_scratch(root: Path) -> list[Path]:
             continue  # a live session holds it
         except OSError:
             pass  # no lock file (a folder cut short): nobody holds it
+        unclean = any(p.name != _LOCK for p in folder.iterdir()) if folder.is_dir() else False
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
+        if unclean:
+            log.info("removed the scratch folder of a session that ended uncleanly: %s", folder)
+        else:
+            log.debug("removed the empty scratch folder of an ended session: %s", folder)
     return removed
 
 
 def new_scratch(root: Path) -> Path:
     """A scratch folder for this process's session, locked until the process ends (one
-    per process: a second build joins the running session and its folder)."""
+    per process: a second build joins the running session and its folder) and removed
+    when it ends normally; a killed process leaves it to the next session's clean-up."""
     for handle in _held:
         return Path(handle.name).parent
     root.mkdir(parents=True, exist_ok=True)
@@ -91,7 +100,15 @@ def new_scratch(root: Path) -> Path:
     handle = open(folder / _LOCK, "a+")  # noqa: SIM115 - held for the process's life
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     _held.append(handle)
+    atexit.register(_remove_scratch, folder, handle)
     return folder
+
+
+def _remove_scratch(folder: Path, handle: IO[str]) -> None:
+    """At the process's normal end: its session's scratch folder goes, then its lock (the
+    JVM, which ends with the process, has nothing more to write there)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    handle.close()
 
 
 def spark_settings(
@@ -160,9 +177,7 @@ def build_spark_session(
     if local and "spark.local.dir" not in settings:
         root = scratch_root()
         with contextlib.suppress(OSError):
-            for gone in clean_stale_scratch(root):
-                log.info("removed the scratch folder of a session that ended uncleanly: %s",
-                         gone)  # fmt: skip
+            clean_stale_scratch(root)
         settings["spark.local.dir"] = str(new_scratch(root))
     builder = SparkSession.builder.appName(config.app_name)
     if config.master:

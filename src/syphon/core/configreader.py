@@ -30,6 +30,11 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 T = TypeVar("T")
 
 
+def dotted(key: str, name: str) -> str:
+    """The dotted name of key ``name`` in the section ``key`` (``""``: the file's top)."""
+    return f"{key}.{name}" if key else name
+
+
 class ConfigReader:
     """Reads values out of raw mappings, naming file/variable and key on error."""
 
@@ -50,24 +55,21 @@ class ConfigReader:
             raise self.fail(key, "must be a mapping")
         for name in raw:
             if name not in known:
-                raise self.fail(
-                    f"{key}.{name}" if key else str(name),
-                    f"unknown key (known: {', '.join(known)})",
-                )
+                raise self.fail(dotted(key, str(name)), f"unknown key (known: {', '.join(known)})")
         return raw
 
     def typed(self, raw: dict[str, Any], key: str, name: str, kind: type[T], default: T) -> T:
         value = raw.get(name, default)
-        dotted = f"{key}.{name}"
+        where = dotted(key, name)
         if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise self.fail(dotted, f"must be an integer (got {value!r})")
+            raise self.fail(where, f"must be an integer (got {value!r})")
         if kind is str and not isinstance(value, str):
-            raise self.fail(dotted, f"must be a string (got {value!r})")
+            raise self.fail(where, f"must be a string (got {value!r})")
         if kind is bool and not isinstance(value, bool):
-            raise self.fail(dotted, f"must be true or false (got {value!r})")
+            raise self.fail(where, f"must be true or false (got {value!r})")
         if isinstance(value, str) and _LITERAL_SECRET.search(value):
             raise self.fail(
-                dotted, "looks like a literal secret; reference it instead ({env: NAME})"
+                where, "looks like a literal secret; reference it instead ({env: NAME})"
             )
         return value  # type: ignore[no-any-return]
 
@@ -76,12 +78,14 @@ class ConfigReader:
     ) -> str:
         value = self.typed(raw, key, name, str, default)
         if value not in choices:
-            raise self.fail(f"{key}.{name}", f"must be one of {', '.join(choices)} (got {value!r})")
+            raise self.fail(
+                dotted(key, name), f"must be one of {', '.join(choices)} (got {value!r})"
+            )
         return value
 
     def required(self, raw: dict[str, Any], key: str, name: str) -> Any:
         if raw.get(name) is None:
-            raise self.fail(f"{key}.{name}", "is required")
+            raise self.fail(dotted(key, name), "is required")
         return raw[name]
 
     def secret(self, raw: Any, key: str) -> SecretRef:
@@ -108,7 +112,7 @@ class ConfigReader:
             return None
         value = self.typed(raw, key, name, str, "")
         if not value:
-            raise self.fail(f"{key}.{name}", "must not be empty")
+            raise self.fail(dotted(key, name), "must not be empty")
         return value
 
     def settings(self, raw: Any, key: str, what: str,
