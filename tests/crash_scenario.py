@@ -216,7 +216,7 @@ def kill_at_each_then_finish(
     pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
     # long enough that a busy machine does not lose it mid-run (renewed every 3 s); a
     # killed run's lease is waited out below
-    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 9\n")
+    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 10\n")
     root = Path(config.audit.path)
     sent: dict[str, str] = {}
 

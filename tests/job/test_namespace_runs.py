@@ -170,7 +170,7 @@ def test_a_drain_killed_mid_replay_leaves_each_message_once_where_duplicates_are
                                       partition_key=f"k{i % 4}")
                     for i, m in enumerate(ids[chunk:chunk + 5], start=chunk)
                 ])  # fmt: skip
-    extra = "    entities: [dd]\nrun:\n  lease_seconds: 9\n"
+    extra = "    entities: [dd]\nrun:\n  lease_seconds: 10\n"
     conf = command_config(pair, spark, tmp_path, monkeypatch, extra=source(old, extra),
                           secondary=False)  # fmt: skip
 

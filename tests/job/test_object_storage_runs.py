@@ -113,7 +113,7 @@ def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_fi
 ) -> None:  # fmt: skip
     pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
     config = job_config(pair, tmp_path, monkeypatch, audit=blob_audit.audit_yaml("abfss"),
-                        extra="run:\n  lease_seconds: 9\n")  # fmt: skip
+                        extra="run:\n  lease_seconds: 10\n")  # fmt: skip
     root = resolve_location(config.audit)
     sent: dict[str, str] = {}
     add_round(pair, 0, sent)

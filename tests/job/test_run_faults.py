@@ -160,7 +160,7 @@ def test_a_run_that_loses_its_lease_settles_nothing_and_the_next_run_finishes(
 
     messages = [ServiceBusMessage(f"l{i}".encode(), message_id=f"l-{i}") for i in range(3)]
     send_raw(pair, 1, [to_backlog_message(m, "orders") for m in messages])
-    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 2\n")
+    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 10\n")
     root = Path(config.audit.path)
     leases: list[Lease] = []
     start_heartbeat = Lease.start_heartbeat
@@ -194,7 +194,7 @@ def test_a_run_that_loses_its_lease_settles_nothing_and_the_next_run_finishes(
     assert taken
     assert (first.status, first.detail, first.exit_code) == ("failed", "LeaseLostError", 1)
     assert first.fix is not None
-    assert "run.lease_seconds (2 s)" in first.fix
+    assert "run.lease_seconds (10 s)" in first.fix
     # sent, but nothing settled: the backlog keeps every message, the audit no settle row
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == ["l-0", "l-1", "l-2"]
     backlog = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/1").messages
@@ -214,3 +214,47 @@ def test_a_run_that_loses_its_lease_settles_nothing_and_the_next_run_finishes(
     assert second.counts == {"duplicate": 3}
     assert not backlog
     assert len(stored(pair, "orders")) == 3
+
+
+def test_after_a_crash_with_the_default_lease_the_next_run_starts_within_two_minutes(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``syphon run`` process killed with SIGKILL right after it took its lease (the
+    config says nothing of the lease): a run started at once is busy and says until when;
+    that is within run.lease_seconds' default of the kill, so the next scheduled run is
+    not blocked for long."""
+    import os
+    import subprocess
+    from datetime import datetime, timedelta, timezone
+
+    from crash_scenario import SYPHON, assert_killed
+    from syphon.core.config import LEASE_SECONDS_DEFAULT
+    from syphon.store.lease import LEASES_TABLE, Lease
+
+    send_raw(pair, 1, [to_backlog_message(ServiceBusMessage(b"x", message_id="x-1"), "orders")])
+    config = job_config(pair, tmp_path, monkeypatch)
+    assert config.run.lease_seconds == LEASE_SECONDS_DEFAULT <= 120
+    conf = str(tmp_path / "syphon.yaml")
+    killed = subprocess.Popen(
+        [str(SYPHON), "run", "--config", conf, "--run-id", "killed"],
+        env={**os.environ, "SYPHON_FAILPOINT": "after_lease"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert_killed(killed, "after_lease")
+    killed_at = datetime.now(timezone.utc)
+
+    state = Lease(config.audit.path, "reader", timedelta(seconds=1)).state()
+    assert state.holder is not None
+    assert state.holder.startswith("killed#")
+    assert state.expires_at is not None
+    assert killed_at < state.expires_at <= killed_at + timedelta(seconds=LEASE_SECONDS_DEFAULT)
+    assert (tmp_path / "delta" / LEASES_TABLE).is_dir()
+
+    busy = subprocess.run(
+        [str(SYPHON), "run", "--config", conf, "--run-id", "next"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert busy.returncode == ExitCode.BUSY, busy.stderr[-2000:]
+    expiry = f"{state.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    assert f"its lease expires at {expiry}" in busy.stdout
+    assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/1").messages) == 1

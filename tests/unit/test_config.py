@@ -150,6 +150,24 @@ def test_a_file_without_primaries_names_the_key_as_written(tmp_path: Path, text:
     assert str(info.value) == f"{path}: primaries: is required"
 
 
+def test_the_lease_defaults_to_two_minutes_and_cannot_be_shorter_than_its_minimum(
+    tmp_path: Path,
+) -> None:
+    from syphon.core.config import LEASE_SECONDS_DEFAULT, LEASE_SECONDS_MIN
+
+    assert load_config(write(tmp_path, MINIMAL), environ={}).run.lease_seconds == 120
+    assert LEASE_SECONDS_DEFAULT == 120
+    assert LEASE_SECONDS_MIN == 10
+    at_minimum = load_config(write(tmp_path, MINIMAL + "run: {lease_seconds: 10}\n"), environ={})
+    assert at_minimum.run.lease_seconds == 10
+    for short in (9, 1, 0):
+        path = write(tmp_path, MINIMAL + f"run: {{lease_seconds: {short}}}\n")
+        with pytest.raises(
+            ConfigError, match=rf"run\.lease_seconds: must be at least 10 \(got {short}\)"
+        ):
+            load_config(path, environ={})
+
+
 def test_an_invalid_override_names_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"SYPHON__BACKLOG__QUEUE_COUNT.*backlog\.queue_count"):
         load_config(write(tmp_path, MINIMAL), environ={"SYPHON__BACKLOG__QUEUE_COUNT": "many"})

@@ -257,6 +257,18 @@ class ReplayConfig:
     credits_per_second: Mapping[str, float] = field(default_factory=dict)
 
 
+#: A run's lease by default: a crashed run's lease expires within two minutes of its last
+#: renewal, so the next scheduled run starts that soon after a crash (a live run renews
+#: it every 40 s).
+LEASE_SECONDS_DEFAULT = 120
+
+#: The shortest lease a config may set. After a driver dies on a cluster its executors go
+#: on sending for about a second (their tasks are killed when the cluster notices); a
+#: lease that expired within that tail would let a new run send beside them. At 10 s the
+#: lease outlives the last renewal by at least two thirds of that (6.7 s).
+LEASE_SECONDS_MIN = 10
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """How runs coordinate.
@@ -264,9 +276,10 @@ class RunConfig:
     Attributes:
         lease_seconds: how long a run's lease holds without a renewal (the run renews it
             every third of this); a crashed run blocks others for at most this long.
+            At least :data:`LEASE_SECONDS_MIN`.
     """
 
-    lease_seconds: int = 3600
+    lease_seconds: int = LEASE_SECONDS_DEFAULT
 
 
 @dataclass(frozen=True)

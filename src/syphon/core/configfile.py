@@ -25,6 +25,8 @@ from syphon.core.config import (
     CONFIG_PATH_ENV,
     DISCOVERY_MODES,
     ENV_PREFIX,
+    LEASE_SECONDS_DEFAULT,
+    LEASE_SECONDS_MIN,
     LOG_LEVELS,
     AuditConfig,
     BacklogConfig,
@@ -248,9 +250,13 @@ class _Builder(NamespaceReader):
 
     def run(self, raw: Any) -> RunConfig:
         r = self.section(raw, "run", ("lease_seconds",))
-        lease = self.typed(r, "run", "lease_seconds", int, 3600)
-        if lease < 1:
-            raise self.fail("run.lease_seconds", f"must be at least 1 (got {lease})")
+        lease = self.typed(r, "run", "lease_seconds", int, LEASE_SECONDS_DEFAULT)
+        if lease < LEASE_SECONDS_MIN:
+            raise self.fail(
+                "run.lease_seconds",
+                f"must be at least {LEASE_SECONDS_MIN} (got {lease}): a crashed run's "
+                "executors may still be sending for a moment after its driver died",
+            )
         return RunConfig(lease_seconds=lease)
 
     def replay(self, raw: Any, primaries: list[str]) -> ReplayConfig:

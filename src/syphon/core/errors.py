@@ -76,7 +76,8 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
     ExitCodeDoc(
         ExitCode.BUSY,
         "another run holds the lease",
-        "wait for it, or for `run.lease_seconds` after a crash",
+        "wait for it; after a crash, its lease expires `run.lease_seconds` (default 120) "
+        "after its last renewal (the line says when)",
     ),
     ExitCodeDoc(
         ExitCode.UNREACHABLE,

@@ -12,6 +12,7 @@ from syphon.core.schema import Status
 from syphon.job.context import RunContext
 from syphon.job.failures import Failure, explain
 from syphon.servicebus.access import Access
+from syphon.store.lease import LeaseState
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +91,19 @@ class Ledger:
         return RunResult(self.run_id, status, dict(self.counts), outcomes or {},
                          self.operations, self.timings, detail)  # fmt: skip
 
-    def busy(self, holder: str | None) -> RunResult:
-        detail = f"another run holds the lease: {holder}"
+    def busy(self, held: LeaseState, lease_seconds: int) -> RunResult:
+        """Ends a run that found the lease ``held`` by another: ``busy``, with a fix line
+        that says until when (a crashed holder's lease expires then)."""
+        detail = f"another run holds the lease: {held.holder or '?'}"
         log.warning("run %s did not start: %s", self.run_id, detail)
-        return self.result(Status.BUSY, detail)
+        result = self.result(Status.BUSY, detail)
+        until = f" at {held.expires_at:%Y-%m-%d %H:%M:%S} UTC" if held.expires_at else ""
+        result.fix = (
+            f"wait for that run to end; if it crashed, its lease expires{until} "
+            f"(run.lease_seconds, {lease_seconds} s, after its last renewal) and the next "
+            "run takes over"
+        )
+        return result
 
     def failed(self, exc: BaseException, namespace: Access | None = None) -> RunResult:
         """Ends the run as ``failed`` (recorded when the ledger can still be written)."""

@@ -47,7 +47,7 @@ from syphon.obs.logs import run_context
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.errors import NAMESPACE_FAULTS
 from syphon.servicebus.sending import Destination, probe_destinations
-from syphon.store.lease import Lease
+from syphon.store.lease import Lease, LeaseState
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -79,8 +79,8 @@ def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None 
             if all(q.empty for q in queues):
                 return ledger.result(Status.EMPTY)
             with _leased(ctx, ledger) as lease:
-                if isinstance(lease, str):
-                    return ledger.busy(lease)
+                if isinstance(lease, LeaseState):
+                    return ledger.busy(lease, ctx.config.run.lease_seconds)
                 planned = plan(ctx, run_id, started, queues, selection, source, allow_resend)
                 ledger.counts = dict(planned.counts)
                 planned.timings.discover = ledger.timings.discover
@@ -108,23 +108,24 @@ def resume(ctx: RunContext, run_id: str, source: RunSource | None = None) -> Run
         ledger = Ledger(ctx, run_id, min(r.started_at for r in mine), source.name)
         try:
             with _leased(ctx, ledger) as lease:
-                if isinstance(lease, str):
-                    return ledger.busy(lease)
+                if isinstance(lease, LeaseState):
+                    return ledger.busy(lease, ctx.config.run.lease_seconds)
                 return _replay_and_settle(ctx, ledger, lease, None, source)
         except Exception as exc:
             return ledger.failed(exc, source.access)
 
 
 @contextlib.contextmanager
-def _leased(ctx: RunContext, ledger: Ledger) -> Iterator[Lease | str]:
-    """The run's lease, renewed in the background and released at the end; the holder's
-    name when another run holds it."""
+def _leased(ctx: RunContext, ledger: Ledger) -> Iterator[Lease | LeaseState]:
+    """The run's lease, renewed in the background and released at the end; the lease's
+    state (who holds it, until when) when another run holds it."""
     lease = ctx.store.lease(ledger.run_id, timedelta(seconds=ctx.config.run.lease_seconds))
     state = lease.acquire()
     if not state.held_by(lease.holder, datetime.now(timezone.utc)):
-        yield state.holder or "?"
+        yield state
         return
     lease.start_heartbeat()
+    failpoints.check("after_lease")
     try:
         yield lease
     finally:

@@ -6,7 +6,8 @@ the run kill its own driver process with SIGKILL when it reaches that point — 
 settled. Nothing is cleaned up, exactly as in a real crash. Unset (always, outside the
 crash tests), every check is a dictionary lookup that does nothing.
 
-Points on the driver: ``after_plan`` (plan committed), ``after_replaying`` (ledger says
+Points on the driver: ``after_lease`` (the lease taken, nothing planned), ``after_plan``
+(plan committed), ``after_replaying`` (ledger says
 replaying, nothing sent), ``after_replay_commit`` (outcomes committed, ledger not yet
 replayed), ``after_replayed``, ``after_settle_commit`` (settlements committed, final
 status not yet recorded). Inside tasks: ``mid_replay:<batches>``, ``mid_settle:<messages>``.
