@@ -194,13 +194,38 @@ def test_a_primary_key_without_send_rights_exits_3_naming_the_primary(
     park_one(pair)
     job_config(pair, tmp_path, monkeypatch)
     monkeypatch.setenv("PAIR_TEST_PRIMARY", pair.primary.connection_string_for("listen-only"))
-    code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
-    out, err = capsys.readouterr()
+    code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys,
+                                       "whose primary holds no Send right")  # fmt: skip
     assert code == ExitCode.DENIED, out + err
     assert fix_lines(out) == [
         f"fix: the primary namespace {PRIMARY} refused the credentials: check the key name "
         "and key of primaries.0.connection_string (Send rights, and Manage to read the "
         "destinations' settings)"
     ]
+    assert pair.primary.broker.entity("orders").messages == {}
+    assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1
+
+
+def test_a_wrong_key_for_a_primary_exits_3_naming_it_before_spark_and_the_snapshot(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """Found at once, as the secondary's: not after Spark started and the whole backlog
+    was peeked, with the management API's refusal as a warning on the way."""
+    park_one(pair)
+    job_config(pair, tmp_path, monkeypatch)
+    wrong = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
+    name = "RootManageSharedAccessKey"
+    monkeypatch.setenv("PAIR_TEST_PRIMARY", pair.primary.connection_string_for(name, wrong))
+    code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys,
+                                       "whose primary refused its key")  # fmt: skip
+    assert code == ExitCode.DENIED, out + err
+    assert fix_lines(out) == [
+        f"fix: the primary namespace {PRIMARY} refused the credentials: check the key name "
+        "and key of primaries.0.connection_string (Send rights, and Manage to read the "
+        "destinations' settings)"
+    ]
+    assert "did not answer" not in caplog.text  # no management listing was tried
+    assert wrong not in out + err + caplog.text
     assert pair.primary.broker.entity("orders").messages == {}
     assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1

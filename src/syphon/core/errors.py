@@ -55,7 +55,8 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
     ),
     ExitCodeDoc(
         ExitCode.DENIED,
-        "a namespace refused the credentials, or azure-identity got no token",
+        "a namespace refused the credentials, or azure-identity got no token (checked "
+        "for every namespace a run reads or sends to before Spark starts)",
         "check the key name and key (the secondary needs Manage and Listen rights, a primary "
         "Send, and Manage to read its destinations' settings, a dead-letter source's "
         "primary and a drained namespace Listen too); with Azure AD, that the "

@@ -46,7 +46,8 @@ from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.errors import NAMESPACE_FAULTS
-from syphon.servicebus.sending import Destination, probe_destinations
+from syphon.servicebus.access import Access
+from syphon.servicebus.sending import Destination, probe_destinations, refused_credentials
 from syphon.store.lease import Lease, LeaseState
 
 if TYPE_CHECKING:
@@ -78,6 +79,9 @@ def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None 
         try:
             if all(q.empty for q in queues):
                 return ledger.result(Status.EMPTY)
+            refused = _refused_primary(ctx, source)
+            if refused is not None:
+                return ledger.failed(*refused)
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, LeaseState):
                     return ledger.busy(lease, ctx.config.run.lease_seconds)
@@ -107,12 +111,27 @@ def resume(ctx: RunContext, run_id: str, source: RunSource | None = None) -> Run
     with run_context(run_id):
         ledger = Ledger(ctx, run_id, min(r.started_at for r in mine), source.name)
         try:
+            refused = _refused_primary(ctx, source)
+            if refused is not None:
+                return ledger.failed(*refused)
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, LeaseState):
                     return ledger.busy(lease, ctx.config.run.lease_seconds)
                 return _replay_and_settle(ctx, ledger, lease, None, source)
         except Exception as exc:
             return ledger.failed(exc, source.access)
+
+
+def _refused_primary(ctx: RunContext, source: RunSource) -> tuple[BaseException, Access] | None:
+    """The error of the first primary the source sends to that refuses the credentials,
+    with that primary; checked before the lease and Spark, as the secondary's are by the
+    discovery: a wrong key is found in a second, not after the whole snapshot."""
+    primaries = [ctx.namespaces.primaries[name] for name in source.sends_to(ctx)]
+    refused = refused_credentials(primaries)
+    if refused is None:
+        return None
+    access, error = refused
+    return error, access
 
 
 @contextlib.contextmanager

@@ -68,6 +68,14 @@ class RunSource:
         assert self.config.namespace is not None
         return Redrive(self.config.namespace, dict(self.config.targets))
 
+    def sends_to(self, ctx: RunContext) -> list[str]:
+        """The primaries its messages go to: every configured one for a backlog (each
+        message names its own), else the source's namespace."""
+        if self.config.kind == "backlog":
+            return [p.namespace for p in ctx.config.primaries]
+        assert self.config.namespace is not None
+        return [self.config.namespace]
+
     @property
     def reads_active(self) -> bool:
         """Whether it reads entities' active messages (else their dead letters)."""

@@ -54,6 +54,44 @@ class Sent:
     namespace_fault: bool = False
 
 
+#: The entity a credentials check attaches a sender link to. It need not exist: the
+#: token is put (and a wrong key refused) before the attach is answered.
+CREDENTIALS_CHECK_ENTITY = "syphon-credentials-check"
+
+
+def refused_credentials(namespaces: Iterable[Access]) -> tuple[Access, BaseException] | None:
+    """The first namespace (in the order given) that refuses its credentials for sending,
+    with the SDK's error; None when every one accepts them. Nothing is sent.
+
+    Each is checked by attaching a sender link to :data:`CREDENTIALS_CHECK_ENTITY`, side
+    by side: the SDK first puts a token for it (CBS), which the service refuses for a
+    wrong or expired key, and azure-identity fails without an identity; a key without
+    Send rights has the attach refused. Any other answer (the entity does not exist,
+    most likely; a namespace that cannot be reached, which the destinations' probes and
+    the sends meet later, per destination) is not a refusal of the credentials."""
+
+    def check(access: Access) -> BaseException | None:
+        try:
+            with access.client(retry_total=0) as client:
+                with lean(client.get_queue_sender(CREDENTIALS_CHECK_ENTITY, keep_alive=None)):
+                    pass  # entering puts the token and attaches the link
+        except Exception as exc:
+            if errors.error_name(exc) in errors.DENIED:
+                return exc
+            log.debug("credentials check of %s: %s", access.namespace, type(exc).__name__)
+        return None
+
+    listed = list(namespaces)
+    if not listed:
+        return None
+    with ThreadPoolExecutor(max_workers=min(PROBE_THREADS, len(listed))) as pool:
+        answers = list(pool.map(check, listed))
+    for access, refusal in zip(listed, answers, strict=True):
+        if refusal is not None:
+            return access, refusal
+    return None
+
+
 def probe_destinations(
     primaries: Mapping[str, Access], destinations: Iterable[Destination]
 ) -> dict[Destination, str | None]:
