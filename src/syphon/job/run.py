@@ -44,9 +44,9 @@ from syphon.job.sources import RunSource, run_source
 from syphon.job.tally import Tally, tally
 from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context
+from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.errors import NAMESPACE_FAULTS
-from syphon.servicebus.access import Access
 from syphon.servicebus.sending import Destination, probe_destinations, refused_credentials
 from syphon.store.lease import Lease, LeaseState
 
