@@ -72,9 +72,11 @@ def refused_credentials(namespaces: Iterable[Access]) -> tuple[Access, BaseExcep
 
     def check(access: Access) -> BaseException | None:
         try:
-            with access.client(retry_total=0) as client:
-                with lean(client.get_queue_sender(CREDENTIALS_CHECK_ENTITY, keep_alive=None)):
-                    pass  # entering puts the token and attaches the link
+            with (
+                access.client(retry_total=0) as client,
+                lean(client.get_queue_sender(CREDENTIALS_CHECK_ENTITY, keep_alive=None)),
+            ):
+                pass  # entering puts the token and attaches the link
         except Exception as exc:
             if errors.error_name(exc) in errors.DENIED:
                 return exc
