@@ -236,3 +236,25 @@ def backlog_state(pair: Pair) -> dict[str, list[str]]:
             str(m.message_id) for m in entity.dlq.messages.values()
         )
     return out
+
+
+def dead_letter(pair: Pair, entity: str, messages: list[ServiceBusMessage],
+                session: str | None = None) -> None:  # fmt: skip
+    """Sends ``messages`` to ``entity``, then receives and dead-letters each in order."""
+    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
+        with client.get_queue_sender(entity) as sender:
+            sender.send_messages(messages)
+        with client.get_queue_receiver(entity, session_id=session) as receiver:
+            got: list[Any] = []
+            while len(got) < len(messages):
+                page = receiver.receive_messages(len(messages), max_wait_time=2)
+                assert page, f"only {len(got)} of {len(messages)} came back"
+                for m in page:
+                    receiver.dead_letter_message(m, reason="HandlerFailed", error_description="x")
+                got += page
+
+
+def dead_letters(pair: Pair, entity: str) -> list[str]:
+    dlq = pair.primary.broker.entity(entity).dlq
+    assert dlq is not None
+    return [str(m.message_id) for m in dlq.messages.values()]

@@ -319,3 +319,80 @@ def test_the_plans_summary_per_destination(spark: SparkSession) -> None:
         for r in plan_summary(planned).collect()
     }
     assert got == {"orders": (3, 2, 1, 0, 1), None: (1, 0, 0, 1, 0)}
+
+
+DLQ = "orders/$DeadLetterQueue"
+
+
+def test_a_discarded_message_is_completed_with_the_operators_reason_in_any_queue(
+    spark: SparkSession,
+) -> None:
+    plan = audit_rows(spark, [
+        plan_row(1, "discarded", reason="already_replayed", detail="copies"),
+        plan_row(2, "discarded", queue=DLQ, reason="operator_selected", detail="poison"),
+        plan_row(3, "duplicate", queue=DLQ, reason="already_replayed"),
+    ])  # fmt: skip
+    actions = settle_actions(plan, None)
+    assert places(actions, "action", "reason") == [
+        (Q0, 1, "discard", "copies"),
+        (DLQ, 2, "discard", "poison"),
+        (DLQ, 3, "leave", "already_replayed"),  # not discarded: a dead letter stays
+    ]
+
+
+def test_a_discard_turns_what_it_takes_into_discarded_with_the_operators_reason(
+    spark: SparkSession,
+) -> None:
+    from syphon.core.discard import DUPLICATES, SELECTED, Discard
+    from syphon.job.reconcile import with_discards
+
+    classified = spark.createDataFrame(
+        [(1, "replay", None), (2, "duplicate", "already_replayed"),
+         (3, "duplicate", "duplicate_in_snapshot"), (4, "invalid", "path_missing"),
+         (5, "unselected", "not_selected"), (6, "conflict", "message_id_reused_after_replay")],
+        "sequence_number long, verdict string, reason string",
+    )  # fmt: skip
+
+    def judged(discard: Discard | None) -> dict[int, tuple[str, str | None, str | None]]:
+        out = with_discards(classified, discard).collect()
+        return {r["sequence_number"]: (r["verdict"], r["reason"], r["detail"]) for r in out}
+
+    untouched = {r["sequence_number"]: (r["verdict"], r["reason"], None)
+                 for r in classified.collect()}  # fmt: skip
+    assert judged(None) == untouched
+    assert judged(Discard(DUPLICATES, "copies")) == {
+        **untouched,
+        2: ("discarded", "already_replayed", "copies"),
+        3: ("discarded", "duplicate_in_snapshot", "copies"),
+    }
+    assert judged(Discard(SELECTED, "poison")) == {
+        **{seq: ("discarded", "operator_selected", "poison") for seq in (1, 2, 3, 4, 6)},
+        5: ("unselected", "not_selected", None),  # what the selection leaves stays
+    }
+
+
+def test_dead_letters_left_waiting_are_found_and_so_are_those_an_earlier_run_left(
+    spark: SparkSession,
+) -> None:
+    planned = audit_rows(spark, [
+        plan_row(1, "duplicate", queue=DLQ), plan_row(2, "invalid", queue=DLQ),
+        plan_row(3, "replay", queue=DLQ), plan_row(4, "unselected", queue=DLQ),
+        plan_row(5, "duplicate"), plan_row(6, "conflict", queue=DLQ),
+    ])  # fmt: skip
+    settled = spark.createDataFrame(
+        [(DLQ, 1, "left"), (DLQ, 2, "left"), (DLQ, 3, "left"), (DLQ, 4, "left"),
+         (Q0, 5, "left"), (DLQ, 6, "dead_lettered")],
+        "backlog_queue string, sequence_number long, outcome string",
+    )  # fmt: skip
+    held = queries.held_dead_letters(settled, planned)
+    # 3 failed to send (the next run sends it), 4 the selection left, 5 is no dead letter
+    assert places(held) == [(DLQ, 1), (DLQ, 2)]
+    audit = audit_rows(spark, [
+        {"run_id": "earlier", "stage": "settle", "backlog_queue": DLQ, "sequence_number": 1,
+         "outcome": "left"},
+        {"run_id": "earlier", "stage": "settle", "backlog_queue": DLQ, "sequence_number": 2,
+         "outcome": "completed"},
+        {"run_id": "r1", "stage": "settle", "backlog_queue": DLQ, "sequence_number": 2,
+         "outcome": "left"},  # this run's own row is no earlier run's
+    ])  # fmt: skip
+    assert places(queries.held_before(audit, held, "r1")) == [(DLQ, 1)]

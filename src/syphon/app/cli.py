@@ -19,6 +19,13 @@ from syphon.app.services import build_context, run_with_report
 from syphon.app.text import format_run, format_status, format_summary
 from syphon.core.config import LOG_LEVELS, SyphonConfig
 from syphon.core.configfile import load_config
+from syphon.core.discard import (
+    DEFAULT_DUPLICATES_REASON,
+    DUPLICATES,
+    SELECTED,
+    Discard,
+    DiscardError,
+)
 from syphon.core.errors import EXIT_CODES, SyphonError
 from syphon.core.selection import Selection, SelectionError, parse_time
 from syphon.job.context import RunContext
@@ -66,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     planned.add_argument("--run-id", default=None, help="the run id (default: time and random)")
     _add_source_option(planned)
     _add_selection_options(planned)
+    _add_discard_options(planned, dry_run=True)
 
     provision = sub.add_parser(
         "provision",
@@ -87,6 +95,20 @@ def build_parser() -> argparse.ArgumentParser:
     ran.add_argument("--run-id", default=None, help="the run id (default: time and random)")
     _add_source_option(ran)
     _add_selection_options(ran)
+    _add_discard_options(ran)
+
+    discard = sub.add_parser(
+        "discard",
+        help="remove the selected messages of a source without sending them, each recorded "
+        "in the audit as discarded with your reason (the dry run: plan --discard)",
+        epilog=f"exit codes as run: {codes}",
+    )
+    _add_config_option(discard)
+    discard.add_argument("--run-id", default=None, help="the run id (default: time and random)")
+    _add_source_option(discard)
+    _add_selection_options(discard, resend=False)
+    discard.add_argument("--reason", required=True, metavar="TEXT",
+                         help="why they are discarded (kept in the audit; required)")  # fmt: skip
 
     replay = sub.add_parser(
         "replay", help="resume the replay and settle of a planned run (same exit codes as run)"
@@ -108,7 +130,7 @@ def _add_source_option(cmd: argparse.ArgumentParser) -> None:
                           "one; see sources in the config)")  # fmt: skip
 
 
-def _add_selection_options(cmd: argparse.ArgumentParser) -> None:
+def _add_selection_options(cmd: argparse.ArgumentParser, resend: bool = True) -> None:
     group = cmd.add_argument_group(
         "selection",
         "take only some messages (every condition given must hold); the rest are recorded "
@@ -129,12 +151,63 @@ def _add_selection_options(cmd: argparse.ArgumentParser) -> None:
     group.add_argument("--dead-letter-reason", action="append", default=[], metavar="REASON",
                        help="dead-lettered messages with this DeadLetterReason "
                             "(repeatable)")  # fmt: skip
-    cmd.add_argument("--allow-resend", action="append", default=[], metavar="ID",
-                     help="send this MessageId again although an earlier run replayed it "
-                          "(repeatable; the audit records the reason resend_allowed)")  # fmt: skip
+    if resend:  # sending again is for plan and run; a discard sends nothing
+        cmd.add_argument(
+            "--allow-resend",
+            action="append",
+            default=[],
+            metavar="ID",
+            help="send this MessageId again although an earlier run replayed it "
+            "(repeatable; the audit records the reason resend_allowed)",
+        )
     group.add_argument("--where", default=None, metavar="SQL",
                        help="a Spark SQL predicate over the snapshot's columns and "
                             "properties['name'] (see the README)")  # fmt: skip
+
+
+def _add_discard_options(cmd: argparse.ArgumentParser, dry_run: bool = False) -> None:
+    group = cmd.add_argument_group(
+        "discard",
+        "remove messages without sending them, each recorded as discarded with a reason"
+        + (" (here: the dry run; nothing is removed)" if dry_run else ""),
+    )
+    group.add_argument("--discard-duplicates", action="store_true",
+                       help="discard what the run judges a duplicate: exact copies of a "
+                            "message it sends or an earlier run delivered (in a dead-letter "
+                            "queue they stay otherwise)")  # fmt: skip
+    if dry_run:
+        group.add_argument("--discard", action="store_true",
+                           help="discard every selected message: the dry run of syphon "
+                                "discard (needs a selection and --reason)")  # fmt: skip
+    group.add_argument("--reason", default=None, metavar="TEXT",
+                       help="why they are discarded (kept in the audit; default for "
+                            f"--discard-duplicates: {DEFAULT_DUPLICATES_REASON!r})")  # fmt: skip
+
+
+def _discard(args: argparse.Namespace, selection: Selection | None) -> Discard | None:
+    """The command's discard, or None when it discards nothing.
+
+    Raises:
+        DiscardError: a reason without a discard, a discard without what it needs.
+    """
+    reason = getattr(args, "reason", None)
+    if args.command == "discard" or getattr(args, "discard", False):
+        if getattr(args, "discard_duplicates", False):
+            raise DiscardError("--discard takes the selected messages; --discard-duplicates "
+                               "the duplicates: give one of them")  # fmt: skip
+        if selection is None:
+            raise DiscardError(
+                "a discard needs a selection (--where, --message-id, --destination, ...): it "
+                "never takes a whole source by default"
+            )
+        if reason is None:
+            raise DiscardError("--discard needs --reason: say why these messages are discarded")
+        return Discard(SELECTED, reason)
+    if getattr(args, "discard_duplicates", False):
+        return Discard(DUPLICATES, DEFAULT_DUPLICATES_REASON if reason is None else reason)
+    if reason is not None:
+        raise DiscardError("--reason goes with --discard-duplicates (or syphon discard)")
+    return None
 
 
 def _selection(args: argparse.Namespace) -> Selection | None:
@@ -199,7 +272,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     run_id = getattr(args, "run_id", None) or new_run_id(datetime.now(timezone.utc))
     with run_context(run_id):  # every record, the config's included, names the run
         # a malformed selection is refused before anything is read or started
-        selection = _selection(args) if args.command in ("plan", "run") else None
+        selection = _selection(args) if args.command in ("plan", "run", "discard") else None
+        discard = _discard(args, selection) if args.command in ("plan", "run", "discard") else None
         config = _config(args)
         if args.command == "config":
             print(yaml.safe_dump(config.as_dict(), sort_keys=False), end="")
@@ -212,10 +286,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _status(ctx, args.runs, source)
         resend = tuple(getattr(args, "allow_resend", ()))
         if args.command == "plan":
-            return _plan(ctx, run_id, selection, source, resend)
+            return _plan(ctx, run_id, selection, source, resend, discard)
         result = run_with_report(ctx, run_id, resume=args.command == "replay",
                                  selection=selection, source=source,
-                                 allow_resend=resend)  # fmt: skip
+                                 allow_resend=resend, discard=discard)  # fmt: skip
     print(format_run(result))
     print(f"audit: {ctx.store.where}")
     return int(result.exit_code)
@@ -242,10 +316,11 @@ def _status(ctx: RunContext, runs: int, source: RunSource) -> int:
 
 
 def _plan(ctx: RunContext, run_id: str, selection: Selection | None,
-          source: RunSource | None, allow_resend: tuple[str, ...]) -> int:  # fmt: skip
+          source: RunSource | None, allow_resend: tuple[str, ...],
+          discard: Discard | None) -> int:  # fmt: skip
     try:
         result = plan(ctx, run_id, datetime.now(timezone.utc), selection=selection,
-                      source=source, allow_resend=allow_resend)  # fmt: skip
+                      source=source, allow_resend=allow_resend, discard=discard)  # fmt: skip
     except SyphonError:
         raise
     except Exception as exc:

@@ -48,6 +48,7 @@ VERDICT_COLOURS = {
     "expired": "#868e96",
     "ping": "#ced4da",
     "invalid": "#c92a2a",
+    "discarded": "#7048e8",
 }
 
 

@@ -10,6 +10,7 @@ from syphon.app.report import write_run_report
 from syphon.app.spark import build_spark_session
 from syphon.app.storage import resolve_location
 from syphon.core.config import SyphonConfig
+from syphon.core.discard import Discard
 from syphon.core.selection import Selection
 from syphon.job import run as job_run
 from syphon.job.context import RunContext, SparkOnDemand
@@ -46,13 +47,14 @@ def build_context(
 
 def run_with_report(ctx: RunContext, run_id: str | None = None, resume: bool = False,
                     selection: Selection | None = None, source: RunSource | None = None,
-                    allow_resend: tuple[str, ...] = ()) -> RunResult:  # fmt: skip
+                    allow_resend: tuple[str, ...] = (),
+                    discard: Discard | None = None) -> RunResult:  # fmt: skip
     """``syphon run`` on what ``selection`` takes (or, with ``resume``, ``syphon replay``
     of ``run_id``: its plan says what it takes), then the run's report."""
     if resume:
         assert run_id is not None
         result = job_run.resume(ctx, run_id, source)
     else:
-        result = job_run.run(ctx, run_id, selection, source, allow_resend)
+        result = job_run.run(ctx, run_id, selection, source, allow_resend, discard)
     result.report = write_run_report(ctx, result)
     return result

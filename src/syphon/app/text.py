@@ -58,9 +58,13 @@ def format_summary(result: PlanResult) -> str:
     if result.selection is not None:
         lines.append(f"selection: {result.selection.describe()} "
                      f"(the rest: unselected, left where it is)")  # fmt: skip
+    if result.discard is not None:
+        lines.append(f"{result.discard.describe()}: the disc column; a run removes them "
+                     "without sending them")  # fmt: skip
     lines.append(
         f"{'primary':<20} {'destination':<28} {'replay':>7} {'dup':>5} {'confl':>5} "
-        f"{'exp':>5} {'ping':>5} {'inval':>5} {'unsel':>5} {'spread':>6}  outage span"
+        f"{'exp':>5} {'ping':>5} {'inval':>5} {'unsel':>5} {'disc':>5} {'spread':>6}"
+        "  outage span"
     )
     for d in result.per_destination:
         span = "-"
@@ -69,7 +73,7 @@ def format_summary(result: PlanResult) -> str:
         lines.append(
             f"{d['primary'] or '?':<20} {d['destination'] or '(no destination)':<28} "
             f"{d['replay']:>7} {d['duplicate']:>5} {d['conflict']:>5} {d['expired']:>5} "
-            f"{d['ping']:>5} {d['invalid']:>5} {d['unselected']:>5} {d['spread_groups']:>6}"
-            f"  {span}"
+            f"{d['ping']:>5} {d['invalid']:>5} {d['unselected']:>5} {d['discarded']:>5}"
+            f" {d['spread_groups']:>6}  {span}"
         )
     return "\n".join(lines)

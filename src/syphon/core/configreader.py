@@ -18,6 +18,13 @@ _LITERAL_SECRET = re.compile(
     r"DefaultEndpointsProtocol\s*=|[?&]sig=|^sv=\d{4}-\d\d-\d\d&",
     re.I,
 )
+
+
+def looks_like_a_secret(text: str) -> bool:
+    """Whether ``text`` holds what only a literal secret would (see ``_LITERAL_SECRET``)."""
+    return bool(_LITERAL_SECRET.search(text))
+
+
 #: Spark settings whose value is a secret (storage keys, SAS tokens, OAuth secrets,
 #: passwords): their value must be a reference.
 SECRET_SETTING = re.compile(

@@ -70,9 +70,10 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
     ExitCodeDoc(
         ExitCode.PARTIAL,
         "work was left for a later run (a skipped destination, a failed send, a message "
-        "not received, a queue of the source that cannot be read; late arrivals do not "
-        "count)",
-        "see the outcomes; rerun when the destination is back",
+        "not received, a queue of the source that cannot be read, a dead letter newly "
+        "waiting for the operator; late arrivals do not count)",
+        "see the outcomes; rerun when the destination is back; discard or resend what "
+        "waits for you",
     ),
     ExitCodeDoc(
         ExitCode.BUSY,

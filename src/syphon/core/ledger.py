@@ -61,6 +61,7 @@ class Operations(_Metrics):
     settle_receives: int | None = None
     settle_completes: int | None = None
     settle_dead_letters: int | None = None
+    settle_discards: int | None = None
     settle_abandons: int | None = None
     settle_requests: int | None = None
     #: per primary with a credit budget: ``replay.credit_budget.<namespace>`` (credits

@@ -52,7 +52,9 @@ class Verdict:
     #: left out by the operator's selection (:mod:`syphon.core.selection`): never sent,
     #: never settled
     UNSELECTED: Final = "unselected"
-    ALL: Final = (REPLAY, DUPLICATE, CONFLICT, EXPIRED, PING, INVALID, UNSELECTED)
+    #: removed without being sent, as the operator asked (:mod:`syphon.core.discard`)
+    DISCARDED: Final = "discarded"
+    ALL: Final = (REPLAY, DUPLICATE, CONFLICT, EXPIRED, PING, INVALID, UNSELECTED, DISCARDED)
     #: settled by completing the backlog message (a replayed one too, once ``sent``)
     COMPLETED_AS_IS: Final = (DUPLICATE, EXPIRED, PING)
     #: settled by dead-lettering it, with the verdict's reason
@@ -77,11 +79,13 @@ class Outcome:
     IN_DOUBT: Final = "in_doubt"
     COMPLETED: Final = "completed"
     DEAD_LETTERED: Final = "dead_lettered"
+    #: completed without being sent, as the operator asked; the detail is their reason
+    DISCARDED: Final = "discarded"
     LEFT: Final = "left"
     BY_STAGE: Final = {
         Stage.PLAN: (PLANNED,),
         Stage.REPLAY: (SENT, FAILED, SKIPPED, IN_DOUBT),
-        Stage.SETTLE: (COMPLETED, DEAD_LETTERED, LEFT),
+        Stage.SETTLE: (COMPLETED, DEAD_LETTERED, DISCARDED, LEFT),
     }
     #: after which the destination holds the message (``in_doubt`` is not one: such a
     #: message is sent again by the next run, and marked, never settled unsent)

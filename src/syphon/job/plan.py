@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from syphon.core.discard import Discard
 from syphon.core.ledger import Operations, RunRecord, Timings
 from syphon.core.schema import DESTINATIONS, SNAPSHOT, Status, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
@@ -47,6 +48,7 @@ class PlanResult:
         per_destination: rows of :func:`verdicts_by_destination`, by primary and destination.
         snapshot: the checkpointed snapshot (bodies included) for the replay.
         selection: what the run takes (None: every message).
+        discard: what it removes without sending (None: nothing).
     """
 
     run_id: str
@@ -57,6 +59,7 @@ class PlanResult:
     operations: Operations = field(default_factory=Operations)
     snapshot: DataFrame | None = None
     selection: Selection | None = None
+    discard: Discard | None = None
 
 
 def new_run_id(now: datetime) -> str:
@@ -138,6 +141,7 @@ def plan(
     selection: Selection | None = None,
     source: RunSource | None = None,
     allow_resend: tuple[str, ...] = (),
+    discard: Discard | None = None,
 ) -> PlanResult:
     """Plans a run (see the module docstring) and records it as ``planned``.
 
@@ -148,6 +152,7 @@ def plan(
         source: the source drained (None: the config's default, see
             :func:`syphon.job.sources.run_source`).
         allow_resend: MessageIds to send again although an earlier run replayed them.
+        discard: what to remove without sending (:mod:`syphon.core.discard`).
 
     Raises:
         SelectionError: the selection's predicate does not apply to a snapshot.
@@ -191,6 +196,7 @@ def plan(
         selection=selection,
         redrive=source.redrive,
         allow_resend=allow_resend,
+        discard=discard,
     )
     # checkpointed: the audit, the counts and the summary read it
     planned = with_source(planned, source).localCheckpoint(eager=True)
@@ -225,7 +231,7 @@ def plan(
         )
     )
     return PlanResult(run_id, queues, counts, per_destination, timings, operations, snapshot,
-                      selection)  # fmt: skip
+                      selection, discard)  # fmt: skip
 
 
 def unread(queues: list[DiscoveredQueue]) -> dict[str, str]:

@@ -21,6 +21,10 @@ Every snapshot row gets exactly one verdict, in this order of precedence:
    (``message_id_reused_in_snapshot`` or ``message_id_reused_after_replay``);
 6. ``replay``.
 
+A run that discards (:mod:`syphon.core.discard`) then turns what it takes into
+``discarded``: the duplicates (keeping their reason), or every selected message (reason
+``operator_selected``); the operator's reason is the row's ``detail``.
+
 "Earlier" is the replay order: original enqueue time, then backlog queue, then sequence
 number. Messages without a MessageId are never duplicates.
 """
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from syphon.core.discard import DUPLICATES, OPERATOR_SELECTED, Discard
 from syphon.core.envelope import PING_CONTENT_TYPE
 from syphon.core.partitioning import effective_partition_key_col
 from syphon.core.schema import (
@@ -248,6 +253,32 @@ def classify(
     )
 
 
+def with_discards(classified: DataFrame, discard: Discard | None) -> DataFrame:
+    """Classified rows with the verdict ``discarded`` for what ``discard`` takes, and a
+    ``detail`` column: the operator's reason on a discarded row, else null."""
+    from pyspark.sql import functions as F
+
+    detail = F.lit(None).cast("string")
+    if discard is None:
+        return classified.withColumn("detail", detail)
+    verdict = F.col("verdict")
+    if discard.what == DUPLICATES:
+        taken = verdict == Verdict.DUPLICATE
+        reason = F.col("reason")  # why it is a duplicate
+    else:
+        taken = verdict != Verdict.UNSELECTED
+        reason = F.lit(OPERATOR_SELECTED)
+    return (
+        classified.withColumn("_discard", taken)
+        .withColumn(
+            "verdict", F.when(F.col("_discard"), F.lit(Verdict.DISCARDED)).otherwise(verdict)
+        )
+        .withColumn("reason", F.when(F.col("_discard"), reason).otherwise(F.col("reason")))
+        .withColumn("detail", F.when(F.col("_discard"), F.lit(discard.reason)).otherwise(detail))
+        .drop("_discard")
+    )
+
+
 def order_groups(classified: DataFrame) -> DataFrame:
     """Adds the replay order within (destination, partition key), the group's size,
     whether it is spread over several backlog queues, and its time span (seconds).
@@ -309,14 +340,15 @@ def reconcile_snapshot(
     selection: Selection | None = None,
     redrive: Redrive | None = None,
     allow_resend: tuple[str, ...] = (),
+    discard: Discard | None = None,
 ) -> DataFrame:
     """The whole reconcile of a snapshot: :func:`restore` (of dead letters with
     ``redrive``), the ``selection``
     (:mod:`syphon.job.selection`; a message it leaves out is ``unselected``),
-    :func:`classify`, :func:`order_groups` and :func:`plan_batches` (the other arguments
-    as :func:`classify`'s). The messages' bytes are dropped by the classify once
-    measured, the property maps after it, so the shuffles carry the audit's columns
-    only."""
+    :func:`classify`, the ``discard`` (:func:`with_discards`), :func:`order_groups` and
+    :func:`plan_batches` (the other arguments as :func:`classify`'s). The messages'
+    bytes are dropped by the classify once measured, the property maps after it, so the
+    shuffles carry the audit's columns only."""
     restored = select(restore(snapshot, redrive), selection).drop("application_properties")
     classified = classify(
         restored,
@@ -327,6 +359,7 @@ def reconcile_snapshot(
         listed_primaries,
         allow_resend,
     ).drop("original_application_properties")
+    classified = with_discards(classified, discard)
     # materialized once: the batch plan reads it twice (its groups, and the join back)
     ordered = order_groups(classified).localCheckpoint(eager=True)
     return plan_batches(ordered)

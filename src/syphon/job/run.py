@@ -24,9 +24,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
+from syphon.core.discard import Discard
 from syphon.core.errors import SyphonError
 from syphon.core.naming import is_dead_letter_path
 from syphon.core.schema import Detail, Outcome, Stage, Status, Verdict
@@ -48,6 +50,7 @@ from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.errors import NAMESPACE_FAULTS
 from syphon.servicebus.sending import Destination, probe_destinations, refused_credentials
+from syphon.store import queries
 from syphon.store.lease import Lease, LeaseState
 
 if TYPE_CHECKING:
@@ -57,12 +60,13 @@ log = logging.getLogger(__name__)
 
 
 def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None = None,
-        source: RunSource | None = None,
-        allow_resend: tuple[str, ...] = ()) -> RunResult:  # fmt: skip
+        source: RunSource | None = None, allow_resend: tuple[str, ...] = (),
+        discard: Discard | None = None) -> RunResult:  # fmt: skip
     """Runs every stage (see the module docstring) on what ``selection`` takes (None:
     everything) of ``source`` (None: the config's default), sending again the MessageIds
-    of ``allow_resend`` that earlier runs replayed. Errors end the run as ``failed`` in
-    the ledger and in the result, never as an exception."""
+    of ``allow_resend`` that earlier runs replayed, and removing without sending what
+    ``discard`` takes. Errors end the run as ``failed`` in the ledger and in the result,
+    never as an exception."""
     started = datetime.now(timezone.utc)
     run_id = run_id or new_run_id(started)
     source = source or run_source(ctx)
@@ -85,7 +89,8 @@ def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None 
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, LeaseState):
                     return ledger.busy(lease, ctx.config.run.lease_seconds)
-                planned = plan(ctx, run_id, started, queues, selection, source, allow_resend)
+                planned = plan(ctx, run_id, started, queues, selection, source, allow_resend,
+                               discard)  # fmt: skip
                 ledger.counts = dict(planned.counts)
                 planned.timings.discover = ledger.timings.discover
                 ledger.timings, ledger.operations = planned.timings, planned.operations
@@ -242,9 +247,23 @@ def _replay_and_settle(
     ledger.operations.settle_requests = settle.total("requests")
     ledger.operations.settle_completes = settle.count(Outcome.COMPLETED)
     ledger.operations.settle_dead_letters = settle.count(Outcome.DEAD_LETTERED)
+    ledger.operations.settle_discards = settle.count(Outcome.DISCARDED)
     ledger.operations.settle_abandons = settle.total("abandoned")
     refused = refused_primaries(skipped, ctx.namespaces.primaries)
-    return _finish(ledger, _unknown_destinations(planned), skipped, replayed, settle, refused)
+    held = _held(ctx, ledger.run_id, source, settled, planned)
+    return _finish(ledger, _unknown_destinations(planned), skipped, replayed, settle, refused,
+                   held)  # fmt: skip
+
+
+def _held(ctx: RunContext, run_id: str, source: RunSource, settled: DataFrame,
+          planned: DataFrame) -> Held:  # fmt: skip
+    """The dead letters the run left waiting for the operator, and how many of them an
+    earlier run left waiting too (none for a source that reads no dead-letter queue)."""
+    if not source.reads_dead_letters:
+        return Held(0, 0)
+    held = queries.held_dead_letters(settled, planned).localCheckpoint(eager=True)
+    now = held.count()
+    return Held(now, ctx.store.held_before(held, run_id).count() if now else 0)
 
 
 def _unknown_destinations(planned: DataFrame) -> list[Destination]:
@@ -257,14 +276,25 @@ def _unknown_destinations(planned: DataFrame) -> list[Destination]:
     return sorted((r["primary"], r["destination"]) for r in pairs)
 
 
+@dataclass(frozen=True)
+class Held:
+    """Dead letters a run left waiting for the operator (a duplicate of a delivered
+    message, a conflict, an invalid one): how many, and how many of them an earlier run
+    left waiting too (``kept``: the operator has let them stay)."""
+
+    now: int
+    kept: int
+
+
 def _finish(ledger: Ledger, unknown: list[Destination], skipped: dict[Destination, str | None],
-            replayed: Tally, settle: Tally,
-            refused: Failure | None = None) -> RunResult:  # fmt: skip
+            replayed: Tally, settle: Tally, refused: Failure | None = None,
+            held: Held = Held(0, 0)) -> RunResult:  # fmt: skip
     """Records the final status: ``failed`` when a namespace failed mid-run, ``partial``
     when work is left (messages that arrived after the snapshot are the next run's work,
-    and those the selection left out the operator's choice: neither is a left-over) or a
-    queue of the source holds messages syphon cannot read (the detail names them), else
-    ``done``. ``unknown``: the destinations the plan found no
+    those the selection left out the operator's choice, and dead letters an earlier run
+    already left waiting for the operator are kept by them: none of these is a
+    left-over) or a queue of the source holds messages syphon cannot read (the detail
+    names them), else ``done``. ``unknown``: the destinations the plan found no
     entity for; ``skipped``: the probes' verdicts; ``refused``: the exit of a run whose
     primaries refused the credentials (before missing destinations: it blocks more)."""
     outcomes = {**{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
@@ -276,13 +306,19 @@ def _finish(ledger: Ledger, unknown: list[Destination], skipped: dict[Destinatio
         return ledger.result(Status.FAILED, f"{Detail.NAMESPACE_FAULT}: " + ", ".join(sides),
                              outcomes)  # fmt: skip
     not_left_over = [Detail.ARRIVED_AFTER_SNAPSHOT, Detail.NOT_SELECTED]
-    left = settle.count(Outcome.LEFT, except_details=not_left_over)
-    detail = None
+    left = settle.count(Outcome.LEFT, except_details=not_left_over) - held.kept
+    notes = []
     if ledger.unread:
-        detail = "not read: " + ", ".join(
-            f"{p} ({why})" for p, why in sorted(ledger.unread.items())
+        unread = ", ".join(f"{p} ({why})" for p, why in sorted(ledger.unread.items()))
+        notes.append(f"not read: {unread}")
+        log.warning("run %s: not read: %s", ledger.run_id, unread)
+    if held.now:
+        notes.append(
+            f"{held.now} dead letters wait for the operator ({held.kept} of them since an "
+            "earlier run): discard them (--discard-duplicates, syphon discard) or send "
+            "them again (--allow-resend)"
         )
-        log.warning("run %s: %s", ledger.run_id, detail)
+    detail = "; ".join(notes) or None
     status = Status.PARTIAL if left or ledger.unread else Status.DONE
     result = ledger.result(status, detail, outcomes)
     missing = sorted(k for k, reason in skipped.items() if reason == Detail.DESTINATION_MISSING)

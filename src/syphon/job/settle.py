@@ -5,6 +5,8 @@ of a Spark task side by side, see :func:`settle_queues`), receive in peek-lock a
 
 - complete what the plan judged ``duplicate``, ``expired`` or ``ping`` and what the
   replay recorded as ``sent``;
+- complete what the operator discards (verdict ``discarded``), in a dead-letter queue
+  too, recording ``discarded`` with the operator's reason;
 - dead-letter ``invalid`` and ``conflict`` with the verdict's reason and a description;
 - leave everything else available: failed, skipped or in-doubt sends, and messages that
   arrived after the snapshot. They are held (locked) until the queue's pass ends and then
@@ -32,6 +34,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.naming import DEAD_LETTER_SUFFIX
@@ -71,8 +74,8 @@ RECEIVE_PAGE = 500
 RECEIVE_WAIT_SECONDS = 2.0
 
 
-#: What the settle does with a message.
-COMPLETE, DEAD_LETTER, LEAVE = "complete", "dead_letter", "leave"
+#: What the settle does with a message (``discard``: complete it, recorded as discarded).
+COMPLETE, DEAD_LETTER, DISCARD, LEAVE = "complete", "dead_letter", "discard", "leave"
 
 #: A message's settle action, reason and verdict.
 Action = tuple[str, "str | None", str]
@@ -82,12 +85,14 @@ def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> Da
     """What to do with each snapshot message (:data:`syphon.core.schema.SETTLE_ACTION`):
     ``complete`` what was replayed (an outcome ``sent`` in ``replay_results``),
     duplicated, expired or a ping; ``dead_letter`` what is invalid or a conflict, with
-    the verdict's reason; ``leave`` everything else (an unselected message with the
+    the verdict's reason; ``discard`` what the operator discards, with their reason (the
+    plan row's detail); ``leave`` everything else (an unselected message with the
     reason ``not_selected``, which its settle row's detail carries). In a dead-letter
-    queue only what was sent is completed; the rest is left with its verdict's reason."""
+    queue only what was sent or discarded is removed; the rest is left with its
+    verdict's reason."""
     from pyspark.sql import functions as F
 
-    plan = plan_rows.select(*PLACE, "verdict", "reason")
+    plan = plan_rows.select(*PLACE, "verdict", "reason", "detail")
     if replay_results is not None:
         sent = (
             replay_results.where(F.col("outcome") == Outcome.SENT)
@@ -103,7 +108,8 @@ def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> Da
     # again, and nothing else may remove the only copy of a message that failed
     dead_letter_queue = F.col("backlog_queue").endswith(DEAD_LETTER_SUFFIX)
     action = (
-        F.when(dead_letter_queue & replayed, F.lit(COMPLETE))
+        F.when(verdict == Verdict.DISCARDED, F.lit(DISCARD))
+        .when(dead_letter_queue & replayed, F.lit(COMPLETE))
         .when(dead_letter_queue, F.lit(LEAVE))
         .when(verdict.isin(*Verdict.COMPLETED_AS_IS), F.lit(COMPLETE))
         .when(verdict.isin(*Verdict.DEAD_LETTERED), F.lit(DEAD_LETTER))
@@ -111,8 +117,10 @@ def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> Da
         .otherwise(F.lit(LEAVE))
     )
     reason = (
+        # the operator's reason
+        F.when(verdict == Verdict.DISCARDED, F.col("detail"))
         # why a dead letter stays where it is: its verdict's reason (or the verdict)
-        F.when(
+        .when(
             dead_letter_queue & ~replayed & (verdict != Verdict.REPLAY),
             F.coalesce(F.col("reason"), verdict),
         )
@@ -144,6 +152,29 @@ def settle_queues(
 
 #: Queues one settle task settles side by side.
 SETTLE_THREADS = 16
+
+
+@dataclass(frozen=True)
+class _Settlement:
+    """How a group of a page's messages is settled, and what their rows record.
+
+    Attributes:
+        status: the disposition (completed, or suspended: dead-lettered).
+        outcome: the rows' outcome.
+        reason, description: a dead-lettering's reason and description.
+        detail: a discard's reason (the operator's), for its rows.
+    """
+
+    status: str
+    outcome: str
+    reason: str | None = None
+    description: str | None = None
+    detail: str | None = None
+
+    @property
+    def recorded(self) -> str | None:
+        """What the rows' detail says: the dead-lettering's reason, or the operator's."""
+        return self.reason if self.reason is not None else self.detail
 
 
 class _SettleTask:
@@ -241,6 +272,7 @@ class _QueuePass:
         out: dict[int, dict[str, Any]],
     ) -> None:
         remaining = sum(1 for a, _, _ in todo.values() if a != LEAVE)
+        settled = (COMPLETE, DEAD_LETTER, DISCARD)
         held: list[Any] = []
         try:
             while remaining > 0:
@@ -249,11 +281,11 @@ class _QueuePass:
                 )
                 if not messages:
                     break
-                groups: dict[tuple[str, str | None, str | None], list[Any]] = {}
+                groups: dict[_Settlement, list[Any]] = {}
                 for m in messages:
                     seq = int(m.sequence_number or 0)
                     action, reason, verdict = todo.get(seq, ("new", None, ""))
-                    if action not in (COMPLETE, DEAD_LETTER):
+                    if action not in settled:
                         held.append(m)
                         detail = Detail.ARRIVED_AFTER_SNAPSHOT if action == "new" else reason
                         out.setdefault(seq, _row(queue, seq, Outcome.LEFT, detail, 0))
@@ -261,21 +293,24 @@ class _QueuePass:
                         continue
                     remaining -= 1
                     if action == COMPLETE:
-                        key: tuple[str, str | None, str | None] = (COMPLETED, None, None)
+                        key = _Settlement(COMPLETED, Outcome.COMPLETED)
+                    elif action == DISCARD:  # completed; the row keeps the operator's reason
+                        key = _Settlement(COMPLETED, Outcome.DISCARDED, detail=reason)
                     else:
-                        key = (SUSPENDED, reason, f"syphon run {self.run_id}: {verdict}")
+                        key = _Settlement(SUSPENDED, Outcome.DEAD_LETTERED, reason,
+                                          f"syphon run {self.run_id}: {verdict}")  # fmt: skip
                     groups.setdefault(key, []).append(m)
-                for (status, reason, description), group in groups.items():
-                    self._settle_page(receiver, queue, group, status, reason, description, out)
+                for settlement, group in groups.items():
+                    self._settle_page(receiver, queue, group, settlement, out)
         finally:
             self._give_back(receiver, queue, held, out)
 
-    def _settle_page(self, receiver: Any, queue: str, group: list[Any], status: str,
-                     reason: str | None, description: str | None,
+    def _settle_page(self, receiver: Any, queue: str, group: list[Any], settlement: _Settlement,
                      out: dict[int, dict[str, Any]]) -> None:  # fmt: skip
         """Settles one page's messages of one outcome in one request; when it fails,
         one by one (a request that failed may have settled some: each is found out)."""
-        outcome = Outcome.COMPLETED if status == COMPLETED else Outcome.DEAD_LETTERED
+        status, outcome, reason = settlement.status, settlement.outcome, settlement.reason
+        description, detail = settlement.description, settlement.recorded
         try:
             settle_by_lock_tokens(receiver, group, status, reason, description)
         except Exception as exc:
@@ -287,26 +322,28 @@ class _QueuePass:
                 raise
             log.info("settling a page of %s in one request failed (%s): one by one", queue, name)
             for m in group:
-                self._settle_one(receiver, queue, m, outcome, reason, description, out)
+                self._settle_one(receiver, queue, m, settlement, out)
             out[int(group[0].sequence_number or 0)]["requests"] += 1  # the failed one
             return
         for i, m in enumerate(group):
             seq = int(m.sequence_number or 0)
-            out[seq] = _row(queue, seq, outcome, reason, 1, requests=int(i == 0))
+            out[seq] = _row(queue, seq, outcome, detail, 1, requests=int(i == 0))
         self._count(len(group))
 
-    def _settle_one(self, receiver: Any, queue: str, m: Any, outcome: str, reason: str | None,
-                    description: str | None, out: dict[int, dict[str, Any]]) -> None:  # fmt: skip
+    def _settle_one(self, receiver: Any, queue: str, m: Any, settlement: _Settlement,
+                    out: dict[int, dict[str, Any]]) -> None:  # fmt: skip
         seq = int(m.sequence_number or 0)
+        outcome, detail = settlement.outcome, settlement.recorded
         try:
-            if outcome == Outcome.COMPLETED:
+            if settlement.status == COMPLETED:
                 receiver.complete_message(m)
             else:
-                receiver.dead_letter_message(m, reason=reason, error_description=description)
+                receiver.dead_letter_message(m, reason=settlement.reason,
+                                             error_description=settlement.description)  # fmt: skip
         except Exception as exc:  # a lapsed lock, or settled by the failed request
             name = type(exc).__name__
             if name not in NAMESPACE_FAULTS and _gone(receiver, seq):
-                out[seq] = _row(queue, seq, outcome, reason, 1, requests=1)
+                out[seq] = _row(queue, seq, outcome, detail, 1, requests=1)
                 self._count(1)
                 return
             out[seq] = _row(queue, seq, Outcome.LEFT, f"{Detail.SETTLE_FAILED}{name}", 1,
@@ -314,7 +351,7 @@ class _QueuePass:
             if name in NAMESPACE_FAULTS:
                 raise
             return
-        out[seq] = _row(queue, seq, outcome, reason, 1, requests=1)
+        out[seq] = _row(queue, seq, outcome, detail, 1, requests=1)
         self._count(1)
 
     def _count(self, settled: int) -> None:

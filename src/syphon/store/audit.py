@@ -87,6 +87,11 @@ class AuditStore(Protocol):
         """A run's replay groups spread over several backlog queues."""
         ...
 
+    def held_before(self, held: DataFrame, run_id: str) -> DataFrame:
+        """Which of ``held`` (messages a run left waiting for the operator) an earlier
+        run left waiting too."""
+        ...
+
     def lease(self, run_id: str, ttl: timedelta) -> Lease:
         """The lease that keeps two runs from replaying at once."""
         ...
@@ -149,6 +154,10 @@ class TableStore(abc.ABC):
     def spread_groups(self, run_id: str) -> DataFrame | None:
         plan = self.run_rows(run_id, Stage.PLAN)
         return None if plan is None else queries.spread_groups(plan)
+
+    def held_before(self, held: DataFrame, run_id: str) -> DataFrame:
+        audit = self.audit()
+        return held.limit(0) if audit is None else queries.held_before(audit, held, run_id)
 
     def lease(self, run_id: str, ttl: timedelta) -> Lease:
         return Lease(self.location, run_id, ttl)

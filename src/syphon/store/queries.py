@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from syphon.core.ledger import RunRecord
+from syphon.core.naming import DEAD_LETTER_SUFFIX
 from syphon.core.schema import (
     AUDIT,
     AUDIT_FROM_PLANNED,
@@ -42,7 +43,8 @@ def plan_audit_rows(planned: DataFrame, run_id: str, recorded_at: datetime) -> D
         "stage": F.lit(Stage.PLAN),
         "recorded_at": F.lit(recorded_at).cast("timestamp"),
         "outcome": F.lit(Outcome.PLANNED),
-        "detail": F.lit(None),
+        # a discarded message's plan row keeps the operator's reason
+        "detail": F.col("detail") if "detail" in planned.columns else F.lit(None),
     }
     return planned.select(*[
         (run[c] if c in run else F.col(AUDIT_FROM_PLANNED.get(c, c))).cast(spark_type(_typed(c)))
@@ -128,6 +130,33 @@ def in_doubt_messages(audit: DataFrame, interrupted: list[str]) -> DataFrame:
     ).select("run_id", *PLACE)
     lost = planned.join(recorded, ["run_id", *PLACE], "left_anti")
     return doubt.unionByName(lost.drop("run_id"))
+
+
+def held_dead_letters(settled: DataFrame, planned: DataFrame) -> DataFrame:
+    """The messages a settle left in a dead-letter queue because they wait for the
+    operator (:data:`PLACE` columns): judged a duplicate, a conflict or invalid — no later
+    run sends them by itself. ``settled``: settle results; ``planned``: the run's plan
+    rows."""
+    from pyspark.sql import functions as F
+
+    left = settled.where(
+        (F.col("outcome") == Outcome.LEFT) & F.col("backlog_queue").endswith(DEAD_LETTER_SUFFIX)
+    ).select(*PLACE)
+    waiting = planned.where(~F.col("verdict").isin(Verdict.REPLAY, Verdict.UNSELECTED))
+    return left.join(waiting.select(*PLACE), list(PLACE), "left_semi")
+
+
+def held_before(audit: DataFrame, held: DataFrame, run_id: str) -> DataFrame:
+    """The messages of ``held`` (:data:`PLACE` columns) that an earlier run's settle
+    left where they are too: the operator was told then and has let them stay."""
+    from pyspark.sql import functions as F
+
+    earlier = audit.where(
+        (F.col("stage") == Stage.SETTLE)
+        & (F.col("outcome") == Outcome.LEFT)
+        & (F.col("run_id") != run_id)
+    ).select(*PLACE)
+    return held.join(earlier, list(PLACE), "left_semi")
 
 
 def starts_a_spread_group() -> Column:
