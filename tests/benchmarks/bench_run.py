@@ -1,8 +1,7 @@
-"""syphon run against the seed's loop, at network delays, credits per message, and the
-empty run.
+"""syphon run against the seed's loop, measured the way users run it: cold, as processes.
 
     .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000] [--delays 0,5]
-        [--warm] [--syphon-only] [--redrive]
+        [--sizes 5000,20000,60000] [--warm] [--syphon-only] [--redrive] [--no-floor]
 
 Both local Service Bus namespaces run in a child process (the same for both tools). The
 backlog: ``--messages`` messages (1 KB bodies) over 10 backlog queues, 50 destination
@@ -10,59 +9,79 @@ queues, 30% in sessions and 30% with partition keys, parked round-robin in batch
 20 per queue, so that a session's messages span backlog queues. Every message carries
 its place in its key's order (property ``n``, in backlog enqueue order).
 
-1. Baseline: the seed's loop written plainly with the same SDK: per backlog queue, one
-   after another, receive up to 100 in peek-lock, send each message on its own to its
-   ``x-ms-path``, complete it.
-2. ``syphon run`` (``syphon.job.run.run``, local Spark with 2 cores, Delta in a temporary
-   folder) on the same backlog, parked again with the same seed.
+Every tool runs as a process of its own, started cold, and is measured with its whole
+process tree (``proctree.py``: wall time, the CPU seconds of the command and of every
+process it starts — for syphon the Python driver, the JVM and the Python workers — and
+the tree's peak memory, PSS):
 
-Both tools run at each one-way delay of ``--delays`` (milliseconds; 0 is loopback): a
-delay proxy (tests/latency_proxy.py) in the server's process sits in front of each
-namespace's AMQP port and management API, so every round trip costs twice the delay;
-parking and checking go direct. After each, the destinations are drained and order
-violations counted per (destination, key): a message whose ``n`` is below the one
-received before it.
-Printed per delay and tool: wall time, messages/s, delivered, violations, credits per
-replayed message (billable operations: the baseline's receives, sends and completes;
-syphon's from its ledger: peeks, sends, receives, settlement requests), send
-transfers, settlement requests, and the CPU time the local Service Bus process spent
-serving each tool (both share the machine's 2 cores with it); then the ratio. Then the
-empty run: ``syphon run`` as a process on empty backlog queues, wall time and the
-ledger's operations, with discovery by management listing and by probing.
-``--syphon-only`` leaves the baseline out, to look at syphon's stages quickly.
+1. the floor: a process that builds syphon's Spark session with the config's settings
+   and runs one trivial DataFrame action (``spark.range(1).count()``) — what any
+   PySpark job pays before its first message;
+2. the seed's loop, written plainly with the same SDK: per backlog queue, one after
+   another, receive up to 100 in peek-lock, send each message on its own to its
+   ``x-ms-path``, complete it;
+3. ``syphon run`` (the command, local Spark with 2 cores, Delta in a temporary folder)
+   on the same backlog, parked again with the same seed.
+
+The loop and syphon run at each one-way delay of ``--delays`` (milliseconds; 0 is
+loopback): a delay proxy (tests/latency_proxy.py) in the server's process sits in front
+of each namespace's AMQP port and management API, so every round trip costs twice the
+delay; parking and checking go direct. After each, the destinations are drained and
+order violations counted per (destination, key): a message whose ``n`` is below the one
+received before it. Printed per delay and tool: wall time, messages/s, delivered,
+violations, credits per replayed message (billable operations: the loop's receives,
+sends and completes; syphon's from its ledger: peeks, sends, receives, settlement
+requests), send transfers, settlement requests, the CPU of the tool's process tree, its
+peak memory, and the CPU the local Service Bus process spent serving it; then the
+ratios, and syphon's fixed cost as a multiple of the floor.
+
+``--sizes`` runs ``syphon run`` cold once per size on loopback (the loop too, unless
+``--syphon-only``) and prints, between consecutive sizes, the marginal wall and CPU per
+message, per stage from the ledger's timings (the stages' own times are the driver's
+view: their CPU is the tree's, printed whole).
+
+``--warm`` adds a labelled row: ``syphon run`` inside the benchmark's own process, its
+Spark session started by an earlier run of 500 messages (a notebook, or a cluster's
+second run) — a warm figure no scheduled run sees.
 
 ``--redrive`` adds, at each delay, the dead-letter re-drive of the same messages: they
 are sent straight to their destinations (same keys, bodies and order) and dead-lettered
 there (reason ``bench``), then moved back into their queues, first by the loop an
 explorer tool runs (per dead-letter queue, receive up to 100 in peek-lock, send each on
-its own to its queue without the dead-letter properties, complete it), then, dead-lettered
-again, by ``syphon run --source redrive`` (a dead-letter source over every queue of the
-primary, found by one listing). The same figures are printed for both, in rows
-``dlq-loop`` and ``dlq-syphon`` under the backlog's.
+its own to its queue without the dead-letter properties, complete it), then,
+dead-lettered again, by ``syphon run --source redrive`` (a dead-letter source over every
+queue of the primary, found by one listing), both as processes. Rows ``dlq-loop`` and
+``dlq-syphon``.
 
-The first syphon run of an invocation also starts the Spark session (about 5 s, in its
-wall time) and warms its JVM and Python workers; later ones reuse them, as a notebook or
-a second run on a cluster would. ``--warm`` runs syphon once on 500 messages before
-measuring, so that every measured run is a warm one.
+Last, the empty run: ``syphon run`` as a process on empty backlog queues, with discovery
+by management listing and by probing.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import multiprocessing
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: latency_proxy.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # proctree.py
+
+from proctree import TreeUsage, become_subreaper, run_measured
 
 from syphon.app.services import build_context, run_with_report
 from syphon.core.configfile import load_config
@@ -258,6 +277,10 @@ def drain_and_check(primary: str) -> tuple[int, int]:
     return received, violations
 
 
+#: Extra ``spark.conf`` settings for syphon's config (``--spark-conf``).
+SPARK_CONF: dict[str, str] = {}
+
+
 def write_config(tmp: Path, ns: dict[str, Any], discovery: str = "management") -> Path:
     os.environ["BENCH_SECONDARY"] = ns["secondary"]["conn"]
     os.environ["BENCH_PRIMARY"] = ns["primary"]["conn"]
@@ -282,163 +305,310 @@ audit:
 sources:
   - {{name: backlog, kind: backlog}}
   - {{name: redrive, kind: dead_letter, namespace: {PRIMARY}}}
-""",
+{spark_section()}""",
         encoding="utf-8",
     )
     return conf
 
 
+def spark_section() -> str:
+    if not SPARK_CONF:
+        return ""
+    return "spark:\n  conf:\n" + "".join(f'    {k}: "{v}"\n' for k, v in SPARK_CONF.items())
+
+
 def empty_run(conf: Path) -> tuple[float, str, dict[str, Any]]:
     """``syphon run`` as a process on the empty backlog: (wall, status, operations)."""
-    syphon = Path(sys.executable).with_name("syphon")
     clock = time.monotonic()
-    proc = subprocess.run([str(syphon), "run", "--config", str(conf)], capture_output=True,
+    proc = subprocess.run([str(SYPHON), "run", "--config", str(conf)], capture_output=True,
                           text=True, env=os.environ, check=False)  # fmt: skip
     wall = time.monotonic() - clock
-    from syphon.store.deltars import DeltaRsStore
-
-    last = DeltaRsStore(load_config(conf).audit.path, lambda: None).runs()[-1]  # type: ignore[arg-type,return-value]
+    last = ledger(conf)[-1]
     spark_started = "Spark" in proc.stderr and "session ready" in proc.stderr
     status = f"{last.status} (exit {proc.returncode}, Spark started: {spark_started})"
     return wall, status, last.operations.as_map()
 
 
-def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
-            with_baseline: bool = True, redrive: bool = False) -> list[Any]:  # fmt: skip
-    """Both tools on the same work through the endpoints ``ns`` (parking and checking go
-    direct): the backlog drain, or (``redrive``) the dead-letter re-drive (see the module
-    docstring). Returns a row per tool, and syphon's run result."""
-    from syphon.job.sources import run_source
+SYPHON = Path(sys.executable).with_name("syphon")
 
+#: The floor: syphon's Spark session, from the config, and one trivial action.
+FLOOR = """
+import sys
+from syphon.app.spark import build_spark_session
+from syphon.core.configfile import load_config
+spark = build_spark_session(load_config(sys.argv[1]).spark)
+assert spark.range(1).count() == 1
+"""
+
+
+def ledger(conf: Path) -> list[Any]:
+    """The run ledger of the audit ``conf`` names."""
+    from syphon.store.deltars import DeltaRsStore
+
+    return DeltaRsStore(load_config(conf).audit.path, lambda: None).runs()  # type: ignore[arg-type,return-value]
+
+
+@dataclass
+class Row:
+    """One tool's run: its figures and, for syphon, its ledger's final record."""
+
+    name: str
+    usage: TreeUsage
+    moved: int
+    received: int = 0
+    violations: int = 0
+    credits: float = 0.0
+    transfers: int = 0
+    settles: int = 0
+    sb_cpu: float = 0.0
+    record: Any = None
+
+
+def loop_child(kind: str) -> None:
+    """The loop, as its own process (``bench_run.py _loop backlog|redrive``): prints
+    the messages it moved and its operations as JSON."""
+    secondary, primary = os.environ["BENCH_LOOP_SECONDARY"], os.environ["BENCH_LOOP_PRIMARY"]
+    moved, ops = baseline(secondary, primary) if kind == "backlog" else baseline_redrive(primary)
+    print(json.dumps({"moved": moved, "ops": ops}))
+
+
+def floor(conf: Path) -> TreeUsage:
+    usage = run_measured([sys.executable, "-c", FLOOR, str(conf)])
+    if usage.returncode:
+        raise RuntimeError(f"the floor failed: {usage.stderr[-2000:]}")
+    return usage
+
+
+def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
+            tmp: Path, with_loop: bool = True, redrive: bool = False) -> list[Row]:  # fmt: skip
+    """The loop and ``syphon run``, each a cold process, on the same work through the
+    endpoints ``ns`` (parking and checking go direct): the backlog drain, or
+    (``redrive``) the dead-letter re-drive (see the module docstring)."""
     if redrive:
         names, source = ("dlq-loop", "dlq-syphon"), "redrive"
 
         def fill() -> None:
             park_dead_letters(direct["primary"]["conn"], total)
-
-        def loop() -> tuple[int, dict[str, int]]:
-            return baseline_redrive(ns["primary"]["conn"])
     else:
-        names, source = ("baseline", "syphon"), "backlog"
+        names, source = ("loop", "syphon"), "backlog"
 
         def fill() -> None:
             park(direct["secondary"]["conn"], total)
 
-        def loop() -> tuple[int, dict[str, int]]:
-            return baseline(ns["secondary"]["conn"], ns["primary"]["conn"])
-
     rows = []
-    if with_baseline:
+    if with_loop:
         fill()
-        clock, cpu = time.monotonic(), cpu_seconds(pid)
-        moved, ops = loop()
-        wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
+        env = {**os.environ, "BENCH_LOOP_SECONDARY": ns["secondary"]["conn"],
+               "BENCH_LOOP_PRIMARY": ns["primary"]["conn"]}  # fmt: skip
+        cpu = cpu_seconds(pid)
+        usage = run_measured([sys.executable, __file__, "_loop", source], env=env)
+        sb_cpu = cpu_seconds(pid) - cpu
+        if usage.returncode:
+            raise RuntimeError(f"the loop failed: {usage.stderr[-2000:]}")
+        done = json.loads(usage.stdout.strip().splitlines()[-1])
         received, bad = drain_and_check(direct["primary"]["conn"])
-        rows.append((names[0], wall, moved, received, bad, sum(ops.values()) / moved, cpu_s,
-                     ops["sends"], ops["completes"]))  # fmt: skip
+        moved, ops = done["moved"], done["ops"]
+        rows.append(Row(names[0], usage, moved, received, bad, sum(ops.values()) / moved,
+                        ops["sends"], ops["completes"], sb_cpu))  # fmt: skip
 
     fill()
-    with tempfile.TemporaryDirectory() as tmp:
-        config = load_config(write_config(Path(tmp), ns))
-        clock, cpu = time.monotonic(), cpu_seconds(pid)
-        ctx = build_context(config)
-        result = run_with_report(ctx, source=run_source(ctx, source))
-        wall, cpu_s = time.monotonic() - clock, cpu_seconds(pid) - cpu
+    conf = write_config(tmp, ns)
+    run_id = f"bench-{source}-{total}-{uuid.uuid4().hex[:6]}"
+    cpu = cpu_seconds(pid)
+    usage = run_measured([str(SYPHON), "run", "--config", str(conf), "--source", source,
+                          "--run-id", run_id], env=os.environ)  # fmt: skip
+    sb_cpu = cpu_seconds(pid) - cpu
+    if usage.returncode not in (0, 5):
+        raise RuntimeError(f"syphon run exited {usage.returncode}: {usage.stderr[-3000:]}")
+    received, bad = drain_and_check(direct["primary"]["conn"])
+    record = [r for r in ledger(conf) if r.run_id == run_id and r.finished_at is not None][-1]
+    o = record.operations
+    sent = o.replay_messages_sent or 0
+    credits = o.credits_estimated / max(sent, 1)
+    transfers, settles = o.replay_send_transfers or 0, o.settle_requests or 0
+    rows.append(Row(names[1], usage, sent, received, bad, credits, transfers, settles, sb_cpu,
+                    record))  # fmt: skip
+    return rows
+
+
+def warm_row(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
+             tmp: Path) -> Row:  # fmt: skip
+    """``syphon run`` in this process after a 500-message run started its session: a
+    warm figure (labelled as such), the CPU of this process and its children."""
+    park(direct["secondary"]["conn"], 500)
+    run_with_report(build_context(load_config(write_config(tmp, direct))))
+    drain_and_check(direct["primary"]["conn"])
+    park(direct["secondary"]["conn"], total)
+    config = load_config(write_config(tmp, ns))
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    clock, cpu = time.monotonic(), cpu_seconds(pid)
+    result = run_with_report(build_context(config))
+    wall, sb_cpu = time.monotonic() - clock, cpu_seconds(pid) - cpu
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    spent = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     received, bad = drain_and_check(direct["primary"]["conn"])
     o = result.operations
     sent = o.replay_messages_sent or 0
-    rows.append((names[1], wall, sent, received, bad, o.credits_estimated / max(sent, 1), cpu_s,
-                 o.replay_send_transfers or 0, o.settle_requests or 0))  # fmt: skip
-    return [rows, result]
+    # the JVM and its workers are this process's children, alive: their CPU from /proc
+    usage = TreeUsage(wall, spent, 0, {"driver": spent})
+    return Row("warm", usage, sent, received, bad, o.credits_estimated / max(sent, 1),
+               o.replay_send_transfers or 0, o.settle_requests or 0, sb_cpu, result)  # fmt: skip
+
+
+def print_rows(
+    total: int, table: list[tuple[float, list[Row]]], floor_usage: TreeUsage | None
+) -> None:
+    head = (f"{'delay':>6} {'tool':<10} {'wall s':>8} {'msg/s':>8} {'delivered':>10} "
+            f"{'violations':>10} {'credits/msg':>11} {'transfers':>9} {'settle req':>10} "
+            f"{'CPU s':>7} {'CPU ms/msg':>10} {'peak GB':>8} {'SB CPU s':>8}")  # fmt: skip
+    print(f"{total:,} messages, every tool a cold process (but the row warm)")
+    print(head)
+    for delay, rows in table:
+        for r in rows:
+            u = r.usage
+            peak = f"{u.peak_pss / 1e9:>8.2f}" if u.peak_pss else f"{'-':>8}"
+            print(f"{delay:>4g}ms {r.name:<10} {u.wall:>8.1f} {r.moved / u.wall:>8,.0f} "
+                  f"{r.received:>10,} {r.violations:>10} {r.credits:>11.3f} {r.transfers:>9,} "
+                  f"{r.settles:>10,} {u.cpu:>7.1f} {1000 * u.cpu / max(r.moved, 1):>10.2f} "
+                  f"{peak} {r.sb_cpu:>8.1f}")  # fmt: skip
+        walls = {r.name: r.usage.wall for r in rows}
+        for loop, tool in (("loop", "syphon"), ("loop", "warm"), ("dlq-loop", "dlq-syphon")):
+            if loop in walls and tool in walls:
+                print(f"{'':>6} ratio      {walls[loop] / walls[tool]:>8.2f}x  ({tool} against "
+                      f"{loop}, wall)")  # fmt: skip
+        for r in rows:
+            if r.name in ("syphon", "dlq-syphon"):
+                kinds = ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.usage.by_kind.items()))
+                print(f"{'':>6} {r.name} CPU by process (sampled): {kinds}")
+                print(f"{'':>6} {r.name} stages: " + ", ".join(
+                    f"{k} {v:.1f} s" for k, v in r.record.timings.as_map().items()))  # fmt: skip
+                if floor_usage is not None:
+                    print(f"{'':>6} {r.name} against the floor: wall "
+                          f"{r.usage.wall / floor_usage.wall:.2f}x, CPU "
+                          f"{r.usage.cpu / floor_usage.cpu:.2f}x")  # fmt: skip
+
+
+def print_sizes(sizes: list[tuple[int, Row, Row | None]]) -> None:
+    """Cold runs by size on loopback, and the margins between consecutive sizes."""
+    print("sizes (loopback, cold processes):")
+    print(f"{'messages':>9} {'syphon wall':>11} {'CPU s':>7} {'peak GB':>8} "
+          f"{'loop wall':>10} {'loop CPU':>9}  stages")  # fmt: skip
+    for n, r, loop in sizes:
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in r.record.timings.as_map().items())
+        lw = f"{loop.usage.wall:>10.1f} {loop.usage.cpu:>9.1f}" if loop else f"{'-':>10} {'-':>9}"
+        print(f"{n:>9,} {r.usage.wall:>11.1f} {r.usage.cpu:>7.1f} "
+              f"{r.usage.peak_pss / 1e9:>8.2f} {lw}  {stages}")  # fmt: skip
+    for (n0, a, la), (n1, b, lb) in itertools.pairwise(sizes):
+        dn = n1 - n0
+        ta, tb = a.record.timings.as_map(), b.record.timings.as_map()
+        per_stage = ", ".join(f"{k} {1000 * (tb.get(k, 0) - ta.get(k, 0)) / dn:.3f}"
+                              for k in tb)  # fmt: skip
+        loop = ""
+        if la is not None and lb is not None:
+            loop = (f"; loop wall {1000 * (lb.usage.wall - la.usage.wall) / dn:.3f} ms, CPU "
+                    f"{1000 * (lb.usage.cpu - la.usage.cpu) / dn:.3f} ms")  # fmt: skip
+        print(f"  {n0:,} -> {n1:,}, per extra message: syphon wall "
+              f"{1000 * (b.usage.wall - a.usage.wall) / dn:.3f} ms, CPU "
+              f"{1000 * (b.usage.cpu - a.usage.cpu) / dn:.3f} ms{loop}; stages (ms): "
+              f"{per_stage}")  # fmt: skip
+    if sizes:
+        n, r, _ = sizes[0]
+        if len(sizes) > 1:
+            n1, r1, _ = sizes[1]
+            fixed_wall = r.usage.wall - n * (r1.usage.wall - r.usage.wall) / (n1 - n)
+            fixed_cpu = r.usage.cpu - n * (r1.usage.cpu - r.usage.cpu) / (n1 - n)
+            print(f"  fixed cost (extrapolated to 0 messages): wall {fixed_wall:.1f} s, CPU "
+                  f"{fixed_cpu:.1f} s")  # fmt: skip
 
 
 def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "_loop":
+        loop_child(sys.argv[2])
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument(
         "--delays", default="0,5", help="one-way network delays to measure at, in ms (default 0,5)"
     )
     parser.add_argument(
+        "--sizes", default="",
+        help="backlog sizes for cold syphon runs on loopback, e.g. 5000,20000,60000: the "
+             "marginal cost per message between sizes",
+    )  # fmt: skip
+    parser.add_argument(
         "--warm", action="store_true",
-        help="run syphon once on a small backlog first, so that every measured run finds "
-             "the Spark session started and its JVM and Python workers warm (a notebook "
-             "or a cluster's second run) rather than paying for them (spark-submit)",
+        help="add a row of syphon run inside this process with its Spark session started "
+             "by an earlier run (a notebook, a cluster's second run): a warm figure",
     )  # fmt: skip
     parser.add_argument(
         "--syphon-only", action="store_true",
-        help="leave the baseline out (to profile syphon's stages; no ratio is printed)",
+        help="leave the loop out (to profile syphon's stages; no ratio is printed)",
     )  # fmt: skip
     parser.add_argument(
         "--redrive", action="store_true",
         help="also re-drive the same messages from their queues' dead-letter queues, by "
              "the explorer tools' loop and by syphon run --source redrive",
     )  # fmt: skip
+    parser.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+        help="a Spark setting for syphon's config (and the floor's), e.g. to try JVM options "
+             "or turn on the event log (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--no-floor", action="store_true",
+                        help="leave out the floor (Spark's start and one action)")  # fmt: skip
     args = parser.parse_args()
+    SPARK_CONF.update(dict(kv.split("=", 1) for kv in args.spark_conf))
+    become_subreaper()
     total = args.messages
-    delays = sorted({0.0, *(float(d) for d in args.delays.split(","))})
+    delays = [float(d) for d in args.delays.split(",") if d != ""]
+    sizes = [int(n) for n in args.sizes.split(",") if n]
     ctx = multiprocessing.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
-    server = ctx.Process(target=serve, args=(ready, stop, delays), daemon=True)
+    server = ctx.Process(target=serve, args=(ready, stop, sorted({0.0, *delays})), daemon=True)
     server.start()
     info = ready.get(timeout=60)
-    direct = info["at"][0.0]
+    direct, pid = info["at"][0.0], info["pid"]
     try:
-        if args.warm:
-            clock = time.monotonic()
-            park(direct["secondary"]["conn"], 500)
-            with tempfile.TemporaryDirectory() as tmp:
-                run_with_report(build_context(load_config(write_config(Path(tmp), direct))))
-            drain_and_check(direct["primary"]["conn"])
-            print(
-                f"warm-up run (500 messages, Spark session started): "
-                f"{time.monotonic() - clock:.1f} s",
-                flush=True,
-            )
-        table = []
-        for delay in (float(d) for d in args.delays.split(",")):
-            rows, result = measure(info["at"][delay], direct, info["pid"], total,
-                                   not args.syphon_only)  # fmt: skip
-            table.append((delay, rows))
-            ratio = "" if args.syphon_only else (
-                f"syphon / baseline {rows[0][1] / rows[-1][1]:.2f}x faster ")  # fmt: skip
-            print(f"{delay:g} ms one way: {ratio}(status {result.status}; stages: "
-                  + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.as_map().items())
-                  + ")", flush=True)  # fmt: skip
-            print(
-                "  syphon operations: "
-                + ", ".join(f"{k} {v}" for k, v in sorted(result.operations.as_map().items())),
-                flush=True,
-            )
-            if args.redrive:
-                more, again = measure(info["at"][delay], direct, info["pid"], total,
-                                      not args.syphon_only, redrive=True)  # fmt: skip
-                rows += more
-                print(f"{delay:g} ms one way, re-drive: (status {again.status}; stages: "
-                      + ", ".join(f"{k} {v:.1f} s" for k, v in again.timings.as_map().items())
-                      + ")", flush=True)  # fmt: skip
-
-        head = (f"{'delay':>6} {'tool':<9} {'wall s':>8} {'msg/s':>8} {'delivered':>10} "
-                f"{'violations':>11} {'credits/msg':>12} {'transfers':>10} {'settle req':>11} "
-                f"{'SB CPU s':>9}")  # fmt: skip
-        print(f"{total:,} messages")
-        print(head)
-        for delay, rows in table:
-            for name, wall, n, received, bad, credits, cpu_s, transfers, settles in rows:
-                print(f"{delay:>4g}ms {name:<9} {wall:>8.1f} {n / wall:>8,.0f} {received:>10,} "
-                      f"{bad:>11} {credits:>12.3f} {transfers:>10,} {settles:>11,} "
-                      f"{cpu_s:>9.1f}")  # fmt: skip
-            walls = {name: wall for name, wall, *_ in rows}
-            for loop, tool in (("baseline", "syphon"), ("dlq-loop", "dlq-syphon")):
-                if loop in walls and tool in walls:
-                    print(f"{'':>6} ratio     {walls[loop] / walls[tool]:>8.2f}x  ({tool})")
-
-        for discovery in ("management", "probe"):
-            with tempfile.TemporaryDirectory() as tmp:
-                wall, status, ops = empty_run(write_config(Path(tmp), direct, discovery))
-            shown = {k: v for k, v in ops.items() if v}
-            print(
-                f"empty run, discovery by {discovery}: {wall:.2f} s, {status}, operations {shown}"
-            )
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            floor_usage = None
+            if not args.no_floor:
+                floor_usage = floor(write_config(root, direct))
+                print(f"floor (a process: Spark session + one action): wall "
+                      f"{floor_usage.wall:.1f} s, CPU {floor_usage.cpu:.1f} s, peak "
+                      f"{floor_usage.peak_pss / 1e9:.2f} GB", flush=True)  # fmt: skip
+            table = []
+            for delay in delays:
+                rows = measure(info["at"][delay], direct, pid, total, root, not args.syphon_only)
+                if args.redrive:
+                    rows += measure(info["at"][delay], direct, pid, total, root,
+                                    not args.syphon_only, redrive=True)  # fmt: skip
+                table.append((delay, rows))
+                print(f"{delay:g} ms one way: " + ", ".join(
+                    f"{r.name} {r.usage.wall:.1f} s" for r in rows), flush=True)  # fmt: skip
+            if args.warm:
+                table.append((0.0, [next(r for d, rs in table if d == 0 for r in rs
+                                         if r.name == "loop"),
+                                    warm_row(direct, direct, pid, total, root)]))  # fmt: skip
+            print_rows(total, table, floor_usage)
+            by_size = []
+            for n in sizes:
+                rows = measure(direct, direct, pid, n, root, not args.syphon_only)
+                loop = rows[0] if len(rows) > 1 else None
+                by_size.append((n, rows[-1], loop))
+                print(f"size {n:,}: syphon {rows[-1].usage.wall:.1f} s", flush=True)
+            if by_size:
+                print_sizes(by_size)
+                if floor_usage is not None:
+                    n, r, _ = by_size[0]
+                    print(f"  {n:,} messages against the floor: wall "
+                          f"{r.usage.wall / floor_usage.wall:.2f}x, CPU "
+                          f"{r.usage.cpu / floor_usage.cpu:.2f}x")  # fmt: skip
+            for discovery in ("management", "probe"):
+                wall, status, ops = empty_run(write_config(root, direct, discovery))
+                shown = {k: v for k, v in ops.items() if v}
+                print(f"empty run, discovery by {discovery}: {wall:.2f} s, {status}, "
+                      f"operations {shown}")  # fmt: skip
     finally:
         stop.set()
         server.join(timeout=30)
