@@ -331,12 +331,17 @@ def empty_run(conf: Path) -> tuple[float, str, dict[str, Any]]:
 
 SYPHON = Path(sys.executable).with_name("syphon")
 
-#: The floor: syphon's Spark session, from the config, and one trivial action.
+#: The command measured as ``syphon``: a profiler may be put in front of it, e.g.
+#: ``BENCH_SYPHON_PREFIX="py-spy record -s -o /tmp/run.svg --"`` (see the README).
+SYPHON_PREFIX = os.environ.get("BENCH_SYPHON_PREFIX", "").split()
+
+#: The floor: syphon's Spark session, from the config and fitted to the run's size as
+#: syphon fits it, and one trivial action.
 FLOOR = """
 import sys
 from syphon.app.spark import build_spark_session
 from syphon.core.configfile import load_config
-spark = build_spark_session(load_config(sys.argv[1]).spark)
+spark = build_spark_session(load_config(sys.argv[1]).spark, expected_messages=int(sys.argv[2]))
 assert spark.range(1).count() == 1
 """
 
@@ -372,8 +377,8 @@ def loop_child(kind: str) -> None:
     print(json.dumps({"moved": moved, "ops": ops}))
 
 
-def floor(conf: Path) -> TreeUsage:
-    usage = run_measured([sys.executable, "-c", FLOOR, str(conf)])
+def floor(conf: Path, messages: int) -> TreeUsage:
+    usage = run_measured([sys.executable, "-c", FLOOR, str(conf), str(messages)])
     if usage.returncode:
         raise RuntimeError(f"the floor failed: {usage.stderr[-2000:]}")
     return usage
@@ -415,7 +420,7 @@ def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
     conf = write_config(tmp, ns)
     run_id = f"bench-{source}-{total}-{uuid.uuid4().hex[:6]}"
     cpu = cpu_seconds(pid)
-    usage = run_measured([str(SYPHON), "run", "--config", str(conf), "--source", source,
+    usage = run_measured([*SYPHON_PREFIX, str(SYPHON), "run", "--config", str(conf), "--source", source,
                           "--run-id", run_id], env=os.environ)  # fmt: skip
     sb_cpu = cpu_seconds(pid) - cpu
     if usage.returncode not in (0, 5):
@@ -573,7 +578,8 @@ def main() -> None:
             root = Path(tmp)
             floor_usage = None
             if not args.no_floor:
-                floor_usage = floor(write_config(root, direct))
+                # the session's settings depend on the run's size: the smallest measured
+                floor_usage = floor(write_config(root, direct), min([total, *sizes]))
                 print(f"floor (a process: Spark session + one action): wall "
                       f"{floor_usage.wall:.1f} s, CPU {floor_usage.cpu:.1f} s, peak "
                       f"{floor_usage.peak_pss / 1e9:.2f} GB", flush=True)  # fmt: skip

@@ -438,3 +438,26 @@ def test_only_destination_unknown_rows_name_unknown_destinations(spark: Any) -> 
     planned = spark.createDataFrame(rows, "verdict string, reason string, primary string, "
                                           "destination string")  # fmt: skip
     assert _unknown_destinations(planned) == [("p", "gone")]
+
+
+def test_the_session_is_told_how_many_messages_the_discovery_counted(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local session is fitted to the run's size (syphon.app.spark.QUICK_START_MESSAGES):
+    the discovery's counts reach the factory before the session starts."""
+    from syphon.app.services import build_context, run_with_report
+
+    for queue, n in ((0, 3), (1, 4)):
+        send_raw(pair, queue, [to_backlog_message(
+            ServiceBusMessage(f"c{queue}-{i}".encode(), message_id=f"c{queue}-{i}"), "orders")
+            for i in range(n)])  # fmt: skip
+    config = job_config(pair, tmp_path, monkeypatch)
+    told: list[int | None] = []
+
+    def factory() -> Any:
+        told.append(ctx.spark.expected_messages)
+        return spark
+
+    ctx = build_context(config, spark_factory=factory)
+    assert run_with_report(ctx).status == "done"
+    assert told == [7]

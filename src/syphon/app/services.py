@@ -40,8 +40,11 @@ def build_context(
     """
     namespaces = resolve_namespaces(config, dbutils_get, environ)
     location = resolve_location(config.audit, dbutils_get, environ)
-    factory = spark_factory or (lambda: build_spark_session(config.spark, dbutils_get))
-    spark = SparkOnDemand(factory)
+
+    def session() -> SparkSession:
+        return build_spark_session(config.spark, dbutils_get, spark.expected_messages)
+
+    spark = SparkOnDemand(spark_factory or session)
     return RunContext(config, namespaces, open_store(config.audit, spark, location), spark)
 
 

@@ -18,11 +18,18 @@ if TYPE_CHECKING:
 
 class SparkOnDemand:
     """Starts the Spark session the first time it is called, then returns it. A run that
-    needs no Spark (an empty one) never calls it."""
+    needs no Spark (an empty one) never calls it.
+
+    Attributes:
+        expected_messages: how many messages the run expects to read, when the caller
+            knows before the session starts (the discovery's counts); the factory may
+            fit a local session to it (:func:`syphon.app.spark.build_spark_session`).
+    """
 
     def __init__(self, factory: Callable[[], SparkSession]) -> None:
         self._factory = factory
         self._session: SparkSession | None = None
+        self.expected_messages: int | None = None
 
     def __call__(self) -> SparkSession:
         if self._session is None:

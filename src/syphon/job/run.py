@@ -86,6 +86,9 @@ def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None 
             refused = _refused_primary(ctx, source)
             if refused is not None:
                 return ledger.failed(*refused)
+            counts = [q.message_count for q in queues if q.unreadable is None]
+            if None not in counts:  # a local session is fitted to it
+                ctx.spark.expected_messages = sum(c or 0 for c in counts)
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, LeaseState):
                     return ledger.busy(lease, ctx.config.run.lease_seconds)

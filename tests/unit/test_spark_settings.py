@@ -1,0 +1,55 @@
+"""A local session fitted to the run: a run that expects few messages starts its JVM
+with the client compiler and plans without code generation (its fixed cost halves); a
+large run, one of unknown size, and a session on a cluster keep Spark's defaults; the
+config's own settings always win."""
+
+from __future__ import annotations
+
+import pytest
+
+from syphon.app.spark import (
+    QUICK_START_CONF,
+    QUICK_START_JAVA_OPTIONS,
+    QUICK_START_MESSAGES,
+    spark_settings,
+)
+from syphon.core.config import SparkConfig
+
+JAVA = "spark.driver.extraJavaOptions"
+
+
+def quick(settings: dict[str, str]) -> bool:
+    return QUICK_START_JAVA_OPTIONS in settings.get(JAVA, "") and all(
+        settings.get(k) == v for k, v in QUICK_START_CONF.items()
+    )
+
+
+@pytest.mark.parametrize("messages", [1, 20_000, QUICK_START_MESSAGES])
+def test_a_local_run_of_few_messages_starts_quickly(messages: int) -> None:
+    assert quick(spark_settings(SparkConfig(master="local[2]"), expected_messages=messages))
+
+
+@pytest.mark.parametrize("messages", [QUICK_START_MESSAGES + 1, 10_000_000, None])
+def test_a_large_run_or_one_of_unknown_size_keeps_the_full_jit(messages: int | None) -> None:
+    settings = spark_settings(SparkConfig(master="local[2]"), expected_messages=messages)
+    assert JAVA not in settings
+    assert not set(QUICK_START_CONF) & set(settings)
+
+
+def test_a_session_on_a_cluster_is_never_changed() -> None:
+    for master in (None, "spark://cluster:7077", "yarn"):
+        settings = spark_settings(SparkConfig(master=master), expected_messages=10)
+        assert not quick(settings)
+        assert JAVA not in settings
+
+
+def test_the_configs_own_settings_win_over_a_quick_start() -> None:
+    config = SparkConfig(
+        master="local[2]",
+        conf={JAVA: "-XX:TieredStopAtLevel=4 -Xmx8g", "spark.sql.adaptive.enabled": "true"},
+    )
+    settings = spark_settings(config, expected_messages=10)
+    # the JVM takes the last of two settings of one option: the config's
+    assert settings[JAVA] == f"{QUICK_START_JAVA_OPTIONS} -XX:TieredStopAtLevel=4 -Xmx8g"
+    assert settings["spark.sql.adaptive.enabled"] == "true"
+    assert settings["spark.sql.codegen.wholeStage"] == "false"
