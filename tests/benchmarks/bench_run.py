@@ -420,8 +420,8 @@ def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
     conf = write_config(tmp, ns)
     run_id = f"bench-{source}-{total}-{uuid.uuid4().hex[:6]}"
     cpu = cpu_seconds(pid)
-    usage = run_measured([*SYPHON_PREFIX, str(SYPHON), "run", "--config", str(conf), "--source", source,
-                          "--run-id", run_id], env=os.environ)  # fmt: skip
+    command = [*SYPHON_PREFIX, str(SYPHON), "run", "--config", str(conf), "--source", source]
+    usage = run_measured([*command, "--run-id", run_id], env=os.environ)
     sb_cpu = cpu_seconds(pid) - cpu
     if usage.returncode not in (0, 5):
         raise RuntimeError(f"syphon run exited {usage.returncode}: {usage.stderr[-3000:]}")
