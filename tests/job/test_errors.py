@@ -187,38 +187,31 @@ def test_a_wrong_key_for_the_secondary_exits_3_with_a_fix_before_spark(
     assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1
 
 
-def test_a_primary_key_without_send_rights_exits_3_naming_the_primary(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
-    park_one(pair)
-    job_config(pair, tmp_path, monkeypatch)
-    monkeypatch.setenv("PAIR_TEST_PRIMARY", pair.primary.connection_string_for("listen-only"))
-    code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys,
-                                       "whose primary holds no Send right")  # fmt: skip
-    assert code == ExitCode.DENIED, out + err
-    assert fix_lines(out) == [
-        f"fix: the primary namespace {PRIMARY} refused the credentials: check the key name "
-        "and key of primaries.0.connection_string (Send rights, and Manage to read the "
-        "destinations' settings)"
-    ]
-    assert pair.primary.broker.entity("orders").messages == {}
-    assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1
+WRONG_KEY = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
 
 
-def test_a_wrong_key_for_a_primary_exits_3_naming_it_before_spark_and_the_snapshot(
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        (("listen-only", None), "whose primary holds no Send right"),
+        (("RootManageSharedAccessKey", WRONG_KEY), "whose primary refused its key"),
+    ],
+)
+def test_a_primary_that_refuses_the_credentials_exits_3_naming_it_before_spark(
     pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+    key: tuple[str, str | None], why: str,
 ) -> None:  # fmt: skip
-    """Found at once, as the secondary's: not after Spark started and the whole backlog
-    was peeked, with the management API's refusal as a warning on the way."""
+    """A key without Send rights, or a wrong key: found at once, as the secondary's, not
+    after Spark started and the whole backlog was peeked (with the management API's
+    refusal as a warning on the way)."""
     park_one(pair)
     job_config(pair, tmp_path, monkeypatch)
-    wrong = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
-    name = "RootManageSharedAccessKey"
-    monkeypatch.setenv("PAIR_TEST_PRIMARY", pair.primary.connection_string_for(name, wrong))
-    code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys,
-                                       "whose primary refused its key")  # fmt: skip
+    name, secret = key
+    connection = (pair.primary.connection_string_for(name) if secret is None
+                  else pair.primary.connection_string_for(name, secret))  # fmt: skip
+    monkeypatch.setenv("PAIR_TEST_PRIMARY", connection)
+    code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys, why)
     assert code == ExitCode.DENIED, out + err
     assert fix_lines(out) == [
         f"fix: the primary namespace {PRIMARY} refused the credentials: check the key name "
@@ -226,6 +219,6 @@ def test_a_wrong_key_for_a_primary_exits_3_naming_it_before_spark_and_the_snapsh
         "destinations' settings)"
     ]
     assert "did not answer" not in caplog.text  # no management listing was tried
-    assert wrong not in out + err + caplog.text
+    assert WRONG_KEY not in out + err + caplog.text
     assert pair.primary.broker.entity("orders").messages == {}
     assert len(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages) == 1
