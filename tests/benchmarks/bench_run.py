@@ -417,8 +417,11 @@ def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
                         ops["sends"], ops["completes"], sb_cpu))  # fmt: skip
 
     fill()
-    conf = write_config(tmp, ns)
     run_id = f"bench-{source}-{total}-{uuid.uuid4().hex[:6]}"
+    # an audit of its own: the same MessageIds are parked for every run, and an earlier
+    # run's audit would make them duplicates
+    (tmp / run_id).mkdir()
+    conf = write_config(tmp / run_id, ns)
     cpu = cpu_seconds(pid)
     command = [*SYPHON_PREFIX, str(SYPHON), "run", "--config", str(conf), "--source", source]
     usage = run_measured([*command, "--run-id", run_id], env=os.environ)
@@ -441,10 +444,12 @@ def warm_row(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
     """``syphon run`` in this process after a 500-message run started its session: a
     warm figure (labelled as such), the CPU of this process and its children."""
     park(direct["secondary"]["conn"], 500)
-    run_with_report(build_context(load_config(write_config(tmp, direct))))
+    (tmp / "warm").mkdir()
+    run_with_report(build_context(load_config(write_config(tmp / "warm", direct))))
     drain_and_check(direct["primary"]["conn"])
     park(direct["secondary"]["conn"], total)
-    config = load_config(write_config(tmp, ns))
+    (tmp / "warm-measured").mkdir()
+    config = load_config(write_config(tmp / "warm-measured", ns))
     before = resource.getrusage(resource.RUSAGE_SELF)
     clock, cpu = time.monotonic(), cpu_seconds(pid)
     result = run_with_report(build_context(config))
