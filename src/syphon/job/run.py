@@ -134,12 +134,7 @@ def _refused_primary(ctx: RunContext, source: RunSource) -> tuple[BaseException,
     """The error of the first primary the source sends to that refuses the credentials,
     with that primary; checked before the lease and Spark, as the secondary's are by the
     discovery: a wrong key is found in a second, not after the whole snapshot."""
-    primaries = [ctx.namespaces.primaries[name] for name in source.sends_to(ctx)]
-    refused = refused_credentials(primaries)
-    if refused is None:
-        return None
-    access, error = refused
-    return error, access
+    return refused_credentials([ctx.namespaces.primaries[n] for n in source.sends_to(ctx)])
 
 
 @contextlib.contextmanager

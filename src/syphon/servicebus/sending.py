@@ -59,9 +59,10 @@ class Sent:
 CREDENTIALS_CHECK_ENTITY = "syphon-credentials-check"
 
 
-def refused_credentials(namespaces: Iterable[Access]) -> tuple[Access, BaseException] | None:
-    """The first namespace (in the order given) that refuses its credentials for sending,
-    with the SDK's error; None when every one accepts them. Nothing is sent.
+def refused_credentials(namespaces: Iterable[Access]) -> tuple[BaseException, Access] | None:
+    """The SDK's error of the first namespace (in the order given) that refuses its
+    credentials for sending, with that namespace; None when every one accepts them.
+    Nothing is sent.
 
     Each is checked by attaching a sender link to :data:`CREDENTIALS_CHECK_ENTITY`, side
     by side: the SDK first puts a token for it (CBS), which the service refuses for a
@@ -90,7 +91,7 @@ def refused_credentials(namespaces: Iterable[Access]) -> tuple[Access, BaseExcep
         answers = list(pool.map(check, listed))
     for access, refusal in zip(listed, answers, strict=True):
         if refusal is not None:
-            return access, refusal
+            return refusal, access
     return None
 
 
