@@ -72,6 +72,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,11 +253,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 def drain_and_check(primary: str) -> tuple[int, int]:
-    """Receives every destination's messages; returns (messages, order violations)."""
-    received = violations = 0
-    with ServiceBusClient.from_connection_string(primary) as client:
-        for d in range(DESTINATIONS):
-            last: dict[str, int] = {}
+    """Receives every destination's messages; returns (messages, order violations).
+    Destinations are drained side by side: each ends with a receive that waits a second
+    for nothing, and fifty of them one after another made every check a minute long."""
+
+    def drain(d: int) -> tuple[int, int]:
+        received = violations = 0
+        last: dict[str, int] = {}
+        with ServiceBusClient.from_connection_string(primary) as client:
             # lean: no keep-alive thread for its close to wait on (up to 1 s per
             # destination), no sleeps in its open
             with lean(
@@ -274,7 +278,11 @@ def drain_and_check(primary: str) -> tuple[int, int]:
                         if n < last.get(key, -1):
                             violations += 1
                         last[key] = n
-    return received, violations
+        return received, violations
+
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        counts = list(pool.map(drain, range(DESTINATIONS)))
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
 #: Extra ``spark.conf`` settings for syphon's config (``--spark-conf``).
@@ -385,10 +393,13 @@ def floor(conf: Path, messages: int) -> TreeUsage:
 
 
 def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
-            tmp: Path, with_loop: bool = True, redrive: bool = False) -> list[Row]:  # fmt: skip
+            tmp: Path, with_loop: bool = True, redrive: bool = False,
+            against: Path | None = None) -> list[Row]:  # fmt: skip
     """The loop and ``syphon run``, each a cold process, on the same work through the
     endpoints ``ns`` (parking and checking go direct): the backlog drain, or
-    (``redrive``) the dead-letter re-drive (see the module docstring)."""
+    (``redrive``) the dead-letter re-drive (see the module docstring). ``against``: a
+    source tree (another commit's worktree) whose syphon is measured too, after this
+    one's, on the same work (a row named ``syphon@against``)."""
     if redrive:
         names, source = ("dlq-loop", "dlq-syphon"), "redrive"
 
@@ -416,6 +427,17 @@ def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
         rows.append(Row(names[0], usage, moved, received, bad, sum(ops.values()) / moved,
                         ops["sends"], ops["completes"], sb_cpu))  # fmt: skip
 
+    rows.append(_syphon_row(ns, direct, pid, total, tmp, fill, names[1], source, os.environ))
+    if against is not None:
+        env = {**os.environ, "PYTHONPATH": str(against / "src")}
+        rows.append(_syphon_row(ns, direct, pid, total, tmp, fill, f"{names[1]}@against",
+                                source, env))  # fmt: skip
+    return rows
+
+
+def _syphon_row(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int, tmp: Path,
+                fill: Any, name: str, source: str, env: Any) -> Row:  # fmt: skip
+    """One cold ``syphon run`` process on freshly parked work (``env``: its environment)."""
     fill()
     run_id = f"bench-{source}-{total}-{uuid.uuid4().hex[:6]}"
     # an audit of its own: the same MessageIds are parked for every run, and an earlier
@@ -424,7 +446,7 @@ def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
     conf = write_config(tmp / run_id, ns)
     cpu = cpu_seconds(pid)
     command = [*SYPHON_PREFIX, str(SYPHON), "run", "--config", str(conf), "--source", source]
-    usage = run_measured([*command, "--run-id", run_id], env=os.environ)
+    usage = run_measured([*command, "--run-id", run_id], env=env)
     sb_cpu = cpu_seconds(pid) - cpu
     if usage.returncode not in (0, 5):
         raise RuntimeError(f"syphon run exited {usage.returncode}: {usage.stderr[-3000:]}")
@@ -434,9 +456,7 @@ def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
     sent = o.replay_messages_sent or 0
     credits = o.credits_estimated / max(sent, 1)
     transfers, settles = o.replay_send_transfers or 0, o.settle_requests or 0
-    rows.append(Row(names[1], usage, sent, received, bad, credits, transfers, settles, sb_cpu,
-                    record))  # fmt: skip
-    return rows
+    return Row(name, usage, sent, received, bad, credits, transfers, settles, sb_cpu, record)
 
 
 def warm_row(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
@@ -482,7 +502,12 @@ def print_rows(
                   f"{r.settles:>10,} {u.cpu:>7.1f} {1000 * u.cpu / max(r.moved, 1):>10.2f} "
                   f"{peak} {r.sb_cpu:>8.1f}")  # fmt: skip
         walls = {r.name: r.usage.wall for r in rows}
-        for loop, tool in (("loop", "syphon"), ("loop", "warm"), ("dlq-loop", "dlq-syphon")):
+        for loop, tool in (
+            ("loop", "syphon"),
+            ("loop", "syphon@against"),
+            ("loop", "warm"),
+            ("dlq-loop", "dlq-syphon"),
+        ):
             if loop in walls and tool in walls:
                 print(f"{'':>6} ratio      {walls[loop] / walls[tool]:>8.2f}x  ({tool} against "
                       f"{loop}, wall)")  # fmt: skip
@@ -564,6 +589,11 @@ def main() -> None:
         help="a Spark setting for syphon's config (and the floor's), e.g. to try JVM options "
              "or turn on the event log (repeatable)",
     )  # fmt: skip
+    parser.add_argument(
+        "--against", type=Path, metavar="DIR",
+        help="a source tree of another commit (git worktree add DIR COMMIT): its syphon run "
+             "is measured too, in the same invocation, after each of this tree's runs",
+    )  # fmt: skip
     parser.add_argument("--no-floor", action="store_true",
                         help="leave out the floor (Spark's start and one action)")  # fmt: skip
     args = parser.parse_args()
@@ -590,7 +620,8 @@ def main() -> None:
                       f"{floor_usage.peak_pss / 1e9:.2f} GB", flush=True)  # fmt: skip
             table = []
             for delay in delays:
-                rows = measure(info["at"][delay], direct, pid, total, root, not args.syphon_only)
+                rows = measure(info["at"][delay], direct, pid, total, root, not args.syphon_only,
+                               against=args.against)  # fmt: skip
                 if args.redrive:
                     rows += measure(info["at"][delay], direct, pid, total, root,
                                     not args.syphon_only, redrive=True)  # fmt: skip
@@ -602,12 +633,22 @@ def main() -> None:
                                          if r.name == "loop"),
                                     warm_row(direct, direct, pid, total, root)]))  # fmt: skip
             print_rows(total, table, floor_usage)
-            by_size = []
+            by_size: list[tuple[int, Row, Row | None]] = []
+            by_size_against: list[tuple[int, Row, Row | None]] = []
             for n in sizes:
-                rows = measure(direct, direct, pid, n, root, not args.syphon_only)
-                loop = rows[0] if len(rows) > 1 else None
-                by_size.append((n, rows[-1], loop))
-                print(f"size {n:,}: syphon {rows[-1].usage.wall:.1f} s", flush=True)
+                rows = measure(direct, direct, pid, n, root, not args.syphon_only,
+                               against=args.against)  # fmt: skip
+                loop = next((r for r in rows if r.name == "loop"), None)
+                mine = next(r for r in rows if r.name == "syphon")
+                by_size.append((n, mine, loop))
+                other = [r for r in rows if r.name == "syphon@against"]
+                if other:
+                    by_size_against.append((n, other[0], None))
+                print(f"size {n:,}: " + ", ".join(f"{r.name} {r.usage.wall:.1f} s"
+                                                  for r in rows), flush=True)  # fmt: skip
+            if by_size_against:
+                print(f"syphon@against ({args.against}):")
+                print_sizes(by_size_against)
             if by_size:
                 print_sizes(by_size)
                 if floor_usage is not None:

@@ -69,7 +69,7 @@ def test_spark_submit_runs_the_job_from_a_packed_environment(
     assert {t for t in tops if not t.endswith(".dist-info")} == {"syphon"}
 
     # the driver's copy, unpacked in its working directory as in cluster deploy mode: the
-    # driver starts Python workers too (to plan the Python data source's reads)
+    # driver runs Python code of its own (the run itself, with the archive's packages)
     driver = tmp_path / "environment"
     driver.mkdir()
     subprocess.run(["tar", "-xzf", str(archive), "-C", str(driver)], check=True)

@@ -145,13 +145,11 @@ def test_rows_keep_what_the_replay_needs(pair: Pair, spark: Any) -> None:
     assert back["application_properties"]["x-ms-path"]["string"] == "sessions"
 
 
-def test_the_data_source_reads_what_the_peek_walk_reads(
+def test_the_peek_tasks_read_what_the_peek_walk_reads(
     pair: Pair, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import json
-
     from syphon.core.config import NamespaceConfig, SecretRef
-    from syphon.job.snapshot import register_backlog_source
+    from syphon.job.snapshot import QueueRange, peek_frame
     from syphon.servicebus.access import resolve_access
 
     fill(pair, queue(0), backlog_messages(300))
@@ -159,11 +157,11 @@ def test_the_data_source_reads_what_the_peek_walk_reads(
     secret = pair.secondary.connection_string
     monkeypatch.setenv("SNAPSHOT_TEST_SECONDARY", secret)
     secondary = NamespaceConfig("contoso-secondary", SecretRef(env="SNAPSHOT_TEST_SECONDARY"))
-    name = register_backlog_source(spark, resolve_access(secondary, "secondary"))
+    access = resolve_access(secondary, "secondary")
     monkeypatch.delenv("SNAPSHOT_TEST_SECONDARY")  # read once, on the driver
 
-    queues = [queue(0), queue(2), {"queue": queue(0), "from": 100, "until": 149}]
-    df = spark.read.format(name).option("queues", json.dumps(queues)).load()
+    ranges = [QueueRange(queue(0)), QueueRange(queue(2)), QueueRange(queue(0), 100, 149)]
+    df = peek_frame(spark, access, ranges, page=120)
     assert df.rdd.getNumPartitions() == 3
     rows = df.collect()
     assert len(rows) == 300 + 5 + 50
@@ -175,19 +173,20 @@ def test_the_data_source_reads_what_the_peek_walk_reads(
     )
     assert got == expected
     # fewer tasks than ranges: the ranges are dealt out and peeked side by side
-    dealt = spark.read.format(name).option("queues", json.dumps(queues)).option("tasks", "2")
-    dealt_df = dealt.load()
+    dealt_df = peek_frame(spark, access, ranges, tasks=2)
     assert dealt_df.rdd.getNumPartitions() == 2
     assert sorted((r["backlog_queue"], r["sequence_number"]) for r in dealt_df.collect()) == (
         expected)  # fmt: skip
     sample = next(r for r in rows if r["backlog_queue"] == queue(2))
     assert sample["application_properties"]["x-ms-path"]["string"] == "sessions"
+    assert sample["enqueued_time"] is not None
     assert b"\x00\x53\x75" in sample["encoded"]  # a data section
     # the connection string is in no plan
     plan = df._jdf.queryExecution().toString()
     assert "SharedAccessKey" not in plan
     assert secret not in plan
     assert pair.secondary.broker.entity(queue(0)).messages[1].delivery_count == 0
+    assert peek_frame(spark, access, []).count() == 0
 
 
 def test_a_large_queue_is_read_in_ranges_exactly_once(
@@ -218,13 +217,3 @@ def test_a_large_queue_is_read_in_ranges_exactly_once(
                          [(queue(3), s) for s in range(1, 8)])  # fmt: skip
     assert split_ranges("q", 1, 0, 10) == [QueueRange("q", 1, None)]
     assert split_ranges("q", 5, 25, 10)[-1] == QueueRange("q", 25, None)
-
-
-def test_the_data_source_refuses_bad_options(pair: Pair, spark: Any) -> None:
-    from syphon.core.errors import ConfigError
-    from syphon.job.snapshot import parse_queues_option
-
-    for bad in (None, "", "{", '{"a": 1}', "[1]", '[{"queue": "q", "from": "x"}]'):
-        with pytest.raises(ConfigError):
-            parse_queues_option(bad)
-    assert parse_queues_option('["q", {"queue": "r", "from": 5}]')[1].first == 5

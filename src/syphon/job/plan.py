@@ -5,7 +5,7 @@
 2. learn each primary's entities and their settings from its management API (when it
    answers; otherwise settings are unknown and the safe defaults of the reconcile
    apply);
-3. peek every non-empty backlog queue through the ``syphon-backlog`` data source;
+3. peek every non-empty backlog queue into a DataFrame (:mod:`syphon.job.snapshot`);
 4. restore, classify, order and plan batches;
 5. append the audit rows and a ``planned`` row to the run ledger.
 """
