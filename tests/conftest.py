@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
     from servicebus_emulator import Emulator
 
 pytest_plugins = ["servicebus_emulator.pytest_plugin"]
+
+# The tests' JVMs start from the tests' own class archive (tests/jvm.py); syphon's archive
+# for local sessions (syphon.app.classarchive) is never written to the user's cache by a
+# test: its own tests name a folder of theirs.
+os.environ["SYPHON_CLASS_ARCHIVE"] = "off"
 
 # Property tests judge answers, not speed: no per-example deadline on a busy 2-core CI.
 settings.register_profile("syphon", deadline=None, print_blob=True)

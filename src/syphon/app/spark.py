@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from syphon.app.classarchive import class_archive, write_at_exit
 from syphon.core.config import SecretRef, SparkConfig
 from syphon.core.errors import SecretError, SparkSetupError
 from syphon.servicebus.secrets import resolve_secret
@@ -179,7 +180,9 @@ def build_spark_session(
     its own (stale ones of killed sessions are removed first). With no master the
     platform's session is joined (Databricks, spark-submit). A local session of a run
     that expects few messages (``expected_messages``) starts quickly (see
-    :data:`QUICK_START_MESSAGES`). ``config.conf`` is applied last and wins.
+    :data:`QUICK_START_MESSAGES`), and every local session's JVM starts from the
+    environment's class archive (:mod:`syphon.app.classarchive`). ``config.conf`` is
+    applied last and wins.
 
     Raises:
         SparkSetupError: PySpark or Java is missing, or the session cannot start.
@@ -208,6 +211,10 @@ def build_spark_session(
         quiet = f"-Dlog4j2.configurationFile={resources.files('syphon.app') / 'log4j2.properties'}"
         options = settings.get("spark.driver.extraJavaOptions", "")
         settings["spark.driver.extraJavaOptions"] = f"{quiet} {options}".strip()
+    archive = class_archive(settings.get(_JAVA_OPTIONS, "")) if local else None
+    if archive is not None:  # the config's own options still come last
+        options = settings.get(_JAVA_OPTIONS, "")
+        settings[_JAVA_OPTIONS] = f"{archive.java_options()} {options}".strip()
     if local and "spark.local.dir" not in settings:
         root = scratch_root()
         with contextlib.suppress(OSError):
@@ -225,6 +232,8 @@ def build_spark_session(
             f"the Spark session did not start ({type(exc).__name__})",
             fix="check that Java 17 runs (java -version) and the spark settings of the config",
         ) from exc
+    if archive is not None and not archive.exists:
+        write_at_exit(session, archive)
     if local and logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
         session.sparkContext.setLogLevel("INFO")
     log.info("Spark %s session ready (master %s)", session.version, config.master or "platform")

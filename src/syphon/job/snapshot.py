@@ -148,7 +148,7 @@ class _PeekTask:
         return rows
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
+        import pyarrow as pa  # type: ignore[import-untyped]
 
         for batch in batches:
             for group in batch.column(0).to_pylist():
