@@ -5,8 +5,9 @@ the run's status, counts by verdict per destination, the outage window (when the
 messages were first sent, per destination), the groups spread over several backlog
 queues, the operations and estimated credits, and what was left for the next run. The
 figures come from :mod:`syphon.job.report`; the page is a Jinja2 template
-(``templates/report.html.j2``, autoescaped). Charts are inline SVG drawn by matplotlib,
-with their text drawn as paths: the page loads nothing, so it opens anywhere, offline.
+(``templates/report.html.j2``, autoescaped). Charts are inline SVG written by
+:mod:`syphon.app.svg`, every label escaped: the page loads nothing, so it opens anywhere,
+offline.
 
 It holds counts, names of destinations and partition keys, and times — never a body, a
 property value, a key or a connection string.
@@ -14,14 +15,12 @@ property value, a key or a connection string.
 
 from __future__ import annotations
 
-import io
 import logging
-import re
 import traceback
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from syphon.app import svg
 from syphon.job.context import RunContext
 from syphon.job.ledger import RunResult
 from syphon.job.report import ReportData, gather
@@ -99,8 +98,8 @@ def render_html(data: ReportData) -> str:
     sent = d.operations.get("replay.messages_sent", 0)
     context: dict[str, Any] = {
         "d": d,
-        # trusted markup: the page's own style, and SVG that matplotlib drew from counts
-        # with every text as paths
+        # trusted markup: the page's own style, and the charts' SVG (syphon.app.svg
+        # escapes every label)
         "css": Markup(_CSS),  # noqa: S704
         "chart_limit": CHART_DESTINATIONS,
         "generated": f"{d.generated_at:%Y-%m-%d %H:%M:%S}",
@@ -205,63 +204,23 @@ _CSS = (
 )
 
 
-def _figure(rows: int) -> Any:
-    from matplotlib.figure import Figure  # no pyplot: no backend, no global state
-
-    return Figure(figsize=(10, max(1.8, 0.35 * rows + 1.2)), layout="constrained")
-
-
-def _svg(fig: Any) -> str:
-    """The figure as an inline ``<svg>`` element: text drawn as paths, no metadata,
-    stable element ids (one run's page is the same bytes when drawn again)."""
-    import matplotlib
-
-    buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "syphon"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None})
-    text = buf.getvalue()
-    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.DOTALL)
-    return text[text.index("<svg") :]
-
-
 def _verdict_chart(d: ReportData, places: list[tuple[str, str]], verdicts: list[str]) -> str:
-    fig = _figure(len(places))
-    ax = fig.add_subplot()
-    labels = [_place(*p) for p in reversed(places)]
-    left = [0] * len(labels)
-    for verdict in verdicts:
-        values = [d.by_destination[p].get(verdict, 0) for p in reversed(places)]
-        ax.barh(
-            labels, values, left=left, label=verdict, color=VERDICT_COLOURS.get(verdict, "#adb5bd")
-        )
-        left = [a + b for a, b in zip(left, values, strict=True)]
-    ax.set_xlabel("messages")
-    ax.legend(loc="lower right", fontsize="small")
-    ax.spines[["top", "right"]].set_visible(False)
-    return _svg(fig)
+    rows = [
+        (_place(*p), [svg.Segment(v, d.by_destination[p].get(v, 0),
+                                  VERDICT_COLOURS.get(v, "#adb5bd")) for v in verdicts])
+        for p in places
+    ]  # fmt: skip
+    return svg.stacked_bars(rows, "messages", "messages per destination and verdict")
 
 
 def _timeline_chart(d: ReportData, places: list[tuple[str, str]]) -> str:
-    fig = _figure(len(places))
-    ax = fig.add_subplot()
-    rows = {p: i for i, p in enumerate(reversed(places))}
+    rows = {p: i for i, p in enumerate(places)}
     peak = max(d.timeline.values(), default=1)
-    for p, y in rows.items():
-        first, last = d.windows[p]
-        ax.plot([first, last], [y, y], color="#adb5bd", linewidth=1, zorder=1)
-    dots: dict[int, tuple[list[datetime], list[int]]] = {}
-    for (primary, destination, at), count in sorted(d.timeline.items()):
-        row = rows.get((primary, destination))
-        if row is not None:
-            size = min(DOT_CLASSES - 1, (DOT_CLASSES * count - 1) // peak)
-            xs, ys = dots.setdefault(size, ([], []))
-            xs.append(at)
-            ys.append(row)
-    for size, (xs, ys) in sorted(dots.items()):
-        area = 12 + 140 * (size + 1) / DOT_CLASSES
-        ax.scatter(xs, ys, s=area, color="#1c7ed6", alpha=0.7, linewidths=0, zorder=2)
-    ax.set_yticks(list(rows.values()), [_place(*p) for p in rows])
-    ax.set_xlabel("first sent (UTC)")
-    ax.spines[["top", "right"]].set_visible(False)
-    fig.autofmt_xdate()
-    return _svg(fig)
+    dots = [
+        svg.Dot(rows[(primary, destination)], at,
+                min(DOT_CLASSES - 1, (DOT_CLASSES * count - 1) // peak))
+        for (primary, destination, at), count in sorted(d.timeline.items())
+        if (primary, destination) in rows
+    ]  # fmt: skip
+    return svg.timeline([_place(*p) for p in places], [d.windows[p] for p in places], dots,
+                        DOT_CLASSES, "first sent (UTC)", "messages parked over time")  # fmt: skip

@@ -81,7 +81,7 @@ class _JsonFormatter(logging.Formatter):
 
 #: The libraries' loggers: their INFO lines narrate every AMQP link state, HTTP request
 #: and py4j call, which buries what syphon says.
-LIBRARY_LOGGERS = ("azure", "uamqp", "py4j", "proton", "urllib3", "matplotlib", "msal",
+LIBRARY_LOGGERS = ("azure", "uamqp", "py4j", "proton", "urllib3", "msal",
 )  # fmt: skip
 
 
