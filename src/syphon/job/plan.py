@@ -93,11 +93,12 @@ def discovery_operations(ctx: RunContext, queues: list[DiscoveredQueue],
                       discover_backlog_queues=len(queues))  # fmt: skip
 
 
-def destination_settings(ctx: RunContext) -> tuple[DataFrame | None, tuple[str, ...]]:
-    """Every entity of every primary that answers, with the settings the reconcile uses.
+def destination_settings(ctx: RunContext) -> tuple[list[tuple[Any, ...]], tuple[str, ...]]:
+    """Every entity of every primary that answers, with the settings the reconcile uses
+    (rows of :data:`syphon.core.schema.DESTINATIONS`; no Spark needed).
 
     Returns:
-        (the destinations frame or None, the primaries that were listed completely).
+        (the destinations' rows, the primaries that were listed completely).
     """
     rows: list[tuple[Any, ...]] = []
     listed: list[str] = []
@@ -113,9 +114,7 @@ def destination_settings(ctx: RunContext) -> tuple[DataFrame | None, tuple[str, 
             )  # fmt: skip
             continue
         listed.append(name)
-    if not listed:
-        return None, ()
-    return ctx.spark().createDataFrame(rows, spark_schema(DESTINATIONS)), tuple(listed)
+    return rows, tuple(listed)
 
 
 def verdicts_by_destination(planned: DataFrame) -> DataFrame:
@@ -160,9 +159,7 @@ def plan(
     from pyspark.sql import functions as F
 
     source = source or run_source(ctx)
-    spark = ctx.spark()  # its start is no stage's time
-    progress.watch(spark)
-    check_selection(spark, selection, source.redrive)
+    ctx.spark.start_early()  # it starts while the queues and destinations are listed
     timings = Timings()
     clock = time.monotonic()
     if queues is None:
@@ -173,8 +170,14 @@ def plan(
 
     clock = time.monotonic()
     progress.step("destinations: reading the primaries' entities")
-    destinations, listed = destination_settings(ctx)
+    destination_rows, listed = destination_settings(ctx)
     timings.destinations = time.monotonic() - clock
+    spark = ctx.spark()  # the wait for its start is no stage's time
+    progress.watch(spark)
+    check_selection(spark, selection, source.redrive)
+    destinations = (
+        spark.createDataFrame(destination_rows, spark_schema(DESTINATIONS)) if listed else None
+    )
 
     clock = time.monotonic()
     progress.step(f"snapshot: peeking {len(non_empty)} queues")
