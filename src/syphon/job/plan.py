@@ -47,6 +47,8 @@ class PlanResult:
     Attributes:
         per_destination: rows of :func:`verdicts_by_destination`, by primary and destination.
         snapshot: the checkpointed snapshot (bodies included) for the replay.
+        rows: the plan's audit rows, as appended (a projection of the checkpointed
+            plan), for the replay: it need not read them back.
         selection: what the run takes (None: every message).
         discard: what it removes without sending (None: nothing).
     """
@@ -60,6 +62,7 @@ class PlanResult:
     snapshot: DataFrame | None = None
     selection: Selection | None = None
     discard: Discard | None = None
+    rows: DataFrame | None = None
 
 
 def new_run_id(now: datetime) -> str:
@@ -233,8 +236,9 @@ def plan(
             source=source.name,
         )
     )
+    audit_rows = queries.plan_audit_rows(planned, run_id, started)
     return PlanResult(run_id, queues, counts, per_destination, timings, operations, snapshot,
-                      selection, discard)  # fmt: skip
+                      selection, discard, audit_rows)  # fmt: skip
 
 
 def unread(queues: list[DiscoveredQueue]) -> dict[str, str]:

@@ -98,7 +98,8 @@ def run(ctx: RunContext, run_id: str | None = None, selection: Selection | None 
                 planned.timings.discover = ledger.timings.discover
                 ledger.timings, ledger.operations = planned.timings, planned.operations
                 failpoints.check("after_plan")
-                return _replay_and_settle(ctx, ledger, lease, planned.snapshot, source)
+                return _replay_and_settle(ctx, ledger, lease, planned.snapshot, source,
+                                          planned.rows)  # fmt: skip
         except Exception as exc:
             return ledger.failed(exc, source.access)
 
@@ -155,15 +156,18 @@ def _leased(ctx: RunContext, ledger: Ledger) -> Iterator[Lease | LeaseState]:
 
 
 def _replay_and_settle(
-    ctx: RunContext, ledger: Ledger, lease: Lease, snapshot: DataFrame | None, source: RunSource
-) -> RunResult:
-    """The replay and the settle of a planned run (``snapshot`` None: peek again)."""
+    ctx: RunContext, ledger: Ledger, lease: Lease, snapshot: DataFrame | None, source: RunSource,
+    planned: DataFrame | None = None,
+) -> RunResult:  # fmt: skip
+    """The replay and the settle of a planned run (``snapshot`` None: peek again), from
+    its plan's audit rows: ``planned`` as the plan appended them, or read back."""
     spark = ctx.spark()
     progress.watch(spark)
-    planned = ctx.store.run_rows(ledger.run_id, Stage.PLAN)
     if planned is None:
-        raise SyphonError(f"no audit at {ctx.store.where}: run {ledger.run_id} has no plan")
-    planned = planned.localCheckpoint(eager=True)
+        planned = ctx.store.run_rows(ledger.run_id, Stage.PLAN)
+        if planned is None:
+            raise SyphonError(f"no audit at {ctx.store.where}: run {ledger.run_id} has no plan")
+        planned = planned.localCheckpoint(eager=True)
     earlier = None
     if snapshot is None:  # a resumed run: not sized by its plan, may have sent some, and
         # peeks its queues again
