@@ -1,7 +1,8 @@
 """syphon run against the seed's loop, measured the way users run it: cold, as processes.
 
     .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000] [--delays 0,5]
-        [--sizes 5000,20000,60000] [--warm] [--syphon-only] [--redrive] [--no-floor]
+        [--sizes 5000,20000,60000] [--warm] [--syphon-only] [--sizes-syphon-only]
+        [--redrive] [--no-floor] [--against DIR] [--spark-conf KEY=VALUE]
 
 Both local Service Bus namespaces run in a child process (the same for both tools). The
 backlog: ``--messages`` messages (1 KB bodies) over 10 backlog queues, 50 destination
@@ -36,9 +37,10 @@ peak memory, and the CPU the local Service Bus process spent serving it; then th
 ratios, and syphon's fixed cost as a multiple of the floor.
 
 ``--sizes`` runs ``syphon run`` cold once per size on loopback (the loop too, unless
-``--syphon-only``) and prints, between consecutive sizes, the marginal wall and CPU per
-message, per stage from the ledger's timings (the stages' own times are the driver's
-view: their CPU is the tree's, printed whole).
+``--syphon-only`` or ``--sizes-syphon-only``) and prints, between consecutive sizes, the
+marginal wall and CPU per message, per stage from the ledger's timings (the stages' own
+times are the driver's view: their CPU is the tree's, printed whole), then issue 37's
+targets as this invocation measured them.
 
 ``--warm`` adds a labelled row: ``syphon run`` inside the benchmark's own process, its
 Spark session started by an earlier run of 500 messages (a notebook, or a cluster's
@@ -574,6 +576,37 @@ def print_sizes(sizes: list[tuple[int, Row, Row | None]]) -> None:
                   f"{fixed_cpu:.1f} s")  # fmt: skip
 
 
+def print_targets(table: list[tuple[float, list[Row]]], sizes: list[tuple[int, Row, Row | None]],
+                  floor_usage: TreeUsage | None) -> None:  # fmt: skip
+    """Issue 37's targets, from the figures of this invocation (what is not measured in it
+    is said so): the fixed cost against the floor, the marginal CPU per message against
+    the loop's, the ratios on loopback and at 5 ms, the peak memory by size."""
+    print("targets (this invocation):")
+    by_delay = {d: {r.name: r for r in rows} for d, rows in table}
+    if sizes and floor_usage is not None:
+        n, r, _ = sizes[0]
+        print(f"  fixed cost: {n:,} messages cold {r.usage.wall:.1f} s = "
+              f"{r.usage.wall / floor_usage.wall:.2f}x the floor ({floor_usage.wall:.1f} s); "
+              f"target at most 2x")  # fmt: skip
+    loop0 = by_delay.get(0.0, {}).get("loop")
+    big = [(n, r) for n, r, _ in sizes if n >= 20_000]
+    if loop0 is not None and len(big) >= 2:
+        (n0, a), (n1, b) = big[0], big[-1]
+        mine = 1000 * (b.usage.cpu - a.usage.cpu) / (n1 - n0)
+        loops = 1000 * loop0.usage.cpu / max(loop0.moved, 1)
+        print(f"  marginal CPU {n0:,} -> {n1:,}: {mine:.3f} ms per message against the loop's "
+              f"client {loops:.3f} ms ({mine / loops:.2f}x); target at most 0.5x")  # fmt: skip
+    for delay, want in ((0.0, 4), (5.0, 20)):
+        rows = by_delay.get(delay, {})
+        if "loop" in rows and "syphon" in rows:
+            ratio = rows["loop"].usage.wall / rows["syphon"].usage.wall
+            print(f"  {delay:g} ms one way: {ratio:.2f}x the loop (wall); target at least "
+                  f"{want}x")  # fmt: skip
+    if len(sizes) > 1:
+        peaks = ", ".join(f"{n:,} {r.usage.peak_pss / 1e9:.2f} GB" for n, r, _ in sizes)
+        print(f"  peak memory by size: {peaks}; target flat")
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "_loop":
         loop_child(sys.argv[2])
@@ -611,6 +644,11 @@ def main() -> None:
         "--against", type=Path, metavar="DIR",
         help="a source tree of another commit (git worktree add DIR COMMIT): its syphon run "
              "is measured too, in the same invocation, after each of this tree's runs",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sizes-syphon-only", action="store_true",
+        help="leave the loop out of the --sizes runs only (its client CPU per message is "
+             "in the --delays rows of the same invocation)",
     )  # fmt: skip
     parser.add_argument("--no-floor", action="store_true",
                         help="leave out the floor (Spark's start and one action)")  # fmt: skip
@@ -655,7 +693,8 @@ def main() -> None:
             by_size: list[tuple[int, Row, Row | None]] = []
             by_size_against: list[tuple[int, Row, Row | None]] = []
             for n in sizes:
-                rows = measure(direct, direct, pid, n, root, not args.syphon_only,
+                with_loop = not (args.syphon_only or args.sizes_syphon_only)
+                rows = measure(direct, direct, pid, n, root, with_loop,
                                against=args.against)  # fmt: skip
                 loop = next((r for r in rows if r.name == "loop"), None)
                 mine = next(r for r in rows if r.name == "syphon")
@@ -675,6 +714,7 @@ def main() -> None:
                     print(f"  {n:,} messages against the floor: wall "
                           f"{r.usage.wall / floor_usage.wall:.2f}x, CPU "
                           f"{r.usage.cpu / floor_usage.cpu:.2f}x")  # fmt: skip
+            print_targets(table, by_size, floor_usage)
             for discovery in ("management", "probe"):
                 wall, status, ops = empty_run(write_config(root, direct, discovery))
                 shown = {k: v for k, v in ops.items() if v}
