@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000] [--delays 0,5]
         [--sizes 5000,20000,60000] [--warm] [--syphon-only] [--sizes-syphon-only]
-        [--redrive] [--no-floor] [--against DIR] [--spark-conf KEY=VALUE]
+        [--redrive] [--no-floor] [--against DIR] [--repeat N] [--spark-conf KEY=VALUE]
 
 Both local Service Bus namespaces run in a child process (the same for both tools). The
 backlog: ``--messages`` messages (1 KB bodies) over 10 backlog queues, 50 destination
@@ -40,7 +40,9 @@ ratios, and syphon's fixed cost as a multiple of the floor.
 ``--syphon-only`` or ``--sizes-syphon-only``) and prints, between consecutive sizes, the
 marginal wall and CPU per message, per stage from the ledger's timings (the stages' own
 times are the driver's view: their CPU is the tree's, printed whole), then issue 37's
-targets as this invocation measured them.
+targets as this invocation measured them. ``--repeat N`` runs each size N times (with
+``--against``, the two trees in turn) and takes the run of median wall time: a lever
+worth a second needs it on a shared machine whose runs vary by about that much.
 
 ``--warm`` adds a labelled row: ``syphon run`` inside the benchmark's own process, its
 Spark session started by an earlier run of 500 messages (a notebook, or a cluster's
@@ -576,6 +578,11 @@ def print_sizes(sizes: list[tuple[int, Row, Row | None]]) -> None:
                   f"{fixed_cpu:.1f} s")  # fmt: skip
 
 
+def median_row(rows: list[Row]) -> Row | None:
+    """The run of median wall time among tries of the same work (None: no tries)."""
+    return sorted(rows, key=lambda r: r.usage.wall)[len(rows) // 2] if rows else None
+
+
 def print_targets(table: list[tuple[float, list[Row]]], sizes: list[tuple[int, Row, Row | None]],
                   floor_usage: TreeUsage | None) -> None:  # fmt: skip
     """Issue 37's targets, from the figures of this invocation (what is not measured in it
@@ -650,6 +657,11 @@ def main() -> None:
         help="leave the loop out of the --sizes runs only (its client CPU per message is "
              "in the --delays rows of the same invocation)",
     )  # fmt: skip
+    parser.add_argument(
+        "--repeat", type=int, default=1,
+        help="runs per size of --sizes (with --against: this tree's and the other's in "
+             "turn); the run of median wall time stands for the size",
+    )  # fmt: skip
     parser.add_argument("--no-floor", action="store_true",
                         help="leave out the floor (Spark's start and one action)")  # fmt: skip
     args = parser.parse_args()
@@ -694,16 +706,20 @@ def main() -> None:
             by_size_against: list[tuple[int, Row, Row | None]] = []
             for n in sizes:
                 with_loop = not (args.syphon_only or args.sizes_syphon_only)
-                rows = measure(direct, direct, pid, n, root, with_loop,
-                               against=args.against)  # fmt: skip
-                loop = next((r for r in rows if r.name == "loop"), None)
-                mine = next(r for r in rows if r.name == "syphon")
+                tries = []
+                for _ in range(args.repeat):
+                    rows = measure(direct, direct, pid, n, root, with_loop,
+                                   against=args.against)  # fmt: skip
+                    tries.append({r.name: r for r in rows})
+                    print(f"size {n:,}: " + ", ".join(f"{r.name} {r.usage.wall:.1f} s"
+                                                      for r in rows), flush=True)  # fmt: skip
+                loop = median_row([t["loop"] for t in tries if "loop" in t])
+                mine = median_row([t["syphon"] for t in tries])
+                assert mine is not None
                 by_size.append((n, mine, loop))
-                other = [r for r in rows if r.name == "syphon@against"]
-                if other:
-                    by_size_against.append((n, other[0], None))
-                print(f"size {n:,}: " + ", ".join(f"{r.name} {r.usage.wall:.1f} s"
-                                                  for r in rows), flush=True)  # fmt: skip
+                other = median_row([t["syphon@against"] for t in tries if "syphon@against" in t])
+                if other is not None:
+                    by_size_against.append((n, other, None))
             if by_size_against:
                 print(f"syphon@against ({args.against}):")
                 print_sizes(by_size_against)
