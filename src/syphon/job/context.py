@@ -4,9 +4,7 @@ audit store and the Spark session on demand — built once by the entry point
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,35 +29,11 @@ class SparkOnDemand:
     def __init__(self, factory: Callable[[], SparkSession]) -> None:
         self._factory = factory
         self._session: SparkSession | None = None
-        self._starting: Future[SparkSession] | None = None
         self.expected_messages: int | None = None
-
-    def start_early(self) -> None:
-        """Starts the session in the background, so that its start (the JVM's, about
-        3 s of a local run) overlaps with what the caller does before it needs Spark;
-        the next call waits for it and raises what the start raised. Call it once the
-        run is sure to need Spark. A session started off the main thread does not
-        install PySpark's Ctrl-C handler (which cancels running jobs): an interrupted
-        run's process ends, and its JVM with it."""
-        if self._session is not None or self._starting is not None:
-            return
-        starting: Future[SparkSession] = Future()
-
-        def start() -> None:
-            try:
-                starting.set_result(self._factory())
-            except BaseException as exc:  # handed to the caller that waits for it
-                starting.set_exception(exc)
-
-        threading.Thread(target=start, name="syphon-spark-start", daemon=True).start()
-        self._starting = starting
 
     def __call__(self) -> SparkSession:
         if self._session is None:
-            if self._starting is not None:
-                self._session = self._starting.result()
-            else:
-                self._session = self._factory()
+            self._session = self._factory()
         return self._session
 
     @property

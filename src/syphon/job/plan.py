@@ -96,12 +96,11 @@ def discovery_operations(ctx: RunContext, queues: list[DiscoveredQueue],
                       discover_backlog_queues=len(queues))  # fmt: skip
 
 
-def destination_settings(ctx: RunContext) -> tuple[list[tuple[Any, ...]], tuple[str, ...]]:
-    """Every entity of every primary that answers, with the settings the reconcile uses
-    (rows of :data:`syphon.core.schema.DESTINATIONS`; no Spark needed).
+def destination_settings(ctx: RunContext) -> tuple[DataFrame | None, tuple[str, ...]]:
+    """Every entity of every primary that answers, with the settings the reconcile uses.
 
     Returns:
-        (the destinations' rows, the primaries that were listed completely).
+        (the destinations frame or None, the primaries that were listed completely).
     """
     rows: list[tuple[Any, ...]] = []
     listed: list[str] = []
@@ -117,7 +116,9 @@ def destination_settings(ctx: RunContext) -> tuple[list[tuple[Any, ...]], tuple[
             )  # fmt: skip
             continue
         listed.append(name)
-    return rows, tuple(listed)
+    if not listed:
+        return None, ()
+    return ctx.spark().createDataFrame(rows, spark_schema(DESTINATIONS)), tuple(listed)
 
 
 def verdicts_by_destination(planned: DataFrame) -> DataFrame:
@@ -162,7 +163,9 @@ def plan(
     from pyspark.sql import functions as F
 
     source = source or run_source(ctx)
-    ctx.spark.start_early()  # it starts while the queues and destinations are listed
+    spark = ctx.spark()  # its start is no stage's time
+    progress.watch(spark)
+    check_selection(spark, selection, source.redrive)
     timings = Timings()
     clock = time.monotonic()
     if queues is None:
@@ -173,14 +176,8 @@ def plan(
 
     clock = time.monotonic()
     progress.step("destinations: reading the primaries' entities")
-    destination_rows, listed = destination_settings(ctx)
+    destinations, listed = destination_settings(ctx)
     timings.destinations = time.monotonic() - clock
-    spark = ctx.spark()  # the wait for its start is no stage's time
-    progress.watch(spark)
-    check_selection(spark, selection, source.redrive)
-    destinations = (
-        spark.createDataFrame(destination_rows, spark_schema(DESTINATIONS)) if listed else None
-    )
 
     clock = time.monotonic()
     progress.step(f"snapshot: peeking {len(non_empty)} queues")
