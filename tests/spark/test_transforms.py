@@ -15,7 +15,6 @@ from syphon.job.plan import verdicts_by_destination as plan_summary
 from syphon.job.replay import replay_input, still_to_send
 from syphon.job.report import (
     by_source_entity,
-    collect_together,
     left_for_next_run,
     outage_timeline,
     verdicts_by_destination,
@@ -268,38 +267,6 @@ def test_the_reports_figures(spark: SparkSession) -> None:
     assert timeline == {naive[0]: 1, naive[5]: 2}
     left = sorted(tuple(r) for r in left_for_next_run(rows).collect())
     assert left == [("replay", "skipped", "destination_missing", 1), ("settle", "left", None, 1)]
-
-
-def test_small_frames_are_collected_together_in_one_job_with_their_types(
-    spark: SparkSession,
-) -> None:
-    rows = audit_rows(spark, [
-        plan_row(1, "replay", primary="p", destination="orders", backlog_enqueued_time=T0),
-        plan_row(2, "invalid", primary=None, destination=None, backlog_enqueued_time=None),
-        {"stage": "settle", "outcome": "left", "detail": None, "backlog_queue": Q0},
-    ])  # fmt: skip
-    plan = rows.where("stage = 'plan'")
-    frames = {"verdicts": verdicts_by_destination(plan), "left": left_for_next_run(rows),
-              "none": plan.where("false").select("run_id")}  # fmt: skip
-    tracker = spark.sparkContext.statusTracker()
-    before = set(tracker.getJobIdsForGroup())
-    spark.sparkContext.setJobGroup("collect-together", "test")
-    try:
-        got = collect_together(frames)
-        jobs = set(tracker.getJobIdsForGroup("collect-together")) - before
-    finally:
-        spark.sparkContext.setJobGroup("", "")
-    assert len(jobs) == 1
-    assert got["none"] == []
-    assert got["left"] == [{"stage": "settle", "outcome": "left", "detail": None, "count": 1}]
-    verdicts = sorted(got["verdicts"], key=lambda r: r["verdict"])
-    assert verdicts == [
-        {"primary": "?", "destination": "", "verdict": "invalid", "count": 1,
-         "first": None, "last": None, "spread_groups": 0},
-        {"primary": "p", "destination": "orders", "verdict": "replay", "count": 1,
-         "first": T0, "last": T0, "spread_groups": 0},
-    ]  # fmt: skip
-    assert verdicts[1]["first"].tzinfo is not None
 
 
 def test_the_reports_figures_per_source_entity(spark: SparkSession) -> None:

@@ -8,8 +8,6 @@ partition keys, and times — never a body, a property value or a secret.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -141,45 +139,10 @@ def by_source_entity(rows: DataFrame) -> DataFrame:
     )
 
 
-#: How :func:`collect_together` writes times: ISO 8601 with the offset.
-_ISO = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSxxx"
-
-
-def collect_together(frames: Mapping[str, DataFrame]) -> dict[str, list[dict[str, Any]]]:
-    """The rows of several small frames, by name, in one Spark job: each frame's rows as
-    JSON (nulls kept, times with their offset) in one union, read back with their
-    types (numbers as numbers, times as aware datetimes). A job per frame paid Spark's
-    per-job latency for each of a handful of rows."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import TimestampType
-
-    options = {"timestampFormat": _ISO, "ignoreNullFields": "false"}
-    parts = [
-        frame.select(F.lit(name).alias("figure"),
-                     F.to_json(F.struct(*frame.columns), options).alias("row"))
-        for name, frame in frames.items()
-    ]  # fmt: skip
-    times = {
-        name: [f.name for f in frame.schema.fields if isinstance(f.dataType, TimestampType)]
-        for name, frame in frames.items()
-    }
-    out: dict[str, list[dict[str, Any]]] = {name: [] for name in frames}
-    for r in reduce(lambda a, b: a.unionByName(b), parts).collect():
-        row = json.loads(r["row"])
-        for column in times[r["figure"]]:
-            if row[column] is not None:
-                row[column] = datetime.fromisoformat(row[column])
-        out[r["figure"]].append(row)
-    return out
-
-
 def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData:
     """The report's figures: the run's result, and (``read_audit``, when Spark ran) its
-    audit rows. Two Spark jobs, whatever the run's size: every figure but the timeline
-    in one (:func:`collect_together`), then the timeline, whose slices depend on the
-    outage window the first found."""
+    audit rows. Seven Spark jobs, whatever the run's size: the run's rows are read once,
+    then small aggregations are collected."""
     data = ReportData(
         result.run_id,
         result.status,
@@ -194,15 +157,9 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
     rows = store.run_rows(result.run_id) if read_audit else None
     if rows is None:
         return data
+    rows = rows.localCheckpoint(eager=True)
     plan = queries.run_rows(rows, result.run_id, Stage.PLAN)
-    found = collect_together({
-        "verdicts": verdicts_by_destination(plan),
-        "spread": queries.spread_groups(plan).limit(SPREAD_ROWS),
-        "left": left_for_next_run(rows),
-        "sources": plan.select("source").distinct(),
-        "entities": by_source_entity(rows),
-    })  # fmt: skip
-    for r in found["verdicts"]:
+    for r in verdicts_by_destination(plan).collect():
         place = (r["primary"], r["destination"])
         data.by_destination.setdefault(place, {})[r["verdict"]] = int(r["count"])
         data.spread_groups += int(r["spread_groups"])
@@ -215,15 +172,16 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
     if data.windows:
         first = min(w[0] for w in data.windows.values())
         last = max(w[1] for w in data.windows.values())
-        for t in outage_timeline(plan, first, last).collect():
-            data.timeline[(t["primary"], t["destination"], _utc(t["at"]))] = int(t["count"])
-    data.spread = sorted(found["spread"], key=lambda g: (
-        -g["backlog_queues"], -g["messages"], g["primary"] or "", g["destination"] or "",
-        g["partition_key_effective"] or ""))  # fmt: skip
-    data.left = sorted(found["left"], key=lambda r: (r["stage"], r["outcome"], r["detail"] or ""))
-    sources = {r["source"] for r in found["sources"]} - {None}
+        for r in outage_timeline(plan, first, last).collect():
+            data.timeline[(r["primary"], r["destination"], _utc(r["at"]))] = int(r["count"])
+    if data.spread_groups:
+        spread = queries.spread_groups(plan).limit(SPREAD_ROWS).collect()
+        data.spread = [r.asDict() for r in spread]
+    left = [r.asDict() for r in left_for_next_run(rows).collect()]
+    data.left = sorted(left, key=lambda r: (r["stage"], r["outcome"], r["detail"] or ""))
+    sources = {r["source"] for r in plan.select("source").distinct().collect()} - {None}
     data.source = ", ".join(sorted(sources)) or None
-    for r in found["entities"]:
+    for r in by_source_entity(rows).collect():
         counts = data.by_entity.setdefault(r["entity"], {})
         key = r["outcome"] if r["stage"] != Stage.REPLAY else f"replay_{r['outcome']}"
         counts[key] = counts.get(key, 0) + int(r["count"])
