@@ -75,6 +75,13 @@ COMMON_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     # Files Spark writes for delta-rs to commit need microsecond timestamps.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # Spark keys its Python daemons by their environment, and some of a run's Python
+    # tasks set SPARK_SIMPLIFIED_TRACEBACK while others do not: two daemons, each forking
+    # workers that import pandas, pyarrow and the SDK (about 1 CPU-s per worker). Off,
+    # every task's environment is the same and one daemon's workers serve the whole run
+    # (tests/job/test_python_workers.py). A failed task's traceback then keeps PySpark's
+    # own frames.
+    "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
 }
 
 #: Where local sessions keep their scratch folders.

@@ -1,0 +1,46 @@
+"""A run's Python workers come from one PySpark daemon: every stage's tasks reuse the
+same warm workers instead of a second daemon forking workers that import pandas,
+pyarrow and the SDK again."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+
+from paired_env import Pair, job_config, run_job, send_raw
+from syphon.core.schema import Status
+from syphon.servicebus.backlog_messages import to_backlog_message
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def daemons_of(jvm_pid: int) -> list[int]:
+    """The PySpark daemons (``python -m pyspark.daemon``) the JVM started."""
+    listing = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+    found = []
+    for line in listing.splitlines():
+        pid, ppid, args = line.split(None, 2)
+        if int(ppid) == jvm_pid and "pyspark.daemon" in args:
+            found.append(int(pid))
+    return found
+
+
+def test_every_stage_of_a_run_uses_the_workers_of_one_daemon(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    messages = [
+        to_backlog_message(ServiceBusMessage(f"m{i}".encode(), message_id=f"m{i}",
+                                             session_id="s" if i % 2 else None), "orders")
+        for i in range(20)
+    ]  # fmt: skip
+    send_raw(pair, 0, messages[:10])
+    send_raw(pair, 1, messages[10:])
+    result = run_job(job_config(pair, tmp_path, monkeypatch), spark)
+    assert result.status == Status.DONE, result.detail
+    jvm = spark.sparkContext._gateway.proc.pid
+    assert len(daemons_of(jvm)) == 1
