@@ -47,10 +47,10 @@ class PlanResult:
     Attributes:
         per_destination: rows of :func:`verdicts_by_destination`, by primary and destination.
         snapshot: the checkpointed snapshot (bodies included) for the replay.
-        rows: the plan's audit rows, as appended (a projection of the checkpointed
-            plan), for the replay: it need not read them back.
         selection: what the run takes (None: every message).
         discard: what it removes without sending (None: nothing).
+        rows: the plan's audit rows, as appended (a projection of the checkpointed
+            plan), for the replay: it need not read them back.
     """
 
     run_id: str
