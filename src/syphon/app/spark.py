@@ -218,9 +218,9 @@ def build_spark_session(
         quiet = f"-Dlog4j2.configurationFile={resources.files('syphon.app') / 'log4j2.properties'}"
         options = settings.get("spark.driver.extraJavaOptions", "")
         settings["spark.driver.extraJavaOptions"] = f"{quiet} {options}".strip()
-    archive = class_archive(settings.get(_JAVA_OPTIONS, "")) if local else None
+    options = settings.get(_JAVA_OPTIONS, "")
+    archive = class_archive(options) if local else None
     if archive is not None:  # the config's own options still come last
-        options = settings.get(_JAVA_OPTIONS, "")
         settings[_JAVA_OPTIONS] = f"{archive.java_options()} {options}".strip()
     if local and "spark.local.dir" not in settings:
         root = scratch_root()
