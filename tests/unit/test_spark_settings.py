@@ -1,13 +1,15 @@
 """A local session fitted to the run: a run that expects few messages starts its JVM
-with the client compiler and plans without code generation (its fixed cost halves); a
-large run, one of unknown size, and a session on a cluster keep Spark's defaults; the
-config's own settings always win."""
+with the client compiler (its fixed cost halves), and the smallest plan without code
+generation; a large run, one of unknown size, and a session on a cluster keep Spark's
+defaults; the config's own settings always win."""
 
 from __future__ import annotations
 
 import pytest
 
 from syphon.app.spark import (
+    INTERPRETED_CONF,
+    INTERPRETED_MESSAGES,
     QUICK_START_CONF,
     QUICK_START_JAVA_OPTIONS,
     QUICK_START_MESSAGES,
@@ -29,11 +31,29 @@ def test_a_local_run_of_few_messages_starts_quickly(messages: int) -> None:
     assert quick(spark_settings(SparkConfig(master="local[2]"), expected_messages=messages))
 
 
+def interpreted(settings: dict[str, str]) -> bool:
+    return all(settings.get(k) == v for k, v in INTERPRETED_CONF.items())
+
+
+@pytest.mark.parametrize("messages", [1, INTERPRETED_MESSAGES])
+def test_the_smallest_runs_plan_without_code_generation(messages: int) -> None:
+    assert interpreted(spark_settings(SparkConfig(master="local[2]"), expected_messages=messages))
+
+
+@pytest.mark.parametrize("messages", [INTERPRETED_MESSAGES + 1, QUICK_START_MESSAGES])
+def test_a_larger_quick_start_compiles_its_queries(messages: int) -> None:
+    """Interpreting a query costs per message: from some thousands of messages on,
+    compiling it pays."""
+    settings = spark_settings(SparkConfig(master="local[2]"), expected_messages=messages)
+    assert quick(settings)
+    assert not set(INTERPRETED_CONF) & set(settings)
+
+
 @pytest.mark.parametrize("messages", [QUICK_START_MESSAGES + 1, 10_000_000, None])
 def test_a_large_run_or_one_of_unknown_size_keeps_the_full_jit(messages: int | None) -> None:
     settings = spark_settings(SparkConfig(master="local[2]"), expected_messages=messages)
     assert JAVA not in settings
-    assert not set(QUICK_START_CONF) & set(settings)
+    assert not (set(QUICK_START_CONF) | set(INTERPRETED_CONF)) & set(settings)
 
 
 def test_a_session_on_a_cluster_is_never_changed() -> None:

@@ -47,16 +47,22 @@ LOCAL_CONF: dict[str, str] = {
 }
 
 #: A local session of a run that expects at most this many messages starts its JVM with
-#: the client compiler only and the serial collector, and plans its queries without code
-#: generation or adaptive execution: the full JIT compiles for longer than such a run
-#: lasts. Measured cold, as a process, 2 cores (tests/benchmarks/bench_run.py): 2,000
-#: messages took 25.9 s and 36.6 CPU-s with the full JIT, 20.4 s and 19.9 CPU-s so; with
-#: it, 5,000 / 20,000 / 60,000 messages take 22 / 31 / 54 s (fixed cost about 20 s and
-#: 20 CPU-s, 0.5 CPU-ms per message). A larger run (or one whose size is unknown) keeps
-#: the full JIT, which the reconcile of a million messages needs (61 s against 123 s
-#: with the client compiler); where between the two the full JIT starts to pay is not
-#: measured yet, so the threshold stays well below the million.
+#: the client compiler only and the serial collector: the full JIT compiles for longer
+#: than such a run lasts. Measured cold, as a process, 2 cores (tests/benchmarks/
+#: bench_run.py): 2,000 messages took 25.9 s and 36.6 CPU-s with the full JIT, 20.4 s
+#: and 19.9 CPU-s so. A larger run (or one whose size is unknown) keeps the full JIT,
+#: which the reconcile of a million messages needs (61 s against 123 s with the client
+#: compiler); where between the two the full JIT starts to pay is not measured, so the
+#: threshold stays well below the million.
 QUICK_START_MESSAGES = 100_000
+
+#: A quick start of a run that expects at most this many messages also plans its queries
+#: without code generation: compiling each query's code costs about a second of a cold
+#: run, and interpreting it costs about 0.25 CPU-ms per message more (measured cold, as a
+#: process, 2 cores, bench_run.py --sizes 5000,20000 --repeat 3 --against: 5,000
+#: messages 15.6 s interpreted, 16.5 s compiled; 20,000 messages 24.2 s and 23.9 CPU-s
+#: interpreted, 23.8 s and 21.0 CPU-s compiled).
+INTERPRETED_MESSAGES = 10_000
 
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
@@ -65,9 +71,13 @@ QUICK_START_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 #: The query settings of a quick start (the config's own win).
 QUICK_START_CONF: dict[str, str] = {
+    "spark.sql.adaptive.enabled": "false",
+}
+
+#: The query settings of a quick start of at most :data:`INTERPRETED_MESSAGES`.
+INTERPRETED_CONF: dict[str, str] = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    "spark.sql.adaptive.enabled": "false",
 }
 
 #: Settings syphon relies on wherever it runs.
@@ -150,7 +160,8 @@ def spark_settings(
     expected_messages: int | None = None,
 ) -> dict[str, str]:
     """Every setting the session gets: syphon's (for a local session of a run expecting
-    at most :data:`QUICK_START_MESSAGES` messages, a quick start's), then the config's
+    at most :data:`QUICK_START_MESSAGES` messages, a quick start's, without code
+    generation up to :data:`INTERPRETED_MESSAGES`), then the config's
     (its secret references read here, never logged).
 
     Raises:
@@ -163,6 +174,8 @@ def spark_settings(
         if expected_messages is not None and expected_messages <= QUICK_START_MESSAGES:
             settings.update(QUICK_START_CONF)
             settings[_JAVA_OPTIONS] = QUICK_START_JAVA_OPTIONS
+            if expected_messages <= INTERPRETED_MESSAGES:
+                settings.update(INTERPRETED_CONF)
     for key, value in config.conf.items():
         if isinstance(value, SecretRef):
             try:
