@@ -206,17 +206,19 @@ def run_job(config: SyphonConfig, spark: Any, run_id: str | None = None,
             resume: bool = False) -> RunResult:  # fmt: skip
     """``syphon run`` (or ``syphon replay`` with ``resume``) as the command runs it, report
     included, on the tests' shared Spark session."""
-    return run_with_report(context(config, spark), run_id, resume=resume)
+    from syphon.job.request import run_request
+
+    ctx = context(config, spark)
+    return run_with_report(ctx, run_request(ctx, run_id, resume=resume))
 
 
 def plan_now(config: SyphonConfig, spark: Any) -> Any:
     """``syphon plan`` as the command runs it; its ``PlanResult``."""
-    from datetime import datetime, timezone
+    from syphon.job.plan import plan
+    from syphon.job.request import run_request
 
-    from syphon.job.plan import new_run_id, plan
-
-    now = datetime.now(timezone.utc)
-    return plan(context(config, spark), new_run_id(now), now)
+    ctx = context(config, spark)
+    return plan(ctx, run_request(ctx))
 
 
 def stored(pair: Pair, path: str) -> list[Any]:

@@ -15,7 +15,6 @@ import os
 import random
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
@@ -25,7 +24,8 @@ from syphon.app.services import build_context
 from syphon.app.spark import build_spark_session
 from syphon.app.text import format_summary
 from syphon.core.configfile import load_config
-from syphon.job.plan import new_run_id, plan
+from syphon.job.plan import plan
+from syphon.job.request import run_request
 from syphon.servicebus.backlog_messages import to_backlog_message
 
 PRIMARY = "bench-primary"
@@ -100,8 +100,8 @@ audit:
             spark = build_spark_session(config.spark)
             session = time.monotonic() - clock
             clock = time.monotonic()
-            now = datetime.now(timezone.utc)
-            result = plan(build_context(config, spark_factory=lambda: spark), new_run_id(now), now)
+            ctx = build_context(config, spark_factory=lambda: spark)
+            result = plan(ctx, run_request(ctx))
             wall = time.monotonic() - clock
     print(format_summary(result).splitlines()[0])
     print(f"spark session start        {session:7.1f} s")

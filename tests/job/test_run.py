@@ -297,9 +297,9 @@ def test_a_stopped_run_resumes_sending_what_was_not_sent_and_nothing_twice(
             raise RuntimeError(f"the driver stopped at {name}")
 
     monkeypatch.setattr("syphon.obs.failpoints.check", stop_once)
-    # run's clock ticks 10 s a reading: each stage's timing is the span between its two
-    # readings, whatever the machine's speed
-    monkeypatch.setattr("syphon.job.run.time", TickingClock())
+    # the stages' clock ticks 10 s a reading: each timed part of a stage is the span
+    # between its two readings, whatever the machine's speed
+    monkeypatch.setattr("syphon.job.request.time", TickingClock())
     first = run_job(config, spark)
     assert (first.status, stopped) == ("failed", [stop]), first
     assert first.timings.discover == 10
@@ -328,7 +328,8 @@ def test_a_stopped_run_resumes_sending_what_was_not_sent_and_nothing_twice(
     if stop == "after_replaying":  # the resumed run sent them all
         assert seen_at_record["replay"] == (4, 4)
     spans = resumed.timings
-    assert (spans.replay_probes, spans.replay_sends, spans.replay) == (10, 10, 40)
+    # the replay: its probes, its sends and the commit of their outcomes
+    assert (spans.replay_probes, spans.replay_sends, spans.replay) == (10, 10, 30)
     assert (spans.settle_passes, spans.settle) == (10, 20)
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == ids  # each once
     assert sum(len(v) for v in backlog_state(pair).values()) == 0
@@ -352,7 +353,8 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     settle (sent, then ``left`` / ``not_received``) and one arrives (not part of the
     plan). The next run finishes, sending nothing twice."""
     from syphon.app.text import format_status
-    from syphon.job.plan import new_run_id, plan
+    from syphon.job.plan import plan
+    from syphon.job.request import run_request
     from syphon.job.status import status
 
     def park(queue: int, mid: str, **options: Any) -> None:
@@ -368,8 +370,8 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     park(3, "short", time_to_live=SHORT_TTL)
     expires = datetime.now(timezone.utc) + SHORT_TTL
     config = job_config(pair, tmp_path, monkeypatch)
-    now = datetime.now(timezone.utc)
-    planned = plan(context(config, spark), new_run_id(now), now)
+    ctx = context(config, spark)
+    planned = plan(ctx, run_request(ctx))
     assert not stored(pair, "orders")  # a plan sends nothing
     audit_path = Path(config.audit.path) / AUDIT_TABLE
     verdicts = {r["message_id"]: r["verdict"] for r in read_table(audit_path).to_pylist()}

@@ -87,7 +87,7 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
 ) -> None:
     from datetime import timedelta as td
 
-    import syphon.job.run
+    import syphon.job.stages
     from syphon.store.lease import Lease
 
     send_raw(pair, 1, [to_backlog_message(
@@ -106,7 +106,7 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
     other.release()
 
     # server busy beyond the SDK's own retries: the replay backs off and goes on
-    original_probe = syphon.job.run.probe_destinations
+    original_probe = syphon.job.stages.probe_destinations
 
     def probe_then_throttle(*args: Any, **kwargs: Any) -> Any:
         answer = original_probe(*args, **kwargs)
@@ -114,7 +114,7 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
         threading.Timer(15.0, lambda: pair.primary.throttle("orders", busy=False)).start()
         return answer
 
-    monkeypatch.setattr("syphon.job.run.probe_destinations", probe_then_throttle)
+    monkeypatch.setattr("syphon.job.stages.probe_destinations", probe_then_throttle)
     done = run_job(config, spark)
     assert done.status == "done", done
     assert (done.operations.replay_busy_retries or 0) >= 1
@@ -124,25 +124,25 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
 def test_a_secondary_that_goes_down_while_settling_fails_the_run_and_the_next_run_finishes(
     pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import syphon.job.run
+    import syphon.job.stages
 
     messages = [ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}") for i in range(4)]
     send_raw(pair, 2, [to_backlog_message(m, "orders") for m in messages])
     config = job_config(pair, tmp_path, monkeypatch)
-    settle_queues = syphon.job.run.settle_queues
+    settle_queues = syphon.job.stages.settle_queues
 
     def settle_with_the_secondary_down(*args: Any, **kwargs: Any) -> Any:
         pair.secondary.make_namespace_unavailable()
         return settle_queues(*args, **kwargs)
 
-    monkeypatch.setattr("syphon.job.run.settle_queues", settle_with_the_secondary_down)
+    monkeypatch.setattr("syphon.job.stages.settle_queues", settle_with_the_secondary_down)
     first = run_job(config, spark)
     assert (first.status, first.detail) == ("failed", "namespace_fault: secondary"), first
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == [f"s-{i}" for i in range(4)]
     backlog = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/2").messages
     assert len(backlog) == 4  # sent, but nothing settled
 
-    monkeypatch.setattr("syphon.job.run.settle_queues", settle_queues)
+    monkeypatch.setattr("syphon.job.stages.settle_queues", settle_queues)
     pair.secondary.clear_faults()
     second = run_job(config, spark)
     assert second.status == "done", second

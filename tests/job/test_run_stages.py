@@ -16,7 +16,8 @@ from syphon.core.errors import ExitCode, SyphonError
 from syphon.core.schema import Detail, Outcome, Status
 from syphon.job.context import RunContext
 from syphon.job.ledger import Ledger
-from syphon.job.run import _finish, _leased, resume, run
+from syphon.job.request import run_request
+from syphon.job.run import _finish, _leased, run
 from syphon.job.tally import Line, Tally
 from syphon.store.lease import Lease
 
@@ -41,7 +42,7 @@ def test_an_empty_backlog_is_an_empty_run_that_takes_no_lease(
     pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ctx = no_spark_context(pair, tmp_path, monkeypatch)
-    result = run(ctx, "empty-run")
+    result = run(ctx, run_request(ctx, "empty-run"))
     assert (result.run_id, result.status, result.exit_code) == ("empty-run", Status.EMPTY,
                                                                ExitCode.DONE)  # fmt: skip
     assert statuses(ctx, "empty-run") == [Status.EMPTY]
@@ -56,7 +57,7 @@ def test_a_run_that_finds_the_lease_held_is_busy_and_leaves_the_lease_and_backlo
     parked = park_orders(pair, "busy", queues=1, per_queue=2)
     other = other_holder(ctx)
 
-    result = run(ctx, "busy-run")
+    result = run(ctx, run_request(ctx, "busy-run"))
     assert (result.status, result.exit_code) == (Status.BUSY, ExitCode.BUSY)
     assert result.detail is not None
     assert other.holder in result.detail
@@ -71,7 +72,7 @@ def test_a_run_whose_backlog_cannot_be_listed_fails_before_the_lease(
 ) -> None:
     ctx = no_spark_context(pair, tmp_path, monkeypatch)
     pair.secondary.stop()  # nothing answers at its address
-    result = run(ctx, "blind-run")
+    result = run(ctx, run_request(ctx, "blind-run"))
     assert result.status == Status.FAILED
     assert result.detail
     assert statuses(ctx, "blind-run") == [Status.FAILED]
@@ -88,7 +89,7 @@ def test_resume_refuses_a_run_that_was_never_planned(
     Ledger(ctx, "zz-later-run", datetime.now(timezone.utc)).record(Status.PLANNED)
     for run_id in ("never-seen", "only-busy"):
         with pytest.raises(SyphonError, match=f"run {run_id} was never planned"):
-            resume(ctx, run_id)
+            run(ctx, run_request(ctx, run_id, resume=True))
 
 
 def test_resume_finds_the_lease_held_and_is_busy_keeping_the_first_start(
@@ -100,7 +101,7 @@ def test_resume_finds_the_lease_held_and_is_busy_keeping_the_first_start(
     Ledger(ctx, "planned-run", first + timedelta(minutes=5)).record(Status.FAILED)
     other = other_holder(ctx)
 
-    result = resume(ctx, "planned-run")
+    result = run(ctx, run_request(ctx, "planned-run", resume=True))
     assert result.status == Status.BUSY
     assert other.held()
     (busy,) = [r for r in ctx.store.runs() if r.status == Status.BUSY]
@@ -115,7 +116,7 @@ def test_resume_that_fails_inside_the_lease_is_failed_and_releases_it(
 
     ctx = context(job_config(pair, tmp_path, monkeypatch), refuse)
     Ledger(ctx, "planned-run", datetime.now(timezone.utc)).record(Status.PLANNED)
-    result = resume(ctx, "planned-run")
+    result = run(ctx, run_request(ctx, "planned-run", resume=True))
     assert (result.status, result.detail) == (Status.FAILED, "RuntimeError")
     assert statuses(ctx, "planned-run") == [Status.PLANNED, Status.FAILED]
     assert ctx.store.lease("next", timedelta(minutes=1)).state().holder is None  # released

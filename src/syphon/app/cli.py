@@ -30,7 +30,8 @@ from syphon.core.errors import EXIT_CODES, SyphonError
 from syphon.core.selection import Selection, SelectionError, parse_time
 from syphon.job.context import RunContext
 from syphon.job.failures import explain
-from syphon.job.plan import new_run_id, plan
+from syphon.job.plan import plan
+from syphon.job.request import RunRequest, new_run_id, run_request
 from syphon.job.sources import RunSource, run_source
 from syphon.job.status import status
 from syphon.obs import progress
@@ -284,12 +285,18 @@ def _dispatch(args: argparse.Namespace) -> int:
         source = run_source(ctx, args.source)
         if args.command == "status":
             return _status(ctx, args.runs, source)
-        resend = tuple(getattr(args, "allow_resend", ()))
+        request = run_request(
+            ctx,
+            run_id,
+            source,
+            selection,
+            allow_resend=tuple(getattr(args, "allow_resend", ())),
+            discard=discard,
+            resume=args.command == "replay",
+        )
         if args.command == "plan":
-            return _plan(ctx, run_id, selection, source, resend, discard)
-        result = run_with_report(ctx, run_id, resume=args.command == "replay",
-                                 selection=selection, source=source,
-                                 allow_resend=resend, discard=discard)  # fmt: skip
+            return _plan(ctx, request)
+        result = run_with_report(ctx, request)
     print(format_run(result))
     print(f"audit: {ctx.store.where}")
     return int(result.exit_code)
@@ -315,16 +322,13 @@ def _status(ctx: RunContext, runs: int, source: RunSource) -> int:
     return 0
 
 
-def _plan(ctx: RunContext, run_id: str, selection: Selection | None,
-          source: RunSource | None, allow_resend: tuple[str, ...],
-          discard: Discard | None) -> int:  # fmt: skip
+def _plan(ctx: RunContext, request: RunRequest) -> int:
     try:
-        result = plan(ctx, run_id, datetime.now(timezone.utc), selection=selection,
-                      source=source, allow_resend=allow_resend, discard=discard)  # fmt: skip
+        result = plan(ctx, request)
     except SyphonError:
         raise
     except Exception as exc:
-        _raise_as(exc, ctx, source.access if source is not None else None)
+        _raise_as(exc, ctx, request.source.access)
     print(format_summary(result))
     print(f"audit: {ctx.store.where}")
     return 0

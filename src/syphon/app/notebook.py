@@ -19,8 +19,8 @@ from syphon.core.configfile import load_config
 from syphon.core.schema import Stage
 from syphon.core.selection import Selection, parse_time
 from syphon.job.context import RunContext
-from syphon.job.plan import new_run_id
 from syphon.job.plan import plan as plan_run
+from syphon.job.request import run_request
 from syphon.job.sources import run_source
 from syphon.job.status import status
 from syphon.obs.logs import configure_logging
@@ -199,7 +199,6 @@ def plan(ctx: RunContext, params: Parameters) -> tuple[str, str]:
     """The run to inspect and replay, and its summary: ``params.run_id`` when the ledger
     says it was planned (nothing is peeked again), else a new plan (recorded
     ``planned``) of what ``params.selection`` takes."""
-    from datetime import timezone
 
     if params.run_id:
         rows = [r for r in ctx.store.runs() if r.run_id == params.run_id]
@@ -209,13 +208,12 @@ def plan(ctx: RunContext, params: Parameters) -> tuple[str, str]:
             counts = ", ".join(f"{k} {v}" for k, v in sorted(planned[0].counts.items()))
             return params.run_id, (f"run {params.run_id}: planned earlier, now "
                                    f"{latest.status}; verdicts: {counts}")  # fmt: skip
-    now = datetime.now(timezone.utc)
-    result = plan_run(ctx, params.run_id or new_run_id(now), now, selection=params.selection,
-                      source=run_source(ctx, params.source))  # fmt: skip
+    request = run_request(ctx, params.run_id, params.source, params.selection)
+    result = plan_run(ctx, request)
     return result.run_id, format_summary(result)
 
 
 def replay(ctx: RunContext, run_id: str, params: Parameters | None = None) -> str:
     """Replays and settles the planned run (of ``params.source``); its summary."""
-    source = run_source(ctx, params.source if params is not None else None)
-    return format_run(run_with_report(ctx, run_id, resume=True, source=source))
+    source = params.source if params is not None else None
+    return format_run(run_with_report(ctx, run_request(ctx, run_id, source, resume=True)))

@@ -10,12 +10,10 @@ from syphon.app.report import write_run_report
 from syphon.app.spark import build_spark_session
 from syphon.app.storage import resolve_location
 from syphon.core.config import SyphonConfig
-from syphon.core.discard import Discard
-from syphon.core.selection import Selection
 from syphon.job import run as job_run
 from syphon.job.context import RunContext, SparkOnDemand
 from syphon.job.ledger import RunResult
-from syphon.job.sources import RunSource
+from syphon.job.request import RunRequest, run_request
 from syphon.servicebus.access import resolve_namespaces
 from syphon.servicebus.secrets import DbutilsGet
 from syphon.store.backend import open_store
@@ -48,16 +46,9 @@ def build_context(
     return RunContext(config, namespaces, open_store(config.audit, spark, location), spark)
 
 
-def run_with_report(ctx: RunContext, run_id: str | None = None, resume: bool = False,
-                    selection: Selection | None = None, source: RunSource | None = None,
-                    allow_resend: tuple[str, ...] = (),
-                    discard: Discard | None = None) -> RunResult:  # fmt: skip
-    """``syphon run`` on what ``selection`` takes (or, with ``resume``, ``syphon replay``
-    of ``run_id``: its plan says what it takes), then the run's report."""
-    if resume:
-        assert run_id is not None
-        result = job_run.resume(ctx, run_id, source)
-    else:
-        result = job_run.run(ctx, run_id, selection, source, allow_resend, discard)
+def run_with_report(ctx: RunContext, request: RunRequest | None = None) -> RunResult:
+    """``syphon run`` of ``request`` (None: everything of the config's default source)
+    or, with ``request.resume``, ``syphon replay`` of its run; then the run's report."""
+    result = job_run.run(ctx, request or run_request(ctx))
     result.report = write_run_report(ctx, result)
     return result

@@ -31,6 +31,19 @@ class _Metrics:
                 out[f"{stage}.{what}" if what else stage] = value
         return out
 
+    def add(self, other: _Metrics) -> None:
+        """Adds ``other``'s figures to these (a figure ``other`` has not set stays; a
+        dict of figures is updated: it holds rates, not sums)."""
+        for f in dataclasses.fields(other):
+            value = getattr(other, f.name)
+            if value is None:
+                continue
+            mine = getattr(self, f.name)
+            if isinstance(value, dict):
+                mine.update(value)
+            else:
+                setattr(self, f.name, value if mine is None else mine + value)
+
     @classmethod
     def from_map(cls: type[_T], stored: Mapping[str, Any] | None) -> _T:
         """Reads the stored form back (unknown keys, from other versions, are ignored)."""

@@ -11,6 +11,7 @@ from syphon.core.ledger import Operations, RunRecord, Timings
 from syphon.core.schema import Status
 from syphon.job.context import RunContext
 from syphon.job.failures import Failure, explain
+from syphon.job.request import StageResult
 from syphon.servicebus.access import Access
 from syphon.store.lease import LeaseState
 
@@ -67,6 +68,11 @@ class Ledger:
         self.timings = Timings()
         #: the source's queues that hold messages syphon cannot read (path: why)
         self.unread: dict[str, str] = {}
+
+    def add(self, stage: StageResult) -> None:
+        """Adds a stage's timings and operations to the run's."""
+        self.timings.add(stage.timings)
+        self.operations.add(stage.operations)
 
     def record(self, status: str, detail: str | None = None, final: bool = False) -> None:
         self.ctx.store.append_run(

@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -25,6 +23,7 @@ from syphon.core.schema import DESTINATIONS, SNAPSHOT, Status, Verdict, spark_sc
 from syphon.core.selection import Selection, SelectionError
 from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.reconcile import reconcile_snapshot
+from syphon.job.request import RunRequest, StageResult, timed
 from syphon.job.restore import Redrive, restore
 from syphon.job.selection import with_views
 from syphon.job.snapshot import read_snapshot
@@ -40,8 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class PlanResult:
+@dataclass(kw_only=True)
+class PlanResult(StageResult):
     """What a plan found.
 
     Attributes:
@@ -56,17 +55,11 @@ class PlanResult:
     run_id: str
     queues: list[DiscoveredQueue]
     counts: dict[str, int]
+    snapshot: DataFrame
+    rows: DataFrame
     per_destination: list[dict[str, Any]] = field(default_factory=list)
-    timings: Timings = field(default_factory=Timings)
-    operations: Operations = field(default_factory=Operations)
-    snapshot: DataFrame | None = None
     selection: Selection | None = None
     discard: Discard | None = None
-    rows: DataFrame | None = None
-
-
-def new_run_id(now: datetime) -> str:
-    return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
 def discover(ctx: RunContext, source: RunSource | None = None) -> list[DiscoveredQueue]:
@@ -137,78 +130,64 @@ def verdicts_by_destination(planned: DataFrame) -> DataFrame:
 
 
 def plan(
-    ctx: RunContext,
-    run_id: str,
-    started: datetime,
-    queues: list[DiscoveredQueue] | None = None,
-    selection: Selection | None = None,
-    source: RunSource | None = None,
-    allow_resend: tuple[str, ...] = (),
-    discard: Discard | None = None,
+    ctx: RunContext, request: RunRequest, queues: list[DiscoveredQueue] | None = None
 ) -> PlanResult:
-    """Plans a run (see the module docstring) and records it as ``planned``.
+    """Plans a run (see the module docstring) and records it as ``planned``: what
+    ``request.selection`` takes of its source (the rest is ``unselected``; the selection
+    is checked before anything is peeked), ``request.discard`` removed without sending,
+    the MessageIds of ``request.allow_resend`` sent again although an earlier run
+    replayed them.
 
     Args:
-        queues: the backlog queues when the caller discovered them already.
-        selection: what the run takes (:mod:`syphon.core.selection`); the rest is
-            ``unselected``. Checked before anything is peeked.
-        source: the source drained (None: the config's default, see
-            :func:`syphon.job.sources.run_source`).
-        allow_resend: MessageIds to send again although an earlier run replayed them.
-        discard: what to remove without sending (:mod:`syphon.core.discard`).
+        queues: the source's queues when the caller discovered them already.
 
     Raises:
         SelectionError: the selection's predicate does not apply to a snapshot.
     """
     from pyspark.sql import functions as F
 
-    source = source or run_source(ctx)
+    source, selection = request.source, request.selection
     spark = ctx.spark()  # its start is no stage's time
     progress.watch(spark)
     check_selection(spark, selection, source.redrive)
     timings = Timings()
-    clock = time.monotonic()
-    if queues is None:
-        progress.step(f"discover: finding the queues of source {source.name}")
-        queues = discover(ctx, source)
-    non_empty = [q for q in queues if not q.empty and q.unreadable is None]
-    timings.discover = time.monotonic() - clock
+    with timed(timings, "discover"):
+        if queues is None:
+            progress.step(f"discover: finding the queues of source {source.name}")
+            queues = discover(ctx, source)
+        non_empty = [q for q in queues if not q.empty and q.unreadable is None]
 
-    clock = time.monotonic()
-    progress.step("destinations: reading the primaries' entities")
-    destinations, listed = destination_settings(ctx)
-    timings.destinations = time.monotonic() - clock
+    with timed(timings, "destinations"):
+        progress.step("destinations: reading the primaries' entities")
+        destinations, listed = destination_settings(ctx)
 
-    clock = time.monotonic()
-    progress.step(f"snapshot: peeking {len(non_empty)} queues")
-    snapshot = read_snapshot(spark, source.access, non_empty,
-                             ctx.config.backlog.split_messages)  # fmt: skip
-    peeked = snapshot.count()
-    timings.snapshot = time.monotonic() - clock
+    with timed(timings, "snapshot"):
+        progress.step(f"snapshot: peeking {len(non_empty)} queues")
+        split = ctx.config.backlog.split_messages
+        snapshot = read_snapshot(spark, source.access, non_empty, split)
+        peeked = snapshot.count()
     fit_shuffle_partitions(spark, peeked, ctx.config.spark.conf)
 
-    clock = time.monotonic()
-    progress.step(f"reconcile: {peeked} messages")
-    planned = reconcile_snapshot(
-        snapshot,
-        F.lit(started),
-        destinations,
-        ctx.store.replayed(),
-        default_max_message_bytes=source.access.max_message_bytes,
-        listed_primaries=listed,
-        selection=selection,
-        redrive=source.redrive,
-        allow_resend=allow_resend,
-        discard=discard,
-    )
-    # checkpointed: the audit, the counts and the summary read it
-    planned = with_source(planned, source).localCheckpoint(eager=True)
-    timings.reconcile = time.monotonic() - clock
+    with timed(timings, "reconcile"):
+        progress.step(f"reconcile: {peeked} messages")
+        planned = reconcile_snapshot(
+            snapshot,
+            F.lit(request.started),
+            destinations,
+            ctx.store.replayed(),
+            default_max_message_bytes=source.access.max_message_bytes,
+            listed_primaries=listed,
+            selection=selection,
+            redrive=source.redrive,
+            allow_resend=request.allow_resend,
+            discard=request.discard,
+        )
+        # checkpointed: the audit, the counts and the summary read it
+        planned = with_source(planned, source).localCheckpoint(eager=True)
 
-    clock = time.monotonic()
-    progress.step("audit: writing the plan")
-    rows = ctx.store.append_plan(planned, run_id, started)
-    timings.audit = time.monotonic() - clock
+    with timed(timings, "audit"):
+        progress.step("audit: writing the plan")
+        rows = ctx.store.append_plan(planned, request.run_id, request.started)
     if rows != peeked:  # pragma: no cover - a broken invariant, not an input
         raise RuntimeError(f"the audit has {rows} rows for {peeked} peeked messages")
     per_destination = sorted(
@@ -222,9 +201,9 @@ def plan(
     operations.snapshot_messages_peeked = rows
     ctx.store.append_run(
         RunRecord(
-            run_id=run_id,
+            run_id=request.run_id,
             status=Status.PLANNED,
-            started_at=started,
+            started_at=request.started,
             finished_at=datetime.now(timezone.utc),
             config_fingerprint=ctx.config.fingerprint(),
             counts=counts,
@@ -233,9 +212,18 @@ def plan(
             source=source.name,
         )
     )
-    audit_rows = queries.plan_audit_rows(planned, run_id, started)
-    return PlanResult(run_id, queues, counts, per_destination, timings, operations, snapshot,
-                      selection, discard, audit_rows)  # fmt: skip
+    return PlanResult(
+        run_id=request.run_id,
+        queues=queues,
+        counts=counts,
+        per_destination=per_destination,
+        timings=timings,
+        operations=operations,
+        snapshot=snapshot,
+        selection=selection,
+        discard=request.discard,
+        rows=queries.plan_audit_rows(planned, request.run_id, request.started),
+    )
 
 
 def unread(queues: list[DiscoveredQueue]) -> dict[str, str]:

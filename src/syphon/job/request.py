@@ -1,0 +1,103 @@
+"""What a run is asked to do, and the shape of its stages' answers.
+
+A :class:`RunRequest` is built once, at the entry point, beside the
+:class:`~syphon.job.context.RunContext` (which says where things are): the run's id, the
+source it drains, what it takes and what it may send again. Each stage of
+:mod:`syphon.job.run` takes ``(ctx, request, inputs)`` and answers a result that carries
+its own :class:`~syphon.core.ledger.Timings` and :class:`~syphon.core.ledger.Operations`
+(a :class:`StageResult`), which the run folds into its ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from syphon.core.discard import Discard
+from syphon.core.ledger import Operations, Timings
+from syphon.core.selection import Selection
+from syphon.job.context import RunContext
+from syphon.job.sources import RunSource, run_source
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run's request.
+
+    Attributes:
+        run_id: the run's id (a resumed run's: the run it resumes).
+        started: when the run started (a resumed run: when its attempt started).
+        source: the source it drains.
+        selection: what it takes (None: every message); the rest is ``unselected``.
+        allow_resend: MessageIds to send again although an earlier run replayed them.
+        discard: what it removes without sending (None: nothing).
+        resume: whether it resumes a planned run (``syphon replay``) instead of
+            planning a new one.
+    """
+
+    run_id: str
+    started: datetime
+    source: RunSource
+    selection: Selection | None = None
+    allow_resend: tuple[str, ...] = ()
+    discard: Discard | None = None
+    resume: bool = False
+
+
+def new_run_id(now: datetime) -> str:
+    """A run id that sorts by its start: ``20261126T081500Z-<8 hex digits>``."""
+    import uuid
+
+    return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+
+
+def run_request(
+    ctx: RunContext,
+    run_id: str | None = None,
+    source: RunSource | str | None = None,
+    selection: Selection | None = None,
+    allow_resend: tuple[str, ...] = (),
+    discard: Discard | None = None,
+    resume: bool = False,
+) -> RunRequest:
+    """The request of a run (a new id when ``run_id`` is None) of ``source`` (a source,
+    its name, or None: the config's default).
+
+    Raises:
+        ConfigError: no source of that name.
+        ValueError: a resumed run without its id.
+    """
+    if resume and run_id is None:
+        raise ValueError("a resumed run needs the id of the run it resumes")
+    started = datetime.now(timezone.utc)
+    if not isinstance(source, RunSource):
+        source = run_source(ctx, source)
+    return RunRequest(run_id or new_run_id(started), started, source, selection,
+                      tuple(allow_resend), discard, resume)  # fmt: skip
+
+
+@dataclass
+class StageResult:
+    """What every stage answers besides its own outputs: what it took (``timings``, in
+    seconds by stage) and what it cost (``operations``); the run adds them to its
+    ledger's (:meth:`syphon.core.ledger.Timings.add`)."""
+
+    timings: Timings = field(default_factory=Timings)
+    operations: Operations = field(default_factory=Operations)
+
+
+@contextlib.contextmanager
+def timed(timings: Timings, *names: str) -> Iterator[None]:
+    """Adds the wall time of the ``with`` block to each of ``names`` in ``timings`` (a
+    stage's time and, named too, its part of an enclosing stage's); added, not set, so
+    that a stage that runs once per wave sums its waves."""
+    clock = time.monotonic()
+    try:
+        yield
+    finally:
+        spent = time.monotonic() - clock
+        for name in names:
+            setattr(timings, name, (getattr(timings, name) or 0.0) + spent)

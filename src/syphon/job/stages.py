@@ -1,0 +1,223 @@
+"""The stages of a run after its plan, each ``stage(ctx, request, inputs) -> result``.
+
+:mod:`syphon.job.run` calls them in the order that keeps messages safe and records the
+ledger's statuses between them; each stage answers what it produced with its own
+timings and operations (a :class:`~syphon.job.request.StageResult`):
+
+- :func:`discover`: the source's queues, without Spark;
+- :func:`resumed_plan`: a planned run's plan rows read back from the audit, what an
+  earlier attempt already sent, and its queues peeked again;
+- :func:`probe`: the destinations of what is still to send, probed without sending;
+- :func:`send`: the replay (:mod:`syphon.job.replay`), its outcomes committed to the
+  audit;
+- :func:`settle`: the settle (:mod:`syphon.job.settle`), its outcomes committed to the
+  audit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from syphon.core.errors import SyphonError
+from syphon.core.ledger import Operations, Timings
+from syphon.core.naming import is_dead_letter_path
+from syphon.core.schema import Outcome, Stage
+from syphon.job.context import RunContext, fit_shuffle_partitions
+from syphon.job.lanes import ReplaySettings
+from syphon.job.plan import discovery_operations, unread
+from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
+from syphon.job.request import RunRequest, StageResult, timed
+from syphon.job.restore import restore
+from syphon.job.settle import settle_actions, settle_queues
+from syphon.job.snapshot import read_snapshot
+from syphon.job.tally import Tally, tally
+from syphon.obs import failpoints, progress
+from syphon.servicebus.discovery import DiscoveredQueue
+from syphon.servicebus.sending import Destination, probe_destinations
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+@dataclass(kw_only=True)
+class Discovered(StageResult):
+    """The source's queues (empty ones included), and those that may hold messages
+    syphon cannot read (path: why)."""
+
+    queues: list[DiscoveredQueue]
+    unread: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return all(q.empty for q in self.queues)
+
+    @property
+    def messages(self) -> int | None:
+        """How many messages the readable queues hold (None: a count is unknown)."""
+        counts = [q.message_count for q in self.queues if q.unreadable is None]
+        return None if None in counts else sum(c or 0 for c in counts)
+
+
+def discover(ctx: RunContext, request: RunRequest) -> Discovered:
+    """The queues of the request's source, and what finding them cost."""
+    result = Discovered(queues=[])
+    with timed(result.timings, "discover"):
+        result.queues = request.source.discover(ctx)
+    result.operations = discovery_operations(ctx, result.queues, request.source)
+    result.unread = unread(result.queues)
+    return result
+
+
+@dataclass(kw_only=True)
+class Resumed(StageResult):
+    """A planned run taken up again: its plan rows (``rows``, checkpointed), its queues
+    peeked again (``snapshot``), what its earlier attempts recorded as replayed
+    (``earlier``; None: nothing) and its plan's counts by verdict."""
+
+    rows: DataFrame
+    snapshot: DataFrame
+    earlier: DataFrame | None
+    counts: dict[str, int]
+
+
+def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
+    """The plan of ``request.run_id`` read back from the audit, its queues peeked again.
+
+    Raises:
+        SyphonError: the audit holds no plan of that run, or the run was planned from
+            another source than the request's.
+    """
+    spark = ctx.spark()
+    progress.watch(spark)
+    source = request.source
+    rows = ctx.store.run_rows(request.run_id, Stage.PLAN)
+    if rows is None:
+        raise SyphonError(f"no audit at {ctx.store.where}: run {request.run_id} has no plan")
+    rows = rows.localCheckpoint(eager=True)
+    # not sized by its plan: fitted to it now
+    fit_shuffle_partitions(spark, rows.count(), ctx.config.spark.conf)
+    earlier = ctx.store.run_rows(request.run_id, Stage.REPLAY)
+    if earlier is not None and earlier.limit(1).count() == 0:
+        earlier = None
+    found = rows.select("backlog_queue", "source").distinct().collect()
+    paths = sorted({r["backlog_queue"] for r in found})
+    recorded = {r["source"] for r in found} - {None}  # None: planned before sources
+    if recorded:
+        other = recorded != {source.name}
+    else:
+        other = any(is_dead_letter_path(p) for p in paths) != (source.kind == "dead_letter")
+    if other:
+        named = f" ({', '.join(sorted(recorded))})" if recorded else ""
+        raise SyphonError(
+            f"run {request.run_id} was planned from another source{named} than "
+            f"{source.name}: name its source with --source"
+        )
+    queues = [DiscoveredQueue("", 0, p, None, False) for p in paths]
+    snapshot = read_snapshot(spark, source.access, queues, ctx.config.backlog.split_messages)
+    counts = {r["verdict"]: int(r["count"]) for r in rows.groupBy("verdict").count().collect()}
+    return Resumed(rows=rows, snapshot=snapshot, earlier=earlier, counts=counts)
+
+
+@dataclass(kw_only=True)
+class Probed(StageResult):
+    """The plan rows still to send (``todo``) and the probes' verdicts on their
+    destinations: a destination mapped to a reason is skipped (None: it answered)."""
+
+    todo: DataFrame
+    skipped: dict[Destination, str | None]
+
+
+def probe(
+    ctx: RunContext, request: RunRequest, rows: DataFrame, earlier: DataFrame | None = None
+) -> Probed:
+    """Probes the destinations of the plan ``rows`` that no earlier attempt of the run
+    sent (``earlier``: its replay rows), sending nothing."""
+    result = Probed(todo=still_to_send(rows, earlier), skipped={})
+    with timed(result.timings, "replay", "replay_probes"):
+        pairs = result.todo.select("primary", "destination").distinct().collect()
+        destinations = sorted((r["primary"], r["destination"]) for r in pairs)
+        progress.step(f"replay: probing {len(destinations)} destinations")
+        result.skipped = probe_destinations(ctx.namespaces.primaries, destinations)
+    result.operations.replay_probes = len(destinations)
+    return result
+
+
+@dataclass(kw_only=True)
+class Sent(StageResult):
+    """The replay's outcome rows (checkpointed: the sends happened once) and their
+    tally."""
+
+    results: DataFrame
+    tally: Tally
+
+
+def send(
+    ctx: RunContext,
+    request: RunRequest,
+    rows: DataFrame,
+    snapshot: DataFrame,
+    probed: Probed,
+    in_doubt: DataFrame | None,
+) -> Sent:
+    """Sends what ``probed`` left to send (the messages' bytes from ``snapshot``; those
+    of ``in_doubt`` marked as sent again), then commits the outcomes to the audit."""
+    budgets = ctx.config.replay.credits_per_second
+    operations = Operations()
+    timings = Timings()
+    with timed(timings, "replay", "replay_sends"):
+        progress.step("replay: sending")
+        results = replay_messages(
+            replay_input(restore(snapshot, request.source.redrive), probed.todo, in_doubt),
+            ctx.namespaces.primaries,
+            probed.skipped,
+            ReplaySettings(credits_per_second=budgets),
+            failpoint=failpoints.for_task("mid_replay"),
+        )
+        results = results.localCheckpoint(eager=True)  # the sends happen here, exactly once
+    with timed(timings, "replay"):
+        seconds = timings.replay_sends or 0.0
+        operations.credit_rates = credit_rates(results, rows, budgets, seconds)
+        now = datetime.now(timezone.utc)
+        ctx.store.append_outcomes(results, rows, request.run_id, Stage.REPLAY, now)
+    replayed = tally(results, "transfers", "busy_retries")
+    operations.replay_send_transfers = replayed.total("transfers")
+    operations.replay_busy_retries = replayed.total("busy_retries")
+    operations.replay_messages_sent = replayed.count(Outcome.SENT)
+    return Sent(timings=timings, operations=operations, results=results, tally=replayed)
+
+
+@dataclass(kw_only=True)
+class Settled(StageResult):
+    """The settle's outcome rows (checkpointed) and their tally."""
+
+    results: DataFrame
+    tally: Tally
+
+
+def settle(ctx: RunContext, request: RunRequest, rows: DataFrame, sent: DataFrame) -> Settled:
+    """Settles the plan ``rows`` in the source's queues by what the run ``sent`` (every
+    attempt's replay rows), then commits the outcomes to the audit."""
+    operations = Operations()
+    timings = Timings()
+    with timed(timings, "settle", "settle_passes"):
+        progress.step("settle: completing and dead-lettering in the backlog queues")
+        results = settle_queues(
+            settle_actions(rows, sent),
+            request.source.access,
+            request.run_id,
+            failpoints.for_task("mid_settle"),
+        )
+        results = results.localCheckpoint(eager=True)
+    with timed(timings, "settle"):
+        now = datetime.now(timezone.utc)
+        ctx.store.append_outcomes(results, rows, request.run_id, Stage.SETTLE, now)
+    settled = tally(results, "received", "abandoned", "requests")
+    operations.settle_receives = settled.total("received")
+    operations.settle_requests = settled.total("requests")
+    operations.settle_completes = settled.count(Outcome.COMPLETED)
+    operations.settle_dead_letters = settled.count(Outcome.DEAD_LETTERED)
+    operations.settle_discards = settled.count(Outcome.DISCARDED)
+    operations.settle_abandons = settled.total("abandoned")
+    return Settled(timings=timings, operations=operations, results=results, tally=settled)
