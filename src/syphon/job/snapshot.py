@@ -30,11 +30,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class QueueRange:
-    """One input partition: a backlog queue, or a range of its sequence numbers."""
+    """One input partition: a backlog queue, or a range of its sequence numbers, or at
+    most ``limit`` of its messages from ``first`` on."""
 
     queue: str
     first: int = 1
     last: int | None = None
+    limit: int | None = None
 
 
 def split_ranges(queue: str, first: int, count: int, size: int) -> list[QueueRange]:
@@ -143,7 +145,7 @@ class _PeekTask:
     def _peek(self, r: QueueRange) -> Callable[[], Iterator[dict[str, Any]]]:
         def rows() -> Iterator[dict[str, Any]]:
             with self.__access.client() as client, peek_receiver(client, r.queue) as receiver:
-                yield from peek_rows(receiver, r.queue, r.first, r.last, self.page)
+                yield from peek_rows(receiver, r.queue, r.first, r.last, self.page, r.limit)
 
         return rows
 

@@ -43,6 +43,7 @@ def peek_rows(
     from_sequence_number: int = 1,
     until_sequence_number: int | None = None,
     page: int = PEEK_PAGE,
+    limit: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Every message of a backlog queue from ``from_sequence_number`` on, as rows.
 
@@ -53,10 +54,13 @@ def peek_rows(
         from_sequence_number: the first sequence number to read.
         until_sequence_number: the last one to read (inclusive); None reads to the end.
         page: messages asked per peek.
+        limit: the most messages to read (None: no limit); a peek asks for no more than
+            are still wanted, since each message peeked costs a credit.
     """
     next_seq = max(1, from_sequence_number)
-    while True:
-        messages = peek_raw(receiver, next_seq, page)
+    left = limit
+    while left is None or left > 0:
+        messages = peek_raw(receiver, next_seq, page if left is None else min(page, left))
         if not messages:
             return
         for encoded in messages:
@@ -65,6 +69,10 @@ def peek_rows(
                 return
             yield snapshot_row(encoded, backlog_queue)
             next_seq = number + 1
+            if left is not None:
+                left -= 1
+                if left == 0:
+                    return
 
 
 def first_sequence_number(access: Any, queue: str) -> int | None:

@@ -1,0 +1,104 @@
+"""A wave's read against the local Service Bus (syphon.job.waves.read_wave): backlog
+queues filled in turn, read wave after wave with a small limit. Each message is taken
+by exactly one wave, every wave's messages were enqueued before the next wave's, a
+queue gives a wave at most the limit (and one front more is read), and reading removes
+or locks nothing."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+from paired_env import PRIMARY, Pair, backlog_state
+from syphon.servicebus.access import Access
+from syphon.servicebus.backlog_messages import to_backlog_message
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def queue(i: int) -> str:
+    return f"{PRIMARY}/x-servicebus-transfer/{i}"
+
+
+def access(pair: Pair) -> Access:
+    return Access("contoso-secondary", "secondary", "localhost",
+                  connection_string=pair.secondary.connection_string)  # fmt: skip
+
+
+def fill_in_turn(pair: Pair, queues: int, messages: int) -> list[str]:
+    """Sends ``messages`` one at a time to the queues in turn (w-0 to queue 0, w-1 to
+    queue 1, ...): a key's messages spread over every queue, in time order."""
+    ids = [f"w-{i}" for i in range(messages)]
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        senders = [client.get_queue_sender(queue(q)) for q in range(queues)]
+        try:
+            for i, mid in enumerate(ids):
+                message = ServiceBusMessage(mid.encode(), message_id=mid, session_id="k")
+                senders[i % queues].send_messages(to_backlog_message(message, "orders"))
+        finally:
+            for s in senders:
+                s.close()
+    return ids
+
+
+def test_waves_take_each_message_once_and_in_time_order(pair: Pair, spark: Any) -> None:
+    from syphon.job.waves import read_wave
+
+    ids = fill_in_turn(pair, queues=3, messages=31)
+    paths = [queue(q) for q in range(3)]
+    before = backlog_state(pair)
+    cursors: dict[str, int] = {}
+    waves: list[list[Any]] = []
+    while True:
+        wave = read_wave(spark, access(pair), paths, cursors, limit=4)
+        rows = wave.rows.select("message_id", "backlog_queue", "enqueued_time").collect()
+        per_queue = {p: sum(r["backlog_queue"] == p for r in rows) for p in paths}
+        assert max(per_queue.values()) <= wave.limit
+        assert all(r.read <= wave.limit + 1 for r in wave.reads)
+        if wave.watermark is not None:  # Spark's naive times are the process's local time
+            assert all(r["enqueued_time"].astimezone() < wave.watermark for r in rows)
+        waves.append(rows)
+        if wave.last:
+            break
+        cursors = wave.cursors(cursors)
+        assert len(waves) < 40, "the waves make no progress"
+
+    taken = [r["message_id"] for rows in waves for r in rows]
+    assert sorted(taken) == sorted(ids)  # each message once
+    assert len(waves) > 2
+    for earlier, later in itertools.pairwise(waves):
+        if earlier and later:
+            assert max(r["enqueued_time"] for r in earlier) < min(r["enqueued_time"] for r in later)
+    # a message sent before another is never taken by a later wave
+    wave_of = {r["message_id"]: k for k, rows in enumerate(waves) for r in rows}
+    assert [wave_of[m] for m in ids] == sorted(wave_of[m] for m in ids)
+    assert backlog_state(pair) == before  # read, never locked or removed
+
+
+def test_a_burst_in_one_millisecond_doubles_the_limit_rather_than_stall(
+    pair: Pair, spark: Any
+) -> None:
+    """Five messages sent in one batch share their enqueue time: a limit of two cannot
+    cut before them and after another queue's earlier messages, so the wave reads again
+    with a larger limit and takes the burst whole."""
+    from syphon.job.waves import read_wave
+
+    burst = [
+        to_backlog_message(ServiceBusMessage(f"b-{i}".encode(), message_id=f"b-{i}"), "orders")
+        for i in range(5)
+    ]
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        with client.get_queue_sender(queue(0)) as sender:
+            sender.send_messages(burst)
+        with client.get_queue_sender(queue(1)) as sender:
+            for i in range(3):
+                sender.send_messages(
+                    to_backlog_message(ServiceBusMessage(b"x", message_id=f"later-{i}"), "orders")
+                )
+    wave = read_wave(spark, access(pair), [queue(0), queue(1)], {}, limit=2)
+    taken = sorted(r["message_id"] for r in wave.rows.select("message_id").collect())
+    assert wave.limit > 2
+    assert [m for m in taken if m.startswith("b-")] == [f"b-{i}" for i in range(5)]

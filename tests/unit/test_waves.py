@@ -1,0 +1,134 @@
+"""The waves' time cut (syphon.job.waves): every queue read from its cursor for at most
+a limit and one more; the watermark is the earliest front among the queues not read to
+their end; the wave is what was read before it. Checked here against queues simulated
+in Python, whatever their contents: the wave is a prefix of every queue, holds every
+message enqueued before the watermark in any queue, none after, and is never empty
+while a queue holds a message before the earliest front."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from syphon.job.waves import PARTITIONED_SEQUENCE, QueueRead, time_ordered, watermark
+
+T0 = datetime(2026, 11, 26, 8, 0, tzinfo=timezone.utc)
+
+#: a queue: its messages' enqueue times (ms after T0), in sequence order
+Queue = list[int]
+
+
+def read(queue: Queue, cursor: int, limit: int) -> list[tuple[int, int]]:
+    """(sequence number, ms) of what a wave reads: from the cursor, the limit and one."""
+    return [(seq, ms) for seq, ms in enumerate(queue, start=1) if seq >= cursor][: limit + 1]
+
+
+Wave = dict[str, list[tuple[int, int]]]
+
+
+def at(ms: int) -> datetime:
+    return T0 + timedelta(milliseconds=ms)
+
+
+def cut(queues: dict[str, Queue], cursors: dict[str, int], limit: int) -> tuple[Any, Wave]:
+    """The watermark of a wave over ``queues`` and what it takes of each."""
+    reads, seen = [], {}
+    for name, queue in queues.items():
+        got = read(queue, cursors[name], limit)
+        seen[name] = got
+        last = got[-1] if got else None
+        seq, enqueued = (last[0], at(last[1])) if last else (None, None)
+        reads.append(QueueRead(name, len(got), seq, enqueued, limit))
+    mark = watermark(reads)
+    wave = {
+        name: [(s, ms) for s, ms in got if mark is None or at(ms) < mark]
+        for name, got in seen.items()
+    }
+    return mark, wave
+
+
+def queues_strategy() -> st.SearchStrategy[dict[str, Queue]]:
+    steps = st.lists(st.integers(0, 3), max_size=30)  # 0: the same millisecond as before
+
+    def times(deltas: list[int]) -> Queue:
+        out, now = [], 0
+        for d in deltas:
+            now += d
+            out.append(now)
+        return out
+
+    return st.dictionaries(st.sampled_from("abcd"), steps.map(times), min_size=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(queues=queues_strategy(), limit=st.integers(1, 8), data=st.data())
+def test_a_wave_is_a_time_cut_and_a_prefix_of_every_queue(
+    queues: dict[str, Queue], limit: int, data: st.DataObject
+) -> None:
+    cursors = {
+        n: data.draw(st.integers(1, len(q) + 1), label=f"cursor {n}") for n, q in queues.items()
+    }
+    mark, wave = cut(queues, cursors, limit)
+    for name, queue in queues.items():
+        rest = [(s, ms) for s, ms in enumerate(queue, start=1) if s >= cursors[name]]
+        taken = wave[name]
+        assert taken == rest[: len(taken)]  # a prefix of what is left in the queue
+        before = [
+            (s, ms) for s, ms in rest if mark is None or T0 + timedelta(milliseconds=ms) < mark
+        ]
+        assert taken == before  # every message enqueued before the watermark, none after
+    fronts = [ms for name, q in queues.items() for s, ms in enumerate(q, start=1)
+              if s >= cursors[name]]  # fmt: skip
+    if fronts and mark is not None:
+        earliest = min(fronts)
+        if at(earliest) < mark:
+            assert any(wave.values())  # progress
+
+
+def test_the_waves_of_a_backlog_take_each_message_once_in_time_order() -> None:
+    """Waves one after another, cursors moved past what each took, doubling the limit
+    when a burst leaves a wave empty: every message once, never an earlier one after a
+    later one."""
+    queues = {"a": [0, 1, 1, 1, 1, 1, 9, 10], "b": [2, 3, 4, 5, 6, 7, 8, 11], "c": [5]}
+    cursors = {n: 1 for n in queues}
+    taken: list[int] = []
+    limit = waves = 0
+    while any(cursors[n] <= len(q) for n, q in queues.items()):
+        limit = limit or 2
+        _, wave = cut(queues, cursors, limit)
+        if not any(wave.values()):
+            limit *= 2
+            continue
+        limit = 2
+        waves += 1
+        batch = sorted(ms for got in wave.values() for _, ms in got)
+        assert not taken or batch[0] >= taken[-1]
+        taken.extend(batch)
+        for name, got in wave.items():
+            if got:
+                cursors[name] = got[-1][0] + 1
+    assert taken == sorted(ms for q in queues.values() for ms in q)
+    assert waves > 1
+
+
+def test_a_queue_read_to_its_end_has_no_front() -> None:
+    assert QueueRead("q", 3, 3, T0, limit=3).ended
+    assert not QueueRead("q", 4, 4, T0, limit=3).ended
+    assert watermark([QueueRead("q", 3, 3, T0, 3), QueueRead("r", 0, None, None, 3)]) is None
+    later = T0 + timedelta(seconds=1)
+    assert watermark([QueueRead("q", 4, 4, later, 3), QueueRead("r", 4, 9, T0, 3)]) == T0
+
+
+def test_a_front_without_an_enqueue_time_is_refused() -> None:
+    with pytest.raises(ValueError, match="front of q"):
+        watermark([QueueRead("q", 4, 4, None, 3)])
+
+
+def test_dead_letter_and_partitioned_queues_cannot_be_cut_by_time() -> None:
+    assert time_ordered(["p/x-servicebus-transfer/0", "orders"], [1, 2, 3])
+    assert not time_ordered(["orders/$DeadLetterQueue"])
+    assert not time_ordered(["orders"], [1, PARTITIONED_SEQUENCE + 1])
