@@ -150,6 +150,38 @@ def test_a_message_locked_elsewhere_is_left_not_received(
     assert [str(m.message_id) for m in sb.broker.entity(QUEUE).messages.values()] == ["held"]
 
 
+def test_a_pass_stops_a_page_beyond_the_plans_last_message(
+    servicebus_emulator: EmulatorFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What follows the plan's last message in a queue is a later wave's (or arrived
+    after the snapshot): a pass waiting for a message locked elsewhere stops at the
+    first page that goes beyond the plan, instead of receiving (and locking, and raising
+    the delivery count of) the rest of the queue."""
+    from syphon.job import settle
+
+    monkeypatch.setattr(settle, "RECEIVE_PAGE", 3)
+    sb = servicebus_emulator(QueueSpec(QUEUE))
+    ids = [f"m{i}" for i in range(12)]
+    seq = park(sb, ids)
+    planned = ids[:4]
+    with (
+        ServiceBusClient.from_connection_string(sb.connection_string) as client,
+        client.get_queue_receiver(QUEUE) as other,
+    ):
+        (locked,) = other.receive_messages(1, max_wait_time=5)
+        assert str(locked.message_id) == "m0"
+        todo = actions([(seq[m], COMPLETE, None, "replay") for m in planned])
+        out = by_seq(settle_task(access(sb), "run-8")(todo))
+        other.abandon_message(locked)
+    assert out[seq["m0"]]["detail"] == Detail.NOT_RECEIVED
+    assert {out[seq[m]]["outcome"] for m in planned[1:]} == {Outcome.COMPLETED}
+    # pages of three: m1-m3, then m4-m6 (beyond m3, the plan's last): stop there
+    assert sorted(int(s) for s in out) == sorted(seq[m] for m in ids[:7])
+    entity = sb.broker.entity(QUEUE)
+    counts = {str(m.message_id): m.delivery_count for m in entity.messages.values()}
+    assert {m: counts[m] for m in ids[7:]} == dict.fromkeys(ids[7:], 0)
+
+
 def test_a_queue_that_cannot_be_read_leaves_everything_with_the_reason(
     servicebus_emulator: EmulatorFactory,
 ) -> None:

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syphon.job.waves import PARTITIONED_SEQUENCE, QueueRead, time_ordered, watermark
+from syphon.core.naming import PARTITIONED_SEQUENCE
+from syphon.job.waves import QueueRead, time_ordered, watermark
 
 T0 = datetime(2026, 11, 26, 8, 0, tzinfo=timezone.utc)
 

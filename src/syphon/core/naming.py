@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from syphon.core.errors import BacklogPathError
 from syphon.core.timespan import TIMESPAN_MAX
@@ -201,3 +201,8 @@ class BacklogQueueDescription:
 
 #: The description of the seed (paired namespaces, "Creation of backlog queues").
 BACKLOG_QUEUE_DESCRIPTION = BacklogQueueDescription()
+
+
+#: Sequence numbers at or above this carry a partition in their top 16 bits: the service
+#: numbers a partitioned entity's messages per partition.
+PARTITIONED_SEQUENCE: Final = 1 << 48

@@ -21,10 +21,11 @@ its sequence number: gone from the queue, the failed request had settled it (rec
 such); still there, it is ``left`` with the error (a lapsed lock: the next run settles
 it).
 
-A queue's pass ends when every message to settle has been settled, or when a receive
-comes back empty. Messages to settle that were not received (locked by someone else, or
-already gone) are recorded as ``left`` / ``not_received``; the next run finds them
-again.
+A queue's pass ends when every message to settle has been settled, when a receive
+comes back empty, or when a page goes beyond the last message of the plan in that queue
+(what follows it is a later wave's, or arrived after the snapshot). Messages to settle
+that were not received (locked by someone else, or already gone) are recorded as
+``left`` / ``not_received``; the next run finds them again.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.naming import DEAD_LETTER_SUFFIX
+from syphon.core.naming import DEAD_LETTER_SUFFIX, PARTITIONED_SEQUENCE
 from syphon.core.schema import (
     PLACE,
     SETTLE_ACTION,
@@ -274,6 +275,12 @@ class _QueuePass:
         remaining = sum(1 for a, _, _ in todo.values() if a != LEAVE)
         settled = (COMPLETE, DEAD_LETTER, DISCARD)
         held: list[Any] = []
+        # the last message of the plan in this queue: a queue hands out its messages in
+        # order, so once a page goes beyond it nothing of the plan is still to come (a
+        # message locked elsewhere comes back only when its lock ends). A partitioned
+        # queue hands out its partitions in no order: it is received to its end.
+        last = max(todo, default=0)
+        bounded = 0 < last < PARTITIONED_SEQUENCE
         try:
             while remaining > 0:
                 messages = receiver.receive_messages(
@@ -281,6 +288,7 @@ class _QueuePass:
                 )
                 if not messages:
                     break
+                beyond = bounded and any(int(m.sequence_number or 0) > last for m in messages)
                 groups: dict[_Settlement, list[Any]] = {}
                 for m in messages:
                     seq = int(m.sequence_number or 0)
@@ -302,6 +310,8 @@ class _QueuePass:
                     groups.setdefault(key, []).append(m)
                 for settlement, group in groups.items():
                     self._settle_page(receiver, queue, group, settlement, out)
+                if beyond:
+                    break
         finally:
             self._give_back(receiver, queue, held, out)
 

@@ -40,15 +40,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from syphon.core.naming import is_dead_letter_path
+from syphon.core.naming import PARTITIONED_SEQUENCE, is_dead_letter_path
 from syphon.servicebus.access import Access
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-
-#: Sequence numbers at or above this carry a partition in their top bits (the service
-#: numbers a partitioned entity's messages per partition).
-PARTITIONED_SEQUENCE = 1 << 48
 
 
 @dataclass(frozen=True)
