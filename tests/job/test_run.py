@@ -23,6 +23,7 @@ from paired_env import (
     backlog_state,
     context,
     job_config,
+    park_orders,
     park_outage,
     run_job,
     send_raw,
@@ -337,6 +338,36 @@ def test_a_stopped_run_resumes_sending_what_was_not_sent_and_nothing_twice(
             if r["run_id"] == first.run_id and r["stage"] == "replay"]  # fmt: skip
     assert sorted(r["message_id"] for r in rows) == ids  # one replay row per message
     assert {r["outcome"] for r in rows} == {"sent"}
+
+
+def test_a_run_resumed_after_its_settle_was_recorded_takes_up_nothing_it_settled(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a run settled is done: ``syphon replay --run-id`` of a run that stopped once
+    its settle was recorded sends nothing and settles nothing again (a run of several
+    waves takes up only the wave that was cut off)."""
+    ids = park_orders(pair, "z", queues=2, per_queue=2)
+    config = job_config(pair, tmp_path, monkeypatch)
+    stopped: list[str] = []
+
+    def stop_once(name: str) -> None:
+        if name == "after_settle_commit" and not stopped:
+            stopped.append(name)
+            raise RuntimeError(f"the driver stopped at {name}")
+
+    monkeypatch.setattr("syphon.obs.failpoints.check", stop_once)
+    first = run_job(config, spark)
+    assert (first.status, stopped) == ("failed", ["after_settle_commit"]), first
+    assert sum(len(v) for v in backlog_state(pair).values()) == 0
+
+    resumed = run_job(config, spark, first.run_id, resume=True)
+    assert resumed.status == "done", resumed
+    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == sorted(ids)  # once
+    rows = [r for r in read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
+            if r["run_id"] == first.run_id]  # fmt: skip
+    assert sorted((r["stage"], r["outcome"]) for r in rows if r["stage"] != "plan") == sorted(
+        [("replay", "sent")] * 4 + [("settle", "completed")] * 4
+    )
 
 
 #: The TTL of the message that expires between the plan and the replay: long enough for

@@ -154,8 +154,13 @@ def test_in_doubt_are_in_doubt_sends_and_the_unrecorded_sends_of_interrupted_run
         *run("done", "planned", "replaying", "replayed", "done"),
         *run("crashed", "planned", "replaying"),
         *run("planned-only", "planned"),
+        # resumed after a crash: its resumed attempt committed its sends
+        *run("resumed", "planned", "replaying", "failed", "replaying", "replayed", "done"),
+        # of several waves, the second cut off: the first's commit does not cover it
+        *run("waves", "planned", "replaying", "replayed", "planned", "replaying"),
     ]
-    assert queries.interrupted_runs(records) == ["crashed"]
+    assert queries.interrupted_runs(records) == ["crashed", "waves"]
+    records = records[:-5]
     audit = audit_rows(spark, [
         {**plan_row(1, "replay"), "run_id": "done"},
         {"run_id": "done", "stage": "replay", "backlog_queue": Q0, "sequence_number": 1,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from syphon.core.errors import SyphonError
 from syphon.core.ledger import Operations, Timings
 from syphon.core.naming import is_dead_letter_path
-from syphon.core.schema import Outcome, Stage
+from syphon.core.schema import PLACE, Outcome, Stage
 from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.lanes import ReplaySettings
 from syphon.job.plan import discovery_operations, unread
@@ -83,7 +83,8 @@ class Resumed(StageResult):
 
 
 def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
-    """The plan of ``request.run_id`` read back from the audit, its queues peeked again.
+    """The plan of ``request.run_id`` read back from the audit (the rows it has not
+    settled yet), its queues peeked again.
 
     Raises:
         SyphonError: the audit holds no plan of that run, or the run was planned from
@@ -95,6 +96,10 @@ def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
     rows = ctx.store.run_rows(request.run_id, Stage.PLAN)
     if rows is None:
         raise SyphonError(f"no audit at {ctx.store.where}: run {request.run_id} has no plan")
+    settled = ctx.store.run_rows(request.run_id, Stage.SETTLE)
+    if settled is not None:  # what the run settled is done (a run of several waves: its
+        # earlier waves), the rest is taken up
+        rows = rows.join(settled.select(*PLACE), list(PLACE), "left_anti")
     rows = rows.localCheckpoint(eager=True)
     # not sized by its plan: fitted to it now
     fit_shuffle_partitions(spark, rows.count(), ctx.config.spark.conf)

@@ -102,11 +102,15 @@ def replayed_messages(audit: DataFrame) -> DataFrame:
 
 
 def interrupted_runs(records: Iterable[RunRecord]) -> list[str]:
-    """Runs that recorded ``replaying`` but never ``replayed``: a crash, or an earlier
-    attempt of a resumed run, cut their sends off."""
-    reached = {r.run_id for r in records if r.status == Status.REPLAYING}
-    committed = {r.run_id for r in records if r.status == Status.REPLAYED}
-    return sorted(reached - committed)
+    """Runs whose last ``replaying`` has no ``replayed`` after it: a crash cut their
+    sends off (and no later attempt of the run committed its own). ``records`` in the
+    order they were recorded, as the stores return them: a run of several waves records
+    both once per wave, and one wave's commit does not cover a later wave's sends."""
+    last: dict[str, str] = {}
+    for r in records:
+        if r.status in (Status.REPLAYING, Status.REPLAYED):
+            last[r.run_id] = r.status
+    return sorted(run for run, status in last.items() if status == Status.REPLAYING)
 
 
 def in_doubt_messages(audit: DataFrame, interrupted: list[str]) -> DataFrame:
