@@ -124,3 +124,34 @@ def test_a_ledger_without_the_source_column_gains_it(tmp_path: Path) -> None:
         ("r-old", None),
         ("r-new", "orders-dlq"),
     ]
+
+
+def test_a_ledger_without_the_wave_columns_gains_them_and_keeps_a_waves_cut(
+    tmp_path: Path,
+) -> None:
+    """A run ledger written before waves has no ``wave`` or ``watermark``: the next row
+    adds them; older rows read None (a run of one wave), a wave's row its number and cut
+    (in UTC)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    from syphon.core.ledger import RunRecord
+    from syphon.core.schema import RUNS, arrow_schema
+    from syphon.store.delta import append_arrow
+    from syphon.store.deltars import DeltaRsStore
+
+    started = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    cut = datetime(2026, 10, 31, 23, 59, 58, 123000, tzinfo=timezone.utc)
+    old_schema = arrow_schema([f for f in RUNS if f.name not in ("wave", "watermark")])
+    old_row = RunRecord("r-old", "done", started).as_row(started)
+    del old_row["wave"], old_row["watermark"]
+    append_arrow(pa.Table.from_pylist([old_row], schema=old_schema), tmp_path / "runs")
+
+    store = DeltaRsStore(tmp_path, lambda: None)  # type: ignore[arg-type,return-value]
+    store.append_run(RunRecord("r-new", "planned", started, wave=2, watermark=cut))
+    store.append_run(RunRecord("r-new", "done", started, wave=3, watermark=None))
+    got = [(r.run_id, r.wave, r.watermark) for r in store.runs()]
+    assert [(run, wave) for run, wave, _ in got] == [("r-old", None), ("r-new", 2), ("r-new", 3)]
+    (_, _, none_old), (_, _, kept), (_, _, none_last) = got
+    assert (none_old, none_last) == (None, None)
+    assert kept is not None
+    assert kept.astimezone(timezone.utc) == cut

@@ -148,6 +148,10 @@ class RunRecord:
         recorded_at: when the row was written (set by the store).
         source: the configured source the run drained (None: recorded before sources,
             a backlog run).
+        wave: of a run drained in waves, the wave the row records (1, 2, ...; None: a
+            run of one wave, or the run's final row).
+        watermark: that wave's cut: it took the messages enqueued before it (None: it
+            took every queue to its end).
     """
 
     run_id: str
@@ -161,6 +165,8 @@ class RunRecord:
     detail: str | None = None
     recorded_at: datetime | None = None
     source: str | None = None
+    wave: int | None = None
+    watermark: datetime | None = None
 
     def as_row(self, recorded_at: datetime) -> dict[str, Any]:
         """The row as the ledger table stores it (see :data:`syphon.core.schema.RUNS`)."""
@@ -177,6 +183,8 @@ class RunRecord:
             "detail": self.detail,
             "credits_per_replayed_message": self.operations.credits_per_replayed_message(),
             "source": self.source,
+            "wave": self.wave,
+            "watermark": self.watermark,
         }
 
     @classmethod
@@ -194,6 +202,8 @@ class RunRecord:
             detail=row.get("detail"),
             recorded_at=row.get("recorded_at"),
             source=row.get("source"),
+            wave=row.get("wave"),
+            watermark=row.get("watermark"),
         )
 
 

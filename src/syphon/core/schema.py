@@ -236,6 +236,10 @@ RUNS: Final = (
     Field("detail", "string"),
     Field("credits_per_replayed_message", "double"),
     Field("source", "string"),  # added with the sources (older rows: null)
+    # a run drained in waves: the wave a row records (older rows, one-wave runs: null)
+    # and its watermark (null: the wave took every queue to its end)
+    Field("wave", "long"),
+    Field("watermark", "timestamp"),
 )
 
 #: The lease table's rows (the lease itself lives in its commits' metadata).
