@@ -147,6 +147,23 @@ def test_a_skipped_destination_is_not_opened_and_its_rows_say_why(
     assert sorted(made) == [(PRIMARY, "billing"), (PRIMARY, "orders")]
 
 
+def test_a_lane_an_earlier_wave_broke_reaches_the_task_and_is_not_sent(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    """The lanes an earlier wave of the run broke reach every task of a later wave: their
+    messages stay in the backlog (``earlier_batch_failed``), the rest is sent."""
+    sb = servicebus_emulator(QueueSpec("orders"))
+    plan = _TaskPlan(primaries(sb), {}, ReplaySettings(), None,
+                     frozenset({(PRIMARY, "orders", "late")}))  # fmt: skip
+    out = pd.concat(run_task(_ReplayTask(plan), [
+        row(1, "b1", partition_key_effective="late"), row(2, "b2", partition_key_effective="ok"),
+    ]))  # fmt: skip
+    outcome = {int(r["sequence_number"]): (r["outcome"], r["detail"])
+               for r in out.to_dict("records")}  # fmt: skip
+    assert outcome == {1: (Outcome.SKIPPED, Detail.EARLIER_BATCH_FAILED), 2: (Outcome.SENT, None)}
+    assert [str(m.message_id) for m in received(sb)] == ["m2"]
+
+
 def test_after_its_namespace_fails_no_sender_is_opened_there(
     servicebus_emulator: EmulatorFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -107,6 +107,17 @@ def test_after_a_failed_batch_the_lanes_later_batches_are_skipped_and_other_lane
     assert [seqs for _, seqs in service.sent] == [[1], [4]]
 
 
+def test_a_lane_an_earlier_wave_broke_sends_nothing_and_the_batchs_other_lanes_go() -> None:
+    """A later wave's task starts with the lanes an earlier wave of the run broke: their
+    messages are skipped as if their earlier batch had failed in this task (the next run
+    sends them, in order), the same destination's other keys go."""
+    service = FakeService({ORDERS: [Sent("sent")]})
+    r = replayer(service, broken=frozenset({(*ORDERS, "a")}))
+    results = r.replay([rec(1, "o##0", key="a"), rec(2, "o##0", key="b")])
+    assert outcomes(results) == [(1, "skipped", "earlier_batch_failed"), (2, "sent", None)]
+    assert [seqs for _, seqs in service.sent] == [[2]]
+
+
 def test_a_many_key_batch_that_fails_breaks_each_of_its_keys_and_no_other() -> None:
     """A destination's batch holds several keys (neither partitioned nor sessionful): a
     failed one breaks every key in it; a later batch sends its other keys and skips the

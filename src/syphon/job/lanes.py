@@ -13,9 +13,9 @@ left out of the batch, the rest goes, and a failed batch breaks every lane in it
   batch ``failed`` with the error class, the destination's later batches ``skipped`` /
   ``destination_missing`` or ``destination_unavailable``;
 - a primary that faulted earlier in the task: ``skipped`` / ``namespace_fault``;
-- a lane whose earlier batch was not sent: its messages ``skipped`` /
-  ``earlier_batch_failed`` (so the next run starts from the first unsent message and
-  order is never broken);
+- a lane whose earlier batch was not sent (in this task, or in an earlier wave of the
+  run: the lanes it starts with): its messages ``skipped`` / ``earlier_batch_failed`` (so
+  the next run starts from the first unsent message and order is never broken);
 - a destination with ``failed_batches_per_destination`` failed batches in this task:
   ``skipped`` / ``destination_failing``;
 - within a batch, a message whose snapshot body is not the planned one: ``skipped`` /
@@ -147,6 +147,8 @@ class Replayer:
         send: sends a batch (never raises).
         build: rebuilds a message.
         retried: this task is a retry of one that failed (and may have sent some).
+        broken: lanes (primary, destination, partition key) already broken when the
+            task starts: an earlier wave of the run did not send one of their messages.
         now: the clock; ``sleep``: how to wait; ``clock``: the pacer's monotonic clock
             (each replaceable in tests).
         on_sent: called with the number of batches sent so far (the fail point).
@@ -164,6 +166,7 @@ class Replayer:
         sleep: Callable[[float], None] = time.sleep,
         on_sent: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        broken: frozenset[tuple[str, str, str]] = frozenset(),
     ) -> None:
         self.settings = settings
         self.skip = {k: v for k, v in skip.items() if v}
@@ -175,7 +178,7 @@ class Replayer:
         self._on_sent = on_sent
         self.pacer = CreditPacer(settings.credits_per_second, clock, sleep)
         self.batches_sent = 0
-        self.broken_lanes: set[tuple[str, str, str]] = set()
+        self.broken_lanes: set[tuple[str, str, str]] = set(broken)
         self.failures: dict[Destination, int] = {}
         self.faulted: set[str] = set()
 

@@ -102,10 +102,13 @@ def replay_messages(
     skipped: Mapping[Destination, str | None],
     settings: ReplaySettings | None = None,
     failpoint: FailPoint | None = None,
+    broken: frozenset[tuple[str, str, str]] = frozenset(),
 ) -> DataFrame:
     """Sends ``rows`` (the output of :func:`replay_input`) and returns one result row per
-    message (:data:`syphon.core.schema.REPLAY_RESULT`). Lazy: the sends happen when the
-    result is read, so read it exactly once (checkpoint or write it)."""
+    message (:data:`syphon.core.schema.REPLAY_RESULT`); the messages of ``broken`` lanes
+    (primary, destination, partition key: an earlier wave of the run left one of their
+    messages unsent) are ``skipped`` / ``earlier_batch_failed``. Lazy: the sends happen
+    when the result is read, so read it exactly once (checkpoint or write it)."""
     from pyspark.sql import functions as F
 
     needed = {p for p, _ in skipped}
@@ -118,9 +121,13 @@ def replay_messages(
     )
     # a primary's credit budget is the run's: each task gets its share
     task_settings = (settings or ReplaySettings()).split(partitions)
-    plan = _TaskPlan({p: a for p, a in primaries.items() if p in needed},
-                     {k: v for k, v in skipped.items() if v}, task_settings,
-                     failpoint)  # fmt: skip
+    plan = _TaskPlan(
+        {p: a for p, a in primaries.items() if p in needed},
+        {k: v for k, v in skipped.items() if v},
+        task_settings,
+        failpoint,
+        frozenset(broken),
+    )
     return laid_out.mapInPandas(_ReplayTask(plan), spark_schema(REPLAY_RESULT))
 
 
@@ -181,6 +188,8 @@ class _TaskPlan:
     skip: dict[Destination, str | None]
     settings: ReplaySettings
     failpoint: FailPoint | None = None
+    #: lanes an earlier wave of the run broke (see :class:`~syphon.job.lanes.Replayer`)
+    broken: frozenset[tuple[str, str, str]] = frozenset()
 
 
 class _ReplayTask:
@@ -208,6 +217,7 @@ class _ReplayTask:
             # is marked as a resend of something in doubt
             retried=context is not None and context.attemptNumber() > 0,
             on_sent=failpoint.reached if failpoint is not None else None,
+            broken=self.plan.broken,
         )
         columns = names(REPLAY_RESULT)
         try:

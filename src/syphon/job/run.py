@@ -109,7 +109,7 @@ def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
                 if isinstance(lease, LeaseState):
                     return ledger.busy(lease, ctx.config.run.lease_seconds)
                 resumed = resumed_plan(ctx, request)
-                ledger.counts = ledger.counts or resumed.counts
+                ledger.counts = resumed.counts
                 return _replay_and_settle(
                     ctx, request, ledger, lease, resumed.rows, resumed.snapshot, resumed.earlier
                 )
