@@ -35,6 +35,7 @@ from syphon.core.schema import (
     MESSAGE_COLUMNS,
     PLACE,
     REPLAY_RESULT,
+    Detail,
     Outcome,
     Verdict,
     names,
@@ -239,3 +240,28 @@ class _ReplayTask:
                 yield pd.DataFrame(replayer.replay(batch), columns=list(columns))
         finally:
             pool.close()
+
+
+#: Skips that leave a lane whole (the message alone stays behind, as within a wave).
+_LANE_KEEPING = (Detail.BACKLOG_CHANGED, Detail.EXPIRED_BEFORE_SEND)
+
+
+def broken_lanes(results: DataFrame, rows: DataFrame) -> frozenset[tuple[str, str, str]]:
+    """The lanes (primary, destination, partition key) a wave's replay ``results`` broke:
+    a keyed message of the plan ``rows`` that was not sent, unless it alone stays behind
+    (its backlog copy changed, its TTL ran out). A later wave of the run sends none of
+    their messages (:func:`replay_messages`' ``broken``). One Spark job."""
+    from pyspark.sql import functions as F
+
+    unsent = results.where(
+        (F.col("outcome") != Outcome.SENT)
+        & ~F.coalesce(F.col("detail").isin(*_LANE_KEEPING), F.lit(False))
+    ).select(*PLACE)
+    lanes = (
+        rows.where(F.col("partition_key_effective").isNotNull())
+        .join(unsent, list(PLACE))
+        .select("primary", "destination", "partition_key_effective")
+        .distinct()
+        .collect()
+    )
+    return frozenset((r[0], r[1], r[2]) for r in lanes)
