@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from syphon.core.schema import Outcome, Stage
 from syphon.job.ledger import RunResult
+from syphon.job.rows import utc
 from syphon.store import queries
 from syphon.store.audit import AuditStore
 
@@ -164,7 +165,7 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
         data.by_destination.setdefault(place, {})[r["verdict"]] = int(r["count"])
         data.spread_groups += int(r["spread_groups"])
         if r["first"] is not None:
-            first, last = _utc(r["first"]), _utc(r["last"])
+            first, last = utc(r["first"]), utc(r["last"])
             known = data.windows.get(place)
             if known is not None:
                 first, last = min(first, known[0]), max(last, known[1])
@@ -173,7 +174,7 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
         first = min(w[0] for w in data.windows.values())
         last = max(w[1] for w in data.windows.values())
         for r in outage_timeline(plan, first, last).collect():
-            data.timeline[(r["primary"], r["destination"], _utc(r["at"]))] = int(r["count"])
+            data.timeline[(r["primary"], r["destination"], utc(r["at"]))] = int(r["count"])
     if data.spread_groups:
         spread = queries.spread_groups(plan).limit(SPREAD_ROWS).collect()
         data.spread = [r.asDict() for r in spread]
@@ -189,10 +190,3 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
             reasons = data.entity_reasons.setdefault(r["entity"], {})
             reasons[r["why"]] = reasons.get(r["why"], 0) + int(r["count"])
     return data
-
-
-def _utc(value: datetime) -> datetime:
-    """Spark hands back naive local times; the report speaks UTC."""
-    if value.tzinfo is None:
-        value = value.astimezone()  # naive = the session's (the process's) local time
-    return value.astimezone(timezone.utc)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -49,8 +50,6 @@ class RunRequest:
 
 def new_run_id(now: datetime) -> str:
     """A run id that sorts by its start: ``20261126T081500Z-<8 hex digits>``."""
-    import uuid
-
     return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 

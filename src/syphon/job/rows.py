@@ -1,7 +1,9 @@
-"""pandas rows (in ``mapInPandas`` and ``applyInPandas`` tasks) as plain Python values."""
+"""Spark's values as plain Python ones: pandas cells (in ``mapInPandas`` and
+``applyInPandas`` tasks), and the timestamps Spark hands back to the driver."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 
@@ -19,3 +21,11 @@ def plain_cell(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
+
+
+def utc(value: datetime) -> datetime:
+    """A timestamp Spark handed back, in UTC: Spark gives naive times in the session's
+    (the process's) local time."""
+    if value.tzinfo is None:
+        value = value.astimezone()  # naive = local time
+    return value.astimezone(timezone.utc)

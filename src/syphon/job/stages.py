@@ -101,8 +101,9 @@ def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
         # earlier waves), the rest is taken up
         rows = rows.join(settled.select(*PLACE), list(PLACE), "left_anti")
     rows = rows.localCheckpoint(eager=True)
+    counts = {r["verdict"]: int(r["count"]) for r in rows.groupBy("verdict").count().collect()}
     # not sized by its plan: fitted to it now
-    fit_shuffle_partitions(spark, rows.count(), ctx.config.spark.conf)
+    fit_shuffle_partitions(spark, sum(counts.values()), ctx.config.spark.conf)
     earlier = ctx.store.run_rows(request.run_id, Stage.REPLAY)
     if earlier is not None and earlier.limit(1).count() == 0:
         earlier = None
@@ -121,7 +122,6 @@ def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
         )
     queues = [DiscoveredQueue("", 0, p, None, False) for p in paths]
     snapshot = read_snapshot(spark, source.access, queues, ctx.config.backlog.split_messages)
-    counts = {r["verdict"]: int(r["count"]) for r in rows.groupBy("verdict").count().collect()}
     return Resumed(rows=rows, snapshot=snapshot, earlier=earlier, counts=counts)
 
 

@@ -37,10 +37,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from syphon.core.naming import PARTITIONED_SEQUENCE, is_dead_letter_path
+from syphon.job.rows import utc
 from syphon.servicebus.access import Access
 
 if TYPE_CHECKING:
@@ -124,18 +125,10 @@ def queue_reads(read: DataFrame, limit: int, paths: Iterable[str]) -> list[Queue
         if r is None:
             out.append(QueueRead(path, 0, None, None, limit))
             continue
-        seq, enqueued = r["last"]["sequence_number"], _utc(r["last"]["enqueued_time"])
+        seq, enqueued = r["last"]["sequence_number"], r["last"]["enqueued_time"]
+        enqueued = utc(enqueued) if enqueued is not None else None
         out.append(QueueRead(path, int(r["read"]), seq, enqueued, limit))
     return out
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    """Spark hands timestamps back as naive local times; the wave speaks UTC."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.astimezone()  # naive = the process's local time
-    return value.astimezone(timezone.utc)
 
 
 def next_cursors(
