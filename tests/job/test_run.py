@@ -461,7 +461,7 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
 def test_only_destination_unknown_rows_name_unknown_destinations(spark: Any) -> None:
     """The exit-8 list takes invalid rows whose reason is ``destination_unknown`` and no
     others, whatever their reasons sort like."""
-    from syphon.job.run import _unknown_destinations
+    from syphon.job.finish import unknown_destinations
 
     rows = [("invalid", "destination_unknown", "p", "gone"),
             ("invalid", "message_malformed", "p", "a-first"),
@@ -470,7 +470,7 @@ def test_only_destination_unknown_rows_name_unknown_destinations(spark: Any) -> 
             ("invalid", "destination_unknown", "p", "gone")]  # fmt: skip
     planned = spark.createDataFrame(rows, "verdict string, reason string, primary string, "
                                           "destination string")  # fmt: skip
-    assert _unknown_destinations(planned) == [("p", "gone")]
+    assert unknown_destinations(planned) == {("p", "gone")}
 
 
 def test_the_session_is_told_how_many_messages_the_discovery_counted(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,9 +16,11 @@ from paired_env import PRIMARY, Pair, context, job_config, park_orders
 from syphon.core.errors import ExitCode, SyphonError
 from syphon.core.schema import Detail, Outcome, Status
 from syphon.job.context import RunContext
-from syphon.job.ledger import Ledger
+from syphon.job.finish import Drained
+from syphon.job.finish import finish as finish_run
+from syphon.job.ledger import Ledger, RunResult
 from syphon.job.request import run_request
-from syphon.job.run import _finish, _leased, run
+from syphon.job.run import _leased, run
 from syphon.job.tally import Line, Tally
 from syphon.store.lease import Lease
 
@@ -150,6 +153,14 @@ def tally(*lines: tuple[str, str | None, int]) -> Tally:
     return Tally(("n",), tuple(Line(o, d, c, (c,)) for o, d, c in lines))
 
 
+def _finish(ledger: Ledger, unknown: list[tuple[str, str]], skipped: dict[Any, str | None],
+            replayed: Tally, settled: Tally, **more: Any) -> RunResult:  # fmt: skip
+    """The final status of a run of one wave (``more``: Drained's other fields)."""
+    drained = Drained(skipped=dict(skipped), unknown=set(unknown), sent=[replayed],
+                      settled=[settled], waves=1, **more)  # fmt: skip
+    return finish_run(ledger, drained)
+
+
 def finish(ctx: RunContext, replayed: Tally, settled: Tally) -> tuple[str, str | None]:
     ledger = Ledger(ctx, "finishing", datetime.now(timezone.utc))
     result = _finish(ledger, [], {}, replayed, settled)
@@ -201,3 +212,28 @@ def test_unknown_and_missing_destinations_give_the_run_its_exit_code_and_fix(
     assert missing.fix is not None
     assert "gone" in missing.fix
     assert "paused" not in missing.fix
+
+
+def test_a_run_stopped_at_a_waves_end_is_partial_and_says_what_it_held_back(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--max-waves or --until ends a run that sent everything it planned as partial (the
+    rest of the source is the next run's), and a run of several waves names the keys and
+    destinations its later waves held back."""
+    ctx = no_spark_context(pair, tmp_path, monkeypatch)
+    sent, completed = tally((Outcome.SENT, None, 3)), tally((Outcome.COMPLETED, None, 3))
+    ledger = Ledger(ctx, "finishing", datetime.now(timezone.utc))
+    stopped = _finish(ledger, [], {}, sent, completed, stopped="stopped after 1 waves")
+    assert (stopped.status, stopped.detail) == (Status.PARTIAL, "stopped after 1 waves")
+    drained = Drained(
+        sent=[sent, sent],
+        settled=[completed, completed],
+        waves=2,
+        broken=frozenset({("contoso", "orders", "k1"), ("contoso", "orders", "k2")}),
+        left_destinations={("contoso", "gone"): Detail.DESTINATION_FAILING},
+    )
+    held_back = finish_run(ledger, drained)
+    assert held_back.status == Status.DONE
+    assert held_back.detail is not None
+    assert "2 keys and 1 destinations" in held_back.detail
+    assert held_back.outcomes == {"replay_sent": 6, "settle_completed": 6}

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import NoReturn
 
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_option(ran)
     _add_selection_options(ran)
     _add_discard_options(ran)
+    _add_wave_options(ran)
 
     discard = sub.add_parser(
         "discard",
@@ -129,6 +131,35 @@ def _add_source_option(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--source", default=None, metavar="NAME",
                      help="the configured source to drain (default: backlog, or the only "
                           "one; see sources in the config)")  # fmt: skip
+
+
+def _add_wave_options(cmd: argparse.ArgumentParser) -> None:
+    group = cmd.add_argument_group(
+        "waves",
+        "a run drains its source in waves of at most run.wave_messages messages, oldest "
+        "first; these stop it cleanly at a wave's end (status partial: the next run "
+        "takes the rest)",
+    )
+    group.add_argument("--max-waves", type=int, default=None, metavar="N",
+                       help="take at most N waves")  # fmt: skip
+    group.add_argument("--until", default=None, metavar="TIME",
+                       help="take no wave after TIME: an ISO 8601 time (no zone: UTC) or "
+                            "a duration from now (+90m, +2h, +45s)")  # fmt: skip
+
+
+def _until(text: str | None, now: datetime) -> datetime | None:
+    """``--until``: an ISO 8601 time, or ``+N`` seconds, minutes or hours from ``now``.
+
+    Raises:
+        SelectionError: neither.
+    """
+    if text is None:
+        return None
+    match = re.fullmatch(r"\+(\d+)([smh])", text.strip())
+    if match:
+        unit = {"s": 1, "m": 60, "h": 3600}[match.group(2)]
+        return now + timedelta(seconds=int(match.group(1)) * unit)
+    return parse_time(text, "--until")
 
 
 def _add_selection_options(cmd: argparse.ArgumentParser, resend: bool = True) -> None:
@@ -274,6 +305,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     with run_context(run_id):  # every record, the config's included, names the run
         # a malformed selection is refused before anything is read or started
         selection = _selection(args) if args.command in ("plan", "run", "discard") else None
+        if getattr(args, "max_waves", None) is not None and args.max_waves < 1:
+            raise SelectionError(f"--max-waves: at least 1 (got {args.max_waves})")
+        until = _until(getattr(args, "until", None), datetime.now(timezone.utc))
         discard = _discard(args, selection) if args.command in ("plan", "run", "discard") else None
         config = _config(args)
         if args.command == "config":
@@ -293,6 +327,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             allow_resend=tuple(getattr(args, "allow_resend", ())),
             discard=discard,
             resume=args.command == "replay",
+            max_waves=getattr(args, "max_waves", None),
+            until=until,
         )
         if args.command == "plan":
             return _plan(ctx, request)

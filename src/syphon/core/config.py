@@ -267,6 +267,9 @@ LEASE_SECONDS_DEFAULT = 120
 #: lease that expired within that tail would let a new run send beside them. At 10 s the
 #: lease outlives the last renewal by at least two thirds of that (6.7 s).
 LEASE_SECONDS_MIN = 10
+#: Messages a wave of a run takes at most (``run.wave_messages``): a run's memory and
+#: the work a crash leaves in doubt are bounded by a wave, not by the backlog.
+WAVE_MESSAGES_DEFAULT = 20_000
 
 
 @dataclass(frozen=True)
@@ -277,9 +280,13 @@ class RunConfig:
         lease_seconds: how long a run's lease holds without a renewal (the run renews it
             every third of this); a crashed run blocks others for at most this long.
             At least :data:`LEASE_SECONDS_MIN`.
+        wave_messages: how many messages a wave takes at most (about: the limit is
+            shared among the source's queues, rounded up); 0: the whole source in one
+            wave. Default :data:`WAVE_MESSAGES_DEFAULT`.
     """
 
     lease_seconds: int = LEASE_SECONDS_DEFAULT
+    wave_messages: int = WAVE_MESSAGES_DEFAULT
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from syphon.core.config import (
     LEASE_SECONDS_DEFAULT,
     LEASE_SECONDS_MIN,
     LOG_LEVELS,
+    WAVE_MESSAGES_DEFAULT,
     AuditConfig,
     BacklogConfig,
     LoggingConfig,
@@ -249,15 +250,21 @@ class _Builder(NamespaceReader):
         )  # fmt: skip
 
     def run(self, raw: Any) -> RunConfig:
-        r = self.section(raw, "run", ("lease_seconds",))
+        r = self.section(raw, "run", ("lease_seconds", "wave_messages"))
         lease = self.typed(r, "run", "lease_seconds", int, LEASE_SECONDS_DEFAULT)
+        if "wave_messages" in r and r["wave_messages"] is None:
+            waves = 0  # none: one wave, as 0
+        else:
+            waves = self.typed(r, "run", "wave_messages", int, WAVE_MESSAGES_DEFAULT)
+        if waves < 0:
+            raise self.fail("run.wave_messages", f"must be 0 (one wave) or more (got {waves})")
         if lease < LEASE_SECONDS_MIN:
             raise self.fail(
                 "run.lease_seconds",
                 f"must be at least {LEASE_SECONDS_MIN} (got {lease}): a crashed run's "
                 "executors may still be sending for a moment after its driver died",
             )
-        return RunConfig(lease_seconds=lease)
+        return RunConfig(lease_seconds=lease, wave_messages=waves)
 
     def replay(self, raw: Any, primaries: list[str]) -> ReplayConfig:
         """``credits_per_second``: a number (every primary) or a mapping from primary

@@ -68,6 +68,9 @@ class Ledger:
         self.timings = Timings()
         #: the source's queues that hold messages syphon cannot read (path: why)
         self.unread: dict[str, str] = {}
+        #: the wave the next rows record, and its cut (None: a run of one wave)
+        self.wave: int | None = None
+        self.watermark: datetime | None = None
 
     def add(self, stage: StageResult) -> None:
         """Adds a stage's timings and operations to the run's."""
@@ -87,6 +90,8 @@ class Ledger:
                 timings=self.timings,
                 detail=detail,
                 source=self.source,
+                wave=None if final else self.wave,
+                watermark=None if final else self.watermark,
             )
         )
 

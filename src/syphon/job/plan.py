@@ -129,14 +129,33 @@ def verdicts_by_destination(planned: DataFrame) -> DataFrame:
     )
 
 
+@dataclass(kw_only=True)
+class Listed(StageResult):
+    """The primaries' entities with their settings (``frame``; None when no primary's
+    management API answered) and the primaries listed completely."""
+
+    frame: DataFrame | None
+    primaries: tuple[str, ...]
+
+
+def list_primaries(ctx: RunContext) -> Listed:
+    """The destinations' settings, read once per run (every wave plans against them)."""
+    result = Listed(frame=None, primaries=())
+    with timed(result.timings, "destinations"):
+        progress.step("destinations: reading the primaries' entities")
+        result.frame, result.primaries = destination_settings(ctx)
+    result.operations.destinations_management_calls = 2 * len(ctx.config.primaries)
+    return result
+
+
 def plan(
     ctx: RunContext, request: RunRequest, queues: list[DiscoveredQueue] | None = None
 ) -> PlanResult:
-    """Plans a run (see the module docstring) and records it as ``planned``: what
-    ``request.selection`` takes of its source (the rest is ``unselected``; the selection
-    is checked before anything is peeked), ``request.discard`` removed without sending,
-    the MessageIds of ``request.allow_resend`` sent again although an earlier run
-    replayed them.
+    """Plans a run in one wave (see the module docstring) and records it as ``planned``:
+    what ``request.selection`` takes of its source (the rest is ``unselected``; the
+    selection is checked before anything is peeked), ``request.discard`` removed without
+    sending, the MessageIds of ``request.allow_resend`` sent again although an earlier
+    run replayed them.
 
     Args:
         queues: the source's queues when the caller discovered them already.
@@ -144,40 +163,76 @@ def plan(
     Raises:
         SelectionError: the selection's predicate does not apply to a snapshot.
     """
-    from pyspark.sql import functions as F
-
-    source, selection = request.source, request.selection
+    source = request.source
     spark = ctx.spark()  # its start is no stage's time
     progress.watch(spark)
-    check_selection(spark, selection, source.redrive)
+    check_selection(spark, request.selection, source.redrive)
     timings = Timings()
     with timed(timings, "discover"):
         if queues is None:
             progress.step(f"discover: finding the queues of source {source.name}")
             queues = discover(ctx, source)
         non_empty = [q for q in queues if not q.empty and q.unreadable is None]
-
-    with timed(timings, "destinations"):
-        progress.step("destinations: reading the primaries' entities")
-        destinations, listed = destination_settings(ctx)
-
+    listed = list_primaries(ctx)
     with timed(timings, "snapshot"):
         progress.step(f"snapshot: peeking {len(non_empty)} queues")
         split = ctx.config.backlog.split_messages
         snapshot = read_snapshot(spark, source.access, non_empty, split)
+    before = StageResult(timings=timings, operations=discovery_operations(ctx, queues, source))
+    before.timings.add(listed.timings)
+    before.operations.add(listed.operations)
+    before.operations.snapshot_queues_peeked = len(non_empty)
+    result = plan_snapshot(ctx, request, snapshot, listed, before=before)
+    result.queues = queues
+    return result
+
+
+@dataclass(frozen=True)
+class WaveMark:
+    """Which wave of a run a plan is: its number (from 1), its cut (None: the queues'
+    ends) and when it was planned (its audit rows' time)."""
+
+    number: int
+    watermark: datetime | None
+    planned_at: datetime
+
+
+def plan_snapshot(
+    ctx: RunContext,
+    request: RunRequest,
+    snapshot: DataFrame,
+    listed: Listed,
+    wave: WaveMark | None = None,
+    before: StageResult | None = None,
+) -> PlanResult:
+    """Reconciles ``snapshot`` (checkpointed, or lazy over a checkpoint) against the
+    destinations' settings (``listed``) and what earlier runs and waves replayed, appends
+    the audit rows and records ``planned`` (of ``wave``; None: a run of one wave) with
+    what the plan took, ``before`` (its discovery, listing and read) included."""
+    from pyspark.sql import functions as F
+
+    source = request.source
+    spark = ctx.spark()
+    timings = Timings()
+    operations = Operations()
+    if before is not None:
+        timings.add(before.timings)
+        operations.add(before.operations)
+    with timed(timings, "snapshot"):
         peeked = snapshot.count()
     fit_shuffle_partitions(spark, peeked, ctx.config.spark.conf)
+    planned_at = request.started if wave is None else wave.planned_at
 
     with timed(timings, "reconcile"):
         progress.step(f"reconcile: {peeked} messages")
         planned = reconcile_snapshot(
             snapshot,
             F.lit(request.started),
-            destinations,
+            listed.frame,
             ctx.store.replayed(),
             default_max_message_bytes=source.access.max_message_bytes,
-            listed_primaries=listed,
-            selection=selection,
+            listed_primaries=listed.primaries,
+            selection=request.selection,
             redrive=source.redrive,
             allow_resend=request.allow_resend,
             discard=request.discard,
@@ -187,7 +242,7 @@ def plan(
 
     with timed(timings, "audit"):
         progress.step("audit: writing the plan")
-        rows = ctx.store.append_plan(planned, request.run_id, request.started)
+        rows = ctx.store.append_plan(planned, request.run_id, planned_at)
     if rows != peeked:  # pragma: no cover - a broken invariant, not an input
         raise RuntimeError(f"the audit has {rows} rows for {peeked} peeked messages")
     per_destination = sorted(
@@ -195,9 +250,6 @@ def plan(
         key=lambda d: (d["primary"] or "", d["destination"] or ""),
     )
     counts = {v: n for v in Verdict.ALL if (n := sum(int(d[v]) for d in per_destination))}
-    operations = discovery_operations(ctx, queues, source)
-    operations.destinations_management_calls = 2 * len(ctx.config.primaries)
-    operations.snapshot_queues_peeked = len(non_empty)
     operations.snapshot_messages_peeked = rows
     ctx.store.append_run(
         RunRecord(
@@ -210,19 +262,21 @@ def plan(
             operations=operations,
             timings=timings,
             source=source.name,
+            wave=None if wave is None else wave.number,
+            watermark=None if wave is None else wave.watermark,
         )
     )
     return PlanResult(
         run_id=request.run_id,
-        queues=queues,
+        queues=[],
         counts=counts,
         per_destination=per_destination,
         timings=timings,
         operations=operations,
         snapshot=snapshot,
-        selection=selection,
+        selection=request.selection,
         discard=request.discard,
-        rows=queries.plan_audit_rows(planned, request.run_id, request.started),
+        rows=queries.plan_audit_rows(planned, request.run_id, planned_at),
     )
 
 

@@ -244,24 +244,44 @@ class _ReplayTask:
 
 #: Skips that leave a lane whole (the message alone stays behind, as within a wave).
 _LANE_KEEPING = (Detail.BACKLOG_CHANGED, Detail.EXPIRED_BEFORE_SEND)
+#: Details that say a destination, not one message, failed: a later wave skips it whole.
+_DESTINATION_DOWN = (
+    Detail.DESTINATION_FAILING,
+    Detail.DESTINATION_MISSING,
+    Detail.DESTINATION_UNAVAILABLE,
+)
 
 
-def broken_lanes(results: DataFrame, rows: DataFrame) -> frozenset[tuple[str, str, str]]:
-    """The lanes (primary, destination, partition key) a wave's replay ``results`` broke:
-    a keyed message of the plan ``rows`` that was not sent, unless it alone stays behind
-    (its backlog copy changed, its TTL ran out). A later wave of the run sends none of
-    their messages (:func:`replay_messages`' ``broken``). One Spark job."""
+@dataclass(frozen=True)
+class LeftBehind:
+    """What a wave's replay left for the next run, so that no later wave of the run
+    tries it again: the lanes (primary, destination, partition key) it broke, and the
+    destinations that failed as a whole, with why."""
+
+    lanes: frozenset[tuple[str, str, str]] = frozenset()
+    destinations: Mapping[Destination, str] = field(default_factory=dict)
+
+
+def left_behind(results: DataFrame, rows: DataFrame) -> LeftBehind:
+    """What a wave's replay ``results`` of the plan ``rows`` left behind: the lane of a
+    keyed message that was not sent, unless it alone stays behind (its backlog copy
+    changed, its TTL ran out); and a destination the replay found missing, disabled or
+    failing. A later wave sends none of their messages (:func:`replay_messages`'
+    ``broken`` and ``skipped``). One Spark job."""
     from pyspark.sql import functions as F
 
     unsent = results.where(
         (F.col("outcome") != Outcome.SENT)
         & ~F.coalesce(F.col("detail").isin(*_LANE_KEEPING), F.lit(False))
-    ).select(*PLACE)
-    lanes = (
-        rows.where(F.col("partition_key_effective").isNotNull())
-        .join(unsent, list(PLACE))
-        .select("primary", "destination", "partition_key_effective")
+    ).select(*PLACE, "detail")
+    keyed = F.col("partition_key_effective").isNotNull()
+    found = (
+        rows.join(unsent, list(PLACE))
+        .where(keyed | F.col("detail").isin(*_DESTINATION_DOWN))
+        .select("primary", "destination", "partition_key_effective", "detail")
         .distinct()
         .collect()
     )
-    return frozenset((r[0], r[1], r[2]) for r in lanes)
+    lanes = frozenset((r[0], r[1], r[2]) for r in found if r[2] is not None)
+    down = {(r[0], r[1]): r[3] for r in found if r[3] in _DESTINATION_DOWN}
+    return LeftBehind(lanes, down)

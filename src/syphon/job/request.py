@@ -37,6 +37,9 @@ class RunRequest:
         discard: what it removes without sending (None: nothing).
         resume: whether it resumes a planned run (``syphon replay``) instead of
             planning a new one.
+        max_waves: how many waves it takes at most (None: until the source's end); the
+            rest is the next run's (status ``partial``).
+        until: when it stops taking waves (None: never); checked at each wave's end.
     """
 
     run_id: str
@@ -46,6 +49,8 @@ class RunRequest:
     allow_resend: tuple[str, ...] = ()
     discard: Discard | None = None
     resume: bool = False
+    max_waves: int | None = None
+    until: datetime | None = None
 
 
 def new_run_id(now: datetime) -> str:
@@ -61,21 +66,25 @@ def run_request(
     allow_resend: tuple[str, ...] = (),
     discard: Discard | None = None,
     resume: bool = False,
+    max_waves: int | None = None,
+    until: datetime | None = None,
 ) -> RunRequest:
     """The request of a run (a new id when ``run_id`` is None) of ``source`` (a source,
     its name, or None: the config's default).
 
     Raises:
         ConfigError: no source of that name.
-        ValueError: a resumed run without its id.
+        ValueError: a resumed run without its id; ``max_waves`` below 1.
     """
     if resume and run_id is None:
         raise ValueError("a resumed run needs the id of the run it resumes")
+    if max_waves is not None and max_waves < 1:
+        raise ValueError(f"--max-waves must be at least 1 (got {max_waves})")
     started = datetime.now(timezone.utc)
     if not isinstance(source, RunSource):
         source = run_source(ctx, source)
     return RunRequest(run_id or new_run_id(started), started, source, selection,
-                      tuple(allow_resend), discard, resume)  # fmt: skip
+                      tuple(allow_resend), discard, resume, max_waves, until)  # fmt: skip
 
 
 @dataclass

@@ -1,18 +1,27 @@
-"""``syphon run`` and ``syphon replay``: the stages in order.
+"""``syphon run`` and ``syphon replay``: the wave loop, in the order that keeps
+messages safe.
 
-The order is what keeps messages safe:
-
-1. discover the backlog queues; when every one is empty, record an ``empty`` run and
+1. discover the source's queues; when every one is empty, record an ``empty`` run and
    stop — no Spark session is started;
-2. take the lease (a run that finds it held records ``busy`` and stops);
-3. plan (snapshot → reconcile → audit, status ``planned``);
-4. record ``replaying`` in the ledger, then send; the outcomes are committed to the audit
-   in one append, then ``replayed`` is recorded. A crash between the two leaves the run's
-   sends unknown: the next run sends those messages again and marks them
-   ``resent_in_doubt``;
-5. settle from the committed outcomes only (completing or dead-lettering nothing whose
-   outcome is not in the audit), append the settlements, and record the final status:
-   ``done`` (nothing left), ``partial`` (some messages stay for a later run) or
+2. take the lease (a run that finds it held records ``busy`` and stops); it is renewed
+   in the background for the whole run;
+3. list the primaries' entities once; then, wave after wave (:mod:`syphon.job.waves`:
+   the messages enqueued before the wave's watermark, at most ``run.wave_messages``;
+   one wave for sources that cannot be cut by time, or with ``run.wave_messages: 0``):
+
+   a. plan (reconcile → audit, a ``planned`` row naming the wave and its watermark);
+   b. probe the destinations no earlier wave probed;
+   c. record ``replaying``, then send; the outcomes are committed to the audit in one
+      append, then ``replayed`` is recorded. A crash between the two leaves the wave's
+      sends unknown: the next run sends those messages again and marks them
+      ``resent_in_doubt``;
+   d. settle from the committed outcomes only (completing or dead-lettering nothing
+      whose outcome is not in the audit) and append the settlements;
+
+   what a wave left unsent (a key's lane, a destination that failed) is held back by
+   the later waves, for the next run to take in order;
+4. record the final status: ``done`` (nothing left), ``partial`` (some messages stay for
+   a later run, or ``--max-waves`` / ``--until`` stopped the run at a wave's end) or
    ``failed`` (an error stopped the run; ``detail`` names its class).
 
 A run that lost its lease settles nothing: the new holder will.
@@ -23,26 +32,26 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from syphon.core.errors import SyphonError
-from syphon.core.schema import Detail, Outcome, Status, Verdict
+from syphon.core.schema import Status
 from syphon.job.context import RunContext
-from syphon.job.failures import Failure, missing_destinations, refused_primaries
+from syphon.job.failures import refused_primaries
+from syphon.job.finish import Drained, finish, held, unknown_destinations
 from syphon.job.ledger import Ledger, RunResult
-from syphon.job.plan import plan
+from syphon.job.plan import Listed, WaveMark, check_selection, list_primaries, plan_snapshot
+from syphon.job.replay import LeftBehind, left_behind
 from syphon.job.request import RunRequest
 from syphon.job.sources import RunSource
 from syphon.job.stages import discover, probe, resumed_plan, send, settle
-from syphon.job.tally import Tally
-from syphon.obs import failpoints
+from syphon.job.waves import Wave, one_wave, read_waves
+from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context
 from syphon.servicebus.access import Access
-from syphon.servicebus.errors import NAMESPACE_FAULTS
-from syphon.servicebus.sending import Destination, refused_credentials
-from syphon.store import queries
+from syphon.servicebus.discovery import DiscoveredQueue
+from syphon.servicebus.sending import refused_credentials
 from syphon.store.lease import Lease, LeaseState
 
 if TYPE_CHECKING:
@@ -53,7 +62,7 @@ log = logging.getLogger(__name__)
 
 def run(ctx: RunContext, request: RunRequest) -> RunResult:
     """Runs every stage (see the module docstring) of ``request``: a new run, or with
-    ``request.resume`` the replay and settle of a planned one. Errors end the run as
+    ``request.resume`` the replay and settle of a planned run. Errors end the run as
     ``failed`` in the ledger and in the result, never as an exception.
 
     Raises:
@@ -75,21 +84,105 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
             refused = _refused_primary(ctx, request.source)
             if refused is not None:
                 return ledger.failed(*refused)
-            if discovered.messages is not None:  # a local session is fitted to it
-                ctx.spark.expected_messages = discovered.messages
+            wave_messages = _wave_messages(ctx, request, discovered.queues)
+            if discovered.messages is not None:  # a local session is fitted to a wave
+                ctx.spark.expected_messages = min(discovered.messages,
+                                                  wave_messages or discovered.messages)  # fmt: skip
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, LeaseState):
                     return ledger.busy(lease, ctx.config.run.lease_seconds)
-                planned = plan(ctx, request, discovered.queues)
-                ledger.counts = dict(planned.counts)
-                planned.timings.discover = ledger.timings.discover
-                ledger.timings, ledger.operations = planned.timings, planned.operations
-                failpoints.check("after_plan")
-                return _replay_and_settle(
-                    ctx, request, ledger, lease, planned.rows, planned.snapshot
-                )
+                return _drain(ctx, request, ledger, lease, discovered.queues, wave_messages)
         except Exception as exc:
             return ledger.failed(exc, request.source.access)
+
+
+def _wave_messages(ctx: RunContext, request: RunRequest,
+                   queues: list[DiscoveredQueue]) -> int | None:  # fmt: skip
+    """The messages a wave of the run takes at most; None: one wave (logged, with why)."""
+    readable = [q for q in queues if not q.empty and q.unreadable is None]
+    size = ctx.config.run.wave_messages
+    why = one_wave(size, request.source.kind, readable, request.source.access)
+    if why is None:
+        log.info("run %s drains its source in waves of at most %d messages",
+                 request.run_id, size)  # fmt: skip
+        return size
+    log.info("run %s drains its source in one wave: %s", request.run_id, why)
+    return None
+
+
+def _drain(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease,
+           queues: list[DiscoveredQueue], wave_messages: int | None) -> RunResult:  # fmt: skip
+    """The waves of a run, each planned, replayed and settled before the next is read;
+    stops at a wave's end when the request bounds the run."""
+    spark = ctx.spark()  # its start is no stage's time
+    progress.watch(spark)
+    check_selection(spark, request.selection, request.source.redrive)
+    listed = list_primaries(ctx)
+    ledger.add(listed)
+    drained = Drained()
+    expected = sum(q.message_count or 0 for q in queues if q.unreadable is None)
+    waves = read_waves(spark, request.source.access, queues, wave_messages,
+                       ctx.config.backlog.split_messages, request.started)  # fmt: skip
+    for wave in waves:
+        _wave(ctx, request, ledger, lease, wave, listed, drained, many=wave_messages is not None)
+        _progress(request, wave, drained, expected)
+        if drained.ended_by_fault or wave.last:
+            break
+        drained.stopped = _stop(request, wave.number)
+        if drained.stopped:
+            log.info("run %s: %s", request.run_id, drained.stopped)
+            break
+    refused = refused_primaries(drained.skipped, ctx.namespaces.primaries)
+    return finish(ledger, drained, refused)
+
+
+def _wave(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease, wave: Wave,
+          listed: Listed, drained: Drained, many: bool) -> None:  # fmt: skip
+    """One wave: plan, probe, replay and settle (``many``: one of several waves, its
+    rows in the ledger name it)."""
+    if many:
+        ledger.wave, ledger.watermark = wave.number, wave.watermark
+        progress.step(f"wave {wave.number}: planning")
+    mark = WaveMark(wave.number, wave.watermark, datetime.now(timezone.utc)) if many else None
+    wave.operations.snapshot_queues_peeked = wave.queues
+    planned = plan_snapshot(ctx, request, wave.snapshot, listed, mark, before=wave)
+    ledger.add(planned)
+    for verdict, n in planned.counts.items():
+        ledger.counts[verdict] = ledger.counts.get(verdict, 0) + n
+    drained.planned += sum(planned.counts.values())
+    failpoints.check("after_plan")
+    _replay_and_settle(ctx, request, ledger, lease, planned.rows, planned.snapshot, None, drained,
+                       more=not wave.last)  # fmt: skip
+
+
+def _stop(request: RunRequest, waves: int) -> str | None:
+    """Why the run takes no more waves after ``waves`` of them (None: it goes on)."""
+    if request.max_waves is not None and waves >= request.max_waves:
+        return f"stopped after {waves} waves (--max-waves): the rest is the next run's"
+    if request.until is not None and datetime.now(timezone.utc) >= request.until:
+        return (f"stopped after {waves} waves at {request.until:%Y-%m-%d %H:%M:%S} UTC "
+                "(--until): the rest is the next run's")  # fmt: skip
+    return None
+
+
+def _progress(request: RunRequest, wave: Wave, drained: Drained, expected: int) -> None:
+    """One line per wave on the terminal and in the log (the JSON log: one record with
+    the figures)."""
+    left = max(0, expected - drained.planned)
+    cut = f"{wave.watermark:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC" if wave.watermark else "end"
+    line = (f"wave {wave.number}: watermark {cut}; {drained.planned} messages planned, "
+            f"{drained.home} home so far; about {left} left")  # fmt: skip
+    progress.step(line)
+    log.info(
+        "run %s %s", request.run_id, line,
+        extra={"fields": {"wave": {
+            "number": wave.number,
+            "watermark": wave.watermark.isoformat() if wave.watermark else None,
+            "planned": drained.planned,
+            "home": drained.home,
+            "left_estimate": left,
+        }}},
+    )  # fmt: skip
 
 
 def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
@@ -110,8 +203,11 @@ def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
                     return ledger.busy(lease, ctx.config.run.lease_seconds)
                 resumed = resumed_plan(ctx, request)
                 ledger.counts = resumed.counts
-                return _replay_and_settle(
-                    ctx, request, ledger, lease, resumed.rows, resumed.snapshot, resumed.earlier
+                drained = Drained()
+                _replay_and_settle(ctx, request, ledger, lease, resumed.rows, resumed.snapshot,
+                                   resumed.earlier, drained)  # fmt: skip
+                return finish(
+                    ledger, drained, refused_primaries(drained.skipped, ctx.namespaces.primaries)
                 )
         except Exception as exc:
             return ledger.failed(exc, request.source.access)
@@ -148,18 +244,24 @@ def _replay_and_settle(
     lease: Lease,
     rows: DataFrame,
     snapshot: DataFrame,
-    earlier: DataFrame | None = None,
-) -> RunResult:
-    """The replay and the settle of a planned run: its plan ``rows``, the ``snapshot``
+    earlier: DataFrame | None,
+    drained: Drained,
+    more: bool = False,
+) -> None:
+    """The replay and the settle of a planned wave: its plan ``rows``, the ``snapshot``
     that holds their bytes, and what an earlier attempt of the run recorded as replayed
-    (``earlier``, None: nothing)."""
-    probed = probe(ctx, request, rows, earlier)
+    (``earlier``, None: nothing); what it did is added to ``drained``, whose skipped
+    destinations and broken lanes it holds back (and, when ``more`` waves may follow,
+    adds to)."""
+    probed = probe(ctx, request, rows, earlier, known=drained.skipped)
     ledger.add(probed)
+    drained.skipped.update(probed.skipped)
     in_doubt = ctx.store.in_doubt()  # read before this attempt records "replaying"
     lease.check()
     ledger.record(Status.REPLAYING)
     failpoints.check("after_replaying")
-    sent = send(ctx, request, rows, snapshot, probed, in_doubt)
+    sent = send(ctx, request, rows, snapshot, probed.todo, drained.skipped, drained.broken,
+                in_doubt)  # fmt: skip
     ledger.add(sent)
     failpoints.check("after_replay_commit")
     ledger.record(Status.REPLAYED)
@@ -173,79 +275,6 @@ def _replay_and_settle(
     settled = settle(ctx, request, rows, all_sent)
     ledger.add(settled)
     failpoints.check("after_settle_commit")
-    refused = refused_primaries(probed.skipped, ctx.namespaces.primaries)
-    held = _held(ctx, request, settled.results, rows)
-    unknown = _unknown_destinations(rows)
-    return _finish(ledger, unknown, probed.skipped, sent.tally, settled.tally, refused, held)
-
-
-def _held(ctx: RunContext, request: RunRequest, settled: DataFrame, rows: DataFrame) -> Held:
-    """The dead letters the run left waiting for the operator, and how many of them an
-    earlier run left waiting too (none for a source that reads no dead-letter queue)."""
-    if not request.source.reads_dead_letters:
-        return Held(0, 0)
-    held = queries.held_dead_letters(settled, rows).localCheckpoint(eager=True)
-    now = held.count()
-    return Held(now, ctx.store.held_before(held, request.run_id).count() if now else 0)
-
-
-def _unknown_destinations(planned: DataFrame) -> list[Destination]:
-    """The (primary, destination) pairs the plan found no entity for, sorted."""
-    from pyspark.sql import functions as F
-
-    unknown = planned.where((F.col("verdict") == Verdict.INVALID)
-                            & (F.col("reason") == "destination_unknown"))  # fmt: skip
-    pairs = unknown.select("primary", "destination").distinct().collect()
-    return sorted((r["primary"], r["destination"]) for r in pairs)
-
-
-@dataclass(frozen=True)
-class Held:
-    """Dead letters a run left waiting for the operator (a duplicate of a delivered
-    message, a conflict, an invalid one): how many, and how many of them an earlier run
-    left waiting too (``kept``: the operator has let them stay)."""
-
-    now: int
-    kept: int
-
-
-def _finish(ledger: Ledger, unknown: list[Destination], skipped: dict[Destination, str | None],
-            replayed: Tally, settle: Tally, refused: Failure | None = None,
-            held: Held = Held(0, 0)) -> RunResult:  # fmt: skip
-    """Records the final status: ``failed`` when a namespace failed mid-run, ``partial``
-    when work is left (messages that arrived after the snapshot are the next run's work,
-    those the selection left out the operator's choice, and dead letters an earlier run
-    already left waiting for the operator are kept by them: none of these is a
-    left-over) or a queue of the source holds messages syphon cannot read (the detail
-    names them), else ``done``. ``unknown``: the destinations the plan found no
-    entity for; ``skipped``: the probes' verdicts; ``refused``: the exit of a run whose
-    primaries refused the credentials (before missing destinations: it blocks more)."""
-    outcomes = {**{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
-                **{f"settle_{k}": v for k, v in settle.by_outcome().items()}}  # fmt: skip
-    faults = {Detail.NAMESPACE_FAULT, *NAMESPACE_FAULTS}
-    sides = [side for side, t in (("primary", replayed), ("secondary", settle))
-             if t.any_detail(faults)]  # fmt: skip
-    if sides:  # a namespace failed mid-run: its clients were closed, the rest waits
-        return ledger.result(Status.FAILED, f"{Detail.NAMESPACE_FAULT}: " + ", ".join(sides),
-                             outcomes)  # fmt: skip
-    not_left_over = [Detail.ARRIVED_AFTER_SNAPSHOT, Detail.NOT_SELECTED]
-    left = settle.count(Outcome.LEFT, except_details=not_left_over) - held.kept
-    notes = []
-    if ledger.unread:
-        unread = ", ".join(f"{p} ({why})" for p, why in sorted(ledger.unread.items()))
-        notes.append(f"not read: {unread}")
-        log.warning("run %s: not read: %s", ledger.run_id, unread)
-    if held.now:
-        notes.append(
-            f"{held.now} dead letters wait for the operator ({held.kept} of them since an "
-            "earlier run): discard them (--discard-duplicates, syphon discard) or send "
-            "them again (--allow-resend)"
-        )
-    detail = "; ".join(notes) or None
-    status = Status.PARTIAL if left or ledger.unread else Status.DONE
-    result = ledger.result(status, detail, outcomes)
-    missing = sorted(k for k, reason in skipped.items() if reason == Detail.DESTINATION_MISSING)
-    failure = refused or missing_destinations(unknown, missing)
-    if failure is not None:
-        result.code, result.fix = failure.code, failure.fix
-    return result
+    left = left_behind(sent.results, rows) if more else LeftBehind()
+    drained.add_wave(sent.tally, settled.tally, left, held(ctx, request, settled.results, rows),
+                     unknown_destinations(rows))  # fmt: skip

@@ -16,6 +16,7 @@ timings and operations (a :class:`~syphon.job.request.StageResult`):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -98,8 +99,15 @@ def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
         raise SyphonError(f"no audit at {ctx.store.where}: run {request.run_id} has no plan")
     settled = ctx.store.run_rows(request.run_id, Stage.SETTLE)
     if settled is not None:  # what the run settled is done (a run of several waves: its
-        # earlier waves), the rest is taken up
-        rows = rows.join(settled.select(*PLACE), list(PLACE), "left_anti")
+        # earlier waves), the rest is taken up; a settle row written before the
+        # message's plan row (an earlier wave's pass that received it beyond its plan
+        # and gave it back) does not count
+        from pyspark.sql import functions as F
+
+        p, s = rows.alias("p"), settled.alias("s")
+        same = [F.col(f"p.{c}") == F.col(f"s.{c}") for c in PLACE]
+        after = F.col("s.recorded_at") >= F.col("p.recorded_at")
+        rows = p.join(s, [*same, after], "left_anti")
     rows = rows.localCheckpoint(eager=True)
     counts = {r["verdict"]: int(r["count"]) for r in rows.groupBy("verdict").count().collect()}
     # not sized by its plan: fitted to it now
@@ -135,14 +143,20 @@ class Probed(StageResult):
 
 
 def probe(
-    ctx: RunContext, request: RunRequest, rows: DataFrame, earlier: DataFrame | None = None
+    ctx: RunContext,
+    request: RunRequest,
+    rows: DataFrame,
+    earlier: DataFrame | None = None,
+    known: Mapping[Destination, str | None] | None = None,
 ) -> Probed:
     """Probes the destinations of the plan ``rows`` that no earlier attempt of the run
-    sent (``earlier``: its replay rows), sending nothing."""
+    sent (``earlier``: its replay rows), sending nothing; those an earlier wave judged
+    (``known``) are not probed again."""
     result = Probed(todo=still_to_send(rows, earlier), skipped={})
     with timed(result.timings, "replay", "replay_probes"):
         pairs = result.todo.select("primary", "destination").distinct().collect()
-        destinations = sorted((r["primary"], r["destination"]) for r in pairs)
+        destinations = sorted((r["primary"], r["destination"]) for r in pairs
+                              if (r["primary"], r["destination"]) not in (known or {}))  # fmt: skip
         progress.step(f"replay: probing {len(destinations)} destinations")
         result.skipped = probe_destinations(ctx.namespaces.primaries, destinations)
     result.operations.replay_probes = len(destinations)
@@ -163,22 +177,27 @@ def send(
     request: RunRequest,
     rows: DataFrame,
     snapshot: DataFrame,
-    probed: Probed,
+    todo: DataFrame,
+    skipped: Mapping[Destination, str | None],
+    broken: frozenset[tuple[str, str, str]],
     in_doubt: DataFrame | None,
 ) -> Sent:
-    """Sends what ``probed`` left to send (the messages' bytes from ``snapshot``; those
-    of ``in_doubt`` marked as sent again), then commits the outcomes to the audit."""
+    """Sends the plan rows ``todo`` (the messages' bytes from ``snapshot``; those of
+    ``in_doubt`` marked as sent again), except to the ``skipped`` destinations and on the
+    ``broken`` lanes (an earlier wave of the run left them), then commits the outcomes of
+    the plan ``rows`` to the audit."""
     budgets = ctx.config.replay.credits_per_second
     operations = Operations()
     timings = Timings()
     with timed(timings, "replay", "replay_sends"):
         progress.step("replay: sending")
         results = replay_messages(
-            replay_input(restore(snapshot, request.source.redrive), probed.todo, in_doubt),
+            replay_input(restore(snapshot, request.source.redrive), todo, in_doubt),
             ctx.namespaces.primaries,
-            probed.skipped,
+            skipped,
             ReplaySettings(credits_per_second=budgets),
             failpoint=failpoints.for_task("mid_replay"),
+            broken=broken,
         )
         results = results.localCheckpoint(eager=True)  # the sends happen here, exactly once
     with timed(timings, "replay"):

@@ -59,3 +59,23 @@ def tally(results: DataFrame, *summed: str) -> Tally:
         for r in rows.collect()
     )
     return Tally(tuple(summed), lines)
+
+
+def combined(tallies: Iterable[Tally], columns: tuple[str, ...] = ()) -> Tally:
+    """The tallies of a stage's waves as one: per (outcome, detail), counts and sums
+    added (``columns``: the counted columns when there is no tally at all)."""
+    tallies = list(tallies)
+    columns = tallies[0].columns if tallies else columns
+    out: dict[tuple[str, str | None], Line] = {}
+    for t in tallies:
+        if t.columns != columns:
+            raise ValueError(f"tallies of {t.columns} and {columns} do not add up")
+        for line in t.lines:
+            key = (line.outcome, line.detail)
+            had = out.get(key)
+            if had is None:
+                out[key] = line
+            else:
+                sums = tuple(a + b for a, b in zip(had.sums, line.sums, strict=True))
+                out[key] = Line(line.outcome, line.detail, had.count + line.count, sums)
+    return Tally(columns, tuple(out.values()))

@@ -30,19 +30,31 @@ Sources whose queues are not ordered by enqueue time cannot be cut by time:
   the top bits of the sequence number), so reading by sequence number walks one
   partition after another.
 
-A run whose source has such a queue drains it in one wave (:func:`time_ordered`).
+A run whose source has such a queue drains it in one wave (:func:`one_wave`). A
+partitioned queue is recognised by a message in a partition other than the first (a
+peek from the second partition's first sequence number); one whose messages are all in
+the first partition reads in order, and what arrives in the other partitions during the
+run was enqueued after the run started, which no wave of the run takes.
+
+A wave never takes a message enqueued after the run started (its watermark is at most
+the run's start): a queue that keeps filling does not keep a run going; the next run
+takes those messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from syphon.core.ledger import Timings
 from syphon.core.naming import PARTITIONED_SEQUENCE, is_dead_letter_path
+from syphon.job.request import StageResult, timed
 from syphon.job.rows import utc
 from syphon.servicebus.access import Access
+from syphon.servicebus.discovery import DiscoveredQueue
+from syphon.servicebus.peek import first_sequence_number
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -167,6 +179,8 @@ class WaveRead:
         reads: what was read of each queue.
         watermark: the cut (None: every queue was read to its end).
         limit: the limit per queue the cut was made with.
+        last: whether no wave follows (every queue read to its end, or the cut reached
+            the run's start).
     """
 
     rows: DataFrame
@@ -174,11 +188,7 @@ class WaveRead:
     reads: list[QueueRead]
     watermark: datetime | None
     limit: int
-
-    @property
-    def last(self) -> bool:
-        """Whether the wave reached the end of every queue (no wave follows)."""
-        return self.watermark is None
+    last: bool
 
     def cursors(self, before: Mapping[str, int]) -> dict[str, int]:
         """The queues' cursors for the next wave (``before``: this wave's)."""
@@ -186,11 +196,17 @@ class WaveRead:
 
 
 def read_wave(
-    spark: SparkSession, access: Access, paths: list[str], cursors: Mapping[str, int], limit: int
+    spark: SparkSession,
+    access: Access,
+    paths: list[str],
+    cursors: Mapping[str, int],
+    limit: int,
+    before: datetime | None = None,
 ) -> WaveRead:
     """Reads the next wave of ``paths`` (each from its cursor; 1: its head), at most
     ``limit`` messages per queue and their fronts; twice the limit, again, while the
-    cut would take nothing although a queue was not read to its end.
+    cut would take nothing although a queue was not read to its end. The cut is at most
+    ``before`` (the run's start; None: no bound).
 
     Raises:
         ValueError: ``limit`` below 1.
@@ -205,7 +221,94 @@ def read_wave(
         read = peek_frame(spark, access, ranges, tasks).localCheckpoint(eager=True)
         reads = queue_reads(read, limit, paths)
         mark = watermark(reads)
-        rows = read.where(in_wave(mark))
-        if mark is None or not rows.isEmpty():
-            return WaveRead(rows, read, reads, mark, limit)
+        last = mark is None or (before is not None and mark >= before)
+        cut = before if last else mark
+        rows = read.where(in_wave(cut))
+        if last or not rows.isEmpty():
+            return WaveRead(rows, read, reads, cut, limit, last)
         limit *= 2
+
+
+def one_wave(
+    wave_messages: int, source_kind: str, queues: list[DiscoveredQueue], access: Access
+) -> str | None:
+    """Why a run drains ``queues`` in one wave, or None when it drains them in waves of
+    at most ``wave_messages`` messages. One peek per queue when every other answer is
+    no (whether a queue holds a partition's messages)."""
+    if wave_messages <= 0:
+        return "run.wave_messages is 0"
+    if source_kind == "namespace":
+        # a live entity counts every receive against its MaxDeliveryCount, and a
+        # wave's settle receives again what an earlier wave left at the queue's head
+        return "a namespace source's entities count each receive as a delivery"
+    paths = [q.path for q in queues]
+    if not time_ordered(paths):
+        return "a dead-letter queue is not ordered by enqueue time"
+    counts = [q.message_count for q in queues]
+    if None not in counts and sum(c or 0 for c in counts) <= wave_messages:
+        return "the source holds no more than one wave"
+    for path in paths:
+        if first_sequence_number(access, path, PARTITIONED_SEQUENCE) is not None:
+            return f"{path} is partitioned: its sequence numbers are per partition"
+    return None
+
+
+@dataclass(kw_only=True)
+class Wave(StageResult):
+    """One wave's snapshot, as the plan takes it.
+
+    Attributes:
+        number: 1, 2, ... (a run of one wave: 1).
+        snapshot: its messages (checkpointed, or lazy over a checkpoint).
+        watermark: its cut (None: every queue to its end; always None in one wave).
+        last: whether no wave follows.
+        queues: how many queues it read.
+    """
+
+    number: int
+    snapshot: DataFrame
+    watermark: datetime | None
+    last: bool
+    queues: int
+
+
+def read_waves(
+    spark: SparkSession,
+    access: Access,
+    queues: list[DiscoveredQueue],
+    wave_messages: int | None,
+    split_messages: int,
+    before: datetime,
+) -> Iterator[Wave]:
+    """The waves of ``queues`` (their readable, non-empty ones), each read when the one
+    before it is done with (the cursors move by what it took): one wave of everything
+    when ``wave_messages`` is None, else waves of at most about ``wave_messages``
+    messages (a limit per queue of ``wave_messages`` over the queues, rounded up),
+    none of them past ``before``."""
+    from syphon.job.snapshot import read_snapshot
+
+    readable = [q for q in queues if not q.empty and q.unreadable is None]
+    if wave_messages is None:
+        timings = Timings()
+        with timed(timings, "snapshot"):
+            snapshot = read_snapshot(spark, access, readable, split_messages)
+        yield Wave(number=1, snapshot=snapshot, watermark=None, last=True,
+                   queues=len(readable), timings=timings)  # fmt: skip
+        return
+    paths = [q.path for q in readable]
+    limit = max(1, -(-wave_messages // max(1, len(paths))))
+    cursors: dict[str, int] = {}
+    number = 0
+    while True:
+        number += 1
+        timings = Timings()
+        with timed(timings, "snapshot"):
+            read = read_wave(spark, access, paths, cursors, limit, before)
+        wave = Wave(number=number, snapshot=read.rows, watermark=read.watermark,
+                    last=read.last, queues=len(paths), timings=timings)  # fmt: skip
+        if number > 1 and read.last and read.rows.isEmpty():
+            return  # nothing before the run's start was left
+        yield wave
+        if read.last:
+            return
+        cursors = read.cursors(cursors)

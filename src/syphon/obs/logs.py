@@ -74,6 +74,9 @@ class _JsonFormatter(logging.Formatter):
             "run_id": _run_id,
             "message": record.getMessage(),
         }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):  # a record's own figures (a wave's progress)
+            entry.update({k: v for k, v in fields.items() if k not in entry})
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return mask_secrets(json.dumps(entry, default=str))
@@ -96,7 +99,8 @@ def configure_logging(
     Args:
         level: DEBUG, INFO, WARNING or ERROR.
         fmt: ``text`` (one readable line) or ``json`` (one JSON object per line with
-            ``time``, ``level``, ``logger``, ``run_id``, ``message``, ``error``).
+            ``time``, ``level``, ``logger``, ``run_id``, ``message``, ``error``, and a
+            record's own figures: ``logger.info(..., extra={"fields": {...}})``).
         stream: where records go (standard error by default).
         sdk_level: the level of :data:`LIBRARY_LOGGERS` (never below ``level``); at
             ``DEBUG`` they log at DEBUG too.

@@ -75,12 +75,13 @@ def peek_rows(
                     return
 
 
-def first_sequence_number(access: Any, queue: str) -> int | None:
-    """The lowest sequence number in ``queue`` (one peek), or None when it is empty.
+def first_sequence_number(access: Any, queue: str, from_sequence_number: int = 1) -> int | None:
+    """The lowest sequence number in ``queue`` from ``from_sequence_number`` on (one
+    peek), or None when there is none.
 
     Args:
         access: a :class:`syphon.servicebus.access.Access` of the queue's namespace.
     """
     with access.client() as client, peek_receiver(client, queue) as receiver:
-        peeked = peek_raw(receiver, 1, 1)
+        peeked = peek_raw(receiver, from_sequence_number, 1)
     return sequence_number(peeked[0]) if peeked else None

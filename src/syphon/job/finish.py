@@ -1,0 +1,169 @@
+"""What a run's waves add up to, and the final status it records."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from syphon.core.schema import Detail, Outcome, Status, Verdict
+from syphon.job.context import RunContext
+from syphon.job.failures import Failure, missing_destinations
+from syphon.job.ledger import Ledger, RunResult
+from syphon.job.replay import LeftBehind
+from syphon.job.request import RunRequest
+from syphon.job.tally import Tally, combined
+from syphon.servicebus.errors import NAMESPACE_FAULTS
+from syphon.servicebus.sending import Destination
+from syphon.store import queries
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+_REPLAY_COLUMNS = ("transfers", "busy_retries")
+_SETTLE_COLUMNS = ("received", "abandoned", "requests")
+
+
+@dataclass(frozen=True)
+class Held:
+    """Dead letters a run left waiting for the operator (a duplicate of a delivered
+    message, a conflict, an invalid one): how many, and how many of them an earlier run
+    left waiting too (``kept``: the operator has let them stay)."""
+
+    now: int = 0
+    kept: int = 0
+
+
+def held(ctx: RunContext, request: RunRequest, settled: DataFrame, rows: DataFrame) -> Held:
+    """The dead letters a wave left waiting for the operator, and how many of them an
+    earlier run left waiting too (none for a source that reads no dead-letter queue)."""
+    if not request.source.reads_dead_letters:
+        return Held()
+    waiting = queries.held_dead_letters(settled, rows).localCheckpoint(eager=True)
+    now = waiting.count()
+    return Held(now, ctx.store.held_before(waiting, request.run_id).count() if now else 0)
+
+
+def unknown_destinations(planned: DataFrame) -> set[Destination]:
+    """The (primary, destination) pairs the plan found no entity for."""
+    from pyspark.sql import functions as F
+
+    unknown = planned.where((F.col("verdict") == Verdict.INVALID)
+                            & (F.col("reason") == "destination_unknown"))  # fmt: skip
+    return {(r["primary"], r["destination"]) for r in
+            unknown.select("primary", "destination").distinct().collect()}  # fmt: skip
+
+
+@dataclass
+class Drained:
+    """What a run's waves did, added up; what one wave left behind is what the later
+    waves of the run hold back (``skipped`` destinations, ``broken`` lanes).
+
+    Attributes:
+        skipped: per destination the probes or a wave's sends judged, why it is
+            skipped (None: it answered).
+        broken: the lanes (primary, destination, partition key) a wave left unsent.
+        unknown: destinations the plans found no entity for.
+        waves: how many waves ran.
+        planned: messages planned, all waves.
+        home: messages sent to the primaries, all waves.
+        stopped: why the run stopped taking waves before its source's end (None: it
+            did not).
+        ended_by_fault: a namespace failed mid-wave: no wave follows.
+    """
+
+    skipped: dict[Destination, str | None] = field(default_factory=dict)
+    broken: frozenset[tuple[str, str, str]] = frozenset()
+    unknown: set[Destination] = field(default_factory=set)
+    sent: list[Tally] = field(default_factory=list)
+    settled: list[Tally] = field(default_factory=list)
+    held: Held = Held()
+    waves: int = 0
+    planned: int = 0
+    home: int = 0
+    stopped: str | None = None
+    left_destinations: dict[Destination, str] = field(default_factory=dict)
+
+    def add_wave(self, sent: Tally, settled: Tally, left: LeftBehind, held: Held,
+                 unknown: set[Destination]) -> None:  # fmt: skip
+        """Adds a wave's tallies and what it left behind."""
+        self.waves += 1
+        self.sent.append(sent)
+        self.settled.append(settled)
+        self.home += sent.count(Outcome.SENT)
+        self.held = Held(self.held.now + held.now, self.held.kept + held.kept)
+        self.unknown |= unknown
+        self.broken = self.broken | left.lanes
+        for dest, why in left.destinations.items():
+            if self.skipped.get(dest) is None:
+                self.skipped[dest] = why
+                self.left_destinations[dest] = why
+
+    @property
+    def replayed(self) -> Tally:
+        return combined(self.sent, _REPLAY_COLUMNS)
+
+    @property
+    def settle(self) -> Tally:
+        return combined(self.settled, _SETTLE_COLUMNS)
+
+    @property
+    def ended_by_fault(self) -> bool:
+        faults = {Detail.NAMESPACE_FAULT, *NAMESPACE_FAULTS}
+        return any(t.any_detail(faults) for t in (*self.sent, *self.settled))
+
+
+def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> RunResult:
+    """Records the final status: ``failed`` when a namespace failed mid-run, ``partial``
+    when work is left (messages that arrived after the snapshot are the next run's work,
+    those the selection left out the operator's choice, and dead letters an earlier run
+    already left waiting for the operator are kept by them: none of these is a
+    left-over), the run stopped before its source's end, or a queue of the source holds
+    messages syphon cannot read (the detail names them), else ``done``. ``refused``: the
+    exit of a run whose primaries refused the credentials (before missing destinations:
+    it blocks more)."""
+    replayed, settle = drained.replayed, drained.settle
+    outcomes = {**{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
+                **{f"settle_{k}": v for k, v in settle.by_outcome().items()}}  # fmt: skip
+    faults = {Detail.NAMESPACE_FAULT, *NAMESPACE_FAULTS}
+    sides = [side for side, t in (("primary", replayed), ("secondary", settle))
+             if t.any_detail(faults)]  # fmt: skip
+    if sides:  # a namespace failed mid-run: its clients were closed, the rest waits
+        return ledger.result(Status.FAILED, f"{Detail.NAMESPACE_FAULT}: " + ", ".join(sides),
+                             outcomes)  # fmt: skip
+    not_left_over = [Detail.ARRIVED_AFTER_SNAPSHOT, Detail.NOT_SELECTED]
+    left = settle.count(Outcome.LEFT, except_details=not_left_over) - drained.held.kept
+    notes = []
+    if drained.stopped:
+        notes.append(drained.stopped)
+    if drained.waves > 1 and (drained.broken or drained.left_destinations):
+        parts = []
+        if drained.broken:
+            parts.append(f"{len(drained.broken)} keys")
+        if drained.left_destinations:
+            parts.append(f"{len(drained.left_destinations)} destinations")
+        notes.append(
+            f"{' and '.join(parts)} that failed in a wave were held back in the later "
+            "waves: the next run takes them, in order"
+        )
+    if ledger.unread:
+        unread = ", ".join(f"{p} ({why})" for p, why in sorted(ledger.unread.items()))
+        notes.append(f"not read: {unread}")
+        log.warning("run %s: not read: %s", ledger.run_id, unread)
+    if drained.held.now:
+        notes.append(
+            f"{drained.held.now} dead letters wait for the operator ({drained.held.kept} of "
+            "them since an earlier run): discard them (--discard-duplicates, syphon "
+            "discard) or send them again (--allow-resend)"
+        )
+    detail = "; ".join(notes) or None
+    status = Status.PARTIAL if left or ledger.unread or drained.stopped else Status.DONE
+    result = ledger.result(status, detail, outcomes)
+    skipped = drained.skipped
+    missing = sorted(k for k, reason in skipped.items() if reason == Detail.DESTINATION_MISSING)
+    failure = refused or missing_destinations(sorted(drained.unknown), missing)
+    if failure is not None:
+        result.code, result.fix = failure.code, failure.fix
+    return result
