@@ -273,12 +273,13 @@ def left_behind(results: DataFrame, rows: DataFrame) -> LeftBehind:
     unsent = results.where(
         (F.col("outcome") != Outcome.SENT)
         & ~F.coalesce(F.col("detail").isin(*_LANE_KEEPING), F.lit(False))
-    ).select(*PLACE, "detail")
+    ).select(*PLACE, F.col("detail").alias("_why"))
     keyed = F.col("partition_key_effective").isNotNull()
     found = (
-        rows.join(unsent, list(PLACE))
-        .where(keyed | F.col("detail").isin(*_DESTINATION_DOWN))
-        .select("primary", "destination", "partition_key_effective", "detail")
+        rows.select(*PLACE, "primary", "destination", "partition_key_effective")
+        .join(unsent, list(PLACE))
+        .where(keyed | F.col("_why").isin(*_DESTINATION_DOWN))
+        .select("primary", "destination", "partition_key_effective", "_why")
         .distinct()
         .collect()
     )

@@ -1,0 +1,165 @@
+"""Runs drained in waves against the local Service Bus (``run.wave_messages`` small, so
+that a few dozen messages take several waves): a key's messages spread over backlog
+queues and over waves arrive in order, each once; a destination that fails in the first
+wave is held back by the later ones and finished by the next run, in order; a run
+bounded by ``--max-waves`` stops at a wave's end as ``partial``; a source that cannot be
+cut by time takes one wave."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+from paired_env import PRIMARY, Pair, backlog_state, context, job_config, run_job, stored
+from syphon.app.services import run_with_report
+from syphon.core.schema import Status
+from syphon.job.request import run_request
+from syphon.servicebus.backlog_messages import to_backlog_message
+
+pytestmark = pytest.mark.timeout(400)
+
+QUEUES = 3
+
+
+def queue(i: int) -> str:
+    return f"{PRIMARY}/x-servicebus-transfer/{i}"
+
+
+def waves_config(pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                 wave_messages: int = 6) -> Any:  # fmt: skip
+    return job_config(pair, tmp_path, monkeypatch,
+                      extra=f"run:\n  wave_messages: {wave_messages}\n")  # fmt: skip
+
+
+def park_spread(pair: Pair, prefix: str, messages: int) -> dict[str, list[str]]:
+    """Parks ``messages`` one at a time, in turn over the backlog queues (message ``i`` to
+    queue ``i % 3``), alternately for ``orders`` (partition keys p0..p2) and for
+    ``sessions`` (sessions s0..s2), a key's messages in their order on several queues.
+    Returns each key's MessageIds in the order they were sent."""
+    keys: dict[str, list[str]] = defaultdict(list)
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        senders = [client.get_queue_sender(queue(q)) for q in range(QUEUES)]
+        try:
+            for i in range(messages):
+                mid = f"{prefix}-{i}"
+                if i % 2 == 0:
+                    key = f"p{(i // 2) % 3}"
+                    message = ServiceBusMessage(mid.encode(), message_id=mid, partition_key=key)
+                    dest = "orders"
+                else:
+                    key = f"s{(i // 2) % 3}"
+                    message = ServiceBusMessage(mid.encode(), message_id=mid, session_id=key)
+                    dest = "sessions"
+                senders[i % QUEUES].send_messages(to_backlog_message(message, dest))
+                keys[key].append(mid)
+                time.sleep(0.002)  # a message per millisecond at most: distinct times
+        finally:
+            for s in senders:
+                s.close()
+    return dict(keys)
+
+
+def arrived(pair: Pair) -> dict[str, list[str]]:
+    """Each key's MessageIds on the primary, in the order they were stored."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for path in ("orders", "sessions"):
+        for m in stored(pair, path):
+            key = m.session_id if path == "sessions" else m.parsed.annotation("x-opt-partition-key")
+            out[str(key)].append(str(m.message_id))
+    return dict(out)
+
+
+def planned_waves(ctx: Any, run_id: str) -> list[Any]:
+    return [r for r in ctx.store.runs() if r.run_id == run_id and r.status == Status.PLANNED]
+
+
+def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message_once(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = park_spread(pair, "w", 36)
+    config = waves_config(pair, tmp_path, monkeypatch)  # 2 messages a queue and wave
+    result = run_job(config, spark, "waves")
+    assert result.status == Status.DONE, result
+    assert arrived(pair) == keys  # every key in order, every message once
+    assert not any(backlog_state(pair).values())
+    # the ledger: several waves, each named, their cuts moving forward
+    waves = planned_waves(context(config, spark), "waves")
+    assert len(waves) >= 4
+    assert [w.wave for w in waves] == list(range(1, len(waves) + 1))
+    marks = [w.watermark for w in waves]
+    assert None not in marks
+    assert marks == sorted(marks)
+    assert sum(sum(w.counts.values()) for w in waves) == 36
+    assert all(sum(w.counts.values()) <= 6 for w in waves)
+    # every destination probed once, not once per wave
+    assert result.operations.replay_probes == 2
+
+
+def test_a_destination_failing_in_the_first_wave_is_held_back_then_finished_in_order(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = park_spread(pair, "f", 36)
+    config = waves_config(pair, tmp_path, monkeypatch)
+    pair.primary.broker.set_fault("orders", sends_left=0)  # probes answer, sends fail
+    first = run_job(config, spark, "failing")
+    assert first.status == Status.PARTIAL, first
+    assert first.detail is not None
+    assert "held back in the later waves" in first.detail
+    ctx = context(config, spark)
+    assert len(planned_waves(ctx, "failing")) >= 4
+    replayed = ctx.store.run_rows("failing", "replay")
+    assert replayed is not None
+    orders = replayed.where("destination = 'orders'").groupBy("outcome").count().collect()
+    by_outcome = {r["outcome"]: r["count"] for r in orders}
+    # the first wave tried orders (at most 3 of its messages); every later wave skipped
+    # it without a send
+    assert by_outcome.get("sent", 0) == 0
+    assert 0 < by_outcome.get("failed", 0) <= 3
+    assert by_outcome["failed"] + by_outcome["skipped"] == 18
+    sessions = arrived(pair)
+    assert {k: v for k, v in sessions.items() if k.startswith("s")} == {
+        k: v for k, v in keys.items() if k.startswith("s")
+    }
+
+    pair.primary.broker.clear_faults()
+    second = run_job(config, spark, "finishing")
+    assert second.status == Status.DONE, second
+    assert arrived(pair) == keys
+    assert not any(backlog_state(pair).values())
+
+
+def test_max_waves_stops_a_run_at_a_waves_end_and_the_next_run_takes_the_rest(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = park_spread(pair, "m", 24)
+    config = waves_config(pair, tmp_path, monkeypatch)
+    ctx = context(config, spark)
+    bounded = run_with_report(ctx, run_request(ctx, "bounded", max_waves=1))
+    assert bounded.status == Status.PARTIAL, bounded
+    assert bounded.detail is not None
+    assert "--max-waves" in bounded.detail
+    (wave,) = planned_waves(ctx, "bounded")
+    taken = sum(wave.counts.values())
+    assert 0 < taken <= 6
+    assert sum(len(v) for v in arrived(pair).values()) == taken
+    assert sum(len(v) for v in backlog_state(pair).values()) == 24 - taken
+
+    rest = run_job(config, spark, "rest")
+    assert rest.status == Status.DONE, rest
+    assert arrived(pair) == keys
+
+
+def test_a_source_that_holds_no_more_than_a_wave_takes_one_unnamed_wave(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = park_spread(pair, "o", 6)
+    config = waves_config(pair, tmp_path, monkeypatch, wave_messages=100)
+    assert run_job(config, spark, "small").status == Status.DONE
+    (wave,) = planned_waves(context(config, spark), "small")
+    assert (wave.wave, wave.watermark) == (None, None)
+    assert arrived(pair) == keys
