@@ -16,7 +16,9 @@ detection holds every message exactly once, and on the one without it a message 
 there twice only if the audit marks its second send ``resent_in_doubt``.
 
 A run killed in the middle of its replay or after the replay's commit is also resumed at
-once, as ``syphon replay --run-id`` would (:func:`resume_the_killed_run`).
+once, as ``syphon replay --run-id`` would (:func:`resume_the_killed_run`): the replay's
+journal (syphon.job.journal) tells it which of the killed attempt's transfers ended and
+which were cut off.
 """
 
 from __future__ import annotations
@@ -187,13 +189,19 @@ def resume_the_killed_run(config: Any, spark: Any, pair: Any, point: str,
         assert resumed.operations.replay_messages_sent == 0, point
         assert {d: destination_ids(pair, d) for d in ("orders", "dd")} == after_kill
         return
-    # killed mid-replay: what it had sent is sent again, each marked
+    # killed mid-replay: the journal says which of its transfers ended (those are not
+    # sent again) and which started without an outcome (in doubt: sent again, marked).
+    # Every mark is a message that did arrive before: the doubt is precise
     rows = read_table(root / AUDIT_TABLE).to_pylist()
     marked = {r["message_id"] for r in rows if r["run_id"] == run_id
               and r["stage"] == "replay" and r["detail"] == "resent_in_doubt"}  # fmt: skip
     sent_by_the_killed = {m for d in after_kill for m in after_kill[d] - before[d]}
     assert sent_by_the_killed, point  # the fail point waits for three batches
-    assert sent_by_the_killed <= marked, (point, sent_by_the_killed - marked)
+    assert marked, point  # the kill cut a transfer off before its outcome was journaled
+    assert marked <= sent_by_the_killed, (point, marked - sent_by_the_killed)
+    now = {d: destination_ids(pair, d) for d in ("orders", "dd")}
+    for m in sent_by_the_killed - marked:  # journaled as sent: not sent again
+        assert now["orders"][m] + now["dd"][m] == 1, (point, m)
     assert all(n == 1 for n in destination_ids(pair, "dd").values())
 
 

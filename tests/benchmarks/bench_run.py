@@ -122,7 +122,8 @@ def serve(ready: Any, stop: Any, delays: list[float]) -> None:
                     proxies += [amqp, http]
                     conn = conn.replace(f":{e.port};", f":{amqp.port};")
                     admin = admin.replace(f":{e.admin_port}", f":{http.port}")
-                at[name] = {"conn": conn, "admin": admin, "ca": e.ca_bundle}
+                at[name] = {"conn": conn, "admin": admin, "ca": e.ca_bundle,
+                            "admin_conn": e.admin_connection_string}  # fmt: skip
             endpoints[delay] = at
         ready.put({"pid": os.getpid(), "at": endpoints})
         stop.wait()

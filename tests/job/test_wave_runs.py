@@ -16,6 +16,7 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from paired_env import PRIMARY, Pair, backlog_state, context, job_config, run_job, stored
+from report_html import parse_report, table_dict
 from syphon.app.services import run_with_report
 from syphon.core.schema import Status
 from syphon.job.request import run_request
@@ -98,6 +99,14 @@ def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message
     assert all(sum(w.counts.values()) <= 6 for w in waves)
     # every destination probed once, not once per wave
     assert result.operations.replay_probes == 2
+    # the report's waves: one row each, messages home growing to every message
+    assert result.report is not None
+    page = parse_report(Path(result.report).read_text(encoding="utf-8"))
+    table = table_dict(page.sections["waves"][0])
+    assert list(table) == [str(w.wave) for w in waves]
+    home = [int(row["home so far"]) for row in table.values()]
+    assert home == sorted(home)
+    assert home[-1] == 36
 
 
 def test_a_destination_failing_in_the_first_wave_is_held_back_then_finished_in_order(

@@ -214,3 +214,24 @@ def test_the_readme_and_the_help_show_the_one_exit_code_table() -> None:
         assert f"{doc.code.value} {doc.code.name.lower().replace('_', ' ')}" in " ".join(
             help_text.split()
         )
+
+
+def test_wave_bounds_are_read_before_anything_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--until is an ISO 8601 time (no zone: UTC) or a duration from now; a malformed one
+    and --max-waves below 1 exit 2 before the config is read."""
+    from datetime import datetime, timedelta, timezone
+
+    from syphon.app.cli import _until
+
+    now = datetime(2026, 11, 26, 8, 0, tzinfo=timezone.utc)
+    assert _until(None, now) is None
+    assert _until("+90m", now) == now + timedelta(minutes=90)
+    assert _until("+2h", now) == now + timedelta(hours=2)
+    assert _until("+45s", now) == now + timedelta(seconds=45)
+    assert _until("2026-11-26T18:00", now) == datetime(2026, 11, 26, 18, tzinfo=timezone.utc)
+    for args, named in ((["--until", "tonight"], "--until"), (["--max-waves", "0"], "--max-waves")):
+        code = main(["run", "--config", "/nonexistent/syphon.yaml", *args])
+        assert code == 2
+        assert named in capsys.readouterr().err

@@ -430,3 +430,14 @@ def test_a_drained_namespace_is_neither_the_secondary_nor_a_primary(tmp_path: Pa
 def test_a_source_name_is_used_once(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="used twice"):
         load_config(write(tmp_path, MINIMAL + "sources: [{name: a}, {name: a}]\n"), environ={})
+
+
+def test_a_waves_size_is_a_count_of_messages_or_zero_for_one_wave(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, MINIMAL), environ={}).run.wave_messages == 20_000
+    for text, expected in (("5000", 5000), ("0", 0), ("null", 0)):
+        path = write(tmp_path, MINIMAL + f"run: {{wave_messages: {text}}}\n")
+        assert load_config(path, environ={}).run.wave_messages == expected
+    for bad in ("-1", "many", "2.5"):
+        path = write(tmp_path, MINIMAL + f"run: {{wave_messages: {bad}}}\n")
+        with pytest.raises(ConfigError, match=r"run\.wave_messages"):
+            load_config(path, environ={})

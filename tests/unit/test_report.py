@@ -234,11 +234,42 @@ def test_a_report_that_fails_says_where_and_never_the_errors_text(
         raise TypeError("a value the page must not quote")
 
     monkeypatch.setattr(report, "render_html", broken)
-    ctx = SimpleNamespace(store=SimpleNamespace(write_report=lambda *_: "page"),
-                          spark=SimpleNamespace(started=None))  # fmt: skip
+    store = SimpleNamespace(write_report=lambda *_: "page", runs=lambda: [])
+    ctx = SimpleNamespace(store=store, spark=SimpleNamespace(started=None))
     result = RunResult("r-1", "done", {}, {})
     with caplog.at_level(logging.WARNING, logger="syphon.app.report"):
         assert report.write_run_report(ctx, result) is None  # type: ignore[arg-type]
     (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert line.startswith("run r-1: no report written (TypeError at test_report.py:")
     assert "must not quote" not in line
+
+
+def test_a_run_of_several_waves_shows_each_wave_and_messages_home_over_time() -> None:
+    from syphon.core.ledger import Operations, RunRecord
+    from syphon.job.report import waves_of
+
+    def row(status: str, wave: int | None, at: int, sent: int = 0, planned: int = 0) -> RunRecord:
+        return RunRecord(
+            "r-1", status, T0, counts={"replay": planned} if planned else {},
+            operations=Operations(replay_messages_sent=sent),
+            recorded_at=T0 + timedelta(seconds=at), wave=wave,
+            watermark=T0 - timedelta(hours=1, minutes=-wave) if wave else None,
+        )  # fmt: skip
+
+    records = [
+        row("planned", 1, 5, planned=4), row("replaying", 1, 6), row("replayed", 1, 9, sent=4),
+        row("planned", 2, 12, planned=3), row("replaying", 2, 13), row("replayed", 2, 20, sent=6),
+        row("planned", 3, 22, planned=2), row("replaying", 3, 23), row("done", None, 30),
+    ]  # fmt: skip
+    waves = waves_of(records)
+    assert [(w.number, w.planned, w.home, w.seconds) for w in waves] == [
+        (1, 4, 4, 9.0), (2, 3, 6, 20.0), (3, 2, None, None)]  # fmt: skip
+    assert waves_of([row("planned", None, 5, planned=4), row("done", None, 9)]) == []
+
+    page = parse_report(render_html(figures(waves=waves)))
+    table = table_dict(page.sections["waves"][0])
+    assert table["1"] == {"watermark (UTC)": "2026-11-20 07:01:00.000", "planned": "4",
+                          "home so far": "4", "replayed at (s)": "9"}  # fmt: skip
+    assert table["3"]["replayed at (s)"] == "not replayed"
+    assert page.svgs["waves"] == 1
+    assert "waves" not in parse_report(render_html(figures())).sections

@@ -133,6 +133,9 @@ def render_html(data: ReportData) -> str:
         "credits": credits,
         "per_message": f"{credits / sent:.2f}" if credits is not None and sent else None,
     }
+    if d.waves:
+        context["wave_rows"] = [_wave_row(w) for w in d.waves]
+        context["waves_chart"] = Markup(_waves_chart(d))  # noqa: S704
     if places:
         chart = _verdict_chart(d, places[:CHART_DESTINATIONS], verdicts)
         context["verdict_chart"] = Markup(chart)  # noqa: S704
@@ -145,6 +148,23 @@ def render_html(data: ReportData) -> str:
         chart = _timeline_chart(d, windows[:CHART_DESTINATIONS])
         context["timeline_chart"] = Markup(chart)  # noqa: S704
     return str(env.get_template("report.html.j2").render(**context))
+
+
+def _wave_row(w: Any) -> list[Any]:
+    mark = f"{w.watermark:%Y-%m-%d %H:%M:%S.%f}"[:-3] if w.watermark else "the queues' ends"
+    seconds = f"{w.seconds:.0f}" if w.seconds is not None else "not replayed"
+    return [w.number, mark, w.planned, w.home, seconds]
+
+
+def _waves_chart(d: ReportData) -> str:
+    """Messages home at the end of each wave's replay: a bar per wave, labelled with the
+    time since the run started."""
+    rows = []
+    for w in d.waves:
+        at = f" at {w.seconds:.0f} s" if w.seconds is not None else ""
+        rows.append((f"wave {w.number}{at}", [svg.Segment("home", w.home or 0, "#2b8a3e")]))
+    return svg.stacked_bars(rows, "messages home (sent to their primaries)",
+                            "messages home over the run's waves")  # fmt: skip
 
 
 def _entity_rank(counts: dict[str, int], entity: str) -> tuple[int, int, str]:

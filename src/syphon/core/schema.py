@@ -97,6 +97,8 @@ class Detail:
     classes (``failed``, ``in_doubt``) and the prefixed reasons carry a class name."""
 
     RESENT_IN_DOUBT: Final = "resent_in_doubt"
+    # a transfer the journal saw start and never saw end (the run was cut off)
+    INTERRUPTED: Final = "interrupted"
     # replay skips
     EARLIER_BATCH_FAILED: Final = "earlier_batch_failed"
     DESTINATION_FAILING: Final = "destination_failing"

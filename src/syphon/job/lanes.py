@@ -30,6 +30,9 @@ left out of the batch, the rest goes, and a failed batch breaks every lane in it
   or this task is a retry that may have sent it already), ``failed`` or ``in_doubt``
   with the error class.
 
+With a :class:`~syphon.job.journal.TaskJournal`, each transfer's places are journaled
+before it starts and its outcome after it (see :mod:`syphon.job.journal`).
+
 Records are plain mappings (the replay input's columns, see :mod:`syphon.job.replay`).
 """
 
@@ -44,6 +47,7 @@ from typing import Any
 
 from syphon.core.schema import Detail, Outcome
 from syphon.core.timespan import TICKS_PER_MICROSECOND
+from syphon.job.journal import TaskJournal
 from syphon.servicebus import errors
 from syphon.servicebus.sending import Destination, Sent
 
@@ -167,8 +171,10 @@ class Replayer:
         on_sent: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         broken: frozenset[tuple[str, str, str]] = frozenset(),
+        journal: TaskJournal | None = None,
     ) -> None:
         self.settings = settings
+        self.journal = journal
         self.skip = {k: v for k, v in skip.items() if v}
         self._send = send
         self._build = build
@@ -239,6 +245,8 @@ class Replayer:
         if not messages:
             return results
 
+        if self.journal is not None:  # before the transfer: a crash leaves it in doubt
+            self.journal.starting((r["backlog_queue"], r["sequence_number"]) for r in sending)
         sent, transfers, busy = self._transfer(dest, messages)
         if sent.status != "sent":
             break_lanes(sending)
@@ -258,6 +266,11 @@ class Replayer:
                 detail = Detail.RESENT_IN_DOUBT
             results.append(result(rec, outcome, detail, transfers if i == 0 else 0,
                                   busy if i == 0 else 0))  # fmt: skip
+        if self.journal is not None:
+            self.journal.finished(
+                ((r["backlog_queue"], r["sequence_number"]), r["outcome"], r["detail"])
+                for r in results[-len(sending) :]
+            )
         return results
 
     def _transfer(self, dest: Destination, messages: list[Any]) -> tuple[Sent, int, int]:

@@ -25,6 +25,7 @@ doubt, or by a Spark task retried after a failed attempt, has ``detail``
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -41,12 +42,14 @@ from syphon.core.schema import (
     names,
     spark_schema,
 )
+from syphon.job.journal import TaskJournal
 from syphon.job.lanes import Replayer, ReplaySettings
 from syphon.job.rows import plain_cell
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access
 from syphon.servicebus.raw import EncodedMessage
 from syphon.servicebus.sending import Destination, SenderPool
+from syphon.store.location import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -104,12 +107,15 @@ def replay_messages(
     settings: ReplaySettings | None = None,
     failpoint: FailPoint | None = None,
     broken: frozenset[tuple[str, str, str]] = frozenset(),
+    journal: Location | None = None,
 ) -> DataFrame:
     """Sends ``rows`` (the output of :func:`replay_input`) and returns one result row per
     message (:data:`syphon.core.schema.REPLAY_RESULT`); the messages of ``broken`` lanes
     (primary, destination, partition key: an earlier wave of the run left one of their
-    messages unsent) are ``skipped`` / ``earlier_batch_failed``. Lazy: the sends happen
-    when the result is read, so read it exactly once (checkpoint or write it)."""
+    messages unsent) are ``skipped`` / ``earlier_batch_failed``. With ``journal`` (a
+    wave's journal folder, as tasks get it), each transfer is journaled
+    (:mod:`syphon.job.journal`). Lazy: the sends happen when the result is read, so read
+    it exactly once (checkpoint or write it)."""
     from pyspark.sql import functions as F
 
     needed = {p for p, _ in skipped}
@@ -128,6 +134,7 @@ def replay_messages(
         task_settings,
         failpoint,
         frozenset(broken),
+        journal,
     )
     return laid_out.mapInPandas(_ReplayTask(plan), spark_schema(REPLAY_RESULT))
 
@@ -191,6 +198,8 @@ class _TaskPlan:
     failpoint: FailPoint | None = None
     #: lanes an earlier wave of the run broke (see :class:`~syphon.job.lanes.Replayer`)
     broken: frozenset[tuple[str, str, str]] = frozenset()
+    #: the wave's journal folder (its storage options, secrets included: never shown)
+    journal: Location | None = field(default=None, repr=False)
 
 
 class _ReplayTask:
@@ -209,6 +218,7 @@ class _ReplayTask:
         pool = SenderPool(self.plan.primaries)
         context = TaskContext.get()
         failpoint = self.plan.failpoint
+        journal = TaskJournal(self.plan.journal, uuid.uuid4().hex[:12])  # a task attempt's
         replayer = Replayer(
             self.plan.settings,
             self.plan.skip,
@@ -219,6 +229,7 @@ class _ReplayTask:
             retried=context is not None and context.attemptNumber() > 0,
             on_sent=failpoint.reached if failpoint is not None else None,
             broken=self.plan.broken,
+            journal=journal,
         )
         columns = names(REPLAY_RESULT)
         try:
@@ -239,7 +250,10 @@ class _ReplayTask:
             if batch:
                 yield pd.DataFrame(replayer.replay(batch), columns=list(columns))
         finally:
-            pool.close()
+            try:
+                journal.close()  # the last transfer's outcome
+            finally:
+                pool.close()
 
 
 #: Skips that leave a lane whole (the message alone stays behind, as within a wave).

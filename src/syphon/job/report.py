@@ -8,11 +8,13 @@ partition keys, and times — never a body, a property value or a secret.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.schema import Outcome, Stage
+from syphon.core.ledger import RunRecord
+from syphon.core.schema import Outcome, Stage, Status
 from syphon.job.ledger import RunResult
 from syphon.job.rows import utc
 from syphon.store import queries
@@ -60,6 +62,44 @@ class ReportData:
     by_entity: dict[str, dict[str, int]] = field(default_factory=dict)
     #: source entity -> why its messages were not sent or not removed -> messages
     entity_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: a run of several waves: each wave's number, watermark, messages planned, messages
+    #: home when it was replayed (the run's, so far) and seconds from the run's start
+    waves: list[WaveFigures] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WaveFigures:
+    """One wave of a run, from the ledger."""
+
+    number: int
+    watermark: datetime | None
+    planned: int
+    home: int | None
+    seconds: float | None
+
+
+def waves_of(records: Iterable[RunRecord]) -> list[WaveFigures]:
+    """The waves of one run's ledger rows (oldest first): a ``planned`` row per wave with
+    its counts, and its ``replayed`` row with the run's messages sent so far. None for a
+    run of one wave (its rows name no wave)."""
+    planned: dict[int, RunRecord] = {}
+    replayed: dict[int, RunRecord] = {}
+    for r in records:
+        if r.wave is None:
+            continue
+        if r.status == Status.PLANNED:
+            planned[r.wave] = r
+        elif r.status == Status.REPLAYED:
+            replayed.setdefault(r.wave, r)  # the run's own, not a later recovery's
+    out = []
+    for number in sorted(planned):
+        p, done = planned[number], replayed.get(number)
+        seconds = None
+        if done is not None and done.recorded_at is not None:
+            seconds = (utc(done.recorded_at) - utc(p.started_at)).total_seconds()
+        home = done.operations.replay_messages_sent if done is not None else None
+        out.append(WaveFigures(number, p.watermark, sum(p.counts.values()), home, seconds))
+    return out
 
 
 def _place() -> list[Column]:
@@ -155,6 +195,7 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
         result.operations.as_map(),
         result.timings.as_map(),
     )
+    data.waves = waves_of(r for r in store.runs() if r.run_id == result.run_id)
     rows = store.run_rows(result.run_id) if read_audit else None
     if rows is None:
         return data

@@ -11,10 +11,12 @@ messages safe.
 
    a. plan (reconcile → audit, a ``planned`` row naming the wave and its watermark);
    b. probe the destinations no earlier wave probed;
-   c. record ``replaying``, then send; the outcomes are committed to the audit in one
-      append, then ``replayed`` is recorded. A crash between the two leaves the wave's
-      sends unknown: the next run sends those messages again and marks them
-      ``resent_in_doubt``;
+   c. record ``replaying``, then send, each transfer journaled as it starts and ends
+      (:mod:`syphon.job.journal`); the outcomes are committed to the audit in one
+      append, then ``replayed`` is recorded. After a crash between the two, the next run
+      (or ``syphon replay --run-id``) reads the journal into the audit first: a message
+      whose transfer started and whose outcome was never journaled is in doubt, and is
+      sent again marked ``resent_in_doubt``;
    d. settle from the committed outcomes only (completing or dead-lettering nothing
       whose outcome is not in the audit) and append the settlements;
 
@@ -40,12 +42,13 @@ from syphon.core.schema import Status
 from syphon.job.context import RunContext
 from syphon.job.failures import refused_primaries
 from syphon.job.finish import Drained, finish, held, unknown_destinations
+from syphon.job.journal import new_journal_id, open_journal, remove_journal
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.plan import Listed, WaveMark, check_selection, list_primaries, plan_snapshot
 from syphon.job.replay import LeftBehind, left_behind
 from syphon.job.request import RunRequest
 from syphon.job.sources import RunSource
-from syphon.job.stages import discover, probe, resumed_plan, send, settle
+from syphon.job.stages import JOURNAL_PREFIX, discover, probe, recover, resumed_plan, send, settle
 from syphon.job.waves import Wave, one_wave, read_waves
 from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context
@@ -117,6 +120,7 @@ def _drain(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease,
     spark = ctx.spark()  # its start is no stage's time
     progress.watch(spark)
     check_selection(spark, request.selection, request.source.redrive)
+    ledger.add(recover(ctx, request))  # what an interrupted run journaled, before the plan
     listed = list_primaries(ctx)
     ledger.add(listed)
     drained = Drained()
@@ -201,6 +205,7 @@ def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, LeaseState):
                     return ledger.busy(lease, ctx.config.run.lease_seconds)
+                ledger.add(recover(ctx, request))
                 resumed = resumed_plan(ctx, request)
                 ledger.counts = resumed.counts
                 drained = Drained()
@@ -257,14 +262,17 @@ def _replay_and_settle(
     ledger.add(probed)
     drained.skipped.update(probed.skipped)
     in_doubt = ctx.store.in_doubt()  # read before this attempt records "replaying"
+    journal_id = new_journal_id()
+    journal = open_journal(ctx.store.files, request.run_id, journal_id)
     lease.check()
-    ledger.record(Status.REPLAYING)
+    ledger.record(Status.REPLAYING, detail=JOURNAL_PREFIX + journal_id)
     failpoints.check("after_replaying")
     sent = send(ctx, request, rows, snapshot, probed.todo, drained.skipped, drained.broken,
-                in_doubt)  # fmt: skip
+                in_doubt, journal)  # fmt: skip
     ledger.add(sent)
     failpoints.check("after_replay_commit")
     ledger.record(Status.REPLAYED)
+    remove_journal(ctx.store.files, request.run_id)  # the outcomes are committed
     failpoints.check("after_replayed")
 
     lease.check()  # a run that lost its lease settles nothing: the holder will

@@ -5,6 +5,7 @@ ledger's statuses between them; each stage answers what it produced with its own
 timings and operations (a :class:`~syphon.job.request.StageResult`):
 
 - :func:`discover`: the source's queues, without Spark;
+- :func:`recover`: the outcomes an interrupted wave journaled, into the audit;
 - :func:`resumed_plan`: a planned run's plan rows read back from the audit, what an
   earlier attempt already sent, and its queues peeked again;
 - :func:`probe`: the destinations of what is still to send, probed without sending;
@@ -16,16 +17,18 @@ timings and operations (a :class:`~syphon.job.request.StageResult`):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from syphon.core.errors import SyphonError
 from syphon.core.ledger import Operations, Timings
 from syphon.core.naming import is_dead_letter_path
-from syphon.core.schema import PLACE, Outcome, Stage
+from syphon.core.schema import PLACE, Detail, Outcome, Stage, Status
 from syphon.job.context import RunContext, fit_shuffle_partitions
+from syphon.job.journal import read_journal, remove_journal
 from syphon.job.lanes import ReplaySettings
 from syphon.job.plan import discovery_operations, unread
 from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
@@ -37,9 +40,13 @@ from syphon.job.tally import Tally, tally
 from syphon.obs import failpoints, progress
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.sending import Destination, probe_destinations
+from syphon.store import queries
+from syphon.store.location import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -69,6 +76,82 @@ def discover(ctx: RunContext, request: RunRequest) -> Discovered:
     result.operations = discovery_operations(ctx, result.queues, request.source)
     result.unread = unread(result.queues)
     return result
+
+
+@dataclass(kw_only=True)
+class Recovered(StageResult):
+    """The interrupted runs whose journal was read into the audit (run id: messages it
+    recorded an outcome for, and messages it left in doubt)."""
+
+    runs: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def recover(ctx: RunContext, request: RunRequest) -> Recovered:
+    """Reads the journal of every interrupted run's last wave (:mod:`syphon.job.journal`)
+    into the audit, as that run's replay rows: each recorded outcome as recorded, each
+    transfer started without one ``in_doubt`` / ``interrupted``; then records the wave
+    ``replayed``. A message never started is then neither sent nor in doubt: the next
+    plan sends it as any other. Runs without a journal stay interrupted (every message
+    they planned and did not record is in doubt). Run under the lease."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    result = Recovered()
+    records = ctx.store.runs()
+    for run_id in queries.interrupted_runs(records):
+        last = [r for r in records if r.run_id == run_id and r.status == Status.REPLAYING][-1]
+        journal_id = journal_of(last.detail)
+        journal = None
+        if journal_id is not None:
+            journal = read_journal(ctx.store.files, run_id, journal_id)
+        if journal is None:
+            continue
+        doubt = journal.in_doubt
+        rows = [(q, s, o, d) for (q, s), (o, d) in sorted(journal.outcomes.items())]
+        rows += [(q, s, Outcome.IN_DOUBT, Detail.INTERRUPTED) for q, s in sorted(doubt)]
+        plan_rows = ctx.store.run_rows(run_id, Stage.PLAN)
+        if rows and plan_rows is not None:
+            schema = StructType([
+                StructField("backlog_queue", StringType()),
+                StructField("sequence_number", LongType()),
+                StructField("outcome", StringType()),
+                StructField("detail", StringType()),
+            ])  # fmt: skip
+            frame = ctx.spark().createDataFrame(rows, schema)
+            # what the attempt committed itself (cut off after its commit) is in already
+            committed = ctx.store.run_rows(run_id, Stage.REPLAY)
+            if committed is not None and last.recorded_at is not None:
+                since = committed.where(committed["recorded_at"] >= F.lit(last.recorded_at))
+                frame = frame.join(since.select(*PLACE), list(PLACE), "left_anti")
+            now = datetime.now(timezone.utc)
+            ctx.store.append_outcomes(frame, plan_rows, run_id, Stage.REPLAY, now)
+        ctx.store.append_run(
+            replace(
+                last,
+                status=Status.REPLAYED,
+                finished_at=None,
+                recorded_at=None,
+                detail=f"recovered from its journal by run {request.run_id}",
+            )
+        )
+        remove_journal(ctx.store.files, run_id)
+        result.runs[run_id] = (len(journal.outcomes), len(doubt))
+        log.info(
+            "run %s: the journal of interrupted run %s recorded %d outcomes and left %d "
+            "messages in doubt", request.run_id, run_id, len(journal.outcomes), len(doubt),
+        )  # fmt: skip
+    return result
+
+
+def journal_of(detail: str | None) -> str | None:
+    """The journal id a ``replaying`` row names (None: it names none)."""
+    if detail and detail.startswith(JOURNAL_PREFIX):
+        return detail[len(JOURNAL_PREFIX) :]
+    return None
+
+
+#: How a ``replaying`` row names its wave's journal: ``journal <id>``.
+JOURNAL_PREFIX = "journal "
 
 
 @dataclass(kw_only=True)
@@ -181,11 +264,13 @@ def send(
     skipped: Mapping[Destination, str | None],
     broken: frozenset[tuple[str, str, str]],
     in_doubt: DataFrame | None,
+    journal: Location | None = None,
 ) -> Sent:
     """Sends the plan rows ``todo`` (the messages' bytes from ``snapshot``; those of
     ``in_doubt`` marked as sent again), except to the ``skipped`` destinations and on the
     ``broken`` lanes (an earlier wave of the run left them), then commits the outcomes of
-    the plan ``rows`` to the audit."""
+    the plan ``rows`` to the audit. Each transfer is journaled in ``journal`` (the wave's
+    journal folder; None: not journaled)."""
     budgets = ctx.config.replay.credits_per_second
     operations = Operations()
     timings = Timings()
@@ -198,6 +283,7 @@ def send(
             ReplaySettings(credits_per_second=budgets),
             failpoint=failpoints.for_task("mid_replay"),
             broken=broken,
+            journal=journal.for_tasks() if journal is not None else None,
         )
         results = results.localCheckpoint(eager=True)  # the sends happen here, exactly once
     with timed(timings, "replay"):

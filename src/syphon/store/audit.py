@@ -100,6 +100,11 @@ class AuditStore(Protocol):
         """Writes a run's report page; returns where."""
         ...
 
+    @property
+    def files(self) -> Location:
+        """The folder of the lease, the reports and the replay's journal (``audit.path``)."""
+        ...
+
 
 class TableStore(abc.ABC):
     """What both backends share: the questions asked of the tables (the same
@@ -109,6 +114,10 @@ class TableStore(abc.ABC):
     def __init__(self, location: Location, spark: SparkProvider) -> None:
         self.location = location
         self._spark = spark
+
+    @property
+    def files(self) -> Location:
+        return self.location
 
     @property
     @abc.abstractmethod

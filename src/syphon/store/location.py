@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -140,6 +141,28 @@ class Location:
     def read_bytes(self, name: str) -> bytes:
         with self.filesystem().open_input_stream(name) as stream:
             return bytes(stream.read())
+
+    def file_names(self, folder: str) -> list[str]:
+        """The names of the files directly in ``folder`` below this one, sorted (none
+        when it does not exist); creates nothing."""
+        from pyarrow import fs as pafs
+
+        selector = pafs.FileSelector(folder, allow_not_found=True)
+        infos = self.filesystem().get_file_info(selector)
+        return sorted(i.path.rsplit("/", 1)[-1] for i in infos if i.type == pafs.FileType.File)
+
+    def remove_tree(self, folder: str) -> None:
+        """Removes ``folder`` below this one and everything in it (nothing when it does
+        not exist)."""
+        from pyarrow import fs as pafs
+
+        filesystem = self.filesystem()
+        selector = pafs.FileSelector(folder, allow_not_found=True, recursive=True)
+        for info in filesystem.get_file_info(selector):
+            if info.type == pafs.FileType.File:
+                filesystem.delete_file(info.path)
+        if self.local:  # an object store has no folders; a local file system keeps them
+            shutil.rmtree(os.path.join(self.uri, folder), ignore_errors=True)
 
 
 def _join(base: str, tail: str, local: bool = False) -> str:

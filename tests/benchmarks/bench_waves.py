@@ -1,0 +1,182 @@
+"""A large backlog drained in waves against the same backlog in one wave, cold, as
+processes (issue 38's targets).
+
+    .venv/bin/python tests/benchmarks/bench_waves.py [--messages 200000] [--small 20000]
+        [--wave-messages 20000] [--poll 1.0]
+
+The backlog is bench_run.py's (1 KB bodies over 10 backlog queues, 50 destinations, keys
+and sessions spread over the queues), parked afresh for each run, each run with an
+audit of its own. Three ``syphon run`` processes, one after another, each measured with
+its whole process tree (proctree.py):
+
+1. ``--small`` messages with the default config (one wave at that size): the memory
+   the targets compare with;
+2. ``--messages`` messages in waves of ``run.wave_messages`` (``--wave-messages``);
+3. the same backlog in one wave (``run.wave_messages: 0``).
+
+While a run goes, the primary's depth (every destination queue's message count, one
+management listing) is read every ``--poll`` seconds: the time from the process's start
+to the first message on a primary, and messages home over time (printed every tenth of
+the run). After each run the destinations are drained and order violations counted per
+key. Printed: wall, CPU, peak memory (PSS of the tree), first message home, the curve,
+waves and violations; then the targets: first message home within 30 s, peak memory
+with waves at most 1.2x the small run's, total wall with waves at most 1.1x one wave.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from azure.servicebus.management import ServiceBusAdministrationClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_run.py, proctree.py
+
+from bench_run import (
+    SYPHON,
+    drain_and_check,
+    first_run,
+    ledger,
+    park,
+    serve,
+    write_config,
+)
+from proctree import TreeUsage, become_subreaper, run_measured
+
+
+@dataclass
+class WaveRun:
+    """One measured ``syphon run``."""
+
+    name: str
+    messages: int
+    usage: TreeUsage
+    home: list[tuple[float, int]] = field(default_factory=list)
+    received: int = 0
+    violations: int = 0
+    waves: int = 0
+    status: str = ""
+
+    @property
+    def first_home(self) -> float | None:
+        return next((t for t, n in self.home if n > 0), None)
+
+
+def depth(admin: ServiceBusAdministrationClient) -> int:
+    """Messages on the primary's destinations now (one listing)."""
+    return sum(
+        q.total_message_count or 0
+        for q in admin.list_queues_runtime_properties()
+        if q.name.startswith("dest-")
+    )
+
+
+def run_one(name: str, direct: dict[str, Any], root: Path, total: int, wave_messages: int,
+            poll: float) -> WaveRun:  # fmt: skip
+    """Parks ``total`` messages, then one cold ``syphon run`` with ``run.wave_messages``
+    set, the primary's depth polled meanwhile."""
+    park(direct["secondary"]["conn"], total)
+    run_id = f"bench-waves-{total}-{uuid.uuid4().hex[:6]}"
+    (root / run_id).mkdir()
+    conf = write_config(root / run_id, direct)
+    with conf.open("a", encoding="utf-8") as f:
+        f.write(f"run:\n  wave_messages: {wave_messages}\n")
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        direct["primary"]["admin_conn"], connection_verify=direct["primary"]["ca"]
+    )
+    home: list[tuple[float, int]] = []
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def watch() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Exception):  # best effort: a gap in the curve
+                home.append((time.monotonic() - started, depth(admin)))
+            stop.wait(poll)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        usage = run_measured([str(SYPHON), "run", "--config", str(conf), "--run-id", run_id])
+    finally:
+        stop.set()
+        watcher.join()
+    if usage.returncode not in (0, 5):
+        raise RuntimeError(f"syphon run exited {usage.returncode}: {usage.stderr[-3000:]}")
+    received, bad = drain_and_check(direct["primary"]["conn"])
+    records = [r for r in ledger(conf) if r.run_id == run_id]
+    waves = len([r for r in records if r.status == "planned"])
+    status = [r.status for r in records if r.finished_at is not None][-1]
+    return WaveRun(name, total, usage, home, received, bad, waves, status)
+
+
+def curve(run: WaveRun) -> str:
+    """Messages home at each tenth of the run's wall time."""
+    points = []
+    for tenth in range(1, 11):
+        at = run.usage.wall * tenth / 10
+        seen = [n for t, n in run.home if t <= at]
+        points.append(f"{at:.0f}s:{seen[-1] if seen else 0}")
+    return " ".join(points)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--small", type=int, default=20_000)
+    parser.add_argument("--wave-messages", type=int, default=20_000)
+    parser.add_argument("--poll", type=float, default=1.0)
+    args = parser.parse_args()
+    become_subreaper()
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop = ctx.Queue(), ctx.Event()
+    server = ctx.Process(target=serve, args=(ready, stop, [0.0]), daemon=True)
+    server.start()
+    info = ready.get(timeout=60)
+    direct = info["at"][0.0]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            first_run(direct, info["pid"], root)
+            runs = []
+            for name, total, size in (
+                ("small", args.small, args.wave_messages),
+                ("waves", args.messages, args.wave_messages),
+                ("one wave", args.messages, 0),
+            ):
+                run = run_one(name, direct, root, total, size, args.poll)
+                runs.append(run)
+                u = run.usage
+                first = f"{run.first_home:.1f} s" if run.first_home is not None else "never"
+                print(f"{name}: {total:,} messages, wall {u.wall:.1f} s, CPU {u.cpu:.1f} s, "
+                      f"peak {u.peak_pss / 1e9:.2f} GB, first message home {first}, "
+                      f"{run.waves} waves, {run.status}, delivered {run.received:,}, "
+                      f"order violations {run.violations}", flush=True)  # fmt: skip
+                print(f"  home over time: {curve(run)}", flush=True)
+            small, waves, one = runs
+            first = waves.first_home
+            print("targets (printed, not asserted):")
+            print(f"  first message home with waves: "
+                  f"{'never' if first is None else f'{first:.1f} s'} (target <= 30 s)")  # fmt: skip
+            ratio = waves.usage.peak_pss / small.usage.peak_pss
+            print(f"  peak memory, {args.messages:,} in waves against {args.small:,}: "
+                  f"{ratio:.2f}x (target <= 1.2x)")  # fmt: skip
+            print(f"  total wall, waves against one wave: "
+                  f"{waves.usage.wall / one.usage.wall:.2f}x (target <= 1.1x); CPU "
+                  f"{waves.usage.cpu / one.usage.cpu:.2f}x")  # fmt: skip
+    finally:
+        stop.set()
+        server.join(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
