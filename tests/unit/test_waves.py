@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syphon.core.naming import PARTITIONED_SEQUENCE
-from syphon.job.waves import QueueRead, time_ordered, watermark
+from syphon.job.waves import QueueRead, cut_reads, time_ordered, watermark
 
 T0 = datetime(2026, 11, 26, 8, 0, tzinfo=timezone.utc)
 
@@ -36,19 +36,22 @@ def at(ms: int) -> datetime:
 
 
 def cut(queues: dict[str, Queue], cursors: dict[str, int], limit: int) -> tuple[Any, Wave]:
-    """The watermark of a wave over ``queues`` and what it takes of each."""
-    reads, seen = [], {}
-    for name, queue in queues.items():
-        got = read(queue, cursors[name], limit)
-        seen[name] = got
-        last = got[-1] if got else None
-        seq, enqueued = (last[0], at(last[1])) if last else (None, None)
-        reads.append(QueueRead(name, len(got), seq, enqueued, limit))
-    mark = watermark(reads)
+    """The watermark of a wave over ``queues`` (syphon.job.waves.cut_reads over what the
+    wave reads) and what it takes of each; checks the cut's cursors and count too."""
+    seen = {name: read(queue, cursors[name], limit) for name, queue in queues.items()}
+    marks = [(name, s, at(ms)) for name, got in seen.items() for s, ms in got]
+    result = cut_reads(marks, list(queues), cursors, limit)
+    mark = result.watermark
     wave = {
         name: [(s, ms) for s, ms in got if mark is None or at(ms) < mark]
         for name, got in seen.items()
     }
+    assert result.taken == sum(len(w) for w in wave.values())
+    for name, got in seen.items():
+        left = [s for s, ms in got if mark is not None and at(ms) >= mark]
+        expected = left[0] if left else (got[-1][0] + 1 if got else cursors[name])
+        assert result.cursors[name] == expected
+    assert result.last == (mark is None)
     return mark, wave
 
 
@@ -133,3 +136,12 @@ def test_dead_letter_and_partitioned_queues_cannot_be_cut_by_time() -> None:
     assert time_ordered(["p/x-servicebus-transfer/0", "orders"], [1, 2, 3])
     assert not time_ordered(["orders/$DeadLetterQueue"])
     assert not time_ordered(["orders"], [1, PARTITIONED_SEQUENCE + 1])
+
+
+def test_no_wave_takes_a_message_enqueued_after_the_run_started() -> None:
+    """A queue read to its end still holds messages parked after the run started: the
+    cut stops at the run's start, the wave is the last, the cursor stays on them."""
+    marks = [("a", 1, at(0)), ("a", 2, at(5)), ("a", 3, at(9))]
+    result = cut_reads(marks, ["a"], {"a": 1}, limit=10, before=at(5))
+    assert (result.watermark, result.last, result.taken) == (at(5), True, 1)
+    assert result.cursors == {"a": 2}

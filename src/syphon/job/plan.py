@@ -204,11 +204,13 @@ def plan_snapshot(
     listed: Listed,
     wave: WaveMark | None = None,
     before: StageResult | None = None,
+    messages: int | None = None,
 ) -> PlanResult:
     """Reconciles ``snapshot`` (checkpointed, or lazy over a checkpoint) against the
     destinations' settings (``listed``) and what earlier runs and waves replayed, appends
     the audit rows and records ``planned`` (of ``wave``; None: a run of one wave) with
-    what the plan took, ``before`` (its discovery, listing and read) included."""
+    what the plan took, ``before`` (its discovery, listing and read) included.
+    ``messages``: how many the snapshot holds, when the caller counted them."""
     from pyspark.sql import functions as F
 
     source = request.source
@@ -219,7 +221,7 @@ def plan_snapshot(
         timings.add(before.timings)
         operations.add(before.operations)
     with timed(timings, "snapshot"):
-        peeked = snapshot.count()
+        peeked = snapshot.count() if messages is None else messages
     fit_shuffle_partitions(spark, peeked, ctx.config.spark.conf)
     planned_at = request.started if wave is None else wave.planned_at
 

@@ -126,7 +126,8 @@ def _drain(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease,
     drained = Drained()
     expected = sum(q.message_count or 0 for q in queues if q.unreadable is None)
     waves = read_waves(spark, request.source.access, queues, wave_messages,
-                       ctx.config.backlog.split_messages, request.started)  # fmt: skip
+                       ctx.config.backlog.split_messages, request.started,
+                       request.max_waves)  # fmt: skip
     for wave in waves:
         _wave(ctx, request, ledger, lease, wave, listed, drained, many=wave_messages is not None)
         _progress(request, wave, drained, expected)
@@ -149,7 +150,7 @@ def _wave(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease, wa
         progress.step(f"wave {wave.number}: planning")
     mark = WaveMark(wave.number, wave.watermark, datetime.now(timezone.utc)) if many else None
     wave.operations.snapshot_queues_peeked = wave.queues
-    planned = plan_snapshot(ctx, request, wave.snapshot, listed, mark, before=wave)
+    planned = plan_snapshot(ctx, request, wave.snapshot, listed, mark, wave, wave.messages)
     ledger.add(planned)
     for verdict, n in planned.counts.items():
         ledger.counts[verdict] = ledger.counts.get(verdict, 0) + n

@@ -43,7 +43,9 @@ takes those messages.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -119,54 +121,64 @@ def in_wave(cut: datetime | None) -> Column:
     return F.col("enqueued_time") < F.lit(cut)
 
 
-def queue_reads(read: DataFrame, limit: int, paths: Iterable[str]) -> list[QueueRead]:
-    """Per queue of ``paths``, what ``read`` (snapshot rows, each queue read for at most
-    ``limit`` messages and one more) holds of it. One Spark job."""
-    from pyspark.sql import functions as F
+#: A message read: (queue, sequence number, enqueue time).
+Mark = tuple[str, int, datetime]
 
-    last = F.max_by(F.struct("sequence_number", "enqueued_time"), F.col("sequence_number"))
-    rows = {
-        r["backlog_queue"]: r
-        for r in read.groupBy("backlog_queue")
-        .agg(F.count(F.lit(1)).alias("read"), last.alias("last"))
-        .collect()
-    }
-    out = []
+
+@dataclass(frozen=True)
+class Cut:
+    """How a wave cuts what it read.
+
+    Attributes:
+        reads: what was read of each queue.
+        watermark: the cut (None: every message read is taken).
+        last: whether no wave follows (every queue read to its end, or the cut reached
+            ``before``).
+        taken: how many messages read are before the cut.
+        cursors: each queue's cursor for the next wave: its first message not taken (one
+            past the last read when all were taken; unchanged when none was read).
+    """
+
+    reads: list[QueueRead]
+    watermark: datetime | None
+    last: bool
+    taken: int
+    cursors: dict[str, int]
+
+
+def cut_reads(
+    marks: Iterable[Mark],
+    paths: Iterable[str],
+    cursors: Mapping[str, int],
+    limit: int,
+    before: datetime | None = None,
+) -> Cut:
+    """The cut of a wave that read ``marks`` from ``paths`` (each from its cursor, at most
+    ``limit`` messages and one more); the cut is at most ``before``."""
+    by_queue: dict[str, list[tuple[int, datetime]]] = {}
+    for queue, seq, enqueued in marks:
+        by_queue.setdefault(queue, []).append((int(seq), enqueued))
+    reads = []
     for path in paths:
-        r = rows.get(path)
-        if r is None:
-            out.append(QueueRead(path, 0, None, None, limit))
-            continue
-        seq, enqueued = r["last"]["sequence_number"], r["last"]["enqueued_time"]
-        enqueued = utc(enqueued) if enqueued is not None else None
-        out.append(QueueRead(path, int(r["read"]), seq, enqueued, limit))
-    return out
-
-
-def next_cursors(
-    read: DataFrame, cut: datetime | None, cursors: Mapping[str, int], reads: list[QueueRead]
-) -> dict[str, int]:
-    """Each queue's cursor after the wave cut at ``cut``: the sequence number of its
-    first message the wave did not take (one past the last read when it took them all).
-    One Spark job."""
-    from pyspark.sql import functions as F
-
-    left = {
-        r["backlog_queue"]: int(r["first"])
-        for r in read.where(~in_wave(cut))
-        .groupBy("backlog_queue")
-        .agg(F.min("sequence_number").alias("first"))
-        .collect()
-    }
+        got = sorted(by_queue.get(path, []))
+        front = got[-1] if got else (None, None)
+        reads.append(QueueRead(path, len(got), front[0], front[1], limit))
+    mark = watermark(reads)
+    last = mark is None or (before is not None and mark >= before)
+    cut = before if last else mark
+    taken = 0
     out = {}
     for r in reads:
-        if r.queue in left:
-            out[r.queue] = left[r.queue]
+        got = sorted(by_queue.get(r.queue, []))
+        left = [seq for seq, enqueued in got if cut is not None and enqueued >= cut]
+        taken += len(got) - len(left)
+        if left:
+            out[r.queue] = left[0]
         elif r.last_sequence is not None:
             out[r.queue] = r.last_sequence + 1
         else:
             out[r.queue] = cursors.get(r.queue, 1)
-    return out
+    return Cut(reads, cut, last, taken, out)
 
 
 @dataclass
@@ -176,23 +188,26 @@ class WaveRead:
     Attributes:
         rows: the wave's snapshot rows (lazy over ``read``, which is checkpointed).
         read: every message read, the wave's and those beyond its watermark.
-        reads: what was read of each queue.
-        watermark: the cut (None: every queue was read to its end).
+        cut: how they were cut (the watermark, the next cursors, ...).
         limit: the limit per queue the cut was made with.
-        last: whether no wave follows (every queue read to its end, or the cut reached
-            the run's start).
     """
 
     rows: DataFrame
     read: DataFrame
-    reads: list[QueueRead]
-    watermark: datetime | None
+    cut: Cut
     limit: int
-    last: bool
 
-    def cursors(self, before: Mapping[str, int]) -> dict[str, int]:
-        """The queues' cursors for the next wave (``before``: this wave's)."""
-        return next_cursors(self.read, self.watermark, before, self.reads)
+    @property
+    def watermark(self) -> datetime | None:
+        return self.cut.watermark
+
+    @property
+    def last(self) -> bool:
+        return self.cut.last
+
+    @property
+    def reads(self) -> list[QueueRead]:
+        return self.cut.reads
 
 
 def read_wave(
@@ -206,7 +221,8 @@ def read_wave(
     """Reads the next wave of ``paths`` (each from its cursor; 1: its head), at most
     ``limit`` messages per queue and their fronts; twice the limit, again, while the
     cut would take nothing although a queue was not read to its end. The cut is at most
-    ``before`` (the run's start; None: no bound).
+    ``before`` (the run's start; None: no bound). Two Spark jobs per read: the peek, and
+    the (queue, sequence number, enqueue time) of what it read, which the driver cuts.
 
     Raises:
         ValueError: ``limit`` below 1.
@@ -219,13 +235,13 @@ def read_wave(
     while True:
         ranges = [QueueRange(p, cursors.get(p, 1), None, limit + 1) for p in paths]
         read = peek_frame(spark, access, ranges, tasks).localCheckpoint(eager=True)
-        reads = queue_reads(read, limit, paths)
-        mark = watermark(reads)
-        last = mark is None or (before is not None and mark >= before)
-        cut = before if last else mark
-        rows = read.where(in_wave(cut))
-        if last or not rows.isEmpty():
-            return WaveRead(rows, read, reads, cut, limit, last)
+        marks = [
+            (r[0], r[1], utc(r[2]))
+            for r in read.select("backlog_queue", "sequence_number", "enqueued_time").collect()
+        ]
+        cut = cut_reads(marks, paths, cursors, limit, before)
+        if cut.last or cut.taken:
+            return WaveRead(read.where(in_wave(cut.watermark)), read, cut, limit)
         limit *= 2
 
 
@@ -263,6 +279,7 @@ class Wave(StageResult):
         watermark: its cut (None: every queue to its end; always None in one wave).
         last: whether no wave follows.
         queues: how many queues it read.
+        messages: how many messages it holds (None: not counted yet).
     """
 
     number: int
@@ -270,6 +287,7 @@ class Wave(StageResult):
     watermark: datetime | None
     last: bool
     queues: int
+    messages: int | None = None
 
 
 def read_waves(
@@ -279,12 +297,17 @@ def read_waves(
     wave_messages: int | None,
     split_messages: int,
     before: datetime,
+    max_waves: int | None = None,
 ) -> Iterator[Wave]:
-    """The waves of ``queues`` (their readable, non-empty ones), each read when the one
-    before it is done with (the cursors move by what it took): one wave of everything
+    """The waves of ``queues`` (their readable, non-empty ones): one wave of everything
     when ``wave_messages`` is None, else waves of at most about ``wave_messages``
     messages (a limit per queue of ``wave_messages`` over the queues, rounded up),
-    none of them past ``before``."""
+    none of them past ``before``, at most ``max_waves`` (None: to the end).
+
+    A wave's cursors are known as soon as it is read, so the next wave is read (peeked:
+    nothing is locked or removed) in the background while the caller plans, replays and
+    settles this one; the caller's Spark jobs and the read's share the cores. The read
+    of a wave taken when the caller stops early is thrown away."""
     from syphon.job.snapshot import read_snapshot
 
     readable = [q for q in queues if not q.empty and q.unreadable is None]
@@ -297,18 +320,30 @@ def read_waves(
         return
     paths = [q.path for q in readable]
     limit = max(1, -(-wave_messages // max(1, len(paths))))
-    cursors: dict[str, int] = {}
-    number = 0
-    while True:
-        number += 1
-        timings = Timings()
-        with timed(timings, "snapshot"):
-            read = read_wave(spark, access, paths, cursors, limit, before)
-        wave = Wave(number=number, snapshot=read.rows, watermark=read.watermark,
-                    last=read.last, queues=len(paths), timings=timings)  # fmt: skip
-        if number > 1 and read.last and read.rows.isEmpty():
-            return  # nothing before the run's start was left
-        yield wave
-        if read.last:
-            return
-        cursors = read.cursors(cursors)
+
+    def read(cursors: Mapping[str, int]) -> tuple[WaveRead, float]:
+        clock = time.monotonic()
+        got = read_wave(spark, access, paths, cursors, limit, before)
+        return got, time.monotonic() - clock
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="syphon-wave-read") as pool:
+        ahead: Future[tuple[WaveRead, float]] = pool.submit(read, {})
+        number = 0
+        while True:
+            number += 1
+            clock = time.monotonic()
+            got, spent = ahead.result()
+            waited = time.monotonic() - clock
+            if number > 1 and not got.cut.taken:
+                return  # nothing before the run's start was left
+            more = not got.last and (max_waves is None or number < max_waves)
+            if more:
+                ahead = pool.submit(read, got.cut.cursors)
+            # the wave's snapshot time: what the caller waited for (the first wave: all
+            # of its read)
+            timings = Timings(snapshot=spent if number == 1 else waited)
+            yield Wave(number=number, snapshot=got.rows, watermark=got.watermark,
+                       last=got.last, queues=len(paths), messages=got.cut.taken,
+                       timings=timings)  # fmt: skip
+            if not more:
+                return
