@@ -42,6 +42,7 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_run.py, proctree.py
 
 from bench_run import (
+    SPARK_CONF,
     SYPHON,
     drain_and_check,
     first_run,
@@ -115,8 +116,15 @@ def run_one(name: str, direct: dict[str, Any], root: Path, total: int, wave_mess
     received, bad = drain_and_check(direct["primary"]["conn"])
     records = [r for r in ledger(conf) if r.run_id == run_id]
     waves = len([r for r in records if r.status == "planned"])
-    status = [r.status for r in records if r.finished_at is not None][-1]
-    return WaveRun(name, total, usage, home, received, bad, waves, status)
+    final = [r for r in records if r.finished_at is not None][-1]
+    spent = ", ".join(f"{k} {v:.1f}" for k, v in sorted(final.timings.as_map().items()))
+    print(f"  {name}: the ledger's seconds by stage (all waves): {spent}", flush=True)
+    planned = [r for r in records if r.status == "planned"]
+    if len(planned) > 1:
+        each = ", ".join(f"{r.timings.reconcile or 0:.1f}/{r.timings.audit or 0:.1f}"
+                         for r in planned)  # fmt: skip
+        print(f"  {name}: reconcile/audit seconds by wave: {each}", flush=True)
+    return WaveRun(name, total, usage, home, received, bad, waves, final.status)
 
 
 def curve(run: WaveRun) -> str:
@@ -135,7 +143,13 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=20_000)
     parser.add_argument("--wave-messages", type=int, default=20_000)
     parser.add_argument("--poll", type=float, default=1.0)
+    parser.add_argument("--runs", default="small,waves,one wave",
+                        help="which of the three runs (comma-separated)")  # fmt: skip
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="an extra spark.conf setting of syphon's config")  # fmt: skip
     args = parser.parse_args()
+    SPARK_CONF.update(dict(kv.split("=", 1) for kv in args.spark_conf))
+    wanted = {n.strip() for n in args.runs.split(",")}
     become_subreaper()
     ctx = multiprocessing.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
@@ -153,6 +167,8 @@ def main() -> None:
                 ("waves", args.messages, args.wave_messages),
                 ("one wave", args.messages, 0),
             ):
+                if name not in wanted:
+                    continue
                 run = run_one(name, direct, root, total, size, args.poll)
                 runs.append(run)
                 u = run.usage
@@ -161,7 +177,11 @@ def main() -> None:
                       f"peak {u.peak_pss / 1e9:.2f} GB, first message home {first}, "
                       f"{run.waves} waves, {run.status}, delivered {run.received:,}, "
                       f"order violations {run.violations}", flush=True)  # fmt: skip
+                kinds = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(u.peak_by_kind.items()))
                 print(f"  home over time: {curve(run)}", flush=True)
+                print(f"  peak by kind of process (GB): {kinds}", flush=True)
+            if len(runs) < 3:
+                return
             small, waves, one = runs
             first = waves.first_home
             print("targets (printed, not asserted):")

@@ -55,6 +55,7 @@ class TreeUsage:
         peak_pss: the largest sum of the tree's PSS seen (bytes).
         by_kind: sampled CPU seconds per kind of process (``driver``, ``jvm``,
             ``workers``, ``other``).
+        peak_by_kind: per kind, the largest sum of its processes' PSS seen (bytes).
         returncode: the command's exit code.
         stdout, stderr: its output.
     """
@@ -66,6 +67,7 @@ class TreeUsage:
     returncode: int = 0
     stdout: str = ""
     stderr: str = ""
+    peak_by_kind: dict[str, int] = field(default_factory=dict)
 
 
 def _stat(pid: int) -> tuple[int, float, str] | None:
@@ -127,6 +129,7 @@ def run_measured(argv: Sequence[str], env: Mapping[str, str] | None = None,
     other children meanwhile."""
     seen: dict[int, tuple[float, str, int]] = {}
     peak = 0
+    peak_kinds: dict[str, int] = {}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     clock = time.monotonic()
     proc = subprocess.Popen(list(argv), env=dict(env) if env is not None else None,
@@ -143,7 +146,14 @@ def run_measured(argv: Sequence[str], env: Mapping[str, str] | None = None,
     while True:
         tree = _descendants(proc.pid)
         seen.update(tree)
-        peak = max(peak, sum(_pss(pid) for pid in tree))
+        sizes = {pid: _pss(pid) for pid in tree}
+        peak = max(peak, sum(sizes.values()))
+        kinds: dict[str, int] = {}
+        for pid, size in sizes.items():
+            kind = _kind(pid, tree[pid][1], proc.pid)
+            kinds[kind] = kinds.get(kind, 0) + size
+        for kind, size in kinds.items():
+            peak_kinds[kind] = max(peak_kinds.get(kind, 0), size)
         if proc.poll() is not None:
             break
         if time.monotonic() - clock > timeout:
@@ -174,4 +184,4 @@ def run_measured(argv: Sequence[str], env: Mapping[str, str] | None = None,
         kind = _kind(pid, name, proc.pid)
         by_kind[kind] = by_kind.get(kind, 0.0) + spent
     return TreeUsage(wall, cpu, peak, by_kind, proc.returncode or 0,
-                     out.get("stdout", ""), out.get("stderr", ""))  # fmt: skip
+                     out.get("stdout", ""), out.get("stderr", ""), peak_kinds)  # fmt: skip

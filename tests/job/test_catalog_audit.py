@@ -20,6 +20,7 @@ from azure.servicebus import ServiceBusMessage
 from paired_env import Pair, context, job_config, run_job, send_raw
 from syphon.core.configfile import load_config
 from syphon.core.errors import ExitCode
+from syphon.job.sources import run_source
 from syphon.job.status import status
 from syphon.servicebus.backlog_messages import to_backlog_message
 
@@ -72,7 +73,8 @@ def test_a_run_keeps_its_audit_and_ledger_in_catalog_tables(
     runs = context(config, spark).store.runs()
     assert [r.status for r in runs] == ["planned", "replaying", "replayed", "done"]
     assert runs[-1].operations.replay_messages_sent == 2
-    assert status(context(config, spark)).runs[0].status == "done"
+    ctx = context(config, spark)
+    assert status(ctx, run_source(ctx)).runs[0].status == "done"
 
     # a later run reads the catalog audit: c1 parked again is a duplicate of what was sent
     park(2, "c1", b"a")

@@ -386,6 +386,7 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     from syphon.app.text import format_status
     from syphon.job.plan import plan
     from syphon.job.request import run_request
+    from syphon.job.sources import run_source
     from syphon.job.status import status
 
     def park(queue: int, mid: str, **options: Any) -> None:
@@ -408,7 +409,8 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     verdicts = {r["message_id"]: r["verdict"] for r in read_table(audit_path).to_pylist()}
     assert verdicts["short"] == "replay", "the plan took longer than the message's TTL"
 
-    report = status(context(config, spark))
+    ctx = context(config, spark)
+    report = status(ctx, run_source(ctx))
     depth = {q.path.rsplit("/", 1)[1]: q.message_count for q in report.queues}
     assert depth == {"0": 3, "1": 3, "2": 1, "3": 2}
     assert [(r.run_id, r.status) for r in report.runs] == [(planned.run_id, "planned")]
@@ -441,7 +443,8 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     left = pair.secondary.broker.entity(f"{backlog}/0").messages
     assert [str(m.message_id) for m in left.values()] == ["late"]
 
-    report = status(context(config, spark))
+    ctx = context(config, spark)
+    report = status(ctx, run_source(ctx))
     assert report.runs[0].status == "partial"
     text = format_status(report)
     assert planned.run_id in text

@@ -192,8 +192,8 @@ def test_the_peek_tasks_read_what_the_peek_walk_reads(
 def test_a_large_queue_is_read_in_ranges_exactly_once(
     pair: Pair, spark: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from syphon.job.plan import discover
     from syphon.job.snapshot import QueueRange, read_snapshot, snapshot_ranges, split_ranges
+    from syphon.job.sources import run_source
 
     fill(pair, queue(1), backlog_messages(620))
     fill(pair, queue(3), backlog_messages(7))
@@ -204,7 +204,7 @@ def test_a_large_queue_is_read_in_ranges_exactly_once(
                 removed += len(r.receive_messages(100 - removed, max_wait_time=2))
     config = job_config(pair, tmp_path, monkeypatch, split_messages=200)
     ctx = context(config, spark)
-    queues = [q for q in discover(ctx) if not q.empty]
+    queues = [q for q in run_source(ctx).discover(ctx) if not q.empty]
     assert [(q.index, q.message_count) for q in queues] == [(1, 520), (3, 7)]
     ranges = snapshot_ranges(ctx.namespaces.secondary, queues, 200)
     assert ranges == [

@@ -73,3 +73,18 @@ def test_the_configs_own_settings_win_over_a_quick_start() -> None:
     assert settings[JAVA] == f"{QUICK_START_JAVA_OPTIONS} -XX:TieredStopAtLevel=4 -Xmx8g"
     assert settings["spark.sql.adaptive.enabled"] == "true"
     assert settings["spark.sql.codegen.wholeStage"] == "false"
+
+
+def test_a_local_run_in_waves_keeps_its_heap_close_to_what_it_holds() -> None:
+    from syphon.app.spark import WAVE_JAVA_OPTIONS
+
+    local = SparkConfig(master="local[2]")
+    for messages in (20_000, None):
+        settings = spark_settings(local, expected_messages=messages, waves=True)
+        assert settings[JAVA].endswith(WAVE_JAVA_OPTIONS)
+        assert WAVE_JAVA_OPTIONS not in spark_settings(local, expected_messages=messages).get(
+            JAVA, ""
+        )
+    assert quick(spark_settings(local, expected_messages=20_000, waves=True))
+    cluster = spark_settings(SparkConfig(master=None), expected_messages=20_000, waves=True)
+    assert JAVA not in cluster

@@ -351,7 +351,7 @@ def _config(args: argparse.Namespace) -> SyphonConfig:
 
 def _status(ctx: RunContext, runs: int, source: RunSource) -> int:
     try:
-        report = status(ctx, last_runs=runs, source=source)
+        report = status(ctx, source, last_runs=runs)
     except Exception as exc:
         _raise_as(exc, ctx, source.access)
     print(format_status(report))

@@ -123,7 +123,7 @@ def backlog_status(ctx: RunContext, params: Parameters | None = None) -> str:
     """Messages in each queue of the source (``params.source``; None: the default), and
     its last runs in the ledger."""
     source = run_source(ctx, params.source if params is not None else None)
-    return format_status(status(ctx, source=source))
+    return format_status(status(ctx, source))
 
 
 def _only(df: DataFrame, params: Parameters) -> DataFrame:

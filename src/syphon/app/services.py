@@ -40,7 +40,7 @@ def build_context(
     location = resolve_location(config.audit, dbutils_get, environ)
 
     def session() -> SparkSession:
-        return build_spark_session(config.spark, dbutils_get, spark.expected_messages)
+        return build_spark_session(config.spark, dbutils_get, spark.expected_messages, spark.waves)
 
     spark = SparkOnDemand(spark_factory or session)
     return RunContext(config, namespaces, open_store(config.audit, spark, location), spark)

@@ -24,12 +24,15 @@ class SparkOnDemand:
         expected_messages: how many messages the run expects to read, when the caller
             knows before the session starts (the discovery's counts); the factory may
             fit a local session to it (:func:`syphon.app.spark.build_spark_session`).
+        waves: whether the run drains its source in several waves (a local session keeps
+            its heap close to what it holds: a run's memory stays that of a wave).
     """
 
     def __init__(self, factory: Callable[[], SparkSession]) -> None:
         self._factory = factory
         self._session: SparkSession | None = None
         self.expected_messages: int | None = None
+        self.waves = False
 
     def __call__(self) -> SparkSession:
         if self._session is None:

@@ -72,6 +72,9 @@ class Drained:
         stopped: why the run stopped taking waves before its source's end (None: it
             did not).
         ended_by_fault: a namespace failed mid-wave: no wave follows.
+        left_destinations: the destinations a wave's sends found missing, disabled or
+            failing (a subset of ``skipped``), with why.
+        in_doubt: the messages earlier runs left in doubt (read once per run).
     """
 
     skipped: dict[Destination, str | None] = field(default_factory=dict)
@@ -85,6 +88,7 @@ class Drained:
     home: int = 0
     stopped: str | None = None
     left_destinations: dict[Destination, str] = field(default_factory=dict)
+    in_doubt: DataFrame | None = None
 
     def add_wave(self, sent: Tally, settled: Tally, left: LeftBehind, held: Held,
                  unknown: set[Destination]) -> None:  # fmt: skip

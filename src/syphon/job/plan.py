@@ -27,7 +27,7 @@ from syphon.job.request import RunRequest, StageResult, timed
 from syphon.job.restore import Redrive, restore
 from syphon.job.selection import with_views
 from syphon.job.snapshot import read_snapshot
-from syphon.job.sources import RunSource, run_source
+from syphon.job.sources import RunSource
 from syphon.obs import progress
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.entities import list_destinations, listing_failed
@@ -62,17 +62,11 @@ class PlanResult(StageResult):
     discard: Discard | None = None
 
 
-def discover(ctx: RunContext, source: RunSource | None = None) -> list[DiscoveredQueue]:
-    """The queues of ``source`` (None: the config's default source), without Spark."""
-    return (source or run_source(ctx)).discover(ctx)
-
-
 def discovery_operations(ctx: RunContext, queues: list[DiscoveredQueue],
-                         source: RunSource | None = None) -> Operations:  # fmt: skip
+                         source: RunSource) -> Operations:  # fmt: skip
     """What a discovery cost: one listing, or a peek per probed index (a dead-letter or
     namespace source: a peek per queue of its named entities, or the listings of its
     namespace's queues and subscriptions)."""
-    source = source or run_source(ctx)
     if source.kind != "backlog":
         if source.config.entities:
             return Operations(discover_management_calls=0, discover_peeks=len(queues),
@@ -171,7 +165,7 @@ def plan(
     with timed(timings, "discover"):
         if queues is None:
             progress.step(f"discover: finding the queues of source {source.name}")
-            queues = discover(ctx, source)
+            queues = source.discover(ctx)
         non_empty = [q for q in queues if not q.empty and q.unreadable is None]
     listed = list_primaries(ctx)
     with timed(timings, "snapshot"):

@@ -91,6 +91,7 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
             if discovered.messages is not None:  # a local session is fitted to a wave
                 ctx.spark.expected_messages = min(discovered.messages,
                                                   wave_messages or discovered.messages)  # fmt: skip
+            ctx.spark.waves = wave_messages is not None
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, LeaseState):
                     return ledger.busy(lease, ctx.config.run.lease_seconds)
@@ -115,15 +116,16 @@ def _wave_messages(ctx: RunContext, request: RunRequest,
 
 def _drain(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease,
            queues: list[DiscoveredQueue], wave_messages: int | None) -> RunResult:  # fmt: skip
-    """The waves of a run, each planned, replayed and settled before the next is read;
-    stops at a wave's end when the request bounds the run."""
+    """The waves of a run, each planned, replayed and settled before the next is planned
+    (the next is peeked meanwhile); stops at a wave's end when the request bounds the
+    run."""
     spark = ctx.spark()  # its start is no stage's time
     progress.watch(spark)
     check_selection(spark, request.selection, request.source.redrive)
     ledger.add(recover(ctx, request))  # what an interrupted run journaled, before the plan
     listed = list_primaries(ctx)
     ledger.add(listed)
-    drained = Drained()
+    drained = Drained(in_doubt=_in_doubt(ctx))
     expected = sum(q.message_count or 0 for q in queues if q.unreadable is None)
     waves = read_waves(spark, request.source.access, queues, wave_messages,
                        ctx.config.backlog.split_messages, request.started,
@@ -145,6 +147,8 @@ def _wave(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease, wa
           listed: Listed, drained: Drained, many: bool) -> None:  # fmt: skip
     """One wave: plan, probe, replay and settle (``many``: one of several waves, its
     rows in the ledger name it)."""
+    if wave.number > 1:
+        _release_earlier_waves(ctx)
     if many:
         ledger.wave, ledger.watermark = wave.number, wave.watermark
         progress.step(f"wave {wave.number}: planning")
@@ -158,6 +162,20 @@ def _wave(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease, wa
     failpoints.check("after_plan")
     _replay_and_settle(ctx, request, ledger, lease, planned.rows, planned.snapshot, None, drained,
                        more=not wave.last)  # fmt: skip
+
+
+def _release_earlier_waves(ctx: RunContext) -> None:
+    """Lets Spark drop what earlier waves checkpointed: their frames are unreferenced
+    once a wave is done, and Spark removes an RDD's blocks when the JVM collects it. Left
+    to itself the JVM collects when its heap fills, and a run in waves keeps its heap
+    close to what it holds (syphon.app.spark.WAVE_JAVA_OPTIONS): a full collection
+    between waves (a fraction of a second) lets it give the last wave's memory back."""
+    import gc
+
+    gc.collect()  # the Python proxies, whose release lets the JVM collect the frames
+    jvm = ctx.spark().sparkContext._jvm
+    if jvm is not None:
+        jvm.System.gc()
 
 
 def _stop(request: RunRequest, waves: int) -> str | None:
@@ -209,7 +227,7 @@ def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
                 ledger.add(recover(ctx, request))
                 resumed = resumed_plan(ctx, request)
                 ledger.counts = resumed.counts
-                drained = Drained()
+                drained = Drained(in_doubt=_in_doubt(ctx))
                 _replay_and_settle(ctx, request, ledger, lease, resumed.rows, resumed.snapshot,
                                    resumed.earlier, drained)  # fmt: skip
                 return finish(
@@ -243,6 +261,15 @@ def _leased(ctx: RunContext, ledger: Ledger) -> Iterator[Lease | LeaseState]:
         lease.release()
 
 
+def _in_doubt(ctx: RunContext) -> DataFrame | None:
+    """The messages earlier runs left in doubt, read once per run, before its first wave
+    records ``replaying`` (which would make the run itself look cut off): a wave of this
+    run that leaves a message in doubt leaves it in the backlog, where no later wave of
+    the run reads it."""
+    doubt = ctx.store.in_doubt()
+    return None if doubt is None else doubt.localCheckpoint(eager=True)
+
+
 def _replay_and_settle(
     ctx: RunContext,
     request: RunRequest,
@@ -262,14 +289,13 @@ def _replay_and_settle(
     probed = probe(ctx, request, rows, earlier, known=drained.skipped)
     ledger.add(probed)
     drained.skipped.update(probed.skipped)
-    in_doubt = ctx.store.in_doubt()  # read before this attempt records "replaying"
     journal_id = new_journal_id()
     journal = open_journal(ctx.store.files, request.run_id, journal_id)
     lease.check()
     ledger.record(Status.REPLAYING, detail=JOURNAL_PREFIX + journal_id)
     failpoints.check("after_replaying")
     sent = send(ctx, request, rows, snapshot, probed.todo, drained.skipped, drained.broken,
-                in_doubt, journal)  # fmt: skip
+                drained.in_doubt, journal)  # fmt: skip
     ledger.add(sent)
     failpoints.check("after_replay_commit")
     ledger.record(Status.REPLAYED)

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from syphon.core.ledger import RunRecord, latest_per_run
 from syphon.job.context import RunContext
-from syphon.job.plan import discover
-from syphon.job.sources import RunSource, run_source
+from syphon.job.sources import RunSource
 from syphon.servicebus.discovery import DiscoveredQueue
 
 
@@ -21,12 +20,11 @@ class StatusReport:
     source: str = "backlog"
 
 
-def status(ctx: RunContext, last_runs: int = 10, source: RunSource | None = None) -> StatusReport:
+def status(ctx: RunContext, source: RunSource, last_runs: int = 10) -> StatusReport:
     """Discovers the source's queues (with their depth when a management listing tells
     it; else 0 or unknown) and reads its last runs' latest rows from the ledger (runs
     recorded before sources count as the backlog's)."""
-    source = source or run_source(ctx)
-    queues = discover(ctx, source)
+    queues = source.discover(ctx)
     latest = latest_per_run(ctx.store.runs())
     mine = [
         r
