@@ -119,6 +119,8 @@ def run_one(name: str, direct: dict[str, Any], root: Path, total: int, wave_mess
     final = [r for r in records if r.finished_at is not None][-1]
     spent = ", ".join(f"{k} {v:.1f}" for k, v in sorted(final.timings.as_map().items()))
     print(f"  {name}: the ledger's seconds by stage (all waves): {spent}", flush=True)
+    if final.status != "done":
+        print(f"  {name}: {final.status}: {final.detail}; outcomes {usage.stdout[-600:]}")
     planned = [r for r in records if r.status == "planned"]
     if len(planned) > 1:
         each = ", ".join(f"{r.timings.reconcile or 0:.1f}/{r.timings.audit or 0:.1f}"

@@ -7,6 +7,7 @@ cut by time takes one wave."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -80,11 +81,13 @@ def planned_waves(ctx: Any, run_id: str) -> list[Any]:
 
 
 def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message_once(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
     keys = park_spread(pair, "w", 36)
     config = waves_config(pair, tmp_path, monkeypatch)  # 2 messages a queue and wave
-    result = run_job(config, spark, "waves")
+    with caplog.at_level(logging.INFO, logger="syphon.job.run"):
+        result = run_job(config, spark, "waves")
     assert result.status == Status.DONE, result
     assert arrived(pair) == keys  # every key in order, every message once
     assert not any(backlog_state(pair).values())
@@ -107,6 +110,12 @@ def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message
     home = [int(row["home so far"]) for row in table.values()]
     assert home == sorted(home)
     assert home[-1] == 36
+    # one log record per wave, with its figures (the JSON log's fields)
+    figures = [r.fields["wave"] for r in caplog.records if hasattr(r, "fields")]
+    assert [f["number"] for f in figures] == [w.wave for w in waves]
+    assert [f["home"] for f in figures] == home
+    assert figures[-1]["planned"] == 36
+    assert figures[-1]["left_estimate"] == 0
 
 
 def test_a_destination_failing_in_the_first_wave_is_held_back_then_finished_in_order(
@@ -172,3 +181,40 @@ def test_a_source_that_holds_no_more_than_a_wave_takes_one_unnamed_wave(
     (wave,) = planned_waves(context(config, spark), "small")
     assert (wave.wave, wave.watermark) == (None, None)
     assert arrived(pair) == keys
+
+
+def test_partitioned_and_dead_letter_sources_take_one_wave_and_say_why(pair: Pair) -> None:
+    """A partitioned backlog queue numbers each partition's messages on its own (a
+    sequence number does not follow enqueue order), and a dead letter keeps its original
+    enqueue time: neither can be cut by time, so the run takes one wave (no Spark here:
+    the decision is made before the session starts)."""
+    from servicebus_emulator import QueueSpec
+    from syphon.job.waves import one_wave
+    from syphon.servicebus.discovery import DiscoveredQueue
+
+    partitioned = f"{PRIMARY}/x-servicebus-transfer/9"
+    pair.secondary.broker.declare(QueueSpec(partitioned, enable_partitioning=True))
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        with client.get_queue_sender(partitioned) as sender:
+            for i in range(40):  # keys over many partitions: some beyond the first
+                message = ServiceBusMessage(b"x", message_id=f"p-{i}", partition_key=f"k{i}")
+                sender.send_messages(to_backlog_message(message, "orders"))
+    access = pair_access(pair)
+    found = [DiscoveredQueue(PRIMARY, 9, partitioned, 40, True)]
+    why = one_wave(10, "backlog", found, access)
+    assert why is not None
+    assert "partitioned" in why
+    plain = [DiscoveredQueue(PRIMARY, 0, queue(0), 40, False)]
+    assert one_wave(10, "backlog", plain, access) is None  # a plain backlog: waves
+    assert one_wave(0, "backlog", plain, access) == "run.wave_messages is 0"
+    assert one_wave(100, "backlog", plain, access) == "the source holds no more than one wave"
+    dead = [DiscoveredQueue(PRIMARY, 0, "orders/$DeadLetterQueue", 40, False)]
+    assert "dead-letter" in (one_wave(10, "dead_letter", dead, access) or "")
+    assert "namespace" in (one_wave(10, "namespace", plain, access) or "")
+
+
+def pair_access(pair: Pair) -> Any:
+    from syphon.servicebus.access import Access
+
+    return Access("contoso-secondary", "secondary", "localhost",
+                  connection_string=pair.secondary.connection_string)  # fmt: skip

@@ -106,3 +106,16 @@ def test_the_libraries_chatter_stays_below_the_default_level(
     logging.getLogger("py4j.clientserver").info("py4j INFO")
     lines = [line.split(": ", 1)[1] for line in stream.getvalue().splitlines()]
     assert lines == shown
+
+
+def test_a_records_own_figures_are_fields_of_its_json_object(stream: io.StringIO) -> None:
+    """A wave's progress record carries its figures as a field of its own; they never
+    replace the record's standard fields."""
+    configure_logging("INFO", "json", stream)
+    log = logging.getLogger("syphon.test")
+    log.info("wave 2", extra={"fields": {"wave": {"number": 2, "home": 40}, "level": "x"}})
+    log.info("plain")
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["wave"] == {"number": 2, "home": 40}
+    assert first["level"] == "INFO"
+    assert "wave" not in second

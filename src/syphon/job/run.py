@@ -126,7 +126,8 @@ def _drain(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease,
     listed = list_primaries(ctx)
     ledger.add(listed)
     drained = Drained(in_doubt=_in_doubt(ctx))
-    expected = sum(q.message_count or 0 for q in queues if q.unreadable is None)
+    counts = [q.message_count for q in queues if q.unreadable is None]
+    expected = None if None in counts else sum(c or 0 for c in counts)
     waves = read_waves(spark, request.source.access, queues, wave_messages,
                        ctx.config.backlog.split_messages, request.started,
                        request.max_waves)  # fmt: skip
@@ -188,13 +189,16 @@ def _stop(request: RunRequest, waves: int) -> str | None:
     return None
 
 
-def _progress(request: RunRequest, wave: Wave, drained: Drained, expected: int) -> None:
+def _progress(request: RunRequest, wave: Wave, drained: Drained,
+              expected: int | None) -> None:  # fmt: skip
     """One line per wave on the terminal and in the log (the JSON log: one record with
-    the figures)."""
-    left = max(0, expected - drained.planned)
+    the figures). ``expected``: the messages the discovery counted (None: unknown, a
+    discovery by probing)."""
+    left = None if expected is None else max(0, expected - drained.planned)
     cut = f"{wave.watermark:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC" if wave.watermark else "end"
+    rest = "what is left is unknown" if left is None else f"about {left} left"
     line = (f"wave {wave.number}: watermark {cut}; {drained.planned} messages planned, "
-            f"{drained.home} home so far; about {left} left")  # fmt: skip
+            f"{drained.home} home so far; {rest}")  # fmt: skip
     progress.step(line)
     log.info(
         "run %s %s", request.run_id, line,

@@ -21,9 +21,10 @@ its sequence number: gone from the queue, the failed request had settled it (rec
 such); still there, it is ``left`` with the error (a lapsed lock: the next run settles
 it).
 
-A queue's pass ends when every message to settle has been settled, when a receive
-comes back empty, or when a page goes beyond the last message of the plan in that queue
-(what follows it is a later wave's, or arrived after the snapshot). Messages to settle
+A queue's pass ends when every message to settle has been settled, when receives come
+back empty three times in a row, or when a page goes beyond the last message of the plan
+in that queue (what follows it is a later wave's, or arrived after the snapshot).
+Messages to settle
 that were not received (locked by someone else, or already gone) are recorded as
 ``left`` / ``not_received``; the next run finds them again.
 """
@@ -73,6 +74,9 @@ _RESULT_COLUMNS = list(names(SETTLE_RESULT))
 #: locks (a minute by default) outlast its settlement by far.
 RECEIVE_PAGE = 500
 RECEIVE_WAIT_SECONDS = 2.0
+#: Empty receives in a row that end a pass while messages remain to settle (one may be a
+#: busy namespace; after these, what is not received is locked elsewhere or gone).
+EMPTY_RECEIVES = 3
 
 
 #: What the settle does with a message (``discard``: complete it, recorded as discarded).
@@ -281,13 +285,18 @@ class _QueuePass:
         # queue hands out its partitions in no order: it is received to its end.
         last = max(todo, default=0)
         bounded = 0 < last < PARTITIONED_SEQUENCE
+        empty = 0
         try:
             while remaining > 0:
                 messages = receiver.receive_messages(
                     max_message_count=RECEIVE_PAGE, max_wait_time=RECEIVE_WAIT_SECONDS
                 )
                 if not messages:
+                    empty += 1
+                    if empty < EMPTY_RECEIVES:
+                        continue  # a busy namespace, or a lock about to lapse: again
                     break
+                empty = 0
                 beyond = bounded and any(int(m.sequence_number or 0) > last for m in messages)
                 groups: dict[_Settlement, list[Any]] = {}
                 for m in messages:
