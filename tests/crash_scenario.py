@@ -205,6 +205,18 @@ def resume_the_killed_run(config: Any, spark: Any, pair: Any, point: str,
     assert all(n == 1 for n in destination_ids(pair, "dd").values())
 
 
+def everything_home(pair: Any, sent: dict[str, str]) -> tuple[Counter[str], Counter[str]]:
+    """Checks that every message of ``sent`` (MessageId: destination) reached its
+    destination, ``dd`` (duplicate detection) exactly once, and that the backlog is
+    empty; returns each destination's MessageIds with their copies."""
+    orders, dd = destination_ids(pair, "orders"), destination_ids(pair, "dd")
+    assert set(orders) == {m for m, d in sent.items() if d == "orders"}
+    assert set(dd) == {m for m, d in sent.items() if d == "dd"}
+    assert all(n == 1 for n in dd.values())  # duplicate detection: exactly once
+    assert not backlog_ids(pair)
+    return orders, dd
+
+
 def destination_ids(pair: Any, path: str) -> Counter[str]:
     return Counter(str(m.message_id) for m in pair.primary.broker.entity(path).messages.values())
 
@@ -248,11 +260,7 @@ def kill_at_each_then_finish(
     assert last.status == "done", last
 
     # nothing lost: every message reached its destination, the backlog is empty
-    orders, dd = destination_ids(pair, "orders"), destination_ids(pair, "dd")
-    assert set(orders) == {m for m, d in sent.items() if d == "orders"}
-    assert set(dd) == {m for m, d in sent.items() if d == "dd"}
-    assert all(n == 1 for n in dd.values())  # duplicate detection: exactly once
-    assert not backlog_ids(pair)
+    orders, _ = everything_home(pair, sent)
     dead = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").dlq
     assert dead is not None
     assert sorted(str(m.message_id) for m in dead.messages.values()) == sorted(
