@@ -106,8 +106,9 @@ def serve(ready: Any, stop: Any, delays: list[float]) -> None:
     from latency_proxy import DelayProxy
     from servicebus_emulator import Emulator, QueueSpec
 
-    backlog = [QueueSpec(f"{PRIMARY}/x-servicebus-transfer/{i}", max_size_in_megabytes=5120)
-               for i in range(QUEUES)]  # fmt: skip
+    # as syphon provision describes them (syphon.core.naming): no delivery count limit
+    backlog = [QueueSpec(f"{PRIMARY}/x-servicebus-transfer/{i}", max_size_in_megabytes=5120,
+                         max_delivery_count=2**31 - 1) for i in range(QUEUES)]  # fmt: skip
     dests = [QueueSpec(f"dest-{i:02d}", max_size_in_megabytes=5120) for i in range(DESTINATIONS)]
     with Emulator(queues=backlog) as secondary, Emulator(queues=dests) as primary:
         proxies: list[DelayProxy] = []
