@@ -120,13 +120,30 @@ def run_one(name: str, direct: dict[str, Any], root: Path, total: int, wave_mess
     spent = ", ".join(f"{k} {v:.1f}" for k, v in sorted(final.timings.as_map().items()))
     print(f"  {name}: the ledger's seconds by stage (all waves): {spent}", flush=True)
     if final.status != "done":
-        print(f"  {name}: {final.status}: {final.detail}; outcomes {usage.stdout[-600:]}")
+        print(f"  {name}: {final.status}: {final.detail}")
+        print(f"  {name}: settle rows left, by queue and detail: {left_rows(conf, run_id)}")
     planned = [r for r in records if r.status == "planned"]
     if len(planned) > 1:
         each = ", ".join(f"{r.timings.reconcile or 0:.1f}/{r.timings.audit or 0:.1f}"
                          for r in planned)  # fmt: skip
         print(f"  {name}: reconcile/audit seconds by wave: {each}", flush=True)
     return WaveRun(name, total, usage, home, received, bad, waves, final.status)
+
+
+def left_rows(conf: Path, run_id: str) -> dict[tuple[str, str], int]:
+    """A run's settle rows ``left`` (but those that arrived after a wave's snapshot),
+    counted by backlog queue and detail, with the sequence numbers' range."""
+    from syphon.core.configfile import load_config
+    from syphon.store.delta import read_table
+
+    rows = read_table(Path(load_config(conf).audit.path) / "audit").to_pylist()
+    out: dict[tuple[str, str], int] = {}
+    for r in rows:
+        if (r["run_id"] == run_id and r["stage"] == "settle" and r["outcome"] == "left"
+                and r["detail"] != "arrived_after_snapshot"):  # fmt: skip
+            key = (r["backlog_queue"].rsplit("/", 1)[-1], str(r["detail"]))
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 def curve(run: WaveRun) -> str:
