@@ -64,6 +64,7 @@ by management listing and by probing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import multiprocessing
@@ -76,6 +77,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +132,21 @@ def serve(ready: Any, stop: Any, delays: list[float]) -> None:
         stop.wait()
         for proxy in proxies:
             proxy.stop()
+
+
+@contextlib.contextmanager
+def serving(delays: list[float]) -> Iterator[dict[str, Any]]:
+    """Both namespaces in a child process (:func:`serve`, loopback and each delay) for
+    the ``with`` block; what it answers: its pid and the endpoints by delay."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop = ctx.Queue(), ctx.Event()
+    server = ctx.Process(target=serve, args=(ready, stop, sorted({0.0, *delays})), daemon=True)
+    server.start()
+    try:
+        yield ready.get(timeout=60)
+    finally:
+        stop.set()
+        server.join(timeout=30)
 
 
 def park(secondary: str, total: int) -> None:
@@ -672,13 +689,8 @@ def main() -> None:
     total = args.messages
     delays = [float(d) for d in args.delays.split(",") if d != ""]
     sizes = [int(n) for n in args.sizes.split(",") if n]
-    ctx = multiprocessing.get_context("spawn")
-    ready, stop = ctx.Queue(), ctx.Event()
-    server = ctx.Process(target=serve, args=(ready, stop, sorted({0.0, *delays})), daemon=True)
-    server.start()
-    info = ready.get(timeout=60)
-    direct, pid = info["at"][0.0], info["pid"]
-    try:
+    with serving(delays) as info:
+        direct, pid = info["at"][0.0], info["pid"]
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             first_run(direct, pid, root)
@@ -738,9 +750,6 @@ def main() -> None:
                 shown = {k: v for k, v in ops.items() if v}
                 print(f"empty run, discovery by {discovery}: {wall:.2f} s, {status}, "
                       f"operations {shown}")  # fmt: skip
-    finally:
-        stop.set()
-        server.join(timeout=30)
 
 
 if __name__ == "__main__":

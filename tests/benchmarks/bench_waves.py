@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import multiprocessing
 import sys
 import tempfile
 import threading
@@ -48,7 +47,7 @@ from bench_run import (
     first_run,
     ledger,
     park,
-    serve,
+    serving,
     write_config,
 )
 from proctree import TreeUsage, become_subreaper, run_measured
@@ -170,13 +169,8 @@ def main() -> None:
     SPARK_CONF.update(dict(kv.split("=", 1) for kv in args.spark_conf))
     wanted = {n.strip() for n in args.runs.split(",")}
     become_subreaper()
-    ctx = multiprocessing.get_context("spawn")
-    ready, stop = ctx.Queue(), ctx.Event()
-    server = ctx.Process(target=serve, args=(ready, stop, [0.0]), daemon=True)
-    server.start()
-    info = ready.get(timeout=60)
-    direct = info["at"][0.0]
-    try:
+    with serving([]) as info:
+        direct = info["at"][0.0]
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             first_run(direct, info["pid"], root)
@@ -212,9 +206,6 @@ def main() -> None:
             print(f"  total wall, waves against one wave: "
                   f"{waves.usage.wall / one.usage.wall:.2f}x (target <= 1.1x); CPU "
                   f"{waves.usage.cpu / one.usage.cpu:.2f}x")  # fmt: skip
-    finally:
-        stop.set()
-        server.join(timeout=30)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _REPLAY_COLUMNS = ("transfers", "busy_retries")
+#: Details that say a namespace failed mid-run (its clients were closed).
+_FAULTS = frozenset({Detail.NAMESPACE_FAULT, *NAMESPACE_FAULTS})
 _SETTLE_COLUMNS = ("received", "abandoned", "requests")
 
 
@@ -115,8 +117,7 @@ class Drained:
 
     @property
     def ended_by_fault(self) -> bool:
-        faults = {Detail.NAMESPACE_FAULT, *NAMESPACE_FAULTS}
-        return any(t.any_detail(faults) for t in (*self.sent, *self.settled))
+        return any(t.any_detail(_FAULTS) for t in (*self.sent, *self.settled))
 
 
 def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> RunResult:
@@ -131,9 +132,8 @@ def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> 
     replayed, settle = drained.replayed, drained.settle
     outcomes = {**{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
                 **{f"settle_{k}": v for k, v in settle.by_outcome().items()}}  # fmt: skip
-    faults = {Detail.NAMESPACE_FAULT, *NAMESPACE_FAULTS}
     sides = [side for side, t in (("primary", replayed), ("secondary", settle))
-             if t.any_detail(faults)]  # fmt: skip
+             if t.any_detail(_FAULTS)]  # fmt: skip
     if sides:  # a namespace failed mid-run: its clients were closed, the rest waits
         return ledger.result(Status.FAILED, f"{Detail.NAMESPACE_FAULT}: " + ", ".join(sides),
                              outcomes)  # fmt: skip

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from syphon.core.errors import SyphonError
 from syphon.core.ledger import Operations, Timings
 from syphon.core.naming import is_dead_letter_path
-from syphon.core.schema import PLACE, Detail, Outcome, Stage, Status
+from syphon.core.schema import PLACE, REPLAY_RESULT, Detail, Outcome, Stage, Status, spark_schema
 from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.journal import read_journal, remove_journal
 from syphon.job.lanes import ReplaySettings
@@ -94,7 +94,6 @@ def recover(ctx: RunContext, request: RunRequest) -> Recovered:
     plan sends it as any other. Runs without a journal stay interrupted (every message
     they planned and did not record is in doubt). Run under the lease."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     result = Recovered()
     records = ctx.store.runs()
@@ -107,17 +106,11 @@ def recover(ctx: RunContext, request: RunRequest) -> Recovered:
         if journal is None:
             continue
         doubt = journal.in_doubt
-        rows = [(q, s, o, d) for (q, s), (o, d) in sorted(journal.outcomes.items())]
-        rows += [(q, s, Outcome.IN_DOUBT, Detail.INTERRUPTED) for q, s in sorted(doubt)]
+        rows = [(q, s, o, d, 0, 0) for (q, s), (o, d) in sorted(journal.outcomes.items())]
+        rows += [(q, s, Outcome.IN_DOUBT, Detail.INTERRUPTED, 0, 0) for q, s in sorted(doubt)]
         plan_rows = ctx.store.run_rows(run_id, Stage.PLAN)
         if rows and plan_rows is not None:
-            schema = StructType([
-                StructField("backlog_queue", StringType()),
-                StructField("sequence_number", LongType()),
-                StructField("outcome", StringType()),
-                StructField("detail", StringType()),
-            ])  # fmt: skip
-            frame = ctx.spark().createDataFrame(rows, schema)
+            frame = ctx.spark().createDataFrame(rows, spark_schema(REPLAY_RESULT))
             # what the attempt committed itself (cut off after its commit) is in already
             committed = ctx.store.run_rows(run_id, Stage.REPLAY)
             if committed is not None and last.recorded_at is not None:
