@@ -182,6 +182,50 @@ def test_a_pass_stops_a_page_beyond_the_plans_last_message(
     assert {m: counts[m] for m in ids[7:]} == dict.fromkeys(ids[7:], 0)
 
 
+def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_on(
+    servicebus_emulator: EmulatorFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page can go beyond the plan and still miss one of its messages: the SDK releases
+    what arrives while no receive waits, and the queue hands it out again after what it
+    sent meanwhile (here: another consumer gives m3 back while m4-m6 are settled). The
+    pass goes on, asking for only what it still has to settle, and settles it; the
+    messages after the plan were received once, by the page that went beyond."""
+    from syphon.job import settle
+
+    monkeypatch.setattr(settle, "RECEIVE_PAGE", 3)
+    sb = servicebus_emulator(QueueSpec(QUEUE))
+    ids = [f"m{i}" for i in range(12)]
+    seq = park(sb, ids)
+    planned = ids[:5]
+    real = settle.settle_by_lock_tokens
+    with (
+        ServiceBusClient.from_connection_string(sb.connection_string) as client,
+        client.get_queue_receiver(QUEUE) as other,
+    ):
+        taken = other.receive_messages(4, max_wait_time=5)
+        for m in taken[:3]:
+            other.abandon_message(m)
+        (locked,) = taken[3:]  # the other consumer holds m3 only
+        assert str(locked.message_id) == "m3"
+
+        def given_back_meanwhile(receiver: Any, messages: Any, status: str, *args: Any) -> None:
+            real(receiver, messages, status, *args)
+            if any(str(m.message_id) == "m4" for m in messages):
+                other.abandon_message(locked)
+
+        monkeypatch.setattr(settle, "settle_by_lock_tokens", given_back_meanwhile)
+        todo = actions([(seq[m], COMPLETE, None, "replay") for m in planned])
+        out = by_seq(settle_task(access(sb), "run-9")(todo))
+    assert {m: (out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in planned} == dict.fromkeys(
+        planned, (Outcome.COMPLETED, None))  # fmt: skip
+    # pages m0-m2, m4-m6 (beyond m4, the plan's last, with m4 to settle), then one: m3
+    assert sorted(int(s) for s in out) == sorted(seq[m] for m in ids[:7])
+    counts = {str(m.message_id): m.delivery_count
+              for m in sb.broker.entity(QUEUE).messages.values()}  # fmt: skip
+    assert set(counts) == set(ids[5:])
+    assert {m: counts[m] for m in ids[7:]} == dict.fromkeys(ids[7:], 0)
+
+
 def test_a_queue_that_cannot_be_read_leaves_everything_with_the_reason(
     servicebus_emulator: EmulatorFactory,
 ) -> None:

@@ -8,10 +8,9 @@ of a Spark task side by side, see :func:`settle_queues`), receive in peek-lock a
 - complete what the operator discards (verdict ``discarded``), in a dead-letter queue
   too, recording ``discarded`` with the operator's reason;
 - dead-letter ``invalid`` and ``conflict`` with the verdict's reason and a description;
-- leave everything else available: failed, skipped or in-doubt sends, and messages that
-  arrived after the snapshot. They are held (locked) until the queue's pass ends and then
-  abandoned, so that one pass never receives the same message twice while it still holds
-  it.
+- leave everything else available (failed, skipped or in-doubt sends, messages that
+  arrived after the snapshot): held (locked) until the pass ends, then abandoned, so
+  that a pass never receives a message twice.
 
 Settlements go by page: each received page's completions are one ``update-disposition``
 request with their lock tokens, its dead-letters one per (reason, description), the held
@@ -23,10 +22,13 @@ it).
 
 A queue's pass ends when every message to settle has been settled, when receives come
 back empty three times in a row, or when a page goes beyond the last message of the plan
-in that queue (what follows it is a later wave's, or arrived after the snapshot).
-Messages to settle
-that were not received (locked by someone else, or already gone) are recorded as
-``left`` / ``not_received``; the next run finds them again.
+in that queue (what follows it is a later wave's, or arrived after the snapshot) and
+brought nothing to settle. A page beyond the plan that did bring some may still have
+missed one: the SDK releases a message that arrives while no receive is waiting (the
+rest of the credit a receive gave, while the page is settled), and the queue hands it
+out again only after the messages it sent meanwhile. So the pass goes on, asking for no
+more than it still has to settle, until a page brings none. Messages to settle not
+received (locked elsewhere, or gone) are ``left`` / ``not_received``: the next run's.
 """
 
 from __future__ import annotations
@@ -70,8 +72,7 @@ log = logging.getLogger(__name__)
 _RESULT_COLUMNS = list(names(SETTLE_RESULT))
 
 #: Messages a receive asks for: a page, settled by one request per outcome. 500 rather
-#: than 100: a fifth of the settlement requests (credits) and round trips, and a page's
-#: locks (a minute by default) outlast its settlement by far.
+#: than 100: a fifth of the requests (credits) and round trips; its locks outlast it.
 RECEIVE_PAGE = 500
 RECEIVE_WAIT_SECONDS = 2.0
 #: Empty receives in a row that end a pass while messages remain to settle (one may be a
@@ -161,14 +162,9 @@ SETTLE_THREADS = 16
 
 @dataclass(frozen=True)
 class _Settlement:
-    """How a group of a page's messages is settled, and what their rows record.
-
-    Attributes:
-        status: the disposition (completed, or suspended: dead-lettered).
-        outcome: the rows' outcome.
-        reason, description: a dead-lettering's reason and description.
-        detail: a discard's reason (the operator's), for its rows.
-    """
+    """How a group of a page's messages is settled (``status``: completed, or suspended:
+    dead-lettered; a dead-lettering's ``reason`` and ``description``) and what their rows
+    record (``outcome``; ``detail``: a discard's reason, the operator's)."""
 
     status: str
     outcome: str
@@ -286,10 +282,13 @@ class _QueuePass:
         last = max(todo, default=0)
         bounded = 0 < last < PARTITIONED_SEQUENCE
         empty = 0
+        went_beyond = False
         try:
             while remaining > 0:
+                # beyond the plan, a few released ones at most are to come: ask for no more
+                page = min(RECEIVE_PAGE, remaining) if went_beyond else RECEIVE_PAGE
                 messages = receiver.receive_messages(
-                    max_message_count=RECEIVE_PAGE, max_wait_time=RECEIVE_WAIT_SECONDS
+                    max_message_count=page, max_wait_time=RECEIVE_WAIT_SECONDS
                 )
                 if not messages:
                     empty += 1
@@ -319,8 +318,9 @@ class _QueuePass:
                     groups.setdefault(key, []).append(m)
                 for settlement, group in groups.items():
                     self._settle_page(receiver, queue, group, settlement, out)
-                if beyond:
-                    break
+                if beyond and not groups:
+                    break  # nothing of the plan is at the head: locked elsewhere, or gone
+                went_beyond = went_beyond or beyond
         finally:
             self._give_back(receiver, queue, held, out)
 
