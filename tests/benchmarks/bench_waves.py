@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_run.py, proctr
 from bench_run import (
     SPARK_CONF,
     SYPHON,
+    SYPHON_PREFIX,
     drain_and_check,
     first_run,
     ledger,
@@ -106,7 +107,7 @@ def run_one(name: str, direct: dict[str, Any], root: Path, total: int, wave_mess
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        usage = run_measured([str(SYPHON), "run", "--config", str(conf), "--run-id", run_id])
+        usage = run_measured([*SYPHON_PREFIX, str(SYPHON), "run", "--config", str(conf), "--run-id", run_id])
     finally:
         stop.set()
         watcher.join()

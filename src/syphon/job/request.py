@@ -11,9 +11,10 @@ its own :class:`~syphon.core.ledger.Timings` and :class:`~syphon.core.ledger.Ope
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -101,11 +102,28 @@ class StageResult:
 def timed(timings: Timings, *names: str) -> Iterator[None]:
     """Adds the wall time of the ``with`` block to each of ``names`` in ``timings`` (a
     stage's time and, named too, its part of an enclosing stage's); added, not set, so
-    that a stage that runs once per wave sums its waves."""
+    that a stage that runs once per wave sums its waves. The Spark jobs the block starts
+    are described as ``syphon <name>`` (the first name), in the Spark UI and event log."""
     clock = time.monotonic()
+    described = _describe_jobs(f"syphon {names[0]}") if names else None
     try:
         yield
     finally:
+        if described is not None:
+            described()
         spent = time.monotonic() - clock
         for name in names:
             setattr(timings, name, (getattr(timings, name) or 0.0) + spent)
+
+
+def _describe_jobs(description: str) -> Callable[[], None] | None:
+    """Describes this thread's next Spark jobs (when a session runs in this process);
+    answers how to put the description back."""
+    pyspark = sys.modules.get("pyspark")
+    sc = pyspark.SparkContext._active_spark_context if pyspark is not None else None
+    if sc is None:
+        return None
+    key = "spark.job.description"
+    before = sc.getLocalProperty(key)
+    sc.setLocalProperty(key, description)
+    return lambda: sc.setLocalProperty(key, before)  # type: ignore[arg-type]
