@@ -101,18 +101,13 @@ def classify(
             "left",
         ).drop("_k_primary", "_k_dest")
     else:
-        for name, kind in (
-            ("exists", "boolean"),
-            ("requires_duplicate_detection", "boolean"),
-            ("requires_session", "boolean"),
-            ("max_message_bytes", "long"),
-            ("partitioned", "boolean"),
-        ):
-            df = df.withColumn(name, F.lit(None).cast(kind))
+        unknown = {"exists": "boolean", "requires_duplicate_detection": "boolean",
+                   "requires_session": "boolean", "max_message_bytes": "long",
+                   "partitioned": "boolean"}  # fmt: skip
+        df = df.withColumns({name: F.lit(None).cast(kind) for name, kind in unknown.items()})
 
-    if listed_primaries:
-        missing = F.col("exists").isNull() & F.col("primary").isin(*listed_primaries)
-        df = df.withColumn("exists", F.when(missing, F.lit(False)).otherwise(F.col("exists")))
+    # columns that do not depend on each other are added by one projection: each
+    # withColumn analyses the plan so far again (a second of every wave's planning)
     key = effective_partition_key_col(
         F.col("original_session_id"),
         F.col("partition_key"),
@@ -120,7 +115,11 @@ def classify(
         F.col("requires_duplicate_detection"),
         F.col("requires_session"),
     )
-    df = df.withColumn("_key", key)
+    keyed: dict[str, Column] = {"_key": key}
+    if listed_primaries:
+        missing = F.col("exists").isNull() & F.col("primary").isin(*listed_primaries)
+        keyed["exists"] = F.when(missing, F.lit(False)).otherwise(F.col("exists"))
+    df = df.withColumns(keyed)
     # the room a batch has for messages: the service measures the whole batch, the
     # envelope the SDK copies from the first message included
     limit = F.coalesce(F.col("max_message_bytes"), F.lit(default_max_message_bytes)) - F.lit(
@@ -140,45 +139,33 @@ def classify(
     ttl_seconds = F.col("original_time_to_live_ticks") / F.lit(TICKS_PER_SECOND)
     expires = F.col("original_enqueued_time") + F.make_dt_interval(secs=ttl_seconds)
     expired = F.col("original_time_to_live_ticks").isNotNull() & (expires <= now)
-    df = (
-        df.withColumn(
-            "_is_ping", F.coalesce(F.col("content_type") == PING_CONTENT_TYPE, F.lit(False))
-        )
-        .withColumn("_invalid", invalid_reason)
-        .withColumn("_expired", expired)
-        .withColumn("_limit", limit)
+    df = df.withColumns({
+        "_is_ping": F.coalesce(F.col("content_type") == PING_CONTENT_TYPE, F.lit(False)),
+        "_invalid": invalid_reason,
+        "_expired": expired,
+        "_limit": limit,
         # one key per batch where the service requires it (partitioned entities), where
         # a batch's envelope carries its session, and where the settings are unknown;
         # elsewhere a batch may hold many keys (each key's messages in order)
-        .withColumn(
-            "_pack_by_key",
-            F.coalesce(F.col("partitioned"), F.lit(True))
-            | F.coalesce(F.col("requires_session"), F.lit(True)),
-        )
-    )
+        "_pack_by_key": F.coalesce(F.col("partitioned"), F.lit(True))
+        | F.coalesce(F.col("requires_session"), F.lit(True)),
+    })  # fmt: skip
     # the size bound of every message that could be sent; the few over their limit by
     # it carry what rebuilds them, for the exact measure in the batch plan. The
     # messages' bytes go no further: the shuffles below carry metadata only
     sendable = ~F.col("_is_ping") & F.col("_invalid").isNull()
-    df = df.withColumn("message_bytes", F.when(sendable, message_bytes_col()))
-    over = sendable & (F.col("message_bytes") > F.col("_limit"))
-    df = df.withColumn(
-        "_measure_input", F.when(over, F.struct(*[F.col(c) for c in MESSAGE_COLUMNS]))
-    ).drop("encoded")
-
     # duplicates are judged among the messages that could be replayed, in replay order;
     # windows over the whole frame (no join back): the rows travel through one shuffle
     # (messages the selection leaves out are not: a copy left for later must not make
     # the one taken now a duplicate)
     selected = F.col(SELECTED) if SELECTED in df.columns else F.lit(True)
-    candidate = (
-        selected
-        & ~F.col("_is_ping")
-        & F.col("_invalid").isNull()
-        & ~F.col("_expired")
-        & F.col("message_id").isNotNull()
-    )
-    df = df.withColumn("_candidate", candidate)
+    candidate = selected & sendable & ~F.col("_expired") & F.col("message_id").isNotNull()
+    df = df.withColumns({"message_bytes": F.when(sendable, message_bytes_col()),
+                         "_candidate": candidate})  # fmt: skip
+    over = sendable & (F.col("message_bytes") > F.col("_limit"))
+    df = df.withColumn(
+        "_measure_input", F.when(over, F.struct(*[F.col(c) for c in MESSAGE_COLUMNS]))
+    ).drop("encoded")
     if replayed is not None:
         earlier = replayed.select(
             F.col("primary").alias("_r_primary"),
@@ -203,10 +190,11 @@ def classify(
     if allow_resend:
         allowed = F.col("message_id").isin(*sorted(set(allow_resend)))
         resend = allowed & F.col("_r_hashes").isNotNull()
-        df = df.withColumn("_resend", resend).withColumn(
-            "_r_hashes", F.when(allowed, F.lit(None).cast("array<string>")).otherwise(
-                F.col("_r_hashes"))
-        )  # fmt: skip
+        df = df.withColumns({
+            "_resend": resend,
+            "_r_hashes": F.when(allowed, F.lit(None).cast("array<string>")).otherwise(
+                F.col("_r_hashes")),
+        })  # fmt: skip
         resend = F.col("_resend")
     by_id = Window.partitionBy(*DESTINATION_KEY, "message_id", "_candidate").orderBy(
         *[F.col(c) for c in ORDER_COLUMNS]
@@ -244,10 +232,12 @@ def classify(
         .otherwise(F.coalesce(F.col("_dup_reason"), F.when(resend, F.lit(RESEND_ALLOWED))))
     )
     return (
-        df.withColumn("verdict", verdict)
-        .withColumn("reason", reason)
-        .withColumn("partition_key_effective", F.col("_key.key"))
-        .withColumn("partition_key_source", F.col("_key.source"))
+        df.withColumns({
+            "verdict": verdict,
+            "reason": reason,
+            "partition_key_effective": F.col("_key.key"),
+            "partition_key_source": F.col("_key.source"),
+        })  # fmt: skip
         .drop("_key", "_is_ping", "_invalid", "_expired", "_dup_reason", "_candidate", "_r_hashes")
         .drop(SELECTED, "_resend")
     )
@@ -298,21 +288,17 @@ def order_groups(classified: DataFrame) -> DataFrame:
     def only_replay(value: Column) -> Column:
         return F.when(F.col("_in_replay"), value)
 
+    span = (F.max("original_enqueued_time").over(whole).cast("double")
+            - F.min("original_enqueued_time").over(whole).cast("double"))  # fmt: skip
     return (
         classified.withColumn("_in_replay", replay)
-        .withColumn("replay_order", only_replay(F.row_number().over(ordered)))
-        .withColumn("group_size", only_replay(F.count(F.lit(1)).over(whole)))
-        .withColumn(
-            "group_spread",
-            only_replay(F.min("backlog_queue").over(whole) != F.max("backlog_queue").over(whole)),
-        )
-        .withColumn(
-            "group_span_seconds",
-            only_replay(
-                F.max("original_enqueued_time").over(whole).cast("double")
-                - F.min("original_enqueued_time").over(whole).cast("double")
-            ),
-        )
+        .withColumns({
+            "replay_order": only_replay(F.row_number().over(ordered)),
+            "group_size": only_replay(F.count(F.lit(1)).over(whole)),
+            "group_spread": only_replay(
+                F.min("backlog_queue").over(whole) != F.max("backlog_queue").over(whole)),
+            "group_span_seconds": only_replay(span),
+        })  # fmt: skip
         .drop("_in_replay")
     )
 
