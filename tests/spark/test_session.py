@@ -23,6 +23,17 @@ def test_the_session_runs_in_utc_with_microsecond_parquet_timestamps(spark: Spar
 
 
 @pytest.mark.spark
+def test_a_local_sessions_jvm_keeps_little_memory_of_finished_work(spark: SparkSession) -> None:
+    """Two glibc arenas for the JVM's threads (read back from the JVM process's own
+    environment) and a short memory of finished jobs and queries (nothing shows them)."""
+    pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert b"MALLOC_ARENA_MAX=2" in environ
+    assert int(spark.conf.get("spark.sql.ui.retainedExecutions")) <= 20
+    assert int(spark.sparkContext.getConf().get("spark.ui.retainedJobs")) <= 100
+
+
+@pytest.mark.spark
 def test_a_second_build_joins_the_running_session(spark: SparkSession) -> None:
     again = build_spark_session(SparkConfig(master="local[2]", conf={"spark.app.id.x": "1"}))
     assert again.sparkContext is spark.sparkContext
