@@ -187,20 +187,6 @@ def peek_frame(
     return spark.range(len(groups), numPartitions=len(groups)).mapInArrow(task, schema)
 
 
-def peek_table(access: Access, ranges: list[QueueRange], page: int = PEEK_PAGE) -> Any:
-    """The messages of ``ranges`` as a ``pyarrow.Table`` of the snapshot schema, peeked by
-    threads of this process (the ranges side by side), not by Spark tasks: a read that
-    runs beside the run's Spark jobs (the next wave's) takes none of their task slots."""
-    import pyarrow as pa  # type: ignore[import-untyped]
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = to_arrow_schema(spark_schema(SNAPSHOT), timezone="UTC")
-    if not ranges:
-        return schema.empty_table()
-    task = _PeekTask(access, [ranges], page, schema)
-    return pa.Table.from_batches(list(task(iter([pa.record_batch({"id": [0]})]))), schema)
-
-
 def snapshot_ranges(
     access: Access, queues: list[DiscoveredQueue], split_messages: int
 ) -> list[QueueRange]:

@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING
 
 from syphon.core.ledger import Timings
 from syphon.core.naming import PARTITIONED_SEQUENCE, is_dead_letter_path
-from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.job.request import StageResult, timed
 from syphon.job.rows import utc
 from syphon.servicebus.access import Access
@@ -60,7 +59,7 @@ from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.peek import first_sequence_number
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 @dataclass(frozen=True)
@@ -110,6 +109,16 @@ def time_ordered(paths: Iterable[str], sequence_numbers: Iterable[int] = ()) -> 
     if any(is_dead_letter_path(p) for p in paths):
         return False
     return all(n < PARTITIONED_SEQUENCE for n in sequence_numbers)
+
+
+def in_wave(cut: datetime | None) -> Column:
+    """The condition of a message (a snapshot row) of the wave whose watermark is
+    ``cut`` (None: every message read)."""
+    from pyspark.sql import functions as F
+
+    if cut is None:
+        return F.lit(True)
+    return F.col("enqueued_time") < F.lit(cut)
 
 
 #: A message read: (queue, sequence number, enqueue time).
@@ -177,12 +186,14 @@ class WaveRead:
     """A wave's messages and how they were cut.
 
     Attributes:
-        rows: the wave's snapshot rows (checkpointed).
+        rows: the wave's snapshot rows (lazy over ``read``, which is checkpointed).
+        read: every message read, the wave's and those beyond its watermark.
         cut: how they were cut (the watermark, the next cursors, ...).
         limit: the limit per queue the cut was made with.
     """
 
     rows: DataFrame
+    read: DataFrame
     cut: Cut
     limit: int
 
@@ -210,38 +221,27 @@ def read_wave(
     """Reads the next wave of ``paths`` (each from its cursor; 1: its head), at most
     ``limit`` messages per queue and their fronts; twice the limit, again, while the
     cut would take nothing although a queue was not read to its end. The cut is at most
-    ``before`` (the run's start; None: no bound).
-
-    The queues are peeked by threads of this process (:func:`syphon.job.snapshot.
-    peek_table`), not by Spark tasks: the next wave is read while the run's Spark jobs
-    plan, replay and settle this one, and a read that took task slots would make them
-    wait (Spark runs jobs first come, first served: measured, every wave's reconcile
-    waited out the next wave's read). The cut is made on the Arrow table; only the
-    wave's rows reach Spark, which keeps them (one short job).
+    ``before`` (the run's start; None: no bound). Two Spark jobs per read: the peek, and
+    the (queue, sequence number, enqueue time) of what it read, which the driver cuts.
 
     Raises:
         ValueError: ``limit`` below 1.
     """
-    import pyarrow as pa  # type: ignore[import-untyped]
-    import pyarrow.compute as pc  # type: ignore[import-untyped]
-
-    from syphon.job.snapshot import QueueRange, peek_table
+    from syphon.job.snapshot import QueueRange, peek_frame
 
     if limit < 1:
         raise ValueError("a wave's limit is at least one message per queue")
+    tasks = max(1, spark.sparkContext.defaultParallelism)
     while True:
         ranges = [QueueRange(p, cursors.get(p, 1), None, limit + 1) for p in paths]
-        read = peek_table(access, ranges)
-        marks = zip(read.column("backlog_queue").to_pylist(),
-                    read.column("sequence_number").to_pylist(),
-                    (utc(t) for t in read.column("enqueued_time").to_pylist()), strict=True)  # fmt: skip
+        read = peek_frame(spark, access, ranges, tasks).localCheckpoint(eager=True)
+        marks = [
+            (r[0], r[1], utc(r[2]))
+            for r in read.select("backlog_queue", "sequence_number", "enqueued_time").collect()
+        ]
         cut = cut_reads(marks, paths, cursors, limit, before)
         if cut.last or cut.taken:
-            if cut.watermark is not None:
-                times = read.column("enqueued_time")
-                read = read.filter(pc.less(times, pa.scalar(cut.watermark, type=times.type)))
-            rows = spark.createDataFrame(read, spark_schema(SNAPSHOT)).localCheckpoint(eager=True)
-            return WaveRead(rows, cut, limit)
+            return WaveRead(read.where(in_wave(cut.watermark)), read, cut, limit)
         limit *= 2
 
 
@@ -306,8 +306,8 @@ def read_waves(
 
     A wave's cursors are known as soon as it is read, so the next wave is read (peeked:
     nothing is locked or removed) in the background while the caller plans, replays and
-    settles this one (by this process's threads: :func:`read_wave`). The read of a wave
-    taken when the caller stops early is thrown away."""
+    settles this one; the caller's Spark jobs and the read's share the cores. The read
+    of a wave taken when the caller stops early is thrown away."""
     from syphon.job.snapshot import read_snapshot
 
     readable = [q for q in queues if not q.empty and q.unreadable is None]
