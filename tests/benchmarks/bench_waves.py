@@ -2,7 +2,7 @@
 processes (issue 38's targets).
 
     .venv/bin/python tests/benchmarks/bench_waves.py [--messages 200000] [--small 20000]
-        [--wave-messages 20000[,40000...]] [--poll 1.0]
+        [--wave-messages 40000[,20000...]] [--poll 1.0]
 
 The backlog is bench_run.py's (1 KB bodies over 10 backlog queues, 50 destinations, keys
 and sessions spread over the queues), parked afresh for each run, each run with an
@@ -163,7 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--small", type=int, default=20_000)
-    parser.add_argument("--wave-messages", default="20000",
+    parser.add_argument("--wave-messages", default="40000",
                         help="the waves' size; several, comma-separated: a run each")  # fmt: skip
     parser.add_argument("--poll", type=float, default=1.0)
     parser.add_argument("--runs", default="small,waves,one wave",

@@ -433,7 +433,7 @@ def test_a_source_name_is_used_once(tmp_path: Path) -> None:
 
 
 def test_a_waves_size_is_a_count_of_messages_or_zero_for_one_wave(tmp_path: Path) -> None:
-    assert load_config(write(tmp_path, MINIMAL), environ={}).run.wave_messages == 20_000
+    assert load_config(write(tmp_path, MINIMAL), environ={}).run.wave_messages == 40_000
     for text, expected in (("5000", 5000), ("0", 0), ("null", 0)):
         path = write(tmp_path, MINIMAL + f"run: {{wave_messages: {text}}}\n")
         assert load_config(path, environ={}).run.wave_messages == expected

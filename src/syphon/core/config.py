@@ -268,8 +268,12 @@ LEASE_SECONDS_DEFAULT = 120
 #: lease outlives the last renewal by at least two thirds of that (6.7 s).
 LEASE_SECONDS_MIN = 10
 #: Messages a wave of a run takes at most (``run.wave_messages``): a run's memory and
-#: the work a crash leaves in doubt are bounded by a wave, not by the backlog.
-WAVE_MESSAGES_DEFAULT = 20_000
+#: the work a crash leaves in doubt are bounded by a wave, not by the backlog. Each wave
+#: costs several seconds of its own (planning and starting its Spark jobs): 200,000
+#: messages of 1 KB on 2 cores took 170 s in waves of 20,000 and 130 s in waves of 40,000,
+#: against about 120 s in one wave; the first message was home after 17 s and 24 s, the
+#: peak 1.86 and 2.00 GB (tests/benchmarks/bench_waves.py --wave-messages 20000,40000).
+WAVE_MESSAGES_DEFAULT = 40_000
 
 
 @dataclass(frozen=True)
