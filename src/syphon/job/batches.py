@@ -134,11 +134,13 @@ def plan_batches(ordered: DataFrame) -> DataFrame:
     rejected = F.col("_rejected").isNotNull()
     return (
         ordered.join(plan, ["backlog_queue", "sequence_number"], "left")
-        .withColumns({
-            "message_bytes": F.coalesce(F.col("_bytes"), F.col("message_bytes")),
-            "verdict": F.when(rejected, F.lit(Verdict.INVALID)).otherwise(F.col("verdict")),
-            "reason": F.when(rejected, F.col("_rejected")).otherwise(F.col("reason")),
-            "batch_id": batch_id,
-        })  # fmt: skip
+        .withColumns(
+            {
+                "message_bytes": F.coalesce(F.col("_bytes"), F.col("message_bytes")),
+                "verdict": F.when(rejected, F.lit(Verdict.INVALID)).otherwise(F.col("verdict")),
+                "reason": F.when(rejected, F.col("_rejected")).otherwise(F.col("reason")),
+                "batch_id": batch_id,
+            }
+        )
         .drop("_batch_no", "_limit", "_bytes", "_rejected", "_measure_input", "_pack_by_key")
     )

@@ -232,12 +232,14 @@ def classify(
         .otherwise(F.coalesce(F.col("_dup_reason"), F.when(resend, F.lit(RESEND_ALLOWED))))
     )
     return (
-        df.withColumns({
-            "verdict": verdict,
-            "reason": reason,
-            "partition_key_effective": F.col("_key.key"),
-            "partition_key_source": F.col("_key.source"),
-        })  # fmt: skip
+        df.withColumns(
+            {
+                "verdict": verdict,
+                "reason": reason,
+                "partition_key_effective": F.col("_key.key"),
+                "partition_key_source": F.col("_key.source"),
+            }
+        )
         .drop("_key", "_is_ping", "_invalid", "_expired", "_dup_reason", "_candidate", "_r_hashes")
         .drop(SELECTED, "_resend")
     )
@@ -292,13 +294,16 @@ def order_groups(classified: DataFrame) -> DataFrame:
             - F.min("original_enqueued_time").over(whole).cast("double"))  # fmt: skip
     return (
         classified.withColumn("_in_replay", replay)
-        .withColumns({
-            "replay_order": only_replay(F.row_number().over(ordered)),
-            "group_size": only_replay(F.count(F.lit(1)).over(whole)),
-            "group_spread": only_replay(
-                F.min("backlog_queue").over(whole) != F.max("backlog_queue").over(whole)),
-            "group_span_seconds": only_replay(span),
-        })  # fmt: skip
+        .withColumns(
+            {
+                "replay_order": only_replay(F.row_number().over(ordered)),
+                "group_size": only_replay(F.count(F.lit(1)).over(whole)),
+                "group_spread": only_replay(
+                    F.min("backlog_queue").over(whole) != F.max("backlog_queue").over(whole)
+                ),
+                "group_span_seconds": only_replay(span),
+            }
+        )
         .drop("_in_replay")
     )
 

@@ -126,4 +126,4 @@ def _describe_jobs(description: str) -> Callable[[], None] | None:
     key = "spark.job.description"
     before = sc.getLocalProperty(key)
     sc.setLocalProperty(key, description)
-    return lambda: sc.setLocalProperty(key, before)  # type: ignore[arg-type]
+    return lambda: sc.setLocalProperty(key, before)
