@@ -94,7 +94,7 @@ def test_an_audit_path_that_cannot_be_written_exits_9_with_a_fix_naming_it(
     code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys,
                                        "that cannot keep its audit")  # fmt: skip
     assert code == ExitCode.AUDIT_UNAVAILABLE, out + err
-    assert ": failed (AuditStoreError)" in out
+    assert f": failed (AuditStoreError: the audit at {path} cannot " in out  # what and where
     assert fix_lines(out) == [
         f"fix: audit.path ({path}) cannot be written: point it at a folder or URI this "
         "machine and every executor can write, or fix its permissions"
@@ -138,7 +138,7 @@ def test_without_java_a_run_exits_4_and_says_how_to_install_it(
     code = main(["run", "--config", str(tmp_path / "syphon.yaml")])
     out, err = capsys.readouterr()
     assert code == ExitCode.NO_SPARK, out + err
-    assert ": failed (SparkSetupError)" in out
+    assert ": failed (SparkSetupError: Java is not installed)" in out
     assert fix_lines(out) == [
         "fix: install a JRE 17 (Debian: apt-get install -y default-jre-headless) or set JAVA_HOME"
     ]

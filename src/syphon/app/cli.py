@@ -361,8 +361,6 @@ def _status(ctx: RunContext, runs: int, source: RunSource) -> int:
 def _plan(ctx: RunContext, request: RunRequest) -> int:
     try:
         result = plan(ctx, request)
-    except SyphonError:
-        raise
     except Exception as exc:
         _raise_as(exc, ctx, request.source.access)
     print(format_summary(result))
@@ -393,7 +391,9 @@ def _provision(ctx: RunContext, count: int | None) -> int:
 
 def _raise_as(exc: Exception, ctx: RunContext, namespace: Access | None = None) -> NoReturn:
     """Re-raises ``exc`` as a syphon error explained for ``namespace`` (None: the
-    secondary)."""
+    secondary); one of syphon's own as it is (its words say what failed and where)."""
+    if isinstance(exc, SyphonError):
+        raise exc
     failure = explain(exc, namespace or ctx.namespaces.secondary)
     error = SyphonError(f"failed ({failure.detail})", fix=failure.fix)
     error.exit_code = failure.code

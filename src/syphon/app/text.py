@@ -10,8 +10,8 @@ from syphon.job.status import StatusReport
 def format_run(result: RunResult) -> str:
     """What ``syphon run`` prints: the status, the fix, counts by verdict and by outcome,
     the operations the ledger recorded and where the report is."""
-    lines = [f"run {result.run_id}: {result.status}"
-             + (f" ({result.detail})" if result.detail else "")]  # fmt: skip
+    detail = f"{result.detail}: {result.why}" if result.detail and result.why else result.detail
+    lines = [f"run {result.run_id}: {result.status}" + (f" ({detail})" if detail else "")]
     if result.fix:
         lines.append(f"fix: {result.fix}")
     if result.counts:

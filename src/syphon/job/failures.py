@@ -25,11 +25,14 @@ class Failure:
         detail: the error's class name (the ledger's ``detail``, the status line).
         code: the exit code.
         fix: one line naming what to do, or None.
+        why: syphon's own words for the error (a :class:`SyphonError`'s message: what
+            failed, where, and the cause's class), or None.
     """
 
     detail: str
     code: ExitCode
     fix: str | None = None
+    why: str | None = None
 
 
 def _role(access: Access) -> str:
@@ -42,7 +45,7 @@ def explain(exc: BaseException, namespace: Access | None = None) -> Failure:
     """The failure ``exc`` is, when it happened while talking to ``namespace`` (None:
     unknown, or no namespace involved)."""
     if isinstance(exc, SyphonError):
-        return Failure(type(exc).__name__, exc.exit_code, exc.fix)
+        return Failure(type(exc).__name__, exc.exit_code, exc.fix, str(exc) or None)
     name = error_name(exc)
     if namespace is not None and name in UNREACHABLE:
         return Failure(name, ExitCode.UNREACHABLE, unreachable_fix(namespace))

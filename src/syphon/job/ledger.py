@@ -28,6 +28,7 @@ class RunResult:
         fix: one line naming what to do, when there is something to do.
         code: an exit code more precise than the status's (see :attr:`exit_code`).
         report: where the run's HTML report was written.
+        why: what failed, in syphon's words, for the status line (never the ledger's).
     """
 
     run_id: str
@@ -40,6 +41,7 @@ class RunResult:
     fix: str | None = None
     code: ExitCode | None = None
     report: str | None = None
+    why: str | None = None
 
     @property
     def exit_code(self) -> ExitCode:
@@ -127,4 +129,5 @@ class Ledger:
             log.error("run %s: the failure could not be recorded in the ledger (%s)",
                       self.run_id, explain(again).detail)  # fmt: skip
         return RunResult(self.run_id, Status.FAILED, dict(self.counts), {}, self.operations,
-                         self.timings, failure.detail, failure.fix, failure.code)  # fmt: skip
+                         self.timings, failure.detail, failure.fix, failure.code,
+                         why=failure.why)  # fmt: skip

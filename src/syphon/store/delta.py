@@ -54,10 +54,16 @@ def guarded(root: str, doing: str) -> Iterator[None]:
                 "exists and that audit.storage's account key, SAS or Azure AD identity may "
                 "read, write and list it (and audit.storage.endpoint, if set)"
             )
-        else:
+        elif isinstance(exc, OSError):
             fix = (
                 f"audit.path ({root}) cannot be written: point it at a folder or URI this "
                 "machine and every executor can write, or fix its permissions"
+            )
+        else:  # the folder is there, its Delta table is not what syphon can read
+            fix = (
+                f"audit.path ({root}) holds a Delta table delta-rs cannot read: check that "
+                "only syphon writes there and that its _delta_log is whole, or point "
+                "audit.path at a new folder"
             )
         raise AuditStoreError(
             f"the audit at {root} cannot {doing} ({name}: {_short(exc)})", fix=fix
