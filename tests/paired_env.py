@@ -34,10 +34,11 @@ class Pair:
     secondary: Emulator
 
     def client(
-        self, rng_seed: int | None = 7, timer: Any = None, **options: Any
+        self, rng_seed: int | None = 7, timer: Any = None, clock: Any = None, **options: Any
     ) -> PairedNamespaceClient:
         """A paired client with fresh SDK clients (no retries, so faults show at once);
-        ``timer`` replaces the grace-period watchdog's ``threading.Timer``."""
+        ``timer`` replaces ``threading.Timer`` (the failover timer, the grace-period
+        watchdog) and ``clock`` the monotonic clock."""
         return PairedNamespaceClient(
             ServiceBusClient.from_connection_string(self.primary.connection_string, retry_total=0),
             ServiceBusClient.from_connection_string(
@@ -47,6 +48,7 @@ class Pair:
             SendAvailabilityOptions(backlog_queue_count=BACKLOG_QUEUES, **options),
             rng=None if rng_seed is None else random.Random(rng_seed),
             **({} if timer is None else {"timer": timer}),
+            **({} if clock is None else {"clock": clock}),
         )
 
     def backlog(self) -> dict[str, list[Any]]:

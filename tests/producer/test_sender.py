@@ -48,6 +48,40 @@ def backlog_count(pair: Pair) -> int:
     )
 
 
+class ManualTimer:
+    """``threading.Timer`` that fires when the test says so."""
+
+    started: ClassVar[list[ManualTimer]] = []
+
+    def __init__(self, interval: float, function: Any, args: tuple[Any, ...] = ()) -> None:
+        self.interval, self.function, self.args = interval, function, args
+        self.daemon = False
+        self.cancelled = False
+
+    def start(self) -> None:
+        ManualTimer.started.append(self)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def fire(self) -> None:
+        if not self.cancelled:
+            self.function(*self.args)
+
+
+class ManualClock:
+    """A monotonic clock that moves when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def test_healthy_primary_is_an_ordinary_send(pair: Pair) -> None:
     with pair.client() as paired, paired.get_queue_sender("orders") as sender:
         route = sender.send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
@@ -61,14 +95,21 @@ def test_healthy_primary_is_an_ordinary_send(pair: Pair) -> None:
 def test_fails_over_only_after_the_interval(pair: Pair, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="syphon")
     pair.primary.make_unavailable("orders")
-    with pair.client(failover_interval=timedelta(seconds=1.5)) as paired:
+    ManualTimer.started.clear()
+    clock = ManualClock()
+    with pair.client(failover_interval=timedelta(seconds=1.5), timer=ManualTimer,
+                     clock=clock) as paired:  # fmt: skip
         sender = paired.get_queue_sender("orders")
         with pytest.raises(MessagingEntityDisabledError):
             sender.send_messages(ServiceBusMessage("first"))
+        clock.advance(1.4)
         with pytest.raises(MessagingEntityDisabledError):  # inside the interval
             sender.send_messages(ServiceBusMessage("second"))
         assert not paired.is_failed_over("orders")
-        time.sleep(1.6)
+        (timer,) = ManualTimer.started  # one timer for the entity, of the interval
+        assert timer.interval == 1.5
+        clock.advance(0.1)
+        timer.fire()
         assert paired.is_failed_over("orders")  # the timer expired with no success
         route = sender.send_messages(ServiceBusMessage("third", message_id="m3"))
         assert route.target == "backlog"
@@ -97,29 +138,40 @@ def test_the_timer_fails_over_without_another_send(pair: Pair) -> None:
         "failover_interval": timedelta(seconds=0.5),
         "ping_primary_interval": timedelta(seconds=0.2),
     }
-    with pair.client(**options) as paired:
+    ManualTimer.started.clear()
+    clock = ManualClock()
+    with pair.client(timer=ManualTimer, clock=clock, **options) as paired:
         sender = paired.get_queue_sender("orders")
         with pytest.raises(MessagingEntityDisabledError):
             sender.send_messages(ServiceBusMessage("x"))
         assert not paired.is_failed_over("orders")
-        time.sleep(0.8)
+        clock.advance(0.5)
+        (timer,) = ManualTimer.started
+        timer.fire()
         assert paired.is_failed_over("orders")  # the timer, not a send, failed it over
         assert paired.counters.failovers == 1
         sender.close()
 
 
 def test_a_success_resets_the_timer(pair: Pair) -> None:
-    with pair.client(failover_interval=timedelta(seconds=1)) as paired:
+    ManualTimer.started.clear()
+    clock = ManualClock()
+    with pair.client(failover_interval=timedelta(seconds=1), timer=ManualTimer,
+                     clock=clock) as paired:  # fmt: skip
         sender = paired.get_queue_sender("orders")
         pair.primary.make_unavailable("orders")
         with pytest.raises(MessagingEntityDisabledError):
             sender.send_messages(ServiceBusMessage("x"))
         pair.primary.make_unavailable("orders", unavailable=False)
         assert sender.send_messages(ServiceBusMessage("ok")).target == "primary"
-        time.sleep(1.1)
+        clock.advance(1.1)
+        ManualTimer.started[0].fire()  # the old timer expires after the success: nothing
+        assert not paired.is_failed_over("orders")
         pair.primary.make_unavailable("orders")
         with pytest.raises(MessagingEntityDisabledError):  # a new timer, not the old one
             sender.send_messages(ServiceBusMessage("y"))
+        assert not paired.is_failed_over("orders")
+        assert len(ManualTimer.started) == 2
         sender.close()
 
 
@@ -277,27 +329,6 @@ def test_a_message_too_large_for_the_backlog_form_fails_clearly(pair: Pair) -> N
     assert backlog_count(pair) == 0
 
 
-class ManualTimer:
-    """``threading.Timer`` that fires when the test says so."""
-
-    started: ClassVar[list[ManualTimer]] = []
-
-    def __init__(self, interval: float, function: Any, args: tuple[Any, ...] = ()) -> None:
-        self.interval, self.function, self.args = interval, function, args
-        self.daemon = False
-        self.cancelled = False
-
-    def start(self) -> None:
-        ManualTimer.started.append(self)
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def fire(self) -> None:
-        if not self.cancelled:
-            self.function(*self.args)
-
-
 def test_a_closed_side_closes_its_partner_after_the_grace_period(pair: Pair) -> None:
     ManualTimer.started.clear()
     paired = pair.client(timer=ManualTimer)
@@ -330,23 +361,28 @@ def test_closing_both_sides_in_time_cancels_the_watchdog(pair: Pair) -> None:
 
 
 def test_closing_both_sides_in_time_is_a_clean_close(pair: Pair) -> None:
-    paired = pair.client(partner_close_timeout=timedelta(seconds=0.5))
+    ManualTimer.started.clear()
+    paired = pair.client(partner_close_timeout=timedelta(seconds=0.5), timer=ManualTimer)
     paired.close_primary()
     paired.close_secondary()
-    time.sleep(0.8)
+    (watchdog,) = ManualTimer.started
+    watchdog.fire()  # the grace period ends after both closed
     with pytest.raises(PairedClientClosedError) as info:
         paired.check_open()
     assert "did not close" not in str(info.value)
 
 
 def test_a_faulted_side_takes_its_partner_down(pair: Pair) -> None:
-    paired = pair.client(partner_close_timeout=timedelta(seconds=0.5))
+    ManualTimer.started.clear()
+    paired = pair.client(partner_close_timeout=timedelta(seconds=0.5), timer=ManualTimer)
     paired.fault("secondary", RuntimeError("lost"))
     with pytest.raises(
         PairedClientClosedError, match=r"secondary side of the paired client is faulted"
     ):
         paired.check_open()
-    time.sleep(0.8)
+    (watchdog,) = ManualTimer.started
+    assert watchdog.interval == 0.5
+    watchdog.fire()  # the grace period ends
     with pytest.raises(
         PairedClientClosedError, match=r"secondary side was faulted \(RuntimeError\)"
     ):

@@ -75,8 +75,8 @@ class PairedNamespaceClient:
         options: the send-availability options.
         rng: the random source for backlog choices (seed it in tests).
         clock: a monotonic clock in seconds (for the failover timer).
-        timer: starts the grace-period watchdog (``threading.Timer``'s signature; a
-            manual one in tests).
+        timer: starts the failover timer and the grace-period watchdog
+            (``threading.Timer``'s signature; a manual one in tests).
     """
 
     def __init__(
@@ -162,7 +162,7 @@ class PairedNamespaceClient:
                 log.warning("send to %s failed (%s); failover timer started", entity,
                             type(exc).__name__)  # fmt: skip
                 # the timer fails the entity over at expiry even if nobody sends again
-                timer = threading.Timer(interval, self._timer_expired, (entity, state, now))
+                timer = self._timer(interval, self._timer_expired, (entity, state, now))
                 timer.daemon = True
                 timer.start()
             if now - state.first_failure < interval:
