@@ -42,7 +42,8 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
     ExitCodeDoc(ExitCode.DONE, "done, or nothing to do", "-"),
     ExitCodeDoc(
         ExitCode.FAILED,
-        "the run failed (the ledger row and the line say the error class)",
+        "the run failed (the ledger row says the error class; the line says it too, with "
+        "what failed and where when the error is syphon's own)",
         "rerun; the next run finishes what is in doubt",
     ),
     ExitCodeDoc(
@@ -98,9 +99,12 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
     ),
     ExitCodeDoc(
         ExitCode.AUDIT_UNAVAILABLE,
-        "the audit location (`audit.path`) cannot be written or read",
+        "the audit location (`audit.path`) cannot be written or read (the line names the "
+        "path and the cause)",
         "point `audit.path` at a folder or URI this machine (and every executor) can "
-        "write, or fix its permissions",
+        "write, or fix its permissions; a Delta table there that delta-rs cannot read (its "
+        "`_delta_log` not whole, or written by another tool): point `audit.path` at a new "
+        "folder",
     ),
 )
 
