@@ -21,6 +21,7 @@ from syphon.core.configfile import load_config
 from syphon.job.context import RunContext
 from syphon.job.ledger import RunResult
 from syphon.producer import PairedNamespaceClient, SendAvailabilityOptions
+from syphon.servicebus.access import Access
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.servicebus.provision import provision_backlog
 
@@ -262,3 +263,9 @@ def dead_letters(pair: Pair, entity: str) -> list[str]:
     dlq = pair.primary.broker.entity(entity).dlq
     assert dlq is not None
     return [str(m.message_id) for m in dlq.messages.values()]
+
+
+def secondary_access(sb: Emulator) -> Access:
+    """syphon's access to ``sb`` as the secondary namespace (its connection string)."""
+    return Access("contoso-secondary", "secondary", "localhost",
+                  connection_string=sb.connection_string)  # fmt: skip

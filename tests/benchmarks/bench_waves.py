@@ -135,7 +135,7 @@ def run_one(name: str, direct: dict[str, Any], root: Path, total: int, wave_mess
 
 def left_rows(conf: Path, run_id: str) -> dict[tuple[str, str], int]:
     """A run's settle rows ``left`` (but those that arrived after a wave's snapshot),
-    counted by backlog queue and detail, with the sequence numbers' range."""
+    counted by backlog queue and detail."""
     from syphon.core.configfile import load_config
     from syphon.store.delta import read_table
 

@@ -14,6 +14,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
+from paired_env import secondary_access
 from servicebus_emulator import Emulator, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.core.schema import Detail, Outcome
@@ -21,11 +22,6 @@ from syphon.job.settle import COMPLETE, DEAD_LETTER, LEAVE, _SettleTask
 from syphon.servicebus.access import Access
 
 QUEUE = "contoso-primary/x-servicebus-transfer/0"
-
-
-def access(sb: Emulator) -> Access:
-    return Access("contoso-secondary", "secondary", "localhost",
-                  connection_string=sb.connection_string)  # fmt: skip
 
 
 def park(sb: Emulator, ids: list[str]) -> dict[str, int]:
@@ -71,7 +67,7 @@ def test_completes_dead_letters_with_the_reason_and_gives_back_what_it_leaves(
         (seq["bad"], DEAD_LETTER, "destination_unknown", "invalid"),
         (seq["paused"], LEAVE, None, "replay"),
     ])  # fmt: skip  # "late" arrived after the snapshot: not in the plan
-    out = by_seq(settle_task(access(sb), "run-1")(todo))
+    out = by_seq(settle_task(secondary_access(sb), "run-1")(todo))
 
     assert (out[seq["sent"]]["outcome"], out[seq["sent"]]["detail"]) == (Outcome.COMPLETED, None)
     assert (out[seq["bad"]]["outcome"], out[seq["bad"]]["detail"]) == (
@@ -107,7 +103,7 @@ def test_a_queue_with_one_action_is_settled(servicebus_emulator: EmulatorFactory
     sb = servicebus_emulator(QueueSpec(QUEUE))
     seq = park(sb, ["only"])
     todo = actions([(seq["only"], COMPLETE, None, "replay")])
-    out = by_seq(settle_task(access(sb), "run-5")(todo))
+    out = by_seq(settle_task(secondary_access(sb), "run-5")(todo))
     assert (out[seq["only"]]["outcome"], out[seq["only"]]["received"]) == (Outcome.COMPLETED, 1)
     assert not sb.broker.entity(QUEUE).messages
 
@@ -121,7 +117,7 @@ def test_a_queue_with_more_to_settle_than_one_receive_brings_is_settled_to_the_e
 
     sb = servicebus_emulator(QueueSpec(QUEUE))
     seq = park(sb, [f"m{i}" for i in range(RECEIVE_PAGE * 3 // 2 + 1)])
-    out = by_seq(settle_task(access(sb), "run-6")(actions(
+    out = by_seq(settle_task(secondary_access(sb), "run-6")(actions(
         [(s, COMPLETE, None, "replay") for s in seq.values()])))  # fmt: skip
     assert {r["outcome"] for r in out.values()} == {Outcome.COMPLETED}
     assert len(out) == len(seq)
@@ -141,7 +137,7 @@ def test_a_message_locked_elsewhere_is_left_not_received(
         assert str(locked.message_id) == "held"
         todo = actions([(seq["held"], COMPLETE, None, "replay"),
                         (seq["free"], COMPLETE, None, "replay")])  # fmt: skip
-        out = by_seq(settle_task(access(sb), "run-2")(todo))
+        out = by_seq(settle_task(secondary_access(sb), "run-2")(todo))
         other.abandon_message(locked)
     assert (out[seq["free"]]["outcome"], out[seq["free"]]["detail"]) == (Outcome.COMPLETED, None)
     assert (out[seq["held"]]["outcome"], out[seq["held"]]["detail"]) == (
@@ -171,7 +167,7 @@ def test_a_pass_stops_a_page_beyond_the_plans_last_message(
         (locked,) = other.receive_messages(1, max_wait_time=5)
         assert str(locked.message_id) == "m0"
         todo = actions([(seq[m], COMPLETE, None, "replay") for m in planned])
-        out = by_seq(settle_task(access(sb), "run-8")(todo))
+        out = by_seq(settle_task(secondary_access(sb), "run-8")(todo))
         other.abandon_message(locked)
     assert out[seq["m0"]]["detail"] == Detail.NOT_RECEIVED
     assert {out[seq[m]]["outcome"] for m in planned[1:]} == {Outcome.COMPLETED}
@@ -215,7 +211,7 @@ def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_
 
         monkeypatch.setattr(settle, "settle_by_lock_tokens", given_back_meanwhile)
         todo = actions([(seq[m], COMPLETE, None, "replay") for m in planned])
-        out = by_seq(settle_task(access(sb), "run-9")(todo))
+        out = by_seq(settle_task(secondary_access(sb), "run-9")(todo))
     assert {m: (out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in planned} == dict.fromkeys(
         planned, (Outcome.COMPLETED, None))  # fmt: skip
     # pages m0-m2, m4-m6 (beyond m4, the plan's last, with m4 to settle), then one: m3
@@ -234,14 +230,14 @@ def test_a_queue_that_cannot_be_read_leaves_everything_with_the_reason(
     todo = actions([(seq["a"], COMPLETE, None, "replay"), (seq["b"], LEAVE, None, "replay")])
 
     sb.make_unavailable(QUEUE)  # the entity refuses: a receive error of its class
-    out = by_seq(settle_task(access(sb), "run-3")(todo))
+    out = by_seq(settle_task(secondary_access(sb), "run-3")(todo))
     assert out[seq["a"]]["outcome"] == Outcome.LEFT
     assert str(out[seq["a"]]["detail"]).startswith(Detail.RECEIVE_FAILED)
     assert (out[seq["b"]]["outcome"], out[seq["b"]]["detail"]) == (Outcome.LEFT, None)
 
     sb.clear_faults()
     sb.make_namespace_unavailable()  # the whole namespace is down
-    out = by_seq(settle_task(access(sb), "run-4")(todo))
+    out = by_seq(settle_task(secondary_access(sb), "run-4")(todo))
     assert (out[seq["a"]]["outcome"], out[seq["a"]]["detail"]) == (
         Outcome.LEFT, Detail.NAMESPACE_FAULT)  # fmt: skip
     sb.clear_faults()
@@ -260,7 +256,7 @@ def test_a_page_is_settled_in_one_request_per_outcome(
         + [(seq[m], DEAD_LETTER, "message_id_reused", "conflict") for m in ids[10:11]]
         + [(seq[ids[11]], LEAVE, None, "replay")]
     )
-    out = by_seq(settle_task(access(sb), "run-6")(todo))
+    out = by_seq(settle_task(secondary_access(sb), "run-6")(todo))
     # on the wire: one request per outcome group, each with its page's lock tokens
     assert sorted(sb.broker.disposition_requests) == sorted([
         (QUEUE, "completed", 8), (QUEUE, "suspended", 2), (QUEUE, "suspended", 1),
@@ -307,7 +303,7 @@ def test_a_lapsed_lock_leaves_its_message_and_the_pass_goes_on(
     seq = park(sb, ["first", "second", "third"])
     todo = actions([(seq[m], COMPLETE, None, "replay") for m in ("first", "second", "third")])
     lapse_before_settling(monkeypatch, lock.total_seconds() + 0.5)
-    out = by_seq(settle_task(access(sb), "run-5")(todo))
+    out = by_seq(settle_task(secondary_access(sb), "run-5")(todo))
 
     for late in ("first", "second", "third"):  # the request failed, then each on its own
         row = out[seq[late]]
@@ -338,7 +334,7 @@ def test_a_request_that_failed_after_settling_some_is_found_out_message_by_messa
         real(receiver, messages, status, *args)
 
     monkeypatch.setattr(settle, "settle_by_lock_tokens", second_settled_before)
-    out = by_seq(settle_task(access(sb), "run-7")(todo))
+    out = by_seq(settle_task(secondary_access(sb), "run-7")(todo))
     assert [(out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in ("first", "second", "third")
             ] == [(Outcome.COMPLETED, None)] * 3  # fmt: skip
     assert not sb.broker.entity(QUEUE).messages
@@ -375,8 +371,9 @@ def test_a_tasks_queues_are_settled_side_by_side_each_with_its_own_results(
         actions([(seq["a1"], COMPLETE, None, "replay"), (seq["a2"], LEAVE, None, "replay")]),
         actions([(1, COMPLETE, None, "replay")]).assign(backlog_queue=other),
     ], ignore_index=True)  # fmt: skip
+    rows = settle_task(secondary_access(sb), "run-8")(frame).to_dict("records")
     out = {(r["backlog_queue"], int(r["sequence_number"])): (r["outcome"], r["detail"])
-           for r in settle_task(access(sb), "run-8")(frame).to_dict("records")}  # fmt: skip
+           for r in rows}  # fmt: skip
     assert sorted(met) == ["a1", "b1"]
     assert out == {
         (QUEUE, seq["a1"]): (Outcome.COMPLETED, None),

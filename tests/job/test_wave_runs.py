@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-from paired_env import PRIMARY, Pair, backlog_state, context, job_config, run_job, stored
+from paired_env import (
+    PRIMARY,
+    Pair,
+    backlog_state,
+    context,
+    job_config,
+    run_job,
+    secondary_access,
+    stored,
+)
 from report_html import parse_report, table_dict
 from syphon.app.services import run_with_report
 from syphon.core.schema import Status
@@ -199,7 +208,7 @@ def test_partitioned_and_dead_letter_sources_take_one_wave_and_say_why(pair: Pai
             for i in range(40):  # keys over many partitions: some beyond the first
                 message = ServiceBusMessage(b"x", message_id=f"p-{i}", partition_key=f"k{i}")
                 sender.send_messages(to_backlog_message(message, "orders"))
-    access = pair_access(pair)
+    access = secondary_access(pair.secondary)
     found = [DiscoveredQueue(PRIMARY, 9, partitioned, 40, True)]
     why = one_wave(10, "backlog", found, access)
     assert why is not None
@@ -211,10 +220,3 @@ def test_partitioned_and_dead_letter_sources_take_one_wave_and_say_why(pair: Pai
     dead = [DiscoveredQueue(PRIMARY, 0, "orders/$DeadLetterQueue", 40, False)]
     assert "dead-letter" in (one_wave(10, "dead_letter", dead, access) or "")
     assert "namespace" in (one_wave(10, "namespace", plain, access) or "")
-
-
-def pair_access(pair: Pair) -> Any:
-    from syphon.servicebus.access import Access
-
-    return Access("contoso-secondary", "secondary", "localhost",
-                  connection_string=pair.secondary.connection_string)  # fmt: skip

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-from paired_env import PRIMARY, Pair, backlog_state
-from syphon.servicebus.access import Access
+from paired_env import PRIMARY, Pair, backlog_state, secondary_access
 from syphon.servicebus.backlog_messages import to_backlog_message
 
 pytestmark = pytest.mark.timeout(240)
@@ -21,11 +20,6 @@ pytestmark = pytest.mark.timeout(240)
 
 def queue(i: int) -> str:
     return f"{PRIMARY}/x-servicebus-transfer/{i}"
-
-
-def access(pair: Pair) -> Access:
-    return Access("contoso-secondary", "secondary", "localhost",
-                  connection_string=pair.secondary.connection_string)  # fmt: skip
 
 
 def fill_in_turn(pair: Pair, queues: int, messages: int) -> list[str]:
@@ -53,7 +47,7 @@ def test_waves_take_each_message_once_and_in_time_order(pair: Pair, spark: Any) 
     cursors: dict[str, int] = {}
     waves: list[list[Any]] = []
     while True:
-        wave = read_wave(spark, access(pair), paths, cursors, limit=4)
+        wave = read_wave(spark, secondary_access(pair.secondary), paths, cursors, limit=4)
         rows = wave.rows.select("message_id", "backlog_queue", "enqueued_time").collect()
         per_queue = {p: sum(r["backlog_queue"] == p for r in rows) for p in paths}
         assert max(per_queue.values()) <= wave.limit
@@ -98,7 +92,7 @@ def test_a_burst_in_one_millisecond_doubles_the_limit_rather_than_stall(
                 sender.send_messages(
                     to_backlog_message(ServiceBusMessage(b"x", message_id=f"later-{i}"), "orders")
                 )
-    wave = read_wave(spark, access(pair), [queue(0), queue(1)], {}, limit=2)
+    wave = read_wave(spark, secondary_access(pair.secondary), [queue(0), queue(1)], {}, limit=2)
     taken = sorted(r["message_id"] for r in wave.rows.select("message_id").collect())
     assert wave.limit > 2
     assert [m for m in taken if m.startswith("b-")] == [f"b-{i}" for i in range(5)]
