@@ -73,7 +73,7 @@ ensure_chromium() {
   command -v chromium >/dev/null 2>&1 || apt_install chromium fonts-dejavu-core
 }
 
-# the tests' Spark JVMs start from a class-data-sharing archive (tests/jvm.py): made once
+# the tests' Spark JVMs start from a class-data-sharing archive (tests/support/jvm.py): made once
 # per environment and Java, about 6 s less per JVM start
 ensure_test_jvm_archive() {
   local want
@@ -83,15 +83,15 @@ ensure_test_jvm_archive() {
   fi
   say "making the tests' JVM class archive (once per environment)"
   rm -f "$VENV/spark-classes.jsa"
-  (cd tests && "../$VENV/bin/python" jvm.py) >/dev/null 2>&1 || { say "no JVM class archive: the tests' JVMs start slower"; return; }
+  (cd tests/support && "../../$VENV/bin/python" jvm.py) >/dev/null 2>&1 || { say "no JVM class archive: the tests' JVMs start slower"; return; }
   echo "$want" > "$VENV/spark-classes.stamp"
 }
 
 # the official SDK samples the local Service Bus is tested with: fetched once (the SDK's
 # source archive, checked against requirements.lock's hashes) into ~/.cache/syphon-tests
 ensure_sdk_samples() {
-  "$VENV/bin/python" tests/sdk_samples.py >/dev/null 2>&1 \
-    || { say "could not fetch the SDK samples (tests/sdk_samples.py): their tests will fail"; }
+  "$VENV/bin/python" tests/support/sdk_samples.py >/dev/null 2>&1 \
+    || { say "could not fetch the SDK samples (tests/support/sdk_samples.py): their tests will fail"; }
 }
 
 # the services the tests start (tests/services/package.json, pinned by its lock): Azurite,

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
-from azurite import KEY_ENV, Azurite, BlobAudit, start_azurite
-from jvm import TEST_SPARK_CONF
-from paired_env import Pair, make_pair
+from support.azurite import KEY_ENV, Azurite, BlobAudit, start_azurite
+from support.jvm import TEST_SPARK_CONF
+from support.paired_env import Pair, make_pair
 from syphon.app.spark import build_spark_session
 from syphon.core.config import SparkConfig
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["servicebus_emulator.pytest_plugin"]
 
-# The tests' JVMs start from the tests' own class archive (tests/jvm.py); syphon's archive
+# The tests' JVMs start from the tests' own class archive (tests/support/jvm.py); syphon's archive
 # for local sessions (syphon.app.classarchive) is never written to the user's cache by a
 # test: its own tests name a folder of theirs.
 os.environ["SYPHON_CLASS_ARCHIVE"] = "off"

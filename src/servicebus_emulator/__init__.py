@@ -6,6 +6,7 @@ Apache Qpid Proton, plain TCP on loopback, reached with an emulator connection s
 """
 
 from servicebus_emulator.auth import AccessKey
+from servicebus_emulator.clock import ManualClock
 from servicebus_emulator.entities import QueueSpec, SubscriptionSpec, TopicSpec, load_entities
 from servicebus_emulator.filters import (
     CorrelationFilter,
@@ -22,6 +23,7 @@ __all__ = [
     "CorrelationFilter",
     "Emulator",
     "FalseFilter",
+    "ManualClock",
     "QueueSpec",
     "RuleSpec",
     "SqlAction",

@@ -16,13 +16,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
 
 from proton import (
     Condition,
-    Data,
     Delivery,
-    Described,
     Endpoint,
     Link,
     Message,
@@ -40,46 +37,34 @@ from servicebus_emulator.auth import (
     token_kind,
     unauthorized,
 )
-from servicebus_emulator.broker import (
-    SIZE_EXCEEDED,
-    Broker,
-    BrokerError,
-    StoredMessage,
-)
+from servicebus_emulator.broker import Broker
 from servicebus_emulator.codec import (
-    AMQP_VALUE,
     MessageFormatError,
-    ParsedMessage,
     parse_sections,
-    read_value,
     render_message,
-    split_batch,
     split_sections,
 )
+from servicebus_emulator.frames import (
+    LOCKED_UNTIL_UTC,
+    SESSION_FILTER,
+    dotnet_ticks,
+    entity_from_address,
+    lock_lost,
+    parse_transfer,
+    reject,
+    request_body,
+    session_filter,
+    text,
+)
 from servicebus_emulator.management import Response, handle_management
+from servicebus_emulator.model import SIZE_EXCEEDED, BrokerError, StoredMessage
 
 log = logging.getLogger(__name__)
 
 CBS = "$cbs"
 MANAGEMENT_SUFFIX = "/$management"
-SESSION_FILTER = symbol("com.microsoft:session-filter")
-LOCKED_UNTIL_UTC = symbol("com.microsoft:locked-until-utc")
-DOTNET_EPOCH_TICKS = 621_355_968_000_000_000
 SEND_CREDIT = 500
 TICK_SECONDS = 0.02
-
-
-def dotnet_ticks(epoch_ms: int) -> int:
-    return DOTNET_EPOCH_TICKS + epoch_ms * 10_000
-
-
-def entity_from_address(address: str | None) -> str:
-    """``amqps://host:port/queue`` -> ``queue``; a bare path is kept."""
-    if not address:
-        return ""
-    if "://" in address:
-        return urlparse(address).path.lstrip("/")
-    return address.lstrip("/")
 
 
 @dataclass
@@ -278,7 +263,7 @@ class AmqpHandler:
         state = LinkState("out", entity, peek_lock=peek_lock)
         link.state_info = state
         error = self._refusal(link, entity, LISTEN) or self._entity_error(entity)
-        session_requested, wanted = _session_filter(link.remote_source)
+        session_requested, wanted = session_filter(link.remote_source)
         if error is None and session_requested:
             try:
                 sid, locked_until = self.broker.lock_session(entity, wanted, state.owner)
@@ -400,7 +385,7 @@ class AmqpHandler:
 
     def _accept_send(self, state: LinkState, delivery: Any, payload: bytes) -> None:
         try:
-            messages = _parse_transfer(payload)
+            messages = parse_transfer(payload)
             limit = self.broker.send_target(state.entity).spec.max_batch_bytes
             if len(messages) > 1 and len(payload) > limit:
                 raise BrokerError(
@@ -410,9 +395,9 @@ class AmqpHandler:
             touched: set[str] = set()
             self.broker.send(state.entity, messages, touched)
         except BrokerError as exc:
-            _reject(delivery, exc.condition, exc.description)
+            reject(delivery, exc.condition, exc.description)
         except MessageFormatError as exc:
-            _reject(delivery, "amqp:decode-error", str(exc))
+            reject(delivery, "amqp:decode-error", str(exc))
         else:
             delivery.update(Delivery.ACCEPTED)
             for path in touched:
@@ -472,7 +457,7 @@ class AmqpHandler:
         remote = delivery.remote
         outcome = delivery.remote_state
         if tag is None or msg is None or msg.lock_token is None:
-            _lock_lost(delivery)
+            lock_lost(delivery)
             return
         # the lock of this delivery (its tag), not the message's current one: after the
         # lock expired and the message went to another receiver, a settlement of the
@@ -490,19 +475,19 @@ class AmqpHandler:
                     state.entity,
                     token,
                     "dead-letter",
-                    reason=_text(reason),
-                    description=_text(description),
+                    reason=text(reason),
+                    description=text(description),
                     properties=info,
                 )
             elif outcome == Delivery.MODIFIED:  # with the client's propertiesToModify
                 kind = "defer" if remote.undeliverable else "abandon"
                 self.broker.settle(state.entity, token, kind, properties=remote.annotations)
             elif outcome == Delivery.RELEASED:
-                self.broker.settle(state.entity, token, "abandon")
+                self.broker.settle(state.entity, token, "release")
             else:
                 return
         except BrokerError as exc:
-            _reject(delivery, exc.condition, exc.description)
+            reject(delivery, exc.condition, exc.description)
             delivery.settle()
             return
         # The service echoes the applied outcome; a rejected echo carries no error (an
@@ -526,12 +511,12 @@ class AmqpHandler:
         reply: Any = Message()
         reply.correlation_id = request_id
         if state.kind == "cbs":
-            token_type = _text(app.get("type")) or "?"
-            token = _text(_request_body(payload)) or ""
+            token_type = text(app.get("type")) or "?"
+            token = text(request_body(payload)) or ""
             with self.broker.lock:
                 self.broker.auth_seen[f"amqp:{token_kind(token_type, token)}"] += 1
             try:
-                grant = self.broker.keys.grant(token_type, token, _text(app.get("name")) or "")
+                grant = self.broker.keys.grant(token_type, token, text(app.get("name")) or "")
             except AuthError as exc:
                 reply.properties = {"status-code": amqp_int(401),
                                     "status-description": exc.description}  # fmt: skip
@@ -542,13 +527,15 @@ class AmqpHandler:
                                     "status-description": "Accepted"}  # fmt: skip
         else:
             entity = state.entity[: -len(MANAGEMENT_SUFFIX)]
-            operation = _text(app.get("operation")) or ""
+            operation = text(app.get("operation")) or ""
             right = _OPERATION_RIGHTS.get(operation.removeprefix("com.microsoft:"), LISTEN)
             refused = self._refusal(link, state.entity, right)
             if refused is not None:
                 response: Response = (401, refused.description, None, refused.condition)
             else:
-                response = handle_management(self, entity, operation, _request_body(payload))
+                response = handle_management(
+                    self.broker, self.wake, entity, operation, request_body(payload)
+                )
             status, description, body, condition = response
             props: dict[str, Any] = {
                 "statusCode": amqp_int(status),
@@ -558,7 +545,7 @@ class AmqpHandler:
                 props["errorCondition"] = symbol(condition)
             reply.properties = props
             reply.body = body
-        self._reply(link, state, reply, _text(reply_to))
+        self._reply(link, state, reply, text(reply_to))
 
     def _reply(self, link: Any, state: LinkState, reply: Message, reply_to: str | None) -> None:
         conn = link.connection
@@ -598,70 +585,3 @@ class _Later:
             self.callback()
         except Exception:
             log.exception("a delayed reply failed")
-
-
-def _request_body(payload: bytes) -> Any:
-    for section in split_sections(payload):
-        if section.code == AMQP_VALUE:
-            return section.value
-    return None
-
-
-def _session_filter(source: Any) -> tuple[bool, str | None]:
-    data: Data = source.filter
-    data.rewind()
-    if data.next() is None:
-        return False, None
-    try:
-        filters = read_value(data)
-    except Exception:
-        return False, None
-    if not isinstance(filters, dict):
-        return False, None
-    for key, value in filters.items():
-        if str(key) == str(SESSION_FILTER):
-            if isinstance(value, Described):
-                value = value.value
-            if isinstance(value, memoryview):
-                value = bytes(value)
-            if isinstance(value, bytes):
-                value = value.decode("utf-8")
-            return True, None if value is None else str(value)
-    return False, None
-
-
-def _parse_transfer(payload: bytes) -> list[tuple[ParsedMessage, int]]:
-    sections = split_sections(payload)
-    inner = split_batch(sections)
-    if inner is None:
-        return [(parse_sections(sections), len(payload))]
-    return [(parse_sections(parts), len(raw)) for raw, parts in inner]
-
-
-def _tracking_info() -> dict[Any, Any]:
-    # The SDK indexes a rejection's info unconditionally, and Proton leaves an empty
-    # map off the wire: always send one entry, as the service does.
-    return {symbol("com.microsoft:tracking-id"): str(uuid.uuid4())}
-
-
-def _reject(delivery: Any, condition: str, description: str) -> None:
-    delivery.local.condition = Condition(condition, description, _tracking_info())
-    delivery.update(Delivery.REJECTED)
-
-
-def _lock_lost(delivery: Any) -> None:
-    _reject(
-        delivery,
-        "com.microsoft:message-lock-lost",
-        "The lock supplied is invalid. Either the lock expired, or the message has already "
-        "been removed from the queue.",
-    )
-    delivery.settle()
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, (bytes, memoryview)):
-        return bytes(value).decode("utf-8", errors="replace")
-    return str(value)

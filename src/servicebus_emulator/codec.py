@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from proton import Data, Described, symbol, timestamp, ulong
-
-if TYPE_CHECKING:
-    from servicebus_emulator.broker import StoredMessage
 
 HEADER = 0x70
 DELIVERY_ANNOTATIONS = 0x71
@@ -379,7 +376,19 @@ _DELIVERY_ANNOTATIONS = frozenset({
 })  # fmt: skip
 
 
-def render_message(msg: StoredMessage, entity_path: str) -> bytes:
+class Delivered(Protocol):
+    """What a receiver is told about a stored message besides its own bytes."""
+
+    parsed: ParsedMessage
+    seq: int
+    enqueued_ms: int
+    state: int
+    delivery_count: int
+    locked_until_ms: int | None
+    dead_letter_source: str | None
+
+
+def render_message(msg: Delivered, entity_path: str) -> bytes:
     """The bytes a receiver gets: a fresh header and annotations, then the bare message.
 
     The annotations the sender gave are encoded once per message (Proton); those the

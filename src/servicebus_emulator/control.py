@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from servicebus_emulator.admin import SHUTDOWN_POLL_SECONDS
-from servicebus_emulator.broker import BrokerError
+from servicebus_emulator.model import BrokerError
 
 if TYPE_CHECKING:
     from servicebus_emulator.server import Emulator

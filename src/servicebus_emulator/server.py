@@ -15,6 +15,7 @@ from servicebus_emulator.admin import AdminServer
 from servicebus_emulator.amqp import AmqpHandler
 from servicebus_emulator.auth import DEFAULT_KEYS, ROOT_KEY, AccessKey
 from servicebus_emulator.broker import Broker
+from servicebus_emulator.clock import Clock, ManualClock, SystemClock
 from servicebus_emulator.entities import QueueSpec, TopicSpec
 from servicebus_emulator.tls import TlsMaterial, generate
 
@@ -55,6 +56,10 @@ class Emulator:
             checked against them. By default the root key of :attr:`connection_string`
             (all rights), ``listen-only`` and ``send-only`` (see
             :meth:`connection_string_for`).
+        clock: the time the namespace keeps (lock expiry, time to live, scheduled
+            messages, duplicate windows): the wall clock by default, or a
+            :class:`~servicebus_emulator.clock.ManualClock` that a test moves with
+            :meth:`advance`.
     """
 
     def __init__(
@@ -66,6 +71,7 @@ class Emulator:
         topics: Iterable[TopicSpec] = (),
         admin_port: int = 0,
         keys: Iterable[AccessKey] = DEFAULT_KEYS,
+        clock: Clock | None = None,
     ) -> None:
         self.host = host
         self._auto_port = port == 0
@@ -73,7 +79,10 @@ class Emulator:
         self._admin_port_wanted = admin_port
         self._tls: TlsMaterial | None = None
         self._admin: AdminServer | None = None
-        self.broker = Broker(queues, auto_create=auto_create, topics=topics, keys=keys)
+        self.clock: Clock = clock or SystemClock()
+        self.broker = Broker(
+            queues, auto_create=auto_create, topics=topics, keys=keys, clock=self.clock
+        )
         self.handler = AmqpHandler(self.broker, host)
         self._injector = EventInjector()
         self._thread: threading.Thread | None = None
@@ -243,6 +252,21 @@ class Emulator:
         self.handler.namespace_down = unavailable
         if unavailable:
             self.drop_connections()
+
+    def advance(self, seconds: float) -> None:
+        """Moves the namespace's :class:`~servicebus_emulator.clock.ManualClock` forward
+        and has its receivers served at once: locks that expired, messages whose time
+        to live ran out or whose scheduled time came are dealt with as the service
+        would.
+
+        Raises:
+            TypeError: the emulator keeps the wall clock (no ``clock=ManualClock()``).
+        """
+        if not isinstance(self.clock, ManualClock):
+            raise TypeError("only an emulator started with clock=ManualClock() can be moved")
+        self.clock.advance(seconds)
+        if self._thread is not None:
+            self._injector.trigger(ApplicationEvent("emulator_wake", subject=None))
 
     def drop_connections(self) -> None:
         """Drops every open connection now (at the reactor's next tick)."""

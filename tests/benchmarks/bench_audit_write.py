@@ -107,7 +107,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     azurite = None
     if args.azurite:
-        from azurite import start_azurite
+        from support.azurite import start_azurite
 
         azurite = start_azurite()
     try:

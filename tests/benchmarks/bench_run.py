@@ -25,7 +25,7 @@ the tree's peak memory, PSS):
    on the same backlog, parked again with the same seed.
 
 The loop and syphon run at each one-way delay of ``--delays`` (milliseconds; 0 is
-loopback): a delay proxy (tests/latency_proxy.py) in the server's process sits in front
+loopback): a delay proxy (tests/support/latency_proxy.py) in the server's process sits in front
 of each namespace's AMQP port and management API, so every round trip costs twice the
 delay; parking and checking go direct. After each, the destinations are drained and
 order violations counted per (destination, key): a message whose ``n`` is below the one
@@ -104,9 +104,9 @@ PER_BATCH = 20
 def serve(ready: Any, stop: Any, delays: list[float]) -> None:
     """The child process: both namespaces until ``stop`` is set, and for each delay
     (milliseconds, one way) above 0 a delay proxy in front of each namespace's AMQP port
-    and management API (tests/latency_proxy.py), all in this process."""
-    from latency_proxy import DelayProxy
+    and management API (tests/support/latency_proxy.py), all in this process."""
     from servicebus_emulator import Emulator, QueueSpec
+    from support.latency_proxy import DelayProxy
 
     # as syphon provision describes them (syphon.core.naming): no delivery count limit
     backlog = [QueueSpec(f"{PRIMARY}/x-servicebus-transfer/{i}", max_size_in_megabytes=5120,

@@ -25,10 +25,10 @@ from azure.servicebus.management import (
     TrueRuleFilter,
 )
 
-from sas import root_key, sas_token
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
-from servicebus_emulator.admin import format_duration, parse_duration
+from servicebus_emulator.atom import format_duration, parse_duration
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.sas import root_key, sas_token
 
 pytestmark = pytest.mark.timeout(90)
 

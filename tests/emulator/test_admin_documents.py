@@ -20,9 +20,9 @@ import pytest
 from proton import Message
 from proton.utils import BlockingConnection
 
-from sas import put_token, root_key, sas_token
 from servicebus_emulator import Emulator
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.sas import put_token, root_key, sas_token
 
 ATOM = "http://www.w3.org/2005/Atom"
 SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"

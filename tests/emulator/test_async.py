@@ -12,6 +12,7 @@ from azure.servicebus.exceptions import MessagingEntityNotFoundError
 
 from servicebus_emulator import QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.waiting import POLL_SECONDS
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -96,10 +97,11 @@ def test_async_auto_lock_renewer_on_a_topic_subscription(
 ) -> None:
     from azure.servicebus.aio import AutoLockRenewer
 
-    from servicebus_emulator import SubscriptionSpec, TopicSpec
+    from servicebus_emulator import ManualClock, SubscriptionSpec, TopicSpec
 
     sb = servicebus_emulator(
-        TopicSpec("t", subscriptions=(SubscriptionSpec("s", lock_duration=timedelta(seconds=3)),))
+        TopicSpec("t", subscriptions=(SubscriptionSpec("s", lock_duration=timedelta(seconds=3)),)),
+        clock=ManualClock(),
     )
 
     async def scenario() -> None:
@@ -111,8 +113,14 @@ def test_async_auto_lock_renewer_on_a_topic_subscription(
                 (msg,) = await receiver.receive_messages(1, max_wait_time=2)
                 first_lock = msg.locked_until_utc
                 renewer.register(receiver, msg, max_lock_renewal_duration=30)
-                await asyncio.sleep(7)  # more than two lock durations
-                assert msg.locked_until_utc > first_lock
+                # twice the clock goes 2 s on and the renewer renews the 3-second lock
+                # again (it renews what ends within 10 s): held 4 s past its first lock
+                for _ in range(2):
+                    held_until = msg.locked_until_utc
+                    sb.advance(2)
+                    while msg.locked_until_utc <= held_until:
+                        await asyncio.sleep(POLL_SECONDS)
+                assert msg.locked_until_utc > first_lock + timedelta(seconds=3)
                 await receiver.complete_message(msg)
         await renewer.close()
 

@@ -20,9 +20,9 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 from proton import UNDESCRIBED, Array, Data, Message, int32
 from proton.utils import BlockingConnection, LinkDetached
 
-from sas import put_token, root_key
 from servicebus_emulator import Emulator, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.sas import put_token, root_key
 
 pytestmark = pytest.mark.timeout(90)
 UNAUTHORIZED = "amqp:unauthorized-access"

@@ -12,7 +12,7 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import MessagingEntityDisabledError, OperationTimeoutError
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from servicebus_emulator.broker import partition_for_key
+from servicebus_emulator.model import partition_for_key
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,8 +11,6 @@ from azure.servicebus._pyamqp.message import BatchMessage
 from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
 from proton import Data, Described, ulong
 
-from servicebus_emulator.amqp import _parse_transfer
-from servicebus_emulator.broker import StoredMessage
 from servicebus_emulator.codec import (
     APPLICATION_PROPERTIES,
     DATA,
@@ -24,6 +22,8 @@ from servicebus_emulator.codec import (
     split_sections,
     with_message_id,
 )
+from servicebus_emulator.frames import parse_transfer
+from servicebus_emulator.model import StoredMessage
 
 
 def encoded(message: ServiceBusMessage) -> bytes:
@@ -56,7 +56,7 @@ def test_a_batch_is_split_into_its_messages_and_a_plain_message_is_not() -> None
     assert parts is not None
     assert [raw for raw, _ in parts] == inner
     assert split_batch(split_sections(inner[0])) is None
-    assert [p.bare for p, _ in _parse_transfer(batch)] == [parse_message(m).bare for m in inner]
+    assert [p.bare for p, _ in parse_transfer(batch)] == [parse_message(m).bare for m in inner]
 
 
 def test_maps_with_binary_keys_decode() -> None:

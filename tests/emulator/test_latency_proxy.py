@@ -1,4 +1,4 @@
-"""The benchmarks' delay proxy (tests/latency_proxy.py): bytes arrive whole and in
+"""The benchmarks' delay proxy (tests/support/latency_proxy.py): bytes arrive whole and in
 order in both directions, and the real SDK works through it against the local Service
 Bus. (How long it delays is the benchmarks' business: no timed assert here.)"""
 
@@ -9,9 +9,9 @@ import threading
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-from latency_proxy import DelayProxy
 from servicebus_emulator import QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.latency_proxy import DelayProxy
 
 
 def test_chunks_arrive_whole_and_in_order_both_ways() -> None:

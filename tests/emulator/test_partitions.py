@@ -15,7 +15,7 @@ from azure.servicebus.exceptions import (
 )
 
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
-from servicebus_emulator.broker import PARTITION_SHIFT, partition_for_key
+from servicebus_emulator.model import PARTITION_SHIFT, partition_for_key
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 
 pytestmark = pytest.mark.timeout(90)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -23,8 +22,9 @@ from azure.servicebus.exceptions import (
     ServiceBusServerBusyError,
 )
 
-from servicebus_emulator import Emulator, QueueSpec
+from servicebus_emulator import Emulator, ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -224,12 +224,14 @@ def test_deferred_messages_come_back_by_sequence_number(
 def test_an_expired_lock_redelivers_and_the_old_lock_is_lost(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
-    sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=1)))
+    sb = servicebus_emulator(
+        QueueSpec("q", lock_duration=timedelta(seconds=1)), clock=ManualClock()
+    )
     with client_for(sb, retry_total=0) as client:
         client.get_queue_sender("q").send_messages(ServiceBusMessage("a"))
         with client.get_queue_receiver("q") as receiver:
             (first,) = receiver.receive_messages(1, max_wait_time=2)
-            time.sleep(1.3)
+            sb.advance(1.3)
             (again,) = receiver.receive_messages(1, max_wait_time=2)
             assert again.delivery_count == 1
             # Make the client believe the lock still holds, so the server must refuse.
@@ -245,12 +247,14 @@ def test_a_stale_delivery_cannot_settle_the_message_another_receiver_now_holds(
     """The lock of the delivery settled decides, not the message's current lock: after a
     redelivery to another receiver, completing (or abandoning) through the old delivery
     fails with MessageLockLost and changes nothing; the new holder completes it."""
-    sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=1)))
+    sb = servicebus_emulator(
+        QueueSpec("q", lock_duration=timedelta(seconds=1)), clock=ManualClock()
+    )
     with client_for(sb, retry_total=0) as client:
         client.get_queue_sender("q").send_messages(ServiceBusMessage("a"))
         with client.get_queue_receiver("q") as old, client.get_queue_receiver("q") as new:
             (first,) = old.receive_messages(1, max_wait_time=2)
-            # redelivered once the first lock expires (the receive waits for it)
+            sb.advance(1.1)  # the first lock expires: redelivered
             (again,) = new.receive_messages(1, max_wait_time=5)
             assert (again.delivery_count, again.lock_token) != (0, first.lock_token)
             # Make the client believe the old lock still holds, so the server must refuse.
@@ -265,14 +269,16 @@ def test_a_stale_delivery_cannot_settle_the_message_another_receiver_now_holds(
 
 
 def test_renewing_a_lock_keeps_the_message(servicebus_emulator: EmulatorFactory) -> None:
-    sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=1)))
+    sb = servicebus_emulator(
+        QueueSpec("q", lock_duration=timedelta(seconds=1)), clock=ManualClock()
+    )
     with client_for(sb) as client:
         client.get_queue_sender("q").send_messages(ServiceBusMessage("a"))
         with client.get_queue_receiver("q") as receiver:
             (m,) = receiver.receive_messages(1, max_wait_time=2)
             before = m.locked_until_utc
-            for _ in range(3):
-                time.sleep(0.5)
+            for _ in range(3):  # 1.5 s in all: past the first lock, never past a renewed one
+                sb.advance(0.5)
                 receiver.renew_message_lock(m)
             assert m.locked_until_utc > before
             receiver.complete_message(m)
@@ -319,7 +325,7 @@ def test_peek_is_capped_per_call_and_pages_by_sequence_number(
 def test_expired_messages_are_never_delivered_and_dropped_by_default(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
-    sb = servicebus_emulator(QueueSpec("q"))
+    sb = servicebus_emulator(QueueSpec("q"), clock=ManualClock())
     with client_for(sb) as client:
         client.get_queue_sender("q").send_messages(
             [
@@ -328,7 +334,7 @@ def test_expired_messages_are_never_delivered_and_dropped_by_default(
                 ServiceBusMessage("long"),
             ]
         )
-        time.sleep(1.2)
+        sb.advance(1.2)
         assert [str(m) for m in drain(client, "q")] == ["long"]
         assert drain(client, "q", sub_queue=ServiceBusSubQueue.DEAD_LETTER) == []
 
@@ -341,11 +347,12 @@ def test_expired_messages_are_dead_lettered_when_the_entity_says_so(
             "q",
             dead_lettering_on_message_expiration=True,
             default_message_time_to_live=timedelta(milliseconds=300),
-        )
+        ),
+        clock=ManualClock(),
     )
     with client_for(sb) as client:
         client.get_queue_sender("q").send_messages(ServiceBusMessage("a"))
-        time.sleep(0.5)
+        sb.advance(0.5)
         assert drain(client, "q") == []
         (dead,) = drain(client, "q", sub_queue=ServiceBusSubQueue.DEAD_LETTER)
         assert dead.dead_letter_reason == "TTLExpiredException"
@@ -357,7 +364,8 @@ def test_duplicates_within_the_window_are_dropped(servicebus_emulator: EmulatorF
             "q",
             requires_duplicate_detection=True,
             duplicate_detection_history_window=timedelta(seconds=1),
-        )
+        ),
+        clock=ManualClock(),
     )
     with client_for(sb) as client, client.get_queue_sender("q") as sender:
         sender.send_messages(
@@ -365,7 +373,7 @@ def test_duplicates_within_the_window_are_dropped(servicebus_emulator: EmulatorF
         )
         sender.send_messages(ServiceBusMessage("a again", message_id="1"))
         assert [str(m) for m in drain(client, "q")] == ["a", "b"]
-        time.sleep(1.1)
+        sb.advance(1.1)
         sender.send_messages(ServiceBusMessage("after the window", message_id="1"))
         assert [str(m) for m in drain(client, "q")] == ["after the window"]
 
@@ -373,14 +381,15 @@ def test_duplicates_within_the_window_are_dropped(servicebus_emulator: EmulatorF
 def test_scheduled_messages_wait_for_their_time_and_can_be_cancelled(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
-    sb = servicebus_emulator(QueueSpec("q"))
+    clock = ManualClock()
+    sb = servicebus_emulator(QueueSpec("q"), clock=clock)
     with (
         client_for(sb) as client,
         client.get_queue_sender("q") as sender,
         client.get_queue_receiver("q") as receiver,
     ):
         assert receiver.receive_messages(1, max_wait_time=0.2) == []  # links are up
-        due = datetime.now(timezone.utc) + timedelta(seconds=2)
+        due = datetime.fromtimestamp(clock.now_ms() / 1000, timezone.utc) + timedelta(seconds=2)
         (keep,) = sender.schedule_messages(ServiceBusMessage("due"), due)
         (drop,) = sender.schedule_messages(ServiceBusMessage("cancelled"), due)
         sender.cancel_scheduled_messages(drop)
@@ -388,7 +397,7 @@ def test_scheduled_messages_wait_for_their_time_and_can_be_cancelled(
         sender.send_messages(ServiceBusMessage("prop", scheduled_enqueue_time_utc=due))
         assert keep > 0
         assert receiver.receive_messages(5, max_wait_time=0.5) == []
-        time.sleep(max(0.0, (due - datetime.now(timezone.utc)).total_seconds()) + 0.1)
+        sb.advance(2.1)
         got = receiver.receive_messages(5, max_wait_time=2)
         got += receiver.receive_messages(5, max_wait_time=0.5)
         assert sorted(str(m) for m in got) == ["due", "prop"]
@@ -455,7 +464,7 @@ def test_dropped_connections_recover_on_the_next_call(servicebus_emulator: Emula
     with client_for(sb) as client, client.get_queue_sender("q") as sender:
         sender.send_messages(ServiceBusMessage("before"))
         sb.drop_connections()
-        time.sleep(0.2)
+        wait_until(lambda: not sb.handler.connections, what="the connections to drop")
         sender.send_messages(ServiceBusMessage("after"))
         assert [str(m) for m in drain(client, "q")] == ["before", "after"]
 
@@ -487,7 +496,9 @@ def test_auto_lock_renewer_keeps_a_message_past_its_lock(
 ) -> None:
     from azure.servicebus import AutoLockRenewer
 
-    sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=3)))
+    sb = servicebus_emulator(
+        QueueSpec("q", lock_duration=timedelta(seconds=3)), clock=ManualClock()
+    )
     renewer = AutoLockRenewer()
     with client_for(sb, retry_total=0) as client:
         with client.get_queue_sender("q") as sender:
@@ -496,8 +507,14 @@ def test_auto_lock_renewer_keeps_a_message_past_its_lock(
             (msg,) = receiver.receive_messages(1, max_wait_time=2)
             first_lock = msg.locked_until_utc
             renewer.register(receiver, msg, max_lock_renewal_duration=30)
-            time.sleep(7)  # more than two lock durations
-            assert msg.locked_until_utc > first_lock
+            # the renewer renews a 3-second lock on its first look (it renews what ends
+            # within 10 s); twice the clock goes 2 s on and the renewer renews again, so
+            # the message is held 4 s past its first lock
+            for _ in range(2):
+                held_until = msg.locked_until_utc
+                sb.advance(2)
+                wait_until(lambda held=held_until: msg.locked_until_utc > held, what="a renewal")
+            assert msg.locked_until_utc > first_lock + timedelta(seconds=3)
             receiver.complete_message(msg)
     renewer.close()
     assert sb.broker.entity("q").messages == {}

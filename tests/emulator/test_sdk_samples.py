@@ -1,7 +1,7 @@
 """The official azure-servicebus 7.15.0 samples run green against the local Service Bus.
 
 The samples are not copied here: ``./dev.sh test`` fetches the SDK's source archive once
-(``tests/sdk_samples.py``: the version and hashes of ``requirements.lock``, cached under
+(``tests/support/sdk_samples.py``: the version and hashes of ``requirements.lock``, cached under
 ~/.cache/syphon-tests), and the test runs each sample unchanged through
 ``sample_harness.py``, which only replaces Azure AD with the emulator's shared key.
 Which samples run, and why the others cannot, is listed in
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sdk_samples import samples_dir
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
+from support.sdk_samples import samples_dir
 
 HARNESS = Path(__file__).with_name("sample_harness.py")
 
@@ -61,7 +61,7 @@ def _samples_dir() -> Path:
     if not root.is_dir():
         pytest.fail(
             f"the SDK samples are not in {root}: ./dev.sh test fetches them once "
-            "(python tests/sdk_samples.py)"
+            "(python tests/support/sdk_samples.py)"
         )
     return root
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -13,7 +12,7 @@ from azure.servicebus.exceptions import (
     SessionCannotBeLockedError,
 )
 
-from servicebus_emulator import QueueSpec
+from servicebus_emulator import ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 
 pytestmark = pytest.mark.timeout(60)
@@ -80,7 +79,8 @@ def test_next_available_with_no_session_times_out(servicebus_emulator: EmulatorF
 
 def test_session_state_and_lock_renewal(servicebus_emulator: EmulatorFactory) -> None:
     sb = servicebus_emulator(
-        QueueSpec("s", requires_session=True, lock_duration=timedelta(seconds=2))
+        QueueSpec("s", requires_session=True, lock_duration=timedelta(seconds=2)),
+        clock=ManualClock(),
     )
     with ServiceBusClient.from_connection_string(sb.connection_string) as client:
         client.get_queue_sender("s").send_messages(ServiceBusMessage("x", session_id="a"))
@@ -90,7 +90,7 @@ def test_session_state_and_lock_renewal(servicebus_emulator: EmulatorFactory) ->
             session.set_state(b"checkpoint-1")
             assert session.get_state() == b"checkpoint-1"
             before = session.locked_until_utc
-            time.sleep(0.5)
+            sb.advance(0.5)
             after = session.renew_lock()
             assert before is not None
             assert after > before
@@ -110,14 +110,17 @@ def test_sessions_are_listed_by_messages_or_by_state_updates(
 ) -> None:
     from datetime import datetime, timezone
 
-    sb = servicebus_emulator(QueueSpec("s", requires_session=True))
+    clock = ManualClock()
+    sb = servicebus_emulator(QueueSpec("s", requires_session=True), clock=clock)
     with ServiceBusClient.from_connection_string(sb.connection_string) as client:
         client.get_queue_sender("s").send_messages(
             [ServiceBusMessage("x", session_id=sid) for sid in ("b", "a", "b")]
         )
         assert sorted(client.list_queue_sessions("s")) == ["a", "b"]
-        mark = datetime.now(timezone.utc)
-        time.sleep(0.01)
+        with client.get_queue_receiver("s", session_id="a") as receiver:
+            receiver.session.set_state(b"before the mark")
+        mark = datetime.fromtimestamp(clock.now_ms() / 1000 + 1, timezone.utc)
+        sb.advance(2)
         with client.get_queue_receiver("s", session_id="b") as receiver:
             receiver.session.set_state(b"s")
         assert list(client.list_queue_sessions("s", state_updated_after=mark)) == ["b"]

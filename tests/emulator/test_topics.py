@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -18,6 +17,7 @@ from azure.servicebus.exceptions import MessagingEntityNotFoundError, ServiceBus
 from servicebus_emulator import (
     CorrelationFilter,
     Emulator,
+    ManualClock,
     QueueSpec,
     RuleSpec,
     SqlAction,
@@ -236,12 +236,13 @@ def test_topic_and_subscription_ttl(servicebus_emulator: EmulatorFactory) -> Non
                 SubscriptionSpec("keep"),
                 SubscriptionSpec("dl", dead_lettering_on_message_expiration=True),
             ),
-        )
+        ),
+        clock=ManualClock(),
     )
     with client_for(sb) as client:
         with client.get_topic_sender("t") as sender:
             sender.send_messages(ServiceBusMessage("x", message_id="m"))
-        time.sleep(1.5)
+        sb.advance(1.5)
         assert drain_sub(client, "t", "keep") == []
         assert drain_sub(client, "t", "dl") == []
         dead = drain_sub(client, "t", "dl", sub_queue=ServiceBusSubQueue.DEAD_LETTER)
@@ -250,10 +251,12 @@ def test_topic_and_subscription_ttl(servicebus_emulator: EmulatorFactory) -> Non
 
 
 def test_scheduled_on_topic_and_cancel(servicebus_emulator: EmulatorFactory) -> None:
+    clock = ManualClock()
     sb = servicebus_emulator(
-        TopicSpec("t", subscriptions=(SubscriptionSpec("a"), SubscriptionSpec("b")))
+        TopicSpec("t", subscriptions=(SubscriptionSpec("a"), SubscriptionSpec("b"))),
+        clock=clock,
     )
-    later = datetime.now(timezone.utc) + timedelta(seconds=5)
+    later = datetime.fromtimestamp(clock.now_ms() / 1000, timezone.utc) + timedelta(seconds=5)
     with client_for(sb) as client:
         with client.get_topic_sender("t") as sender:
             keep, drop = sender.schedule_messages(
@@ -264,7 +267,7 @@ def test_scheduled_on_topic_and_cancel(servicebus_emulator: EmulatorFactory) -> 
             peeked = receiver.peek_messages(10)
             assert [m.sequence_number for m in peeked] == [keep]
             assert receiver.receive_messages(5, max_wait_time=1) == []
-        time.sleep(max(0.0, (later - datetime.now(timezone.utc)).total_seconds()) + 0.2)
+        sb.advance(5.2)
         for sub in ("a", "b"):
             assert [m.sequence_number for m in drain_sub(client, "t", sub)] == [keep]
 

@@ -13,17 +13,19 @@ import pytest
 from proton import UNDESCRIBED, Array, Condition, Data, Delivery, Message, symbol
 from proton.utils import BlockingConnection
 
-from sas import put_token
-from servicebus_emulator import Emulator, QueueSpec
-from servicebus_emulator.broker import DEFERRED
+from servicebus_emulator import Emulator, ManualClock, QueueSpec
+from servicebus_emulator.model import DEFERRED
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.sas import put_token
 
 LOCK_LOST = "com.microsoft:message-lock-lost"
 
 
 @pytest.fixture
 def sb(servicebus_emulator: EmulatorFactory) -> Emulator:
-    return servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=2)))
+    return servicebus_emulator(
+        QueueSpec("q", lock_duration=timedelta(seconds=2)), clock=ManualClock()
+    )
 
 
 @pytest.fixture
@@ -34,10 +36,13 @@ def connection(sb: Emulator) -> Iterator[BlockingConnection]:
     conn.close()
 
 
-def receive_one(conn: BlockingConnection, name: str) -> tuple[Any, Any]:
-    """A peek-lock receiver (unsettled deliveries) named ``name`` and its first delivery,
-    waited for (a redelivery comes when the previous lock expires)."""
+def receive_one(conn: BlockingConnection, name: str, sb: Emulator | None = None) -> tuple[Any, Any]:
+    """A peek-lock receiver (unsettled deliveries) named ``name`` and its first delivery;
+    with ``sb``, once the receiver is attached, the clock moves past the lock the
+    previous delivery holds, so the message comes to this one."""
     receiver = conn.create_receiver("q", credit=1, name=name)
+    if sb is not None:
+        sb.advance(2.1)
     receiver.receive(timeout=10)
     return receiver, receiver.fetcher.unsettled[0]
 
@@ -73,7 +78,7 @@ def test_a_stale_delivery_cannot_settle_the_redelivered_message(
 ) -> None:
     connection.create_sender("q", name="send").send(Message(body="a", id="m1"))
     _, stale = receive_one(connection, "old")
-    _, fresh = receive_one(connection, "new")  # after the first lock expired
+    _, fresh = receive_one(connection, "new", sb)  # after the first lock expired
     stored = sb.broker.entity("q")
     (msg,) = stored.messages.values()
     held = (msg.lock_token, msg.delivery_count)
@@ -95,7 +100,7 @@ def test_a_stale_lock_token_cannot_settle_through_management(
     receive_one(connection, "old")
     (msg,) = sb.broker.entity("q").messages.values()
     stale = msg.lock_token
-    receive_one(connection, "new")
+    receive_one(connection, "new", sb)
     held = (msg.lock_token, msg.delivery_count)
     assert held[0] != stale
 
@@ -112,12 +117,28 @@ def test_closing_a_link_with_a_stale_delivery_leaves_the_new_lock(
 ) -> None:
     connection.create_sender("q", name="send").send(Message(body="a", id="m1"))
     old, _ = receive_one(connection, "old")
-    _, fresh = receive_one(connection, "new")
+    _, fresh = receive_one(connection, "new", sb)
     (msg,) = sb.broker.entity("q").messages.values()
     held = (msg.lock_token, msg.delivery_count)
     old.close()  # its unsettled delivery is stale: the message is not put back
     assert (msg.lock_token, msg.delivery_count) == held
     assert settle(connection, fresh, Delivery.ACCEPTED) == (Delivery.ACCEPTED, None)
+
+
+def test_a_released_delivery_is_given_back_without_counting_a_delivery(
+    sb: Emulator, connection: BlockingConnection
+) -> None:
+    """Released (the client never handed the message to its application, e.g. it arrived
+    after a receive call ended) gives the message back without counting a delivery, as
+    the service does; an abandon (modified) counts one
+    (test_queues.py::test_abandon_redelivers_with_a_higher_delivery_count)."""
+    connection.create_sender("q", name="send").send(Message(body="a", id="m1"))
+    _, first = receive_one(connection, "first")
+    (msg,) = sb.broker.entity("q").messages.values()
+    held = msg.lock_token
+    assert settle(connection, first, Delivery.RELEASED) == (Delivery.RELEASED, None)
+    assert msg.lock_token != held  # given back (and perhaps delivered again since)
+    assert msg.delivery_count == 0
 
 
 def test_a_message_sent_without_a_message_id_is_given_one(

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import PRIMARY, Pair, job_config, run_job, send_raw
+from support.paired_env import PRIMARY, Pair, job_config, run_job, send_raw
 from syphon.core.errors import ExitCode
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE

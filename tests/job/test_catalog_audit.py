@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import Pair, context, job_config, run_job, send_raw
+from support.paired_env import Pair, context, job_config, run_job, send_raw
 from syphon.core.configfile import load_config
 from syphon.core.errors import ExitCode
 from syphon.job.sources import run_source

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from paired_env import Pair, job_config
+from support.paired_env import Pair, job_config
 from syphon.app.cli import main
 from syphon.core.errors import ExitCode
 

@@ -1,6 +1,6 @@
 """Crash safety, first half: runs killed after the plan, after ``replaying`` is recorded,
 in the middle of the replay and after its commit (these two resumed at once with
-``syphon replay --run-id``), then a run that finishes (see tests/crash_scenario.py)."""
+``syphon replay --run-id``), then a run that finishes (see tests/support/crash_scenario.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from crash_scenario import POINTS, kill_at_each_then_finish
+from support.crash_scenario import POINTS, kill_at_each_then_finish
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -1,6 +1,6 @@
 """Crash safety, second half: runs killed after ``replayed`` is recorded, in the middle
 of the settle and after its commit, then a run that finishes (see
-tests/crash_scenario.py)."""
+tests/support/crash_scenario.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from crash_scenario import POINTS, kill_at_each_then_finish
+from support.crash_scenario import POINTS, kill_at_each_then_finish
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from crash_scenario import (
+from servicebus_emulator import QueueSpec
+from support.crash_scenario import (
     add_round,
     backlog_ids,
     destination_ids,
@@ -24,8 +25,7 @@ from crash_scenario import (
     settled_safely,
     wait_for_the_lease_to_expire,
 )
-from paired_env import job_config, make_pair, run_job
-from servicebus_emulator import QueueSpec
+from support.paired_env import job_config, make_pair, run_job
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.store.delta import read_table
 

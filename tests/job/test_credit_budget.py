@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import PRIMARY, Pair, job_config, run_job, send_raw, stored
+from support.paired_env import PRIMARY, Pair, job_config, run_job, send_raw, stored
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.deltars import DeltaRsStore
 

@@ -14,9 +14,9 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from paired_env import PRIMARY, Pair, command_config, dead_letter, dead_letters, stored
-from report_html import parse_report, table_dict
 from servicebus_emulator import QueueSpec
+from support.paired_env import PRIMARY, Pair, command_config, dead_letter, dead_letters, stored
+from support.report_html import parse_report, table_dict
 from syphon.app.cli import main
 from syphon.core import amqp_bytes as ab
 from syphon.store.audit import AUDIT_TABLE

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from jvm import SMALL_DATA_CONF, java_options
 from servicebus_emulator.server import EMULATOR_KEY
+from support.jvm import SMALL_DATA_CONF, java_options
 from syphon.store.audit import RUNS_TABLE
 from syphon.store.delta import read_table
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import PRIMARY, Pair, command_config, dead_letter, dead_letters, stored
+from support.paired_env import PRIMARY, Pair, command_config, dead_letter, dead_letters, stored
 from syphon.app.cli import main
 from syphon.store.audit import AUDIT_TABLE
 from syphon.store.delta import read_table

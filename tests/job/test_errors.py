@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from azurite import KEY_ENV, BlobAudit
-from paired_env import PRIMARY, Pair, job_config, send_raw
+from support.azurite import KEY_ENV, BlobAudit
+from support.paired_env import PRIMARY, Pair, job_config, send_raw
 from syphon.app.cli import main
 from syphon.core.errors import ExitCode
 from syphon.servicebus.backlog_messages import to_backlog_message

@@ -17,9 +17,9 @@ import pytest
 from proton import Data, Described, Message, int32, symbol, timestamp, ulong
 from proton.utils import BlockingConnection
 
-from amqp_values import TIMESPAN, every_type
-from paired_env import PRIMARY, Pair, job_config, run_job
-from sas import put_token
+from support.amqp_values import TIMESPAN, every_type
+from support.paired_env import PRIMARY, Pair, job_config, run_job
+from support.sas import put_token
 from syphon.core import amqp_bytes as ab
 from syphon.core.rebuild import SERVICE_ANNOTATIONS
 from syphon.core.schema import Status

@@ -15,9 +15,9 @@ from azure.servicebus import _servicebus_receiver as sdk_receiver
 from azure.servicebus import _servicebus_sender as sdk_sender
 from azure.servicebus.exceptions import ServiceBusError
 
-from sdk_threads import keep_alive_threads
 from servicebus_emulator import QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.sdk_threads import keep_alive_threads
 from syphon.servicebus.raw import COMPLETED, lean, settle_by_lock_tokens
 
 

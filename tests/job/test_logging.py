@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import Pair, job_config, send_raw
 from servicebus_emulator.server import EMULATOR_KEY
+from support.paired_env import Pair, job_config, send_raw
 from syphon.app.cli import main
 from syphon.core.errors import ExitCode
 from syphon.servicebus.backlog_messages import to_backlog_message

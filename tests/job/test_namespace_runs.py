@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-from crash_scenario import SYPHON, assert_killed, wait_for_the_lease_to_expire
-from paired_env import PRIMARY, Pair, command_config, make_pair, stored
 from servicebus_emulator import QueueSpec, SubscriptionSpec, TopicSpec
+from support.crash_scenario import SYPHON, assert_killed, wait_for_the_lease_to_expire
+from support.paired_env import PRIMARY, Pair, command_config, make_pair, stored
 from syphon.app.cli import main
 from syphon.store.audit import AUDIT_TABLE
 from syphon.store.delta import read_table

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from notebook_sync import IPYNB, SOURCE, cells_of, rendered
-from paired_env import PRIMARY, Pair, job_config, send_raw
 from servicebus_emulator.server import EMULATOR_KEY
+from support.notebook_sync import IPYNB, SOURCE, cells_of, rendered
+from support.paired_env import PRIMARY, Pair, job_config, send_raw
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.store.delta import read_table
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(420)
 
 def test_the_ipynb_is_the_databricks_source_cell_for_cell() -> None:
     assert IPYNB.read_text(encoding="utf-8") == rendered(SOURCE.read_text(encoding="utf-8")), (
-        "notebooks/rerun_after_outage.ipynb is stale: run python tests/notebook_sync.py"
+        "notebooks/rerun_after_outage.ipynb is stale: run python tests/support/notebook_sync.py"
     )
     kinds = [kind for kind, _ in cells_of(SOURCE.read_text(encoding="utf-8"))]
     assert kinds.count("code") == 8

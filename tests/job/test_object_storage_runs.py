@@ -1,4 +1,4 @@
-"""Whole runs with ``audit.path`` on Blob storage (Azurite, tests/azurite.py): the plan,
+"""Whole runs with ``audit.path`` on Blob storage (Azurite, tests/support/azurite.py): the plan,
 the run, its report, ``syphon status``, the notebook's reads, a run killed mid-replay
 while a second run finds the lease held, and the run after it. Nothing is written to the
 local disk: the audit, the ledger, the lease and the report are all in the container,
@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from azurite import BlobAudit
-from crash_scenario import (
+from servicebus_emulator import QueueSpec
+from support.azurite import BlobAudit
+from support.crash_scenario import (
     add_round,
     assert_killed,
     backlog_ids,
@@ -29,8 +30,7 @@ from crash_scenario import (
     start_killed_run,
     wait_for_the_lease_to_expire,
 )
-from paired_env import Pair, context, job_config, run_job, send_raw
-from servicebus_emulator import QueueSpec
+from support.paired_env import Pair, context, job_config, run_job, send_raw
 from syphon.app import notebook
 from syphon.app.cli import main
 from syphon.app.storage import resolve_location
@@ -126,7 +126,7 @@ def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_fi
     while _holder(root) is None:
         assert killed.poll() is None, "the run ended before it took the lease"
         assert time.monotonic() < deadline, "the run never took the lease"
-        time.sleep(0.2)
+        time.sleep(0.05)
     # a second run at once: the lease on the container is held, it touches nothing
     second = run_job(config, lambda: pytest.fail("a busy run must not start Spark"))
     assert (second.status, second.exit_code) == ("busy", ExitCode.BUSY)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from paired_env import Pair, job_config, park_orders
+from support.paired_env import Pair, job_config, park_orders
 
 QUICK = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 

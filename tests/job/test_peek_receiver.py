@@ -9,9 +9,9 @@ import threading
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-from sdk_threads import keep_alive_threads
 from servicebus_emulator import QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.sdk_threads import keep_alive_threads
 from syphon.servicebus.peek import peek_receiver
 
 

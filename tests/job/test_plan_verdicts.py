@@ -26,9 +26,9 @@ from proton import Described, Message, symbol, timestamp
 from proton.utils import BlockingConnection
 from pyspark.sql import functions as F
 
-from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, park_outage, plan_now
-from sas import put_token
 from servicebus_emulator import QueueSpec
+from support.paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, park_outage, plan_now
+from support.sas import put_token
 from syphon.app.text import format_summary
 from syphon.core.envelope import PING_CONTENT_TYPE
 from syphon.servicebus.backlog_messages import to_backlog_message

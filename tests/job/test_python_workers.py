@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import Pair, job_config, run_job, send_raw
+from support.paired_env import Pair, job_config, run_job, send_raw
 from syphon.core.schema import Status
 from syphon.servicebus.backlog_messages import to_backlog_message
 

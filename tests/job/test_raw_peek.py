@@ -9,9 +9,9 @@ import pytest
 from proton import Message, char, decimal32, decimal64, symbol, ulong
 from proton.utils import BlockingConnection
 
-from sas import put_token
 from servicebus_emulator import Emulator, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.sas import put_token
 from syphon.core import amqp_bytes as ab
 from syphon.core.peeked import read_encoded, sequence_number
 from syphon.servicebus.peek import peek_receiver

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-from paired_env import PRIMARY, Pair, job_config, run_job, send_raw, stored
 from servicebus_emulator import QueueSpec
+from support.paired_env import PRIMARY, Pair, job_config, run_job, send_raw, stored
 from syphon.core.schema import Detail, Outcome
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE

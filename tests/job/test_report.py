@@ -14,9 +14,9 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 from PIL import Image
 
-from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, run_job, send_raw
-from report_html import parse_report, table_dict
 from servicebus_emulator.server import EMULATOR_KEY
+from support.paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, run_job, send_raw
+from support.report_html import parse_report, table_dict
 from syphon.app.text import format_run
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE

@@ -17,7 +17,8 @@ from azure.servicebus import (
     ServiceBusSubQueue,
 )
 
-from paired_env import (
+from servicebus_emulator import QueueSpec
+from support.paired_env import (
     PRIMARY,
     Pair,
     backlog_state,
@@ -29,7 +30,6 @@ from paired_env import (
     send_raw,
     stored,
 )
-from servicebus_emulator import QueueSpec
 from syphon.core.configfile import load_config
 from syphon.core.errors import ExitCode
 from syphon.servicebus.backlog_messages import to_backlog_message

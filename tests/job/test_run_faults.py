@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, run_job, send_raw, stored
+from support.paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, run_job, send_raw, stored
 from syphon.core.errors import ExitCode
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE
@@ -48,7 +48,7 @@ def test_a_primary_that_goes_down_mid_run_fails_the_run_and_the_next_run_finishe
                 pair.primary.make_namespace_unavailable()
                 fault_at.append(time.monotonic())
                 return
-            time.sleep(0.1)
+            time.sleep(0.05)
 
     watcher = threading.Thread(target=take_the_primary_down)
     watcher.start()
@@ -183,7 +183,7 @@ def test_a_run_that_loses_its_lease_settles_nothing_and_the_next_run_finishes(
             datetime.now(timezone.utc)
         ):
             assert time.monotonic() < deadline
-            time.sleep(0.1)
+            time.sleep(0.05)
         other = Lease(root, "other-run", timedelta(minutes=5))
         assert other.acquire().holder == other.holder
         taken.append(other)
@@ -227,7 +227,7 @@ def test_after_a_crash_with_the_default_lease_the_next_run_starts_within_two_min
     import subprocess
     from datetime import datetime, timedelta, timezone
 
-    from crash_scenario import SYPHON, assert_killed
+    from support.crash_scenario import SYPHON, assert_killed
     from syphon.core.config import LEASE_SECONDS_DEFAULT
     from syphon.store.lease import LEASES_TABLE, Lease
 

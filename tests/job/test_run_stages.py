@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from paired_env import PRIMARY, Pair, context, job_config, park_orders
+from support.paired_env import PRIMARY, Pair, context, job_config, park_orders
 from syphon.core.errors import ExitCode, SyphonError
 from syphon.core.schema import Detail, Outcome, Status
 from syphon.job.context import RunContext

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import PRIMARY, Pair, backlog_state, command_config, send_raw, stored
+from support.paired_env import PRIMARY, Pair, backlog_state, command_config, send_raw, stored
 from syphon.app.cli import main
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE

@@ -4,7 +4,6 @@ completes, dead-letters and leaves, and each way it stops."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -14,9 +13,9 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-from paired_env import secondary_access
-from servicebus_emulator import Emulator, QueueSpec
+from servicebus_emulator import Emulator, ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.paired_env import secondary_access
 from syphon.core.schema import Detail, Outcome
 from syphon.job.settle import COMPLETE, DEAD_LETTER, LEAVE, _SettleTask
 from syphon.servicebus.access import Access
@@ -280,16 +279,18 @@ def test_a_page_is_settled_in_one_request_per_outcome(
                        "m10": "message_id_reused"}  # fmt: skip
 
 
-def lapse_before_settling(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+def lapse_before_settling(monkeypatch: pytest.MonkeyPatch, sb: Emulator, seconds: float) -> None:
     """The page's locks lapse between its receive and its settlement (a pass that
-    outlives its locks)."""
+    outlives its locks): the namespace's clock moves on before the page is settled."""
     import syphon.job.settle as settle
 
     real = settle.settle_by_lock_tokens
+    lapsed: list[bool] = []
 
     def late(receiver: Any, messages: Any, status: str, *args: Any) -> None:
-        if status != "abandoned":
-            time.sleep(seconds)
+        if status != "abandoned" and not lapsed:
+            sb.advance(seconds)
+            lapsed.append(True)
         real(receiver, messages, status, *args)
 
     monkeypatch.setattr(settle, "settle_by_lock_tokens", late)
@@ -299,10 +300,10 @@ def test_a_lapsed_lock_leaves_its_message_and_the_pass_goes_on(
     servicebus_emulator: EmulatorFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lock = timedelta(seconds=3)
-    sb = servicebus_emulator(QueueSpec(QUEUE, lock_duration=lock))
+    sb = servicebus_emulator(QueueSpec(QUEUE, lock_duration=lock), clock=ManualClock())
     seq = park(sb, ["first", "second", "third"])
     todo = actions([(seq[m], COMPLETE, None, "replay") for m in ("first", "second", "third")])
-    lapse_before_settling(monkeypatch, lock.total_seconds() + 0.5)
+    lapse_before_settling(monkeypatch, sb, lock.total_seconds() + 0.5)
     out = by_seq(settle_task(secondary_access(sb), "run-5")(todo))
 
     for late in ("first", "second", "third"):  # the request failed, then each on its own

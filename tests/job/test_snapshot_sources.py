@@ -10,8 +10,8 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from paired_env import PRIMARY, Pair, context, job_config
 from servicebus_emulator import QueueSpec
+from support.paired_env import PRIMARY, Pair, context, job_config
 from syphon.core.schema import SNAPSHOT, names, spark_schema
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.servicebus.discovery import discover_by_management, discover_by_probe

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-from paired_env import (
+from support.paired_env import (
     PRIMARY,
     Pair,
     backlog_state,
@@ -26,7 +26,7 @@ from paired_env import (
     secondary_access,
     stored,
 )
-from report_html import parse_report, table_dict
+from support.report_html import parse_report, table_dict
 from syphon.app.services import run_with_report
 from syphon.core.schema import Status
 from syphon.job.request import run_request

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-from paired_env import PRIMARY, Pair, backlog_state, secondary_access
+from support.paired_env import PRIMARY, Pair, backlog_state, secondary_access
 from syphon.servicebus.backlog_messages import to_backlog_message
 
 pytestmark = pytest.mark.timeout(240)

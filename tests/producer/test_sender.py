@@ -13,8 +13,9 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import MessagingEntityDisabledError, ServiceBusServerBusyError
 
-from paired_env import BACKLOG_QUEUES, PRIMARY, Pair
 from servicebus_emulator import Emulator
+from support.paired_env import BACKLOG_QUEUES, PRIMARY, Pair
+from support.waiting import wait_until
 from syphon.core.envelope import (
     PATH,
     SCHEDULED_ENQUEUE_TIME,
@@ -242,8 +243,12 @@ def test_pings_until_the_primary_is_back_then_recovers(pair: Pair) -> None:
         assert not paired.is_failed_over("orders")
         assert sender.send_messages(ServiceBusMessage("after")).target == "primary"
         pings = paired.counters.pings_sent
-        time.sleep(0.8)
-        assert paired.counters.pings_sent == pings  # pings stopped
+        # the pings stop: the entity's ping task ends after the ping that succeeded
+        wait_until(
+            lambda: not [t for t in threading.enumerate() if t.name == "syphon-ping-orders"],
+            what="the ping task to end",
+        )
+        assert paired.counters.pings_sent == pings
         assert paired.counters.recoveries == 1
         sender.close()
     # consumers of the primary never see a ping

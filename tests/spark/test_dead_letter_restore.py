@@ -10,7 +10,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from snapshot_rows import T0, encode_message, snapshot_row
+from support.snapshot_rows import T0, encode_message, snapshot_row
 from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.core.selection import Selection
 from syphon.job.reconcile import reconcile_snapshot

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from envelope_cases import EDGE_CASES, REASON_CASES
+from support.envelope_cases import EDGE_CASES, REASON_CASES
 from syphon.core.envelope import (
     ALIASES,
     MAX_TIMESTAMP_MS,

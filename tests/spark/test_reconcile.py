@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from snapshot_rows import T0, row
+from support.snapshot_rows import T0, row
 from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.job.reconcile import classify, order_groups
 from syphon.job.restore import restore

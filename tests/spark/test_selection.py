@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from snapshot_rows import T0, row
+from support.snapshot_rows import T0, row
 from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.core.selection import Selection, SelectionError
 from syphon.job.plan import check_selection

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from jvm import java_options
+from support.jvm import java_options
 from syphon.app.spark import build_spark_session
 from syphon.core.config import SparkConfig
 from syphon.core.errors import SparkSetupError

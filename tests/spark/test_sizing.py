@@ -11,8 +11,8 @@ from typing import Any
 
 from proton import Described, Message, symbol, timestamp, uint, ulong
 
-from amqp_values import TIMESPAN, every_type
-from snapshot_rows import T0, snapshot_row
+from support.amqp_values import TIMESPAN, every_type
+from support.snapshot_rows import T0, snapshot_row
 from syphon.core import amqp_bytes as ab
 from syphon.core.rebuild import MAX_TTL_MS, rebuild
 from syphon.core.schema import SNAPSHOT, spark_schema

@@ -1,6 +1,6 @@
 """The audit's tables, lease and reports on Blob storage: Azurite, the real Azure Storage
 emulator, reached through delta-rs's object store with the URI spellings and the
-credentials a config gives (tests/azurite.py)."""
+credentials a config gives (tests/support/azurite.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
-from azurite import KEY_ENV, BlobAudit
-from lease_race import race
+from support.azurite import KEY_ENV, BlobAudit
+from support.lease_race import race
 from syphon.app.storage import resolve_location
 from syphon.core.config import AuditConfig, SecretRef, StorageConfig
 from syphon.core.errors import AuditStoreError, ExitCode

@@ -2,8 +2,8 @@
 
 Read from the source with ``ast`` (nothing is imported): every ``import`` of a module,
 at its top or inside a function, is an edge; imports under ``if TYPE_CHECKING:`` are
-for annotations only and are left out, except that the product (``syphon``) has no cycle
-even through them.
+for annotations only and are left out, except that the product (``syphon``) and the local
+Service Bus (``servicebus_emulator``) have no cycle even through them.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ ALLOWED = {
 
 #: Third-party roots only one layer may import.
 CONFINED = {"azure": "servicebus", "deltalake": "store", "pyarrow.fs": "store"}
+
+#: The local Service Bus's modules: each one concern of the service (a store, a layer of
+#: the broker, a protocol's frames, a document format) fits in this many lines.
+EMULATOR_MAX_LINES = 600
 
 #: About 400 lines: a module longer than that does more than one job. (The longest is
 #: the envelope, a reader and the Spark expression that mirrors it, kept together.)
@@ -133,6 +137,26 @@ def test_the_product_has_no_cycle_even_through_annotations() -> None:
     product = {m: {t for t in ts if t.startswith("syphon.")}
                for m, ts in edges.items() if m.startswith("syphon.")}  # fmt: skip
     assert find_cycle(product) is None
+
+
+def test_the_local_service_bus_has_no_cycle_even_through_annotations() -> None:
+    edges = graph(with_annotations=True)
+    emulator = {
+        m: {t for t in ts if t.startswith("servicebus_emulator")}
+        for m, ts in edges.items()
+        if m.startswith("servicebus_emulator")
+    }
+    assert find_cycle(emulator) is None
+
+
+def test_no_module_of_the_local_service_bus_is_over_600_lines() -> None:
+    long = {
+        name: n
+        for name, path in modules().items()
+        if name.startswith("servicebus_emulator")
+        and (n := len(path.read_text(encoding="utf-8").splitlines())) > EMULATOR_MAX_LINES
+    }
+    assert long == {}
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envelope_cases import REASON_CASES
-from sdk_wire import as_received
+from support.envelope_cases import REASON_CASES
+from support.sdk_wire import as_received
 from syphon.core.envelope import (
     PATH,
     REASONS,

@@ -17,7 +17,7 @@ from proton import (
     ulong,
 )
 
-from amqp_values import every_type
+from support.amqp_values import every_type
 from syphon.core import amqp_bytes as ab
 from syphon.core.rebuild import DEAD_LETTER_PROPERTIES, rebuild
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from report_html import parse_report, table_dict
+from support.report_html import parse_report, table_dict
 from syphon.app.report import TABLE_ROWS, render_html
 from syphon.job.report import SPREAD_ROWS, ReportData
 from syphon.store.reports import report_path, write_page

@@ -30,7 +30,7 @@ from email.utils import formatdate
 from pathlib import Path
 from urllib.parse import quote
 
-SERVICES = Path(__file__).parent / "services"
+SERVICES = Path(__file__).resolve().parents[1] / "services"
 BINARY = SERVICES / "node_modules" / ".bin" / "azurite-blob"
 ACCOUNT = "syphonaudit"
 SAS_VERSION = "2021-08-06"
@@ -149,7 +149,7 @@ def start_azurite() -> Azurite:
             if time.monotonic() > deadline:
                 azurite.stop()
                 raise
-            time.sleep(0.1)
+            time.sleep(0.05)
 
 
 #: The environment variable the tests' configs reference for the account key.

@@ -1,6 +1,6 @@
 """The official azure-servicebus samples, fetched once at set-up and cached.
 
-``./dev.sh test`` runs ``python tests/sdk_samples.py`` before the suite: it
+``./dev.sh test`` runs ``python tests/support/sdk_samples.py`` before the suite: it
 downloads the SDK's source archive (the version ``requirements.lock`` pins, checked
 against the lock's hashes) from the package index into the tests' cache
 (``$XDG_CACHE_HOME/syphon-tests``, default ``~/.cache/syphon-tests``) and unpacks its
@@ -17,7 +17,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "azure-servicebus"
 
 

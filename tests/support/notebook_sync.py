@@ -1,6 +1,6 @@
 """The ``.ipynb`` notebook is made from its Databricks source twin, cell for cell.
 
-``python tests/notebook_sync.py`` rewrites ``notebooks/rerun_after_outage.ipynb`` from
+``python tests/support/notebook_sync.py`` rewrites ``notebooks/rerun_after_outage.ipynb`` from
 ``notebooks/rerun_after_outage.py``; ``tests/job/test_notebook.py`` fails when they
 differ. The code cell that starts with ``# Parameters`` carries papermill's
 ``parameters`` tag.
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 SOURCE = NOTEBOOKS / "rerun_after_outage.py"
 IPYNB = NOTEBOOKS / "rerun_after_outage.ipynb"
 

@@ -35,8 +35,8 @@ from typing import Any
 
 from azure.servicebus import ServiceBusMessage
 
-from paired_env import BACKLOG_QUEUES, PRIMARY, job_config, make_pair, run_job, send_raw
 from servicebus_emulator import QueueSpec
+from support.paired_env import BACKLOG_QUEUES, PRIMARY, job_config, make_pair, run_job, send_raw
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.store.delta import read_table

@@ -13,8 +13,8 @@ from typing import Any
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from jvm import SMALL_DATA_CONF, java_options
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
+from support.jvm import SMALL_DATA_CONF, java_options
 from syphon.app.services import build_context, run_with_report
 from syphon.core.config import SyphonConfig
 from syphon.core.configfile import load_config
@@ -113,7 +113,7 @@ def job_config(
     flow mapping such as ``{type: managed_identity}``) both namespaces are reached with
     that Azure AD credential at their local addresses instead of connection strings. With
     ``audit`` (the audit section's lines, indented two spaces) the audit goes there
-    instead, e.g. to Azurite (tests/azurite.py). Without ``secondary`` the config has no
+    instead, e.g. to Azurite (tests/support/azurite.py). Without ``secondary`` the config has no
     secondary namespace (only sources of other kinds in ``extra``)."""
     monkeypatch.setenv("PAIR_TEST_SECONDARY", pair.secondary.connection_string)
     monkeypatch.setenv("PAIR_TEST_PRIMARY", pair.primary.connection_string)

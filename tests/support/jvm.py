@@ -3,7 +3,7 @@
 - C1 only and the serial GC: about 3 s less per start.
 - No code generation, no adaptive execution: tiny data (:data:`SMALL_DATA_CONF`).
 - A class-data-sharing archive of the classes a Spark session loads, when one exists
-  (``./dev.sh test`` makes it once per environment with ``python tests/jvm.py``): about
+  (``./dev.sh test`` makes it once per environment with ``python tests/support/jvm.py``): about
   6 s less per start. A missing or stale archive only costs the time back; the JVM
   says nothing.
 
@@ -70,5 +70,5 @@ def make_archive() -> None:
     partial.replace(ARCHIVE)
 
 
-if __name__ == "__main__":  # python tests/jvm.py: (re)make the archive
+if __name__ == "__main__":  # python tests/support/jvm.py: (re)make the archive
     make_archive()
