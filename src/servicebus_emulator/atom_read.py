@@ -187,8 +187,8 @@ def _entity_name(text: str) -> str | None:
 
 
 def per_partition_size(spec: Any) -> Any:
-    """Partitioned entities report their size times 16 (seed 001); an update that sends
-    that figure back means the per-partition size."""
+    """Partitioned entities report their size times 16 (one quota per partition); an
+    update that sends that figure back means the per-partition size."""
     size = spec.max_size_in_megabytes
     if spec.enable_partitioning and size % PARTITION_COUNT == 0:
         per = size // PARTITION_COUNT

@@ -32,7 +32,7 @@ class Sending(Namespace):
 
     @staticmethod
     def partition_key(target: Entity | Topic, parsed: ParsedMessage) -> str | None:
-        """The key that pins a message to a partition (seed 001): SessionId, else
+        """The key that pins a message to a partition: SessionId, else
         PartitionKey, else MessageId when the entity detects duplicates, else none.
 
         Raises:

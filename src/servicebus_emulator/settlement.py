@@ -238,7 +238,7 @@ class Settlement(Sending):
             for seq in sorted(s for s in entity.messages if s >= from_seq):
                 msg = entity.messages[seq]
                 if entity.partitioned:
-                    # the service answers a peek from one partition at a time (seed 001)
+                    # the service answers a peek from one partition at a time
                     if partition is None:
                         partition = partition_of(seq)
                     elif partition_of(seq) != partition:

@@ -1,4 +1,4 @@
-"""syphon run against the seed's loop, measured the way users run it: cold, as processes.
+"""syphon run against the naive loop, measured the way users run it: cold, as processes.
 
     .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000] [--delays 0,5]
         [--sizes 5000,20000,60000] [--warm] [--syphon-only] [--sizes-syphon-only]
@@ -18,7 +18,7 @@ the tree's peak memory, PSS):
 1. the floor: a process that builds syphon's Spark session with the config's settings
    and runs one trivial DataFrame action (``spark.range(1).count()``) — what any
    PySpark job pays before its first message;
-2. the seed's loop, written plainly with the same SDK: per backlog queue, one after
+2. the naive loop, written plainly with the same SDK: per backlog queue, one after
    another, receive up to 100 in peek-lock, send each message on its own to its
    ``x-ms-path``, complete it;
 3. ``syphon run`` (the command, local Spark with 2 cores, Delta in a temporary folder)
@@ -180,7 +180,7 @@ def park(secondary: str, total: int) -> None:
 
 
 def baseline(secondary: str, primary: str) -> tuple[int, dict[str, int]]:
-    """The seed's loop. Returns (messages moved, operations)."""
+    """The naive loop. Returns (messages moved, operations)."""
     ops = {"receives": 0, "sends": 0, "completes": 0}
     with ServiceBusClient.from_connection_string(secondary) as source, \
             ServiceBusClient.from_connection_string(primary) as target:  # fmt: skip

@@ -111,7 +111,7 @@ class BacklogConfig:
     """How backlog queues are found.
 
     Attributes:
-        queue_count: how many backlog queues the senders use (the seed's default 10).
+        queue_count: how many backlog queues the senders use (paired namespaces: 10).
         discovery: ``management`` lists queues by prefix through the management API;
             ``probe`` tries indices 0 to ``probe_limit - 1`` over AMQP.
         probe_limit: the highest index probed, plus one; at least ``queue_count``.
@@ -125,7 +125,7 @@ class BacklogConfig:
     split_messages: int = 50_000
 
 
-#: The kinds of source a run drains (DESIGN.md, "Sources").
+#: The kinds of source a run drains.
 SOURCE_KINDS = ("backlog", "dead_letter", "namespace")
 #: The name of the source a config without a ``sources`` section has.
 DEFAULT_SOURCE = "backlog"

@@ -3,7 +3,7 @@ backlog queue, in both directions, as plain functions and as Spark expressions.
 
 When a paired-namespace sender fails over, it moves some of a message's own properties
 into application properties ("aliases") so that messages for many destinations can
-share one backlog queue (DESIGN.md, "The backlog message format"):
+share one backlog queue:
 
 =========================  ===============================  ==================================
 original                   alias                            value
@@ -16,11 +16,11 @@ ScheduledEnqueueTimeUtc    ``x-ms-scheduledenqueuetimeutc`` timestamp, only if s
 
 MessageId and PartitionKey stay on the message; the backlog copy's own TTL is infinite.
 
-The seed's table maps ScheduledEnqueueTimeUtc to ``x-ms-path``, a documentation error.
-It is read where that is unambiguous: an ``x-ms-path`` holding a timestamp (which the
-Python SDK returns as an integer) is taken as the scheduled enqueue time, and the
-message is then invalid with reason ``path_holds_timestamp`` because its destination is
-lost.
+The paired-namespace documentation's table maps ScheduledEnqueueTimeUtc to
+``x-ms-path``, a documentation error. It is read where that is unambiguous: an
+``x-ms-path`` holding a timestamp (which the Python SDK returns as an integer) is taken
+as the scheduled enqueue time, and the message is then invalid with reason
+``path_holds_timestamp`` because its destination is lost.
 
 Reading never raises on bad input: every problem becomes a machine-readable reason. The
 TTL alias may also come as the .NET SDK's described TimeSpan (``com.microsoft:timespan``
@@ -249,7 +249,7 @@ def _text(value: TypedValue) -> tuple[str | None, str | None]:
 
 
 def _read_path(value: TypedValue | None) -> tuple[str | None, datetime | None, str | None]:
-    """(destination, scheduled time under the seed table's reading, reason)."""
+    """(destination, scheduled time under the documentation table's reading, reason)."""
     if value is None or value["kind"] == "null":
         return None, None, "path_missing"
     if value["kind"] in ("int", "timestamp"):

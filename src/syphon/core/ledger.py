@@ -66,7 +66,7 @@ class Operations(_Metrics):
     destinations_management_calls: int | None = None
     snapshot_queues_peeked: int | None = None
     snapshot_messages_peeked: int | None = None
-    replay_pings: int | None = None  # runs recorded before the probes
+    replay_pings: int | None = None  # None: the run probed its destinations
     replay_probes: int | None = None
     replay_send_transfers: int | None = None
     replay_messages_sent: int | None = None
@@ -86,10 +86,9 @@ class Operations(_Metrics):
     def credits_estimated(self) -> int:
         """Billable operations: one per message peeked, sent or received, one per
         settlement request (a page's completions are one request), one per probe peek of
-        the discovery and per ping (runs recorded before the replay probed its
-        destinations by attaching a link, which is not billed, pinged them). Runs recorded
-        before settlement requests were counted count one per message completed or
-        dead-lettered instead."""
+        the discovery and per ping (a destination probed by attaching a link is not
+        billed; a ledger row with pings pinged its destinations instead). A row without
+        settlement requests counts one per message completed or dead-lettered instead."""
         settled = self.settle_requests
         if settled is None:
             settled = (self.settle_completes or 0) + (self.settle_dead_letters or 0)
@@ -132,7 +131,7 @@ class Timings(_Metrics):
     reconcile: float | None = None
     audit: float | None = None
     replay: float | None = None
-    replay_pings: float | None = None  # runs recorded before the probes
+    replay_pings: float | None = None  # None: the run probed its destinations
     replay_probes: float | None = None
     replay_sends: float | None = None
     settle: float | None = None
@@ -146,8 +145,7 @@ class RunRecord:
     Attributes:
         counts: messages by verdict (keys from :class:`syphon.core.schema.Verdict`).
         recorded_at: when the row was written (set by the store).
-        source: the configured source the run drained (None: recorded before sources,
-            a backlog run).
+        source: the configured source the run drained (None: a backlog run).
         wave: of a run drained in waves, the wave the row records (1, 2, ...; None: a
             run of one wave, or the run's final row).
         watermark: that wave's cut: it took the messages enqueued before it (None: it

@@ -1,4 +1,4 @@
-"""Backlog queue naming and the backlog queue description of the seed.
+"""Backlog queue naming and the description paired namespaces give a backlog queue.
 
 A paired-namespace sender parks messages for primary namespace ``contoso`` in queues
 ``contoso/x-servicebus-transfer/<index>`` of the secondary namespace. This module builds
@@ -156,7 +156,7 @@ def _valid_backlog_path(path: Column) -> Column:
 
 @dataclass(frozen=True)
 class BacklogQueueDescription:
-    """The properties the seed sets explicitly on every backlog queue.
+    """The properties paired namespaces set explicitly on every backlog queue.
 
     Field names follow ``azure.servicebus.management.QueueProperties`` so that
     :meth:`as_create_kwargs` can be passed to ``create_queue`` as it is. Every other
@@ -199,7 +199,7 @@ class BacklogQueueDescription:
         return problems
 
 
-#: The description of the seed (paired namespaces, "Creation of backlog queues").
+#: The description paired namespaces create backlog queues with.
 BACKLOG_QUEUE_DESCRIPTION = BacklogQueueDescription()
 
 

@@ -1,4 +1,4 @@
-"""The effective partition key of a message bound for a partitioned entity (seed 001).
+"""The effective partition key of a message bound for a partitioned entity.
 
 Service Bus pins a message to a partition by, in order:
 

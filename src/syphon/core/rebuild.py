@@ -1,7 +1,7 @@
 """The original message, as bytes, from a backlog message as the service holds it.
 
 The replay sends what the sender sent, byte for byte, except what the backlog envelope
-changed (DESIGN.md, "The backlog message format") and what the service owns:
+changed (see :mod:`syphon.core.envelope`) and what the service owns:
 
 - the aliases leave the application properties; the session id goes back into the
   properties' group-id, the scheduled enqueue time into the message annotation

@@ -107,8 +107,8 @@ class Detail:
     NOT_SENDABLE: Final = "not_sendable"
     BATCH_NOT_SENDABLE: Final = "batch_not_sendable"
     NAMESPACE_FAULT: Final = "namespace_fault"
-    # destinations skipped by the probes, or found missing or disabled by a send (runs
-    # recorded before the probes say ping_failed_<Error> for probe_failed_<Error>)
+    # destinations skipped by the probes, or found missing or disabled by a send (a row
+    # whose destinations were pinged says ping_failed_<Error> for probe_failed_<Error>)
     DESTINATION_MISSING: Final = "destination_missing"
     DESTINATION_UNAVAILABLE: Final = "destination_unavailable"
     PROBE_FAILED: Final = "probe_failed_"  # + the error class
@@ -207,7 +207,7 @@ AUDIT: Final = (
     Field("batch_position", "long"),
     Field("outcome", "string"),
     Field("detail", "string"),
-    # added with the sources (tables written before read them as null)
+    # where the message was read (null in a table that lacks the columns)
     Field("source", "string"),
     Field("source_kind", "string"),
     Field("source_entity", "string"),
@@ -237,8 +237,8 @@ RUNS: Final = (
     Field("timings", "map<string,double>"),
     Field("detail", "string"),
     Field("credits_per_replayed_message", "double"),
-    Field("source", "string"),  # added with the sources (older rows: null)
-    # a run drained in waves: the wave a row records (older rows, one-wave runs: null)
+    Field("source", "string"),  # null: a backlog run
+    # a run drained in waves: the wave a row records (null: a run of one wave)
     # and its watermark (null: the wave took every queue to its end)
     Field("wave", "long"),
     Field("watermark", "timestamp"),
@@ -397,7 +397,7 @@ def arrow_schema(fields: Iterable[Field]) -> Any:
 
 def with_columns_of(frame: DataFrame, fields: Iterable[Field]) -> DataFrame:
     """``frame`` with the columns of ``fields`` it lacks added as nulls of their type (a
-    table an earlier syphon wrote, read before a column was added to it)."""
+    table whose schema has fewer columns than syphon's)."""
     from pyspark.sql import functions as F
 
     have = {c.lower() for c in frame.columns}

@@ -158,7 +158,7 @@ def left_for_next_run(rows: DataFrame) -> DataFrame:
 
 
 def by_source_entity(rows: DataFrame) -> DataFrame:
-    """Per source entity (the queue or subscription read; a row written before sources:
+    """Per source entity (the queue or subscription read; a row without a source column:
     its backlog queue), stage, outcome and why (``why``: a replay row's detail unless
     sent, a settle row's detail when left, a plan row's verdict and reason unless it is
     to be replayed): ``count`` messages."""

@@ -1,5 +1,5 @@
 """The source a run drains (``syphon run --source NAME``): where its queues are, how they
-are found, and how their messages are restored (DESIGN.md, "Sources").
+are found, and how their messages are restored.
 
 - ``backlog``: the paired-namespace backlog queues in the secondary namespace, found as
   ``backlog`` configures; each message's destination and envelope from its aliases.

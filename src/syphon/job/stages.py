@@ -175,7 +175,7 @@ def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
         raise SyphonError(f"no audit at {ctx.store.where}: run {request.run_id} has no plan")
     settled = ctx.store.run_rows(request.run_id, Stage.SETTLE)
     if settled is not None:  # what the run settled is done (a run of several waves: its
-        # earlier waves), the rest is taken up; a settle row written before the
+        # earlier waves), the rest is taken up; a settle row older than the
         # message's plan row (an earlier wave's pass that received it beyond its plan
         # and gave it back) does not count
         from pyspark.sql import functions as F
@@ -193,7 +193,7 @@ def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
         earlier = None
     found = rows.select("backlog_queue", "source").distinct().collect()
     paths = sorted({r["backlog_queue"] for r in found})
-    recorded = {r["source"] for r in found} - {None}  # None: planned before sources
+    recorded = {r["source"] for r in found} - {None}  # None: a row without a source
     if recorded:
         other = recorded != {source.name}
     else:

@@ -22,8 +22,8 @@ class StatusReport:
 
 def status(ctx: RunContext, source: RunSource, last_runs: int = 10) -> StatusReport:
     """Discovers the source's queues (with their depth when a management listing tells
-    it; else 0 or unknown) and reads its last runs' latest rows from the ledger (runs
-    recorded before sources count as the backlog's)."""
+    it; else 0 or unknown) and reads its last runs' latest rows from the ledger (rows
+    without a source count as the backlog's)."""
     queues = source.discover(ctx)
     latest = latest_per_run(ctx.store.runs())
     mine = [

@@ -1,4 +1,4 @@
-"""The producer half: the paired-namespace sender (seed 004).
+"""The producer half: the paired-namespace sender.
 
 :class:`PairedNamespaceClient` (in :mod:`syphon.producer.client`) hands out
 :class:`PairedSender` objects; the backlog form of a message is built by

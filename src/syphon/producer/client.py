@@ -1,4 +1,4 @@
-"""The paired-namespace sender: the producer half of syphon (seed 004).
+"""The paired-namespace sender: the producer half of syphon.
 
 A :class:`PairedNamespaceClient` holds a ``ServiceBusClient`` for the primary namespace
 and one for the secondary namespace, and hands out :class:`PairedSender` objects for

@@ -32,16 +32,17 @@ class PairedClientClosedError(PairedNamespaceError):
 
 @dataclass(frozen=True)
 class SendAvailabilityOptions:
-    """The seed's send-availability options.
+    """The send-availability options of a paired namespace (Service Bus's names and
+    defaults).
 
     Attributes:
-        backlog_queue_count: backlog queues per primary namespace (seed default 10).
+        backlog_queue_count: backlog queues per primary namespace (default 10).
         failover_interval: how long an entity may go without a successful send after a
             non-transient failure before it fails over.
-        ping_primary_interval: how often a failed-over entity is pinged (seed default
-            1 minute).
+        ping_primary_interval: how often a failed-over entity is pinged (default 1
+            minute).
         partner_close_timeout: how long the other side may stay open after one side is
-            closed or faults (seed: 5 seconds).
+            closed or faults (default 5 seconds).
     """
 
     backlog_queue_count: int = 10
@@ -59,7 +60,7 @@ class SendAvailabilityOptions:
 
 @dataclass
 class PairedCounters:
-    """What a paired client did: the operations the seed's cost section counts."""
+    """What a paired client did: the operations a paired namespace is billed for."""
 
     primary_sends: int = 0
     primary_failures: int = 0

@@ -31,7 +31,7 @@ def counts_as_outage(exc: BaseException) -> bool:
 
 
 def ping_message() -> Any:
-    """The seed's ping: empty, its own content type, TTL 1 second."""
+    """The paired sender's ping: empty, its own content type, TTL 1 second."""
     from azure.servicebus import ServiceBusMessage
 
     return ServiceBusMessage(b"", content_type=PING_CONTENT_TYPE, time_to_live=PING_TIME_TO_LIVE)

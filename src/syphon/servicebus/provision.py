@@ -1,10 +1,10 @@
-"""Backlog queue provisioning, as seed 004 ("Creation of backlog queues") describes it.
+"""Backlog queue provisioning, as Service Bus's paired namespaces create them.
 
 For each index in ``[0, count)`` the queue ``<primary>/x-servicebus-transfer/<index>``
-is created in the secondary namespace with the seed's QueueDescription, after checking
+is created in the secondary namespace with the backlog QueueDescription, after checking
 whether it exists. Existing queues are never changed or deleted: a queue whose
 description differs is reported, and so are *extra* backlog queues (indices at or
-beyond ``count``), which the seed explicitly allows and which the job drains too.
+beyond ``count``), which paired namespaces allow and which the job drains too.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def provision_backlog(
     Args:
         admin: a ``ServiceBusAdministrationClient`` for the secondary namespace.
         primary: the primary namespace's name.
-        count: the backlog queue count (the seed's default is 10).
+        count: the backlog queue count (paired namespaces default to 10).
         description: the properties of a new backlog queue.
 
     Raises:

@@ -103,9 +103,9 @@ def probe_destinations(
     ``destination_unavailable``, ``probe_failed_<Error>``: the namespace refused the
     connection or the credentials).
 
-    No message is sent: the seed pinged with an empty message that the service drops, but
-    a consumer of a service that does not drop it would receive it (the paired sender,
-    which must keep the seed's wire behaviour, still pings). A destination that accepts
+    No message is sent: a ping (an empty message the service drops) would reach the
+    consumers of a service that does not drop it (the paired sender, whose wire
+    behaviour is the paired-namespace feature's, still pings). A destination that accepts
     the attach and refuses sends (the service may check a disabled entity only when it
     receives a message) is found by the first send, and its later batches are skipped
     (see :mod:`syphon.job.lanes`)."""

@@ -49,8 +49,8 @@ class CatalogStore(TableStore):
         return rows
 
     def _add_missing_columns(self, name: str, frame: DataFrame) -> None:
-        """Adds to an existing table the columns of ``frame`` it lacks (a table an earlier
-        syphon wrote, before a column was added): their earlier rows read as null."""
+        """Adds to an existing table the columns of ``frame`` it lacks (a table whose
+        schema has fewer columns than syphon's): its other rows read them as null."""
         spark = self._spark()
         if not spark.catalog.tableExists(name):
             return

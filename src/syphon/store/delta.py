@@ -140,8 +140,8 @@ def append_dataframe(df: DataFrame, where: Where, label: str = "") -> int:
 
 
 def add_missing_columns(delta: Any, schema: pa.Schema) -> list[str]:
-    """Adds to the table the columns of ``schema`` it lacks (a table an earlier syphon
-    wrote, before a column was added), in one commit; their rows read as null. Returns
+    """Adds to the table the columns of ``schema`` it lacks (a table whose schema has
+    fewer columns than syphon's), in one commit; their rows read as null. Returns
     the names added."""
     from deltalake import Schema
 
@@ -237,7 +237,7 @@ class _ReadFiles:
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 parquet = pq.ParquetFile(filesystem.open_input_file(self.names[index]))
-                # a file written before a column was added has none: its rows read null
+                # a file without one of the table's columns: its rows read it as null
                 present = set(parquet.schema_arrow.names)
                 columns = [n for n in self.schema.names if n in present]
                 for part in parquet.iter_batches(columns=columns):
@@ -257,8 +257,8 @@ class _ReadFiles:
 def append_arrow(table: pa.Table, where: Where, properties: Any = None,
                  merge_schema: bool = False) -> None:  # fmt: skip
     """Appends a small Arrow table (written from the driver), with ``properties`` (delta-rs
-    CommitProperties) on its commit; with ``merge_schema``, a table an earlier syphon
-    wrote gains the columns added since (its older rows read them as null)."""
+    CommitProperties) on its commit; with ``merge_schema``, a table with fewer columns
+    gains the ones it lacks (its other rows read them as null)."""
     from deltalake import write_deltalake
 
     location = as_location(where)
