@@ -10,7 +10,8 @@ from pyspark.sql import functions as F
 
 from support.snapshot_rows import T0, row
 from syphon.core.schema import SNAPSHOT, spark_schema
-from syphon.job.reconcile import classify, order_groups
+from syphon.job.classify import Against, classify
+from syphon.job.reconcile import order_groups
 from syphon.job.restore import restore
 
 NOW = T0 + timedelta(hours=2)
@@ -76,7 +77,7 @@ def classified(spark: Any, rows: list[dict[str, Any]], partitioned: bool = True,
         ],
         "primary string, destination string, message_id string, body_sha256 string",
     )
-    return classify(restore(snapshot), F.lit(NOW), destinations, replayed)
+    return classify(restore(snapshot), Against(F.lit(NOW), destinations, replayed))
 
 
 def _sha(body: bytes) -> str:

@@ -17,7 +17,7 @@ from syphon.core import amqp_bytes as ab
 from syphon.core.rebuild import MAX_TTL_MS, rebuild
 from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.core.sizing import message_bytes_bound
-from syphon.job.reconcile import message_bytes_col
+from syphon.job.classify import message_bytes_col
 from syphon.job.restore import restore
 from syphon.servicebus.raw import encoded_batch_cost
 

@@ -11,13 +11,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from syphon.core.ledger import RunRecord
 from syphon.core.schema import AUDIT, names, spark_schema
-from syphon.job.plan import verdicts_by_destination as plan_summary
+from syphon.job.plan import per_destination
 from syphon.job.replay import left_behind, replay_input, still_to_send
 from syphon.job.report import (
     by_source_entity,
     left_for_next_run,
     outage_timeline,
-    verdicts_by_destination,
 )
 from syphon.job.settle import settle_actions, settle_queues
 from syphon.servicebus.access import Access
@@ -291,12 +290,13 @@ def test_the_reports_figures(spark: SparkSession) -> None:
         {"stage": "settle", "outcome": "completed", "backlog_queue": Q0, "sequence_number": 1},
     ])  # fmt: skip
     plan = rows.where("stage = 'plan'")
-    by_place = {(r["primary"], r["destination"], r["verdict"]): (r["count"], r["first"], r["last"])
-                for r in verdicts_by_destination(plan).collect()}  # fmt: skip
+    by_place = {(r["primary"], r["destination"], r["verdict"]):
+                (r["messages"], r["first"], r["last"])
+                for r in queries.verdicts_per_destination(plan).collect()}  # fmt: skip
     naive = {m: at(m).replace(tzinfo=None) for m in (0, 5, 10)}
     assert by_place == {("p", "orders", "replay"): (2, naive[0], naive[10]),
                         ("p", "orders", "invalid"): (1, naive[5], naive[5]),
-                        ("?", "", "invalid"): (1, None, None)}  # fmt: skip
+                        (None, None, "invalid"): (1, None, None)}  # fmt: skip
     timeline = {r["at"]: r["count"] for r in outage_timeline(plan, at(0), at(10), 2).collect()}
     assert timeline == {naive[0]: 1, naive[5]: 2}
     left = sorted(tuple(r) for r in left_for_next_run(rows).collect())
@@ -337,8 +337,8 @@ def test_the_reports_count_of_spread_groups_counts_each_group_once(spark: SparkS
         for i, (k, spread, order) in enumerate([("a", True, 1), ("a", True, 2), ("b", False, 1),
                                                 ("c", True, 1)])
     ])  # fmt: skip
-    (row,) = verdicts_by_destination(plan).collect()
-    assert (row["count"], row["spread_groups"]) == (4, 2)
+    (row,) = queries.verdicts_per_destination(plan).collect()
+    assert (row["messages"], row["spread_groups"]) == (4, 2)
 
 
 def test_the_plans_summary_per_destination(spark: SparkSession) -> None:
@@ -350,9 +350,11 @@ def test_the_plans_summary_per_destination(spark: SparkSession) -> None:
     )  # fmt: skip
     got = {
         r["destination"]: (r["messages"], r["replay"], r["ping"], r["invalid"], r["spread_groups"])
-        for r in plan_summary(planned).collect()
+        for r in per_destination(planned)
     }
     assert got == {"orders": (3, 2, 1, 0, 1), None: (1, 0, 0, 1, 0)}
+    (orders,) = (d for d in per_destination(planned) if d["destination"] == "orders")
+    assert (orders["first"], orders["last"]) == (T0.replace(tzinfo=None),) * 2
 
 
 DLQ = "orders/$DeadLetterQueue"

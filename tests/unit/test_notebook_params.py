@@ -81,3 +81,9 @@ def test_the_source_widget_names_the_source_to_drain() -> None:
     assert parameters().source is None  # empty: the config's default source
     dbutils = DbUtils({"source": "orders-dlq"})
     assert parameters(dbutils).source == "orders-dlq"
+
+
+def test_a_blank_where_is_refused_under_the_name_the_operator_typed() -> None:
+    with pytest.raises(SelectionError, match="select_where is empty"):
+        parameters(select_where="   ")
+    assert parameters(select_where="").selection is None  # an empty widget: no condition

@@ -28,7 +28,7 @@ from syphon.core.discard import (
     DiscardError,
 )
 from syphon.core.errors import EXIT_CODES, SyphonError
-from syphon.core.selection import Selection, SelectionError, parse_time
+from syphon.core.selection import Selection, SelectionError, parse_time, selection_from_text
 from syphon.job.context import RunContext
 from syphon.job.failures import explain
 from syphon.job.plan import plan
@@ -257,19 +257,16 @@ def _selection(args: argparse.Namespace) -> Selection | None:
                 f"--message-ids-file {args.message_ids_file}: {exc.strerror or exc}"
             ) from None
         ids += [line.strip() for line in text.splitlines() if line.strip()]
-    selection = Selection(
-        destinations=tuple(args.destination),
-        message_ids=tuple(ids),
-        enqueued_from=None if args.enqueued_from is None
-        else parse_time(args.enqueued_from, "--enqueued-from"),
-        enqueued_until=None if args.enqueued_until is None
-        else parse_time(args.enqueued_until, "--enqueued-until"),
-        dead_letter_reasons=tuple(args.dead_letter_reason),
-        where=args.where,
-    )  # fmt: skip
     if args.message_ids_file is not None and not ids:
         raise SelectionError(f"--message-ids-file {args.message_ids_file}: no MessageId in it")
-    return None if selection.everything else selection
+    return selection_from_text(
+        destinations=args.destination,
+        message_ids=ids,
+        enqueued_from=args.enqueued_from,
+        enqueued_until=args.enqueued_until,
+        dead_letter_reasons=args.dead_letter_reason,
+        where=args.where,
+    )
 
 
 def _add_config_option(cmd: argparse.ArgumentParser) -> None:

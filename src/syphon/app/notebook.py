@@ -10,14 +10,13 @@ or a pandas frame), never a message body. :func:`open_context` builds the servic
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from syphon.app.services import build_context, run_with_report
 from syphon.app.text import format_run, format_status, format_summary
 from syphon.core.configfile import load_config
 from syphon.core.schema import Stage
-from syphon.core.selection import Selection, parse_time
+from syphon.core.selection import Selection, selection_from_text
 from syphon.job.context import RunContext
 from syphon.job.plan import plan as plan_run
 from syphon.job.request import run_request
@@ -93,22 +92,15 @@ def parameters(dbutils: Any = None, **values: str) -> Parameters:
 
 
 def _selection(got: dict[str, str]) -> Selection | None:
-    def items(name: str) -> tuple[str, ...]:
-        return tuple(i.strip() for i in got[name].split(",") if i.strip())
-
-    def time(name: str) -> datetime | None:
-        text = got[name].strip()
-        return parse_time(text, name) if text else None
-
-    selection = Selection(
-        destinations=items("select_destinations"),
-        message_ids=items("select_message_ids"),
-        enqueued_from=time("select_enqueued_from"),
-        enqueued_until=time("select_enqueued_until"),
-        dead_letter_reasons=items("select_dead_letter_reasons"),
-        where=got["select_where"].strip() or None,
+    return selection_from_text(
+        destinations=got["select_destinations"].split(","),
+        message_ids=got["select_message_ids"].split(","),
+        enqueued_from=got["select_enqueued_from"],
+        enqueued_until=got["select_enqueued_until"],
+        dead_letter_reasons=got["select_dead_letter_reasons"].split(","),
+        where=got["select_where"] or None,  # an empty widget: no condition
+        spelled=lambda field: "select_" + field,
     )
-    return None if selection.everything else selection
 
 
 def open_context(params: Parameters) -> RunContext:
@@ -148,12 +140,10 @@ def _plan_rows(ctx: RunContext, run_id: str) -> DataFrame:
 
 def verdicts(ctx: RunContext, params: Parameters, run_id: str) -> pd.DataFrame:
     """The run's plan: messages per destination, verdict and reason."""
-    from pyspark.sql import functions as F
-
     rows = _only(_plan_rows(ctx, run_id), params)
     return (
-        rows.groupBy("primary", "destination", "verdict", "reason")
-        .agg(F.count(F.lit(1)).alias("messages"))
+        queries.verdicts_per_destination(rows, "reason")
+        .select("primary", "destination", "verdict", "reason", "messages")
         .orderBy("primary", "destination", "verdict", "reason")
         .toPandas()
     )

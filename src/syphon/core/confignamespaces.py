@@ -16,7 +16,7 @@ from syphon.core.config import (
     SourceConfig,
 )
 from syphon.core.configreader import ConfigReader
-from syphon.core.naming import is_namespace_name, is_subscription_path
+from syphon.core.naming import is_dead_letter_path, is_namespace_name, is_subscription_path
 
 _ENDPOINT = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$")
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$")
@@ -178,7 +178,7 @@ _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
 
 def _entity_problem(path: str) -> str | None:
     """Why ``path`` cannot be a source's entity or a target (None: it can)."""
-    if path.endswith("/$DeadLetterQueue") or "$" in path:
+    if is_dead_letter_path(path) or "$" in path:
         return "name the entity, not its dead-letter queue (syphon reads <entity>/$DeadLetterQueue)"
     if path != path.strip() or not path or len(path) > 260:
         return "not a queue name"

@@ -71,6 +71,23 @@ def is_dead_letter_path(path: str | None) -> bool:
     return bool(path) and str(path).endswith(DEAD_LETTER_SUFFIX)
 
 
+def entity_of_dead_letter_path(path: str) -> str:
+    """The entity whose dead-letter sub-queue ``path`` is (``path`` itself otherwise)."""
+    return path.removesuffix(DEAD_LETTER_SUFFIX)
+
+
+def is_dead_letter_col(path: Column) -> Column:
+    """Spark expression: :func:`is_dead_letter_path` of a path column."""
+    return path.endswith(DEAD_LETTER_SUFFIX)
+
+
+def entity_of_dead_letter_col(path: Column) -> Column:
+    """Spark expression: :func:`entity_of_dead_letter_path` of a path column."""
+    from pyspark.sql import functions as F
+
+    return F.regexp_replace(path, re.escape(DEAD_LETTER_SUFFIX) + "$", "")
+
+
 def is_subscription_path(path: str) -> bool:
     """Whether ``path`` names a topic's subscription (``<topic>/Subscriptions/<name>``)."""
     parts = path.split("/")

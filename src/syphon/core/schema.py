@@ -37,6 +37,19 @@ def names(fields: Iterable[Field]) -> tuple[str, ...]:
     return tuple(f.name for f in fields)
 
 
+def row_of(fields: Iterable[Field], **values: Any) -> tuple[Any, ...]:
+    """A row of the schema ``fields``, its values given by column name.
+
+    Raises:
+        ValueError: a column without a value, or a value for no column.
+    """
+    columns = names(fields)
+    missing, unknown = set(columns) - set(values), set(values) - set(columns)
+    if missing or unknown:
+        raise ValueError(f"row: no value for {sorted(missing)}; no column {sorted(unknown)}")
+    return tuple(values[c] for c in columns)
+
+
 # --- vocabularies -----------------------------------------------------------------------
 
 

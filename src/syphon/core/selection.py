@@ -16,6 +16,7 @@ backlog) where the order matters.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -98,6 +99,44 @@ class Selection:
         if self.where is not None:
             parts.append(f"where {self.where}")
         return "; ".join(parts)
+
+
+def selection_from_text(
+    *,
+    destinations: Iterable[str] = (),
+    message_ids: Iterable[str] = (),
+    enqueued_from: str | None = None,
+    enqueued_until: str | None = None,
+    dead_letter_reasons: Iterable[str] = (),
+    where: str | None = None,
+    spelled: Callable[[str], str] = lambda field: "--" + field.replace("_", "-"),
+) -> Selection | None:
+    """A selection from what an operator typed (the command line's options, the
+    notebook's widgets): items stripped and empty ones dropped, times parsed (no zone:
+    UTC; an empty one: none). None when it selects every message.
+
+    Raises:
+        SelectionError: a malformed time, an empty enqueue window or a blank ``where``,
+            naming the option as ``spelled`` spells the field.
+    """
+
+    def items(values: Iterable[str]) -> tuple[str, ...]:
+        return tuple(v.strip() for v in values if v.strip())
+
+    def time(text: str | None, field: str) -> datetime | None:
+        return parse_time(text, spelled(field)) if text and text.strip() else None
+
+    if where is not None and not where.strip():
+        raise SelectionError(f"{spelled('where')} is empty")
+    selection = Selection(
+        destinations=items(destinations),
+        message_ids=items(message_ids),
+        enqueued_from=time(enqueued_from, "enqueued_from"),
+        enqueued_until=time(enqueued_until, "enqueued_until"),
+        dead_letter_reasons=items(dead_letter_reasons),
+        where=None if where is None else where.strip(),
+    )
+    return None if selection.everything else selection
 
 
 def parse_time(text: str, option: str) -> datetime:

@@ -44,7 +44,7 @@ class PlanResult(StageResult):
     """What a plan found.
 
     Attributes:
-        per_destination: rows of :func:`verdicts_by_destination`, by primary and destination.
+        per_destination: :func:`per_destination` of the plan.
         snapshot: the checkpointed snapshot (bodies included) for the replay.
         selection: what the run takes (None: every message).
         discard: what it removes without sending (None: nothing).
@@ -108,19 +108,25 @@ def destination_settings(ctx: RunContext) -> tuple[DataFrame | None, tuple[str, 
     return ctx.spark().createDataFrame(rows, spark_schema(DESTINATIONS)), tuple(listed)
 
 
-def verdicts_by_destination(planned: DataFrame) -> DataFrame:
-    """Per (primary, destination): messages, a count per verdict, the groups spread over
-    several backlog queues, and the first and last original enqueue times."""
-    from pyspark.sql import functions as F
-
-    spread_groups = F.when(queries.starts_a_spread_group(), 1)
-    return planned.groupBy("primary", "destination").agg(
-        F.count(F.lit(1)).alias("messages"),
-        *[F.count(F.when(F.col("verdict") == v, 1)).alias(v) for v in Verdict.ALL],
-        F.count(spread_groups).alias("spread_groups"),
-        F.min("original_enqueued_time").alias("first"),
-        F.max("original_enqueued_time").alias("last"),
-    )
+def per_destination(planned: DataFrame) -> list[dict[str, Any]]:
+    """Per (primary, destination), sorted: messages, a count per verdict, the groups
+    spread over several backlog queues, and the first and last original enqueue times
+    (from :func:`syphon.store.queries.verdicts_per_destination`)."""
+    out: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for r in queries.verdicts_per_destination(planned, time="original_enqueued_time").collect():
+        place = (r["primary"], r["destination"])
+        d = out.setdefault(place, {
+            "primary": place[0], "destination": place[1], "messages": 0,
+            **dict.fromkeys(Verdict.ALL, 0), "spread_groups": 0, "first": None, "last": None,
+        })  # fmt: skip
+        d["messages"] += r["messages"]
+        d[r["verdict"]] += r["messages"]
+        d["spread_groups"] += r["spread_groups"]
+        first, last = r["first"], r["last"]
+        if first is not None:
+            d["first"] = first if d["first"] is None else min(d["first"], first)
+            d["last"] = last if d["last"] is None else max(d["last"], last)
+    return [out[k] for k in sorted(out, key=lambda k: (k[0] or "", k[1] or ""))]
 
 
 @dataclass(kw_only=True)
@@ -241,11 +247,8 @@ def plan_snapshot(
         rows = ctx.store.append_plan(planned, request.run_id, planned_at)
     if rows != peeked:  # pragma: no cover - a broken invariant, not an input
         raise RuntimeError(f"the audit has {rows} rows for {peeked} peeked messages")
-    per_destination = sorted(
-        (r.asDict() for r in verdicts_by_destination(planned).collect()),
-        key=lambda d: (d["primary"] or "", d["destination"] or ""),
-    )
-    counts = {v: n for v in Verdict.ALL if (n := sum(int(d[v]) for d in per_destination))}
+    destinations = per_destination(planned)
+    counts = {v: n for v in Verdict.ALL if (n := sum(int(d[v]) for d in destinations))}
     operations.snapshot_messages_peeked = rows
     ctx.store.append_run(
         RunRecord(
@@ -266,7 +269,7 @@ def plan_snapshot(
         run_id=request.run_id,
         queues=[],
         counts=counts,
-        per_destination=per_destination,
+        per_destination=destinations,
         timings=timings,
         operations=operations,
         snapshot=snapshot,

@@ -111,22 +111,6 @@ def _place() -> list[Column]:
     ]
 
 
-def verdicts_by_destination(plan: DataFrame) -> DataFrame:
-    """Per (primary, destination, verdict): ``count`` messages, the ``first`` and ``last``
-    time one was parked (its backlog enqueue time; None when unknown) and how many
-    ``spread_groups`` start there (replay groups over several backlog queues, counted at
-    their first message). An unknown place reads ``?`` / ``""``."""
-    from pyspark.sql import functions as F
-
-    spread = F.when(queries.starts_a_spread_group(), 1)
-    return plan.groupBy(*_place(), "verdict").agg(
-        F.count(F.lit(1)).alias("count"),
-        F.min("backlog_enqueued_time").alias("first"),
-        F.max("backlog_enqueued_time").alias("last"),
-        F.count(spread).alias("spread_groups"),
-    )
-
-
 def outage_timeline(
     plan: DataFrame, first: datetime, last: datetime, buckets: int = TIMELINE_BUCKETS
 ) -> DataFrame:
@@ -201,11 +185,12 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
         return data
     rows = rows.localCheckpoint(eager=True)
     plan = queries.run_rows(rows, result.run_id, Stage.PLAN)
-    for r in verdicts_by_destination(plan).collect():
-        place = (r["primary"], r["destination"])
-        data.by_destination.setdefault(place, {})[r["verdict"]] = int(r["count"])
+    for r in queries.verdicts_per_destination(plan).collect():
+        place = (r["primary"] or "?", r["destination"] or "")  # an unknown place
+        counts = data.by_destination.setdefault(place, {})
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + int(r["messages"])
         data.spread_groups += int(r["spread_groups"])
-        if r["first"] is not None:
+        if r["first"] is not None:  # the times it was parked
             first, last = utc(r["first"]), utc(r["last"])
             known = data.windows.get(place)
             if known is not None:

@@ -12,13 +12,16 @@ the restored rows.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from syphon.core.envelope import restore_envelope_col
-from syphon.core.naming import DEAD_LETTER_SUFFIX, backlog_primary_col
+from syphon.core.naming import (
+    backlog_primary_col,
+    entity_of_dead_letter_col,
+    is_dead_letter_col,
+)
 from syphon.core.timespan import TICKS_PER_SECOND
 from syphon.job.selection import property_text
 
@@ -84,8 +87,8 @@ def restore_redriven(snapshot: DataFrame, redrive: Redrive) -> DataFrame:
     for a backlog message."""
     from pyspark.sql import functions as F
 
-    in_dlq = F.col("backlog_queue").endswith(DEAD_LETTER_SUFFIX)
-    entity = F.regexp_replace(F.col("backlog_queue"), re.escape(DEAD_LETTER_SUFFIX) + "$", "")
+    in_dlq = is_dead_letter_col(F.col("backlog_queue"))
+    entity = entity_of_dead_letter_col(F.col("backlog_queue"))
     destination = entity
     if redrive.targets:
         pairs = [F.lit(x) for k, v in sorted(redrive.targets.items()) for x in (k, v)]

@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.naming import DEAD_LETTER_SUFFIX, PARTITIONED_SEQUENCE
+from syphon.core.naming import PARTITIONED_SEQUENCE, is_dead_letter_col
 from syphon.core.schema import (
     PLACE,
     SETTLE_ACTION,
@@ -112,7 +112,7 @@ def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> Da
     replayed = (verdict == Verdict.REPLAY) & F.coalesce(F.col("_sent"), F.lit(False))
     # a dead-letter queue's message is removed only once sent: it cannot be dead-lettered
     # again, and nothing else may remove the only copy of a message that failed
-    dead_letter_queue = F.col("backlog_queue").endswith(DEAD_LETTER_SUFFIX)
+    dead_letter_queue = is_dead_letter_col(F.col("backlog_queue"))
     action = (
         F.when(verdict == Verdict.DISCARDED, F.lit(DISCARD))
         .when(dead_letter_queue & replayed, F.lit(COMPLETE))

@@ -26,9 +26,9 @@ from typing import Any
 from syphon.core.config import BacklogConfig
 from syphon.core.errors import ConfigError
 from syphon.core.naming import (
-    DEAD_LETTER_SUFFIX,
     backlog_queue_path,
     dead_letter_path,
+    entity_of_dead_letter_path,
     match_backlog_queue_path,
 )
 from syphon.servicebus.peek import peek_receiver
@@ -177,7 +177,7 @@ def probe_entities(access: Any, paths: Sequence[str], what: str) -> list[Discove
             with access.client() as client, peek_receiver(client, path) as receiver:
                 peeked = receiver.peek_messages(1)
         except MessagingEntityNotFoundError:
-            entity = path.removesuffix(DEAD_LETTER_SUFFIX)
+            entity = entity_of_dead_letter_path(path)
             message = f"{what}'s entity {entity!r} does not exist in {access.namespace}"
             raise ConfigError(message, fix=f"{message}: correct the source's entities") from None
         except ServiceBusError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from syphon.core.schema import DESTINATIONS, row_of
 from syphon.servicebus.access import Access
 
 
@@ -14,18 +15,23 @@ def list_destinations(access: Access) -> list[tuple[Any, ...]]:
     Raises:
         azure.core.exceptions.AzureError, OSError: the management API did not answer.
     """
-    limit = access.max_message_bytes
-    out: list[tuple[Any, ...]] = []
+
+    def row(entity: Any, requires_session: bool) -> tuple[Any, ...]:
+        size = (entity.max_message_size_in_kilobytes or 0) * 1024
+        return row_of(
+            DESTINATIONS,
+            primary=access.namespace,
+            destination=entity.name,
+            exists=True,
+            requires_duplicate_detection=bool(entity.requires_duplicate_detection),
+            requires_session=requires_session,
+            max_message_bytes=size or access.max_message_bytes,
+            partitioned=bool(entity.enable_partitioning),
+        )
+
     with access.admin_client() as admin:
-        for q in admin.list_queues():
-            size = (q.max_message_size_in_kilobytes or 0) * 1024 or limit
-            out.append((access.namespace, q.name, True, bool(q.requires_duplicate_detection),
-                        bool(q.requires_session), size, bool(q.enable_partitioning)))  # fmt: skip
-        for t in admin.list_topics():
-            size = (t.max_message_size_in_kilobytes or 0) * 1024 or limit
-            out.append((access.namespace, t.name, True, bool(t.requires_duplicate_detection),
-                        False, size, bool(t.enable_partitioning)))  # fmt: skip
-    return out
+        queues = [row(q, bool(q.requires_session)) for q in admin.list_queues()]
+        return queues + [row(t, False) for t in admin.list_topics()]
 
 
 def listing_failed(exc: BaseException) -> bool:

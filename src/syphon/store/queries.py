@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from syphon.core.ledger import RunRecord
-from syphon.core.naming import DEAD_LETTER_SUFFIX
+from syphon.core.naming import is_dead_letter_col
 from syphon.core.schema import (
     AUDIT,
     AUDIT_FROM_PLANNED,
@@ -144,7 +144,7 @@ def held_dead_letters(settled: DataFrame, planned: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     left = settled.where(
-        (F.col("outcome") == Outcome.LEFT) & F.col("backlog_queue").endswith(DEAD_LETTER_SUFFIX)
+        (F.col("outcome") == Outcome.LEFT) & is_dead_letter_col(F.col("backlog_queue"))
     ).select(*PLACE)
     waiting = planned.where(~F.col("verdict").isin(Verdict.REPLAY, Verdict.UNSELECTED))
     return left.join(waiting.select(*PLACE), list(PLACE), "left_semi")
@@ -170,6 +170,25 @@ def starts_a_spread_group() -> Column:
 
     return (
         (F.col("verdict") == Verdict.REPLAY) & F.col("group_spread") & (F.col("replay_order") == 1)
+    )
+
+
+def verdicts_per_destination(
+    plan: DataFrame, *by: str, time: str = "backlog_enqueued_time"
+) -> DataFrame:
+    """Per primary, destination and verdict (and the columns ``by`` names, e.g.
+    ``reason``) of plan rows: ``messages``; ``spread_groups``, the replay groups spread
+    over several backlog queues that start there; the ``first`` and ``last`` value of
+    the column ``time`` (the audit's rows know when a message was parked; a plan being
+    made, when it was first enqueued). The one aggregate the plan's summary, the run
+    report and the notebook read."""
+    from pyspark.sql import functions as F
+
+    return plan.groupBy("primary", "destination", "verdict", *by).agg(
+        F.count(F.lit(1)).alias("messages"),
+        F.count(F.when(starts_a_spread_group(), 1)).alias("spread_groups"),
+        F.min(time).alias("first"),
+        F.max(time).alias("last"),
     )
 
 
