@@ -21,9 +21,9 @@ from support.crash_scenario import (
     backlog_ids,
     destination_ids,
     everything_home,
+    free_the_killed_runs_lease,
     kill_with_sigkill,
     settled_safely,
-    wait_for_the_lease_to_expire,
 )
 from support.paired_env import job_config, make_pair, run_job
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
@@ -74,7 +74,7 @@ def test_a_run_killed_in_its_second_wave_leaves_the_first_done_and_the_next_run_
     assert in_flight  # the kill came after wave 2 sent a batch
     assert in_flight <= second
 
-    wait_for_the_lease_to_expire(root)
+    free_the_killed_runs_lease(root)
     last = run_job(config, spark, "after-the-kill")
     assert last.status == "done", last
 

@@ -18,7 +18,7 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from servicebus_emulator import QueueSpec, SubscriptionSpec, TopicSpec
-from support.crash_scenario import SYPHON, assert_killed, wait_for_the_lease_to_expire
+from support.crash_scenario import SYPHON, assert_killed, free_the_killed_runs_lease
 from support.paired_env import PRIMARY, Pair, command_config, make_pair, stored
 from syphon.app.cli import main
 from syphon.store.audit import AUDIT_TABLE
@@ -183,7 +183,7 @@ def test_a_drain_killed_mid_replay_leaves_each_message_once_where_duplicates_are
     sent_before = Counter(str(m.message_id) for m in stored(pair, "dd"))
     assert sent_before, "the kill came after three batches were sent"
     assert sorted(left_in(old, "dd")) == sorted(ids)  # nothing settled without its outcome
-    wait_for_the_lease_to_expire(tmp_path / "delta")
+    free_the_killed_runs_lease(tmp_path / "delta")
 
     assert main(["run", "--config", conf, "--source", "old-west", "--run-id", "after"]) == 0
     held = Counter(str(m.message_id) for m in stored(pair, "dd"))

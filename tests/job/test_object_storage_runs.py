@@ -26,9 +26,9 @@ from support.crash_scenario import (
     backlog_ids,
     destination_ids,
     everything_home,
+    free_the_killed_runs_lease,
     settled_safely,
     start_killed_run,
-    wait_for_the_lease_to_expire,
 )
 from support.paired_env import Pair, context, job_config, run_job, send_raw
 from syphon.app import notebook
@@ -136,7 +136,7 @@ def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_fi
     assert gone <= settled_safely(root), gone - settled_safely(root)
     after_kill = {d: destination_ids(pair, d) for d in ("orders", "dd")}
     assert any(after_kill[d] != before[d] for d in after_kill)  # it had sent batches
-    wait_for_the_lease_to_expire(root)
+    free_the_killed_runs_lease(root)
 
     last = run_job(config, spark)
     assert last.status == "done", last

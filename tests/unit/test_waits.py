@@ -54,10 +54,6 @@ ALLOWED = {
         "job/test_run.py",
         "time.sleep(max(0.0, wait) + 0.5)",
     ): "the same: a message expires between a plan and its resumed run",
-    (
-        "support/crash_scenario.py",
-        "time.sleep(max(0.0, left) + 0.2)",
-    ): "a killed run's lease expires by the wall clock its next run reads, in another process",
 }
 
 
