@@ -139,7 +139,9 @@ def _fields(parent: ET.Element, pairs: Iterable[tuple[str, str | None]]) -> None
             _el(parent, name, text)
 
 
-def _counts(parent: ET.Element, active: int, dead: int, scheduled: int) -> None:
+def _counts(
+    parent: ET.Element, active: int, dead: int, scheduled: int, transfer_dead: int = 0
+) -> None:
     details = _el(parent, "CountDetails")
     details.set("xmlns:d2p1", SB_COUNTS)
     for name, value in (
@@ -147,16 +149,18 @@ def _counts(parent: ET.Element, active: int, dead: int, scheduled: int) -> None:
         ("DeadLetterMessageCount", dead),
         ("ScheduledMessageCount", scheduled),
         ("TransferMessageCount", 0),
-        ("TransferDeadLetterMessageCount", 0),
+        ("TransferDeadLetterMessageCount", transfer_dead),
     ):
         _el(details, f"d2p1:{name}", str(value))
 
 
-def _store_counts(entity: Entity) -> tuple[int, int, int]:
+def _store_counts(entity: Entity) -> tuple[int, int, int, int]:
+    """(active, dead-lettered, scheduled, transfer dead-lettered) messages."""
     active = sum(1 for m in entity.messages.values() if m.state in (ACTIVE, DEFERRED))
     scheduled = sum(1 for m in entity.messages.values() if m.state == SCHEDULED)
     dead = len(entity.dlq.messages) if entity.dlq is not None else 0
-    return active, dead, scheduled
+    transfer = len(entity.transfer_dlq.messages) if entity.transfer_dlq is not None else 0
+    return active, dead, scheduled, transfer
 
 
 class Renderer:
@@ -192,7 +196,7 @@ class Renderer:
         spec = entity.spec
         entry = self.entry(entity.path, entity.path, entity.updated_ms, entity.created_ms)
         body = self.content(entry, "QueueDescription")
-        active, dead, scheduled = _store_counts(entity)
+        active, dead, scheduled, transfer = _store_counts(entity)
         size_mb = spec.max_size_in_megabytes * (PARTITION_COUNT if entity.partitioned else 1)
         _fields(
             body,
@@ -229,7 +233,7 @@ class Renderer:
                 ("SupportOrdering", "true"),
             ],
         )
-        _counts(body, active, dead, scheduled)
+        _counts(body, active, dead, scheduled, transfer)
         _fields(
             body,
             [
@@ -312,7 +316,7 @@ class Renderer:
         path = f"{sub.topic.path}/{words[0]}/{spec.name}"
         entry = self.entry(spec.name, path, sub.updated_ms, sub.created_ms)
         body = self.content(entry, "SubscriptionDescription")
-        active, dead, scheduled = _store_counts(sub)
+        active, dead, scheduled, transfer = _store_counts(sub)
         _fields(
             body,
             [
@@ -337,7 +341,7 @@ class Renderer:
                 ("AccessedAt", format_time(sub.accessed_ms)),
             ],
         )
-        _counts(body, active, dead, scheduled)
+        _counts(body, active, dead, scheduled, transfer)
         _fields(
             body,
             [

@@ -13,6 +13,8 @@ from servicebus_emulator.codec import ParsedMessage
 
 PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 DLQ_SUFFIX = "/$DeadLetterQueue"
+#: Where a message goes that the service could not forward (auto-forwarding).
+TRANSFER_DLQ_SUFFIX = "/$Transfer" + DLQ_SUFFIX
 SUBSCRIPTIONS = "/Subscriptions/"
 PARTITION_COUNT = 16
 PARTITION_SHIFT = 48  # a partitioned entity's sequence number: partition id in the top bits

@@ -26,6 +26,7 @@ from servicebus_emulator.model import (
     PARTITION_COUNT,
     SERVER_BUSY,
     SUBSCRIPTIONS,
+    TRANSFER_DLQ_SUFFIX,
     BrokerError,
     Faults,
     unavailable,
@@ -147,8 +148,9 @@ class Namespace:
             _keep_partitioning(entity.spec.enable_partitioning, spec.enable_partitioning)
             spec = replace(spec, name=entity.path)
             entity.spec = spec
-            if entity.dlq is not None:
-                entity.dlq.spec = spec
+            for sub_queue in (entity.dlq, entity.transfer_dlq):
+                if sub_queue is not None:
+                    sub_queue.spec = spec
             entity.updated_ms = self.clock.now_ms()
             return entity
 
@@ -176,8 +178,9 @@ class Namespace:
     def _respec_subscription(topic: Topic, sub: Entity, spec: SubscriptionSpec) -> None:
         sub.subscription = replace(spec, rules=())
         sub.spec = subscription_queue_spec(topic.spec, sub.subscription)
-        if sub.dlq is not None:
-            sub.dlq.spec = sub.spec
+        for sub_queue in (sub.dlq, sub.transfer_dlq):
+            if sub_queue is not None:
+                sub_queue.spec = sub.spec
 
     def delete_queue(self, name: str) -> None:
         with self.lock:
@@ -229,20 +232,26 @@ class Namespace:
             sub.rules = kept
 
     def entity(self, path: str) -> Entity:
-        """The queue, subscription or dead-letter queue at ``path``.
+        """The queue, subscription, dead-letter queue or transfer dead-letter queue at
+        ``path``.
 
         Raises:
             BrokerError: not found (unless auto-create is on for a plain queue name).
         """
         with self.lock:
-            base, dead = path, False
-            if path.lower().endswith(DLQ_SUFFIX.lower()):
+            base, dead, transfer = path, False, False
+            if path.lower().endswith(TRANSFER_DLQ_SUFFIX.lower()):
+                base, transfer = path[: -len(TRANSFER_DLQ_SUFFIX)], True
+            elif path.lower().endswith(DLQ_SUFFIX.lower()):
                 base, dead = path[: -len(DLQ_SUFFIX)], True
             entity = self._subscription_at(base) or self.entities.get(base.lower())
             if entity is None and self.auto_create and base.lower() not in self.topics:
                 entity = self.declare(QueueSpec(name=base))
             if entity is None:
                 raise _not_found(base)
+            if transfer:
+                assert entity.transfer_dlq is not None
+                return entity.transfer_dlq
             if dead:
                 assert entity.dlq is not None
                 return entity.dlq

@@ -246,15 +246,19 @@ class Sending(Namespace):
         hops: int,
         seq: int | None = None,
     ) -> int:
-        """Stores a message in a queue or subscription, or forwards it."""
+        """Stores a message in a queue or subscription, or forwards it; a message the
+        forward cannot deliver goes to the entity's transfer dead-letter queue."""
         forward = entity.spec.forward_to
-        if forward and hops < MAX_FORWARD_HOPS:
+        if forward:
             target = self._resolve_forward(forward)
-            if target is not None:
-                pid = self._choose_partition(
-                    target, {self.partition_key(target, parsed)}, self.fault_for(target.path)
-                )
-                return self._accept(target, parsed, size, now, pid, scheduled, touched, hops + 1)
+            refused = self._forward_refused(forward, target, hops)
+            if refused is not None:
+                return self._transfer_dead_letter(entity, parsed, now, refused, touched)
+            assert target is not None
+            pid = self._choose_partition(
+                target, {self.partition_key(target, parsed)}, self.fault_for(target.path)
+            )
+            return self._accept(target, parsed, size, now, pid, scheduled, touched, hops + 1)
         if entity.requires_session and parsed.session_id is None:
             return 0  # a subscription that requires sessions cannot hold it
         if scheduled is None:
@@ -264,6 +268,45 @@ class Sending(Namespace):
             parsed, size, now, scheduled_ms=scheduled, ttl_ms=ttl, seq=seq, partition=partition
         )
         touched.add(entity.path)
+        return msg.seq
+
+    def _forward_refused(
+        self, name: str, target: Entity | Topic | None, hops: int
+    ) -> tuple[str, str] | None:
+        """Why a forward to ``target`` (named ``name``) cannot deliver: (DeadLetterReason,
+        DeadLetterErrorDescription), or None. The hop limit's reason is the service's
+        documented one; a missing or disabled destination is named by the service's
+        error for it."""
+        if hops >= MAX_FORWARD_HOPS:
+            return (
+                "MaxTransferHopCountExceeded",
+                f"The message was forwarded more than {MAX_FORWARD_HOPS} times.",
+            )
+        if target is None:
+            return (
+                "MessagingEntityNotFound",
+                f"The auto-forwarding destination '{name}' could not be found.",
+            )
+        try:
+            self.check_status(target, sending=True)
+        except BrokerError as exc:
+            return "MessagingEntityDisabled", exc.description
+        return None
+
+    def _transfer_dead_letter(
+        self,
+        entity: Entity,
+        parsed: ParsedMessage,
+        now: int,
+        why: tuple[str, str],
+        touched: set[str],
+    ) -> int:
+        assert entity.transfer_dlq is not None
+        props = dict(parsed.get_application_properties())
+        props["DeadLetterReason"], props["DeadLetterErrorDescription"] = why
+        moved = with_properties(parsed, props)
+        msg = entity.transfer_dlq.add(moved, len(moved.bare), now, scheduled_ms=None, ttl_ms=None)
+        touched.add(entity.transfer_dlq.path)
         return msg.seq
 
     def _resolve_forward(self, name: str) -> Entity | Topic | None:

@@ -27,6 +27,7 @@ from servicebus_emulator.model import (
     PARTITION_SHIFT,
     SCHEDULED,
     SUBSCRIPTIONS,
+    TRANSFER_DLQ_SUFFIX,
     BrokerError,
     SessionState,
     StoredMessage,
@@ -87,6 +88,10 @@ class Entity:
         self.sessions: dict[str, SessionState] = {}
         self.dlq: Entity | None = (
             None if dead_letter else Entity(spec, path + DLQ_SUFFIX, now, dead_letter=True)
+        )
+        #: the transfer dead-letter queue: messages a forward could not deliver
+        self.transfer_dlq: Entity | None = (
+            None if dead_letter else Entity(spec, path + TRANSFER_DLQ_SUFFIX, now, dead_letter=True)
         )
 
     @property

@@ -187,3 +187,45 @@ def test_the_receivers_sub_queue_is_the_same_path(pair: Pair) -> None:
         with client.get_queue_receiver("orders/$DeadLetterQueue") as r:
             by_path = [str(m.message_id) for m in r.peek_messages(5)]
     assert by_sdk == by_path == ["p-1"]
+
+
+def test_transfer_dead_letters_are_redriven_with_their_own_entity_in_the_audit(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """What the service could not forward from ``relay`` (its forward names an entity
+    that does not exist) waits in ``relay/$Transfer/$DeadLetterQueue``; a dead-letter
+    source that lists every entity reads it (on by default), sends it where its target
+    says, in order, and records the queue it came from; with the option off it is left."""
+    pair.primary.broker.declare(QueueSpec("relay", forward_to="gone"))
+    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
+        with client.get_queue_sender("relay") as sender:
+            for i in range(3):
+                sender.send_messages(ServiceBusMessage(f"r{i}".encode(), message_id=f"r-{i}"))
+    transfer = "relay/$Transfer/$DeadLetterQueue"
+    assert [str(m.message_id) for m in pair.primary.broker.entity(transfer).messages.values()
+            ] == ["r-0", "r-1", "r-2"]  # fmt: skip
+    extra = f"""
+sources:
+  - name: without-transfers
+    kind: dead_letter
+    namespace: {PRIMARY}
+    transfer_dead_letters: false
+    targets: {{relay: orders}}
+  - name: everything
+    kind: dead_letter
+    namespace: {PRIMARY}
+    targets: {{relay: orders}}
+"""
+    conf = command_config(pair, spark, tmp_path, monkeypatch, extra=extra)
+    assert main(["plan", "--config", conf, "--source", "without-transfers"]) == 0
+    planned = {r["backlog_queue"] for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()}
+    assert transfer not in planned  # the option off: not read
+
+    assert main(["run", "--config", conf, "--source", "everything", "--run-id", "t"]) == 0
+    assert [str(m.message_id) for m in stored(pair, "orders")] == ["r-0", "r-1", "r-2"]
+    assert pair.primary.broker.entity(transfer).messages == {}
+    rows = [r for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+            if r["run_id"] == "t" and r["stage"] == "plan"]  # fmt: skip
+    assert {(r["backlog_queue"], r["source_entity"], r["destination"], r["verdict"],
+             r["dead_letter_reason"]) for r in rows} == {
+        (transfer, "relay", "orders", "replay", "MessagingEntityNotFound")}  # fmt: skip

@@ -378,6 +378,15 @@ def test_sources_default_to_the_backlog_and_name_what_a_run_drains(tmp_path: Pat
             "{name: x, kind: dead_letter, namespace: contoso, entities: [q], targets: {r: s}}",
             "not one of the source's entities",
         ),
+        (
+            "{name: x, kind: namespace, namespace: contoso, transfer_dead_letters: false,"
+            " from_namespace: {namespace: contoso-old, connection_string: {env: OLD}}}",
+            "dead_letter only",
+        ),
+        (
+            "{name: x, kind: dead_letter, namespace: contoso, transfer_dead_letters: maybe}",
+            "true or false",
+        ),
         ("{name: x, kind: backlog, entities: [q]}", "dead_letter or namespace only"),
         ("{name: 'a b', kind: backlog}", "not a source name"),
         ("{name: x, kind: sideways}", "kind"),
@@ -407,6 +416,20 @@ def test_a_namespace_source_drains_another_namespace_into_a_primary(tmp_path: Pa
     assert source.from_namespace.namespace == "contoso-west"
     assert source.target("events/Subscriptions/audit") == "audit-replay"
     assert "OLD_CS" in str(config.as_dict())  # a reference, never a value
+
+
+def test_a_dead_letter_source_reads_transfer_dead_letters_unless_told_not_to(
+    tmp_path: Path,
+) -> None:
+    text = MINIMAL + (
+        "sources:\n"
+        "  - {name: with, kind: dead_letter, namespace: contoso}\n"
+        "  - {name: without, kind: dead_letter, namespace: contoso,"
+        " transfer_dead_letters: false}\n"
+    )
+    config = load_config(write(tmp_path, text), environ={})
+    assert config.source_named("with").transfer_dead_letters is True
+    assert config.source_named("without").transfer_dead_letters is False
 
 
 def test_the_secondary_is_needed_only_by_a_backlog_source(tmp_path: Path) -> None:

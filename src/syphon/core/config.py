@@ -154,6 +154,9 @@ class SourceConfig:
         from_namespace: ``namespace``: the namespace drained (a failed-over primary),
             with its own access.
         dead_letters: ``namespace``: also drain each entity's dead-letter sub-queue.
+        transfer_dead_letters: ``dead_letter``: also read each entity's transfer
+            dead-letter queue (``<entity>/$Transfer/$DeadLetterQueue``: what the service
+            could not forward from it), re-driven like its dead letters (default: on).
     """
 
     name: str
@@ -163,6 +166,7 @@ class SourceConfig:
     targets: Mapping[str, str] = field(default_factory=dict)
     from_namespace: NamespaceConfig | None = None
     dead_letters: bool = False
+    transfer_dead_letters: bool = True
 
     def target(self, entity: str) -> str:
         """Where ``entity``'s messages are sent."""

@@ -105,14 +105,17 @@ class NamespaceReader(ConfigReader):
 
     def one_source(self, raw: Any, key: str, primaries: list[str]) -> SourceConfig:
         s = self.section(raw, key, ("name", "kind", "namespace", "entities", "targets",
-                                    "from_namespace", "dead_letters"))  # fmt: skip
+                                    "from_namespace", "dead_letters",
+                                    "transfer_dead_letters"))  # fmt: skip
         name = self.required(s, key, "name")
         if not isinstance(name, str) or not _SOURCE_NAME.match(name):
             raise self.fail(f"{key}.name", f"{name!r} is not a source name (letters, digits, "
                                            "- and _, up to 50)")  # fmt: skip
         kind = self.choice(s, key, "kind", SOURCE_KINDS, "backlog")
-        only = {"from_namespace": "namespace", "dead_letters": "namespace"}
-        for extra in ("namespace", "entities", "targets", "from_namespace", "dead_letters"):
+        only = {"from_namespace": "namespace", "dead_letters": "namespace",
+                "transfer_dead_letters": "dead_letter"}  # fmt: skip
+        for extra in ("namespace", "entities", "targets", "from_namespace", "dead_letters",
+                      "transfer_dead_letters"):  # fmt: skip
             allowed = only.get(extra, "dead_letter or namespace")
             if s.get(extra) is not None and kind not in allowed.split(" or "):
                 raise self.fail(f"{key}.{extra}", f"is for kind {allowed} only (a backlog "
@@ -168,9 +171,10 @@ class NamespaceReader(ConfigReader):
                 raise self.fail(f"{key}.from_namespace", "must differ from the namespace the "
                                                          "messages go to")  # fmt: skip
         dead_letters = self.typed(s, key, "dead_letters", bool, False)
+        transfer = self.typed(s, key, "transfer_dead_letters", bool, True)
         return SourceConfig(name, kind, namespace, tuple(entities),
                             {str(k): str(v) for k, v in targets.items()},
-                            from_namespace, dead_letters)  # fmt: skip
+                            from_namespace, dead_letters, transfer)  # fmt: skip
 
 
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,50}$")

@@ -61,19 +61,30 @@ def is_namespace_name(name: str) -> bool:
 DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
 
 
+#: The transfer dead-letter queue's: what the service could not forward from an entity.
+TRANSFER_DEAD_LETTER_SUFFIX = "/$Transfer" + DEAD_LETTER_SUFFIX
+
+
+def transfer_dead_letter_path(entity: str) -> str:
+    """The path of ``entity``'s transfer dead-letter queue."""
+    return entity + TRANSFER_DEAD_LETTER_SUFFIX
+
+
 def dead_letter_path(entity: str) -> str:
     """The path of ``entity``'s dead-letter sub-queue."""
     return entity + DEAD_LETTER_SUFFIX
 
 
 def is_dead_letter_path(path: str | None) -> bool:
-    """Whether ``path`` is a dead-letter sub-queue's (a backlog queue's never is)."""
+    """Whether ``path`` is a dead-letter sub-queue's, a transfer dead-letter queue's
+    included (a backlog queue's never is)."""
     return bool(path) and str(path).endswith(DEAD_LETTER_SUFFIX)
 
 
 def entity_of_dead_letter_path(path: str) -> str:
-    """The entity whose dead-letter sub-queue ``path`` is (``path`` itself otherwise)."""
-    return path.removesuffix(DEAD_LETTER_SUFFIX)
+    """The entity whose dead-letter or transfer dead-letter queue ``path`` is (``path``
+    itself otherwise)."""
+    return path.removesuffix(TRANSFER_DEAD_LETTER_SUFFIX).removesuffix(DEAD_LETTER_SUFFIX)
 
 
 def is_dead_letter_col(path: Column) -> Column:
@@ -85,7 +96,8 @@ def entity_of_dead_letter_col(path: Column) -> Column:
     """Spark expression: :func:`entity_of_dead_letter_path` of a path column."""
     from pyspark.sql import functions as F
 
-    return F.regexp_replace(path, re.escape(DEAD_LETTER_SUFFIX) + "$", "")
+    suffix = f"({re.escape('/$Transfer')})?{re.escape(DEAD_LETTER_SUFFIX)}$"
+    return F.regexp_replace(path, suffix, "")
 
 
 def is_subscription_path(path: str) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from syphon.core.config import SourceConfig
 from syphon.core.errors import ConfigError
-from syphon.core.naming import dead_letter_path
+from syphon.core.naming import dead_letter_path, transfer_dead_letter_path
 from syphon.job.context import RunContext
 from syphon.job.restore import Redrive
 from syphon.servicebus.access import Access
@@ -85,14 +85,23 @@ class RunSource:
     def reads_dead_letters(self) -> bool:
         return self.config.kind == "dead_letter" or self.config.dead_letters
 
+    @property
+    def reads_transfer_dead_letters(self) -> bool:
+        """Whether it reads entities' transfer dead-letter queues (a dead-letter source,
+        unless its config turns them off)."""
+        return self.config.kind == "dead_letter" and self.config.transfer_dead_letters
+
     def paths(self, entities: list[str]) -> list[str]:
-        """The queues it reads of ``entities``: each's own, its dead-letter queue, or both."""
+        """The queues it reads of ``entities``: each's own, its dead-letter queue (and
+        transfer dead-letter queue), or both."""
         out: list[str] = []
         for entity in entities:
             if self.reads_active:
                 out.append(entity)
             if self.reads_dead_letters:
                 out.append(dead_letter_path(entity))
+            if self.reads_transfer_dead_letters:
+                out.append(transfer_dead_letter_path(entity))
         return out
 
     def discover(self, ctx: RunContext) -> list[DiscoveredQueue]:
@@ -111,7 +120,8 @@ class RunSource:
             message = f"{what}'s entity {missing[0]!r} does not exist in {self.access.namespace}"
             raise ConfigError(message, fix=f"{message}: correct the source's targets")
         return listed_queues(listed, self.reads_active, self.reads_dead_letters,
-                             self.access.namespace, set(self.config.targets))  # fmt: skip
+                             self.access.namespace, set(self.config.targets),
+                             self.reads_transfer_dead_letters)  # fmt: skip
 
 
 def run_source(ctx: RunContext, name: str | None = None) -> RunSource:

@@ -30,6 +30,7 @@ from syphon.core.naming import (
     dead_letter_path,
     entity_of_dead_letter_path,
     match_backlog_queue_path,
+    transfer_dead_letter_path,
 )
 from syphon.servicebus.peek import peek_receiver
 
@@ -204,6 +205,7 @@ class ListedQueue:
     dead_letters: int
     sessions: bool = False
     subscription: bool = False
+    transfer_dead_letters: int = 0
 
 
 def list_entities(access: Any) -> tuple[list[ListedQueue], int]:
@@ -223,6 +225,7 @@ def list_entities(access: Any) -> tuple[list[ListedQueue], int]:
                 q.active_message_count + q.scheduled_message_count,
                 q.dead_letter_message_count,
                 q.name in sessions,
+                transfer_dead_letters=q.transfer_dead_letter_message_count or 0,
             )
             for q in admin.list_queues_runtime_properties()
         ]
@@ -232,9 +235,11 @@ def list_entities(access: Any) -> tuple[list[ListedQueue], int]:
             in_sessions = {s.name for s in subs if s.requires_session}
             for sub in admin.list_subscriptions_runtime_properties(topic.name):
                 path = f"{topic.name}/Subscriptions/{sub.name}"
-                listed.append(ListedQueue(path, sub.active_message_count,
-                                          sub.dead_letter_message_count,
-                                          sub.name in in_sessions, True))  # fmt: skip
+                listed.append(ListedQueue(
+                    path, sub.active_message_count, sub.dead_letter_message_count,
+                    sub.name in in_sessions, True,
+                    transfer_dead_letters=sub.transfer_dead_letter_message_count or 0,
+                ))  # fmt: skip
     return sorted(listed, key=lambda q: q.path), calls
 
 
@@ -245,12 +250,13 @@ NO_TARGET = "no_target"
 
 def listed_queues(
     listed: Sequence[ListedQueue], active: bool, dead_letters: bool, namespace: str,
-    targets: Collection[str] = (),
+    targets: Collection[str] = (), transfer_dead_letters: bool = False,
 ) -> list[DiscoveredQueue]:  # fmt: skip
     """The queues a listing gives a source: each queue's active messages (``active``) and
     its dead-letter sub-queue (``dead_letters``), with their counts; a subscription's as
     well when it is one of ``targets``' entities, else named as not read (``no_target``)
-    when it holds such messages."""
+    when it holds such messages. With ``transfer_dead_letters``, each transfer
+    dead-letter queue the listing counts messages in, by the same rules."""
     paths: list[tuple[str, int, str | None]] = []
     for q in listed:
         untargeted = q.subscription and q.path not in targets
@@ -260,6 +266,9 @@ def listed_queues(
         if dead_letters and not (untargeted and not q.dead_letters):
             # a dead-letter queue never requires sessions
             paths.append((dead_letter_path(q.path), q.dead_letters,
+                          NO_TARGET if untargeted else None))  # fmt: skip
+        if dead_letters and transfer_dead_letters and q.transfer_dead_letters:
+            paths.append((transfer_dead_letter_path(q.path), q.transfer_dead_letters,
                           NO_TARGET if untargeted else None))  # fmt: skip
     return [DiscoveredQueue(primary=namespace, index=i, path=p, message_count=n, extra=False,
                             unreadable=why) for i, (p, n, why) in enumerate(paths)]  # fmt: skip
