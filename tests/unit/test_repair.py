@@ -1,0 +1,140 @@
+"""Repair on re-drive, what the operator types: parsed and checked before anything is
+read, and each value encoded as the AMQP type it is set with."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+
+from syphon.core import amqp_bytes as ab
+from syphon.core.repair import (
+    Change,
+    Repair,
+    RepairError,
+    amqp_type,
+    encode_value,
+    parse_set,
+    parse_unset,
+    set_application_properties,
+)
+
+
+def test_a_set_names_a_property_an_optional_type_and_an_expression() -> None:
+    assert parse_set("retries:long=0") == Change("retries", False, "0", "long")
+    assert parse_set("tenant = upper(properties['tenant'])") == Change(
+        "tenant", False, "upper(properties['tenant'])", None
+    )
+    # an expression may hold '=' and ':' of its own
+    assert parse_set("ok=a = b").expression == "a = b"
+    assert parse_set("Subject=concat('x', ':', 'y')") == Change(
+        "subject", True, "concat('x', ':', 'y')", None
+    )
+    assert parse_set("time_to_live:long=3600").system
+    assert parse_unset("Tenant") == Change("Tenant", False)
+    assert parse_unset("content-type") == Change("content_type", True)
+    assert parse_unset("ContentType") == Change("content_type", True)  # the .NET spelling
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ("SessionId='x'", "session id decides the order"),
+        ("session_id='x'", "session id decides the order"),
+        ("MessageId=uuid()", "MessageId decides duplicate detection"),
+        ("partition-key='k'", "partition key decides the order"),
+        ("noequals", "NAME=SQL"),
+        ("n=   ", "empty"),
+        ("n:int64=1", "not an AMQP type"),
+        ("conn='Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b'", "secret"),
+    ],
+)
+def test_a_set_that_cannot_be_is_refused_with_what_is_wrong(option: str, said: str) -> None:
+    with pytest.raises(RepairError, match=said) as refused:
+        parse_set(option)
+    assert refused.value.exit_code == 2
+
+
+def test_an_unset_of_the_message_id_is_refused_and_a_property_changed_twice_too() -> None:
+    with pytest.raises(RepairError, match="MessageId"):
+        parse_unset("message_id")
+    with pytest.raises(RepairError, match="twice"):
+        Repair.from_options(["a=1"], ["a"])
+    assert Repair.from_options([], []) is None
+    repair = Repair.from_options(["a:int=1", "subject='s'"], ["b"])
+    assert repair is not None
+    assert repair.names() == ("a", "subject", "b")
+    assert repair.describe() == ["set a:int=1", "set subject='s'", "unset b"]
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "name", "decoded"),
+    [
+        (0, "long", "long", 0),
+        (-5, "int", "int", -5),
+        (255, "ubyte", "ubyte", 255),
+        (7, "short", "short", 7),
+        (True, "boolean", "boolean", True),
+        ("é", "string", "string", "é"),
+        (1.5, "double", "double", 1.5),
+        (b"\x00\x01", "binary", "binary", b"\x00\x01"),
+    ],
+)
+def test_a_value_is_encoded_as_its_type(value: object, kind: str, name: str,
+                                        decoded: object) -> None:  # fmt: skip
+    encoded = encode_value(value, kind)
+    assert ab.type_name(encoded) == name
+    assert ab.decode(encoded) == decoded
+
+
+def test_times_and_uuids_keep_their_types() -> None:
+    at = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
+    assert ab.type_name(encode_value(at, "timestamp")) == "timestamp"
+    assert ab.decode(encode_value(at, "timestamp")) == at
+    u = uuid.uuid4()
+    assert ab.type_name(encode_value(str(u), "uuid")) == "uuid"
+    assert encode_value(None, "long") == b"\x40"
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "why"),
+    [
+        ("12", "long", "not a whole number"),
+        (2**31, "int", "outside int's range"),
+        (-1, "uint", "outside uint's range"),
+        (True, "long", "not a whole number"),
+        (3, "string", "not a string"),
+        ("x", "uuid", "not a uuid"),
+        (1e39, "float", "outside float's range"),
+    ],
+)
+def test_a_value_its_type_cannot_hold_says_why(value: object, kind: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        encode_value(value, kind)
+
+
+def test_without_a_type_a_value_takes_its_expressions_and_an_ambiguous_one_is_refused() -> None:
+    plain = parse_set("n=1")
+    assert [amqp_type(plain, t) for t in ("int", "bigint", "string", "timestamp")] == [
+        "int", "long", "string", "timestamp"]  # fmt: skip
+    assert amqp_type(parse_set("n:long=1"), "int") == "long"  # the type named wins
+    with pytest.raises(RepairError, match=r"decimal\(10,2\).*n:TYPE"):
+        amqp_type(plain, "decimal(10,2)")
+
+
+def test_the_application_properties_change_only_where_told() -> None:
+    original = ab.encode_map([
+        (ab.encode_string("keep"), b"\x71" + (7).to_bytes(4, "big")),  # an int stays an int
+        (ab.encode_string("fix"), ab.encode_string("wrong")),
+        (ab.encode_string("drop"), ab.encode_string("x")),
+    ])  # fmt: skip
+    changed = set_application_properties(
+        original, {"fix": encode_value(3, "long"), "drop": None, "new": ab.encode_string("n")}
+    )
+    entries = [(ab.decode(k), ab.type_name(v), ab.decode(v)) for k, v in ab.map_entries(changed)]
+    assert entries == [("keep", "int", 7), ("fix", "long", 3), ("new", "string", "n")]
+    # nothing asked, nothing changed, byte for byte
+    assert set_application_properties(original, {}) == original
+    assert ab.map_entries(set_application_properties(None, {"a": b"\x41"})) == [
+        (ab.encode_string("a"), b"\x41")]  # fmt: skip
