@@ -37,8 +37,10 @@ def _name(text: str) -> str:
 def core_dependencies(pyproject: Path = ROOT / "pyproject.toml") -> set[str]:
     """The names of the ``[project] dependencies`` (no extras)."""
     data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    return {_name(re.split(r"[\s\[<>=!~;]", dep, maxsplit=1)[0])
-            for dep in data["project"]["dependencies"]}  # fmt: skip
+    return {
+        _name(re.split(r"[\s\[<>=!~;]", dep, maxsplit=1)[0])
+        for dep in data["project"]["dependencies"]
+    }
 
 
 def blocks(lock_text: str) -> list[tuple[str, str, set[str]]]:

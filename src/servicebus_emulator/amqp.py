@@ -518,13 +518,14 @@ class AmqpHandler:
             try:
                 grant = self.broker.keys.grant(token_type, token, text(app.get("name")) or "")
             except AuthError as exc:
-                reply.properties = {"status-code": amqp_int(401),
-                                    "status-description": exc.description}  # fmt: skip
+                reply.properties = {
+                    "status-code": amqp_int(401),
+                    "status-description": exc.description,
+                }
             else:
                 conn = link.connection
                 conn.grants = [*getattr(conn, "grants", []), grant]
-                reply.properties = {"status-code": amqp_int(202),
-                                    "status-description": "Accepted"}  # fmt: skip
+                reply.properties = {"status-code": amqp_int(202), "status-description": "Accepted"}
         else:
             entity = state.entity[: -len(MANAGEMENT_SUFFIX)]
             operation = text(app.get("operation")) or ""

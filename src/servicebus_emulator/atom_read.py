@@ -90,9 +90,19 @@ def _read_filter(element: ET.Element | None) -> RuleFilter:
         return TrueFilter()
     kind = _type_attr(element)
     if kind == "CorrelationFilter":
-        text = {name: (c.text if (c := child(element, name)) is not None else None)
-                for name in ("CorrelationId", "MessageId", "To", "ReplyTo", "Label", "SessionId",
-                             "ReplyToSessionId", "ContentType")}  # fmt: skip
+        text = {
+            name: (c.text if (c := child(element, name)) is not None else None)
+            for name in (
+                "CorrelationId",
+                "MessageId",
+                "To",
+                "ReplyTo",
+                "Label",
+                "SessionId",
+                "ReplyToSessionId",
+                "ContentType",
+            )
+        }
         return CorrelationFilter(
             correlation_id=text["CorrelationId"],
             message_id=text["MessageId"],

@@ -124,13 +124,15 @@ class KeyRing:
         given = urllib.parse.unquote_plus(fields["sig"]).encode()  # bytes: any text compares
         if key is None or not hmac.compare_digest(_signature(key.key, signed).encode(), given):
             # the same answer for an unknown key name and a wrong key, as the service
-            raise AuthError("amqp:unauthorized-access",
-                            "InvalidSignature: The token has an invalid signature.")  # fmt: skip
+            raise AuthError(
+                "amqp:unauthorized-access", "InvalidSignature: The token has an invalid signature."
+            )
         try:
             expires = float(fields["se"])
         except ValueError:
-            raise AuthError("amqp:unauthorized-access",
-                            "MalformedToken: se is not a number of seconds.") from None  # fmt: skip
+            raise AuthError(
+                "amqp:unauthorized-access", "MalformedToken: se is not a number of seconds."
+            ) from None
         if expires <= time.time():
             raise AuthError("amqp:unauthorized-access", "ExpiredToken: The token is expired.")
         resource = resource_path(urllib.parse.unquote_plus(fields["sr"]))

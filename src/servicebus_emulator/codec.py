@@ -222,8 +222,11 @@ class ParsedMessage:
         keys as symbols, encoded as map entries (:func:`encoded_map_entries`); once per
         message (``replace`` makes a new message, which encodes its own)."""
         if self._kept is None:
-            kept = {symbol(str(k)): v for k, v in self.annotations.items()
-                    if str(k) not in _DELIVERY_ANNOTATIONS}  # fmt: skip
+            kept = {
+                symbol(str(k)): v
+                for k, v in self.annotations.items()
+                if str(k) not in _DELIVERY_ANNOTATIONS
+            }
             self._kept = encoded_map_entries(kept)
         return self._kept
 
@@ -293,13 +296,16 @@ def encode_header(
     """An encoded header section, written byte by byte (every delivery renders one:
     Proton's encoder took half the time of rendering a message)."""
     ttl = _uint_bytes(ttl_ms) if ttl_ms is not None and 0 <= ttl_ms < 2**32 else b"\x40"
-    fields = b"".join((
-        b"\x41" if durable else b"\x42",
-        b"\x50", bytes([priority if priority is not None else 4]),
-        ttl,
-        b"\x41" if delivery_count == 0 else b"\x42",
-        _uint_bytes(delivery_count),
-    ))  # fmt: skip
+    fields = b"".join(
+        (
+            b"\x41" if durable else b"\x42",
+            b"\x50",
+            bytes([priority if priority is not None else 4]),
+            ttl,
+            b"\x41" if delivery_count == 0 else b"\x42",
+            _uint_bytes(delivery_count),
+        )
+    )
     return b"\x00\x53\x70\xc0" + bytes([len(fields) + 1, 5]) + fields
 
 
@@ -370,10 +376,16 @@ def encode_value(value: Any) -> bytes:
 
 
 #: The annotations a delivery sets itself (rendered anew each time).
-_DELIVERY_ANNOTATIONS = frozenset({
-    "x-opt-sequence-number", "x-opt-enqueue-sequence-number", "x-opt-enqueued-time",
-    "x-opt-message-state", "x-opt-locked-until", "x-opt-deadletter-source",
-})  # fmt: skip
+_DELIVERY_ANNOTATIONS = frozenset(
+    {
+        "x-opt-sequence-number",
+        "x-opt-enqueue-sequence-number",
+        "x-opt-enqueued-time",
+        "x-opt-message-state",
+        "x-opt-locked-until",
+        "x-opt-deadletter-source",
+    }
+)
 
 
 class Delivered(Protocol):
@@ -397,19 +409,22 @@ def render_message(msg: Delivered, entity_path: str) -> bytes:
     parsed = msg.parsed
     pairs, count = parsed.kept_annotations()
     dynamic = [
-        _symbol_bytes("x-opt-sequence-number"), _long_bytes(msg.seq),
-        _symbol_bytes("x-opt-enqueue-sequence-number"), _long_bytes(msg.seq),
-        _symbol_bytes("x-opt-enqueued-time"), b"\x83" + _LONG.pack(msg.enqueued_ms),
-        _symbol_bytes("x-opt-message-state"), b"\x71" + _INT.pack(msg.state),
-    ]  # fmt: skip
+        _symbol_bytes("x-opt-sequence-number"),
+        _long_bytes(msg.seq),
+        _symbol_bytes("x-opt-enqueue-sequence-number"),
+        _long_bytes(msg.seq),
+        _symbol_bytes("x-opt-enqueued-time"),
+        b"\x83" + _LONG.pack(msg.enqueued_ms),
+        _symbol_bytes("x-opt-message-state"),
+        b"\x71" + _INT.pack(msg.state),
+    ]
     if msg.locked_until_ms is not None:
         dynamic += [_symbol_bytes("x-opt-locked-until"), b"\x83" + _LONG.pack(msg.locked_until_ms)]
     if msg.dead_letter_source is not None:
         dynamic += [_symbol_bytes("x-opt-deadletter-source"), _string_bytes(msg.dead_letter_source)]
     entries = pairs + b"".join(dynamic)
     count += len(dynamic)
-    annotations = (b"\x00\x53\x72\xd1" + _UINT.pack(len(entries) + 4) + _UINT.pack(count)
-                   + entries)  # fmt: skip
+    annotations = b"\x00\x53\x72\xd1" + _UINT.pack(len(entries) + 4) + _UINT.pack(count) + entries
     durable = bool(parsed.header[0]) if parsed.header else False
     priority = parsed.header[1] if len(parsed.header) > 1 else None
     header = encode_header(durable, priority, parsed.ttl_ms, msg.delivery_count)

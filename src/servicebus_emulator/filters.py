@@ -154,9 +154,20 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 _KEYWORDS = {
-    "and", "or", "not", "is", "null", "in", "like", "escape", "exists", "true", "false",
-    "set", "remove",
-}  # fmt: skip
+    "and",
+    "or",
+    "not",
+    "is",
+    "null",
+    "in",
+    "like",
+    "escape",
+    "exists",
+    "true",
+    "false",
+    "set",
+    "remove",
+}
 
 
 @dataclass

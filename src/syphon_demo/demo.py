@@ -138,15 +138,19 @@ def run_demo(
         say(f"{len(scenario.messages)} messages sent, {len(parked)} parked in the backlog")
         failovers = sum(c.failovers for c in scenario.counters)
         recoveries = sum(c.recoveries for c in scenario.counters)
-        say(f"the producers' senders failed over {failovers} times and came back {recoveries} "
-            "times")  # fmt: skip
+        say(
+            f"the producers' senders failed over {failovers} times and came back {recoveries} times"
+        )
         malformed = [
             ServiceBusMessage(b"no destination", message_id=f"{prefix}no-path"),
             to_backlog_message(ServiceBusMessage(b"?", message_id=f"{prefix}lost"), "nowhere"),
-            ServiceBusMessage(b"k", message_id=f"{prefix}pk", partition_key="other",
-                              application_properties={"x-ms-path": "sessions",
-                                                      "x-ms-sessionid": "s"}),
-        ]  # fmt: skip
+            ServiceBusMessage(
+                b"k",
+                message_id=f"{prefix}pk",
+                partition_key="other",
+                application_properties={"x-ms-path": "sessions", "x-ms-sessionid": "s"},
+            ),
+        ]
         with (
             ServiceBusClient.from_connection_string(secondary.connection_string) as client,
             client.get_queue_sender(f"{primary_name}/x-servicebus-transfer/0") as sender,
@@ -160,8 +164,10 @@ def run_demo(
         missing = ExitCode.MISSING_DESTINATION
         if outcome.status == "done" and outcome.exit_code == missing:
             # the fix line above is about the demo's message to "nowhere", sent on purpose
-            say(f"(syphon run would exit {missing.value} for the message to 'nowhere'; the "
-                "demo sent it on purpose, so the demo exits 0)")  # fmt: skip
+            say(
+                f"(syphon run would exit {missing.value} for the message to 'nowhere'; the "
+                "demo sent it on purpose, so the demo exits 0)"
+            )
             return 0
         return int(outcome.exit_code)
 

@@ -121,8 +121,9 @@ def run_outage_scenario(
             scheduled_enqueue_time_utc=scheduled,
             application_properties={"producer": producer, "seq": seq},
         )
-        record = SentMessage(producer, seq, "", dest.name, message_id, body, session, key, ttl,
-                             scheduled, "", "")  # fmt: skip
+        record = SentMessage(
+            producer, seq, "", dest.name, message_id, body, session, key, ttl, scheduled, "", ""
+        )
         return msg, record
 
     def produce(producer: int) -> None:

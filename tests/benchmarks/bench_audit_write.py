@@ -39,7 +39,8 @@ def audit_like(spark: SparkSession, rows: int) -> DataFrame:
         F.lit("plan").alias("stage"),
         F.current_timestamp().alias("recorded_at"),
         F.concat(F.lit("contoso/x-servicebus-transfer/"), (n % 10).cast("string")).alias(
-            "backlog_queue"),
+            "backlog_queue"
+        ),
         n.alias("sequence_number"),
         (F.current_timestamp() - F.expr("INTERVAL 1 HOUR")).alias("backlog_enqueued_time"),
         F.lit("contoso").alias("primary"),
@@ -60,7 +61,7 @@ def audit_like(spark: SparkSession, rows: int) -> DataFrame:
         F.concat(F.lit("b-"), (n / 200).cast("long").cast("string")).alias("batch_id"),
         (n % 200).alias("batch_position"),
         F.lit("planned").alias("outcome"),
-    ]  # fmt: skip
+    ]
     return spark.range(rows, numPartitions=4).select(*cols)
 
 
@@ -82,9 +83,16 @@ def spark_writer_append(df: DataFrame, root: Path) -> int:
         rows += meta.num_rows
         schema = schema or pq.read_schema(file)
         stats = f'{{"numRecords": {meta.num_rows}}}'
-        adds.append(AddAction(path=f"{folder.name}/{file.name}", size=file.stat().st_size,
-                              partition_values={}, modification_time=int(time.time() * 1000),
-                              data_change=True, stats=stats))  # fmt: skip
+        adds.append(
+            AddAction(
+                path=f"{folder.name}/{file.name}",
+                size=file.stat().st_size,
+                partition_values={},
+                modification_time=int(time.time() * 1000),
+                data_change=True,
+                stats=stats,
+            )
+        )
     create_table_with_add_actions(str(root), Schema.from_arrow(schema), adds, mode="append")
     return rows
 

@@ -68,8 +68,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=100_000)
     args = parser.parse_args()
-    queues = [QueueSpec(f"{PRIMARY}/x-servicebus-transfer/{i}", max_size_in_megabytes=5120)
-              for i in range(QUEUES)]  # fmt: skip
+    queues = [
+        QueueSpec(f"{PRIMARY}/x-servicebus-transfer/{i}", max_size_in_megabytes=5120)
+        for i in range(QUEUES)
+    ]
     destinations = [QueueSpec(f"dest-{i:02d}") for i in range(DESTINATIONS)]
     with Emulator(queues=queues) as secondary, Emulator(queues=destinations) as primary:
         filled = fill(secondary, args.messages)

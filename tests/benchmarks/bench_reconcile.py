@@ -41,10 +41,25 @@ T0 = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def typed(kind: str, amqp_type: str | None = None, **slots: object) -> F.Column:
-    values = {"bool": None, "int": None, "float": None, "bytes": None, "string": None,
-              "timestamp": None, "text": None, **slots}  # fmt: skip
-    types = {"bool": "boolean", "int": "long", "float": "double", "bytes": "binary",
-             "string": "string", "timestamp": "timestamp", "text": "string"}  # fmt: skip
+    values = {
+        "bool": None,
+        "int": None,
+        "float": None,
+        "bytes": None,
+        "string": None,
+        "timestamp": None,
+        "text": None,
+        **slots,
+    }
+    types = {
+        "bool": "boolean",
+        "int": "long",
+        "float": "double",
+        "bytes": "binary",
+        "string": "string",
+        "timestamp": "timestamp",
+        "text": "string",
+    }
     fields = [F.lit(kind).alias("kind"), F.lit(amqp_type).cast("string").alias("amqp_type")]
     for name, value in values.items():
         col = value if isinstance(value, F.Column) else F.lit(value)
@@ -70,8 +85,9 @@ def _long(value: F.Column) -> F.Column:
 def _compound(code: str, items: list[F.Column], count: F.Column) -> F.Column:
     """A list8 or map8 of encoded items (their bytes stay under 255 here)."""
     body = F.concat(*items)
-    return F.concat(F.unhex(F.lit(code)), _hex_bytes(F.octet_length(body) + 1, 2),
-                    _hex_bytes(count, 2), body)  # fmt: skip
+    return F.concat(
+        F.unhex(F.lit(code)), _hex_bytes(F.octet_length(body) + 1, 2), _hex_bytes(count, 2), body
+    )
 
 
 def encoded_message(
@@ -86,20 +102,28 @@ def encoded_message(
     application properties with the aliases, one data section."""
     empty = F.unhex(F.lit(""))
     entries = [
-        _string(F.lit("x-ms-path")), _string(dest),
-        F.when(session.isNotNull(), F.concat(_string(F.lit("x-ms-sessionid")),
-                                             _string(session))).otherwise(empty),
-        F.when(tenant.isNotNull(), F.concat(_string(F.lit("tenant")), _long(tenant)))
-        .otherwise(empty),
-        F.when(ttl.isNotNull(), F.concat(_string(F.lit("x-ms-timetolive")), _long(ttl)))
-        .otherwise(empty),
-    ]  # fmt: skip
+        _string(F.lit("x-ms-path")),
+        _string(dest),
+        F.when(
+            session.isNotNull(), F.concat(_string(F.lit("x-ms-sessionid")), _string(session))
+        ).otherwise(empty),
+        F.when(tenant.isNotNull(), F.concat(_string(F.lit("tenant")), _long(tenant))).otherwise(
+            empty
+        ),
+        F.when(ttl.isNotNull(), F.concat(_string(F.lit("x-ms-timetolive")), _long(ttl))).otherwise(
+            empty
+        ),
+    ]
     count = 2 + sum(F.when(c.isNotNull(), 2).otherwise(0) for c in (session, tenant, ttl))
     return F.concat(
-        F.unhex(F.lit("005373")), _compound("C0", [_string(message_id)], F.lit(1)),
-        F.unhex(F.lit("005374")), _compound("C1", entries, count),
-        F.unhex(F.lit("005375B0")), _hex_bytes(F.octet_length(body), 8), body,
-    )  # fmt: skip
+        F.unhex(F.lit("005373")),
+        _compound("C0", [_string(message_id)], F.lit(1)),
+        F.unhex(F.lit("005374")),
+        _compound("C1", entries, count),
+        F.unhex(F.lit("005375B0")),
+        _hex_bytes(F.octet_length(body), 8),
+        body,
+    )
 
 
 def synthetic_snapshot(spark: SparkSession, rows: int) -> DataFrame:
@@ -123,8 +147,9 @@ def synthetic_snapshot(spark: SparkSession, rows: int) -> DataFrame:
     )
     body = F.unhex(F.repeat(F.lpad(F.hex(msg_no), 16, "0"), 128))  # 1,024 bytes
     ttl = F.when(i % 1000 == 7, F.lit(10**7))
-    encoded = encoded_message(F.format_string("m%d", msg_no), dest, session,
-                              F.when(kind != 0, msg_no % 50), ttl, body)  # fmt: skip
+    encoded = encoded_message(
+        F.format_string("m%d", msg_no), dest, session, F.when(kind != 0, msg_no % 50), ttl, body
+    )
     df = spark.range(rows).select(
         F.format_string(f"{PRIMARY}/x-servicebus-transfer/%d", i % QUEUES).alias("backlog_queue"),
         (i / QUEUES + 1).cast("long").alias("sequence_number"),
@@ -147,8 +172,9 @@ def synthetic_snapshot(spark: SparkSession, rows: int) -> DataFrame:
 
 
 def destinations(spark: SparkSession) -> DataFrame:
-    rows = [(PRIMARY, f"dest-{d:02d}", True, d % 2 == 0, False, 256 * 1024)
-            for d in range(DESTINATIONS)]  # fmt: skip
+    rows = [
+        (PRIMARY, f"dest-{d:02d}", True, d % 2 == 0, False, 256 * 1024) for d in range(DESTINATIONS)
+    ]
     return spark.createDataFrame(
         rows,
         "primary string, destination string, exists boolean, "
@@ -208,11 +234,13 @@ def print_stages(spark: SparkSession) -> None:
     with urllib.request.urlopen(url) as answer:  # the local Spark UI
         stages = json.load(answer)
     for st in sorted(stages, key=lambda st: st["stageId"]):
-        print(f"  stage {st['stageId']:>3}: {st['numTasks']:>3} tasks, "
-              f"run {st['executorRunTime'] / 1000:7.1f} s, "
-              f"cpu {st['executorCpuTime'] / 1e9:7.1f} s, "
-              f"spill {st['memoryBytesSpilled'] >> 20:>6} MB, "
-              f"shuffle write {st['shuffleWriteBytes'] >> 20:>6} MB")  # fmt: skip
+        print(
+            f"  stage {st['stageId']:>3}: {st['numTasks']:>3} tasks, "
+            f"run {st['executorRunTime'] / 1000:7.1f} s, "
+            f"cpu {st['executorCpuTime'] / 1e9:7.1f} s, "
+            f"spill {st['memoryBytesSpilled'] >> 20:>6} MB, "
+            f"shuffle write {st['shuffleWriteBytes'] >> 20:>6} MB"
+        )
 
 
 def main() -> None:
@@ -233,8 +261,10 @@ def main() -> None:
     dests = destinations(spark)
     now = F.lit(datetime(2026, 11, 2, tzinfo=timezone.utc))
     previous: float | None = None
-    print(f"{'rows':>11} {'generate s':>10} {'wall s':>8} {'rows/s':>10} {'peak RSS':>9} "
-          f"{'growth':>7}  verdicts")  # fmt: skip
+    print(
+        f"{'rows':>11} {'generate s':>10} {'wall s':>8} {'rows/s':>10} {'peak RSS':>9} "
+        f"{'growth':>7}  verdicts"
+    )
     for size in sizes:
         clock = time.monotonic()
         # materialized first, as the plan's snapshot is: the figures are the reconcile's
@@ -252,9 +282,11 @@ def main() -> None:
         assert written == size, (written, size)
         snapshot.unpersist()
         growth = f"{wall / previous:6.1f}x" if previous else "      -"
-        print(f"{size:>11,} {generated:>10.1f} {wall:>8.1f} {size / wall:>10,.0f} "
-              f"{memory.peak / 2**30:>7.2f} G {growth}  {dict(sorted(counts.items()))}",
-              flush=True)  # fmt: skip
+        print(
+            f"{size:>11,} {generated:>10.1f} {wall:>8.1f} {size / wall:>10,.0f} "
+            f"{memory.peak / 2**30:>7.2f} G {growth}  {dict(sorted(counts.items()))}",
+            flush=True,
+        )
         previous = wall
         if args.stages:
             print_stages(spark)

@@ -109,8 +109,14 @@ def serve(ready: Any, stop: Any, delays: list[float]) -> None:
     from support.latency_proxy import DelayProxy
 
     # as syphon provision describes them (syphon.core.naming): no delivery count limit
-    backlog = [QueueSpec(f"{PRIMARY}/x-servicebus-transfer/{i}", max_size_in_megabytes=5120,
-                         max_delivery_count=2**31 - 1) for i in range(QUEUES)]  # fmt: skip
+    backlog = [
+        QueueSpec(
+            f"{PRIMARY}/x-servicebus-transfer/{i}",
+            max_size_in_megabytes=5120,
+            max_delivery_count=2**31 - 1,
+        )
+        for i in range(QUEUES)
+    ]
     dests = [QueueSpec(f"dest-{i:02d}", max_size_in_megabytes=5120) for i in range(DESTINATIONS)]
     with Emulator(queues=backlog) as secondary, Emulator(queues=dests) as primary:
         proxies: list[DelayProxy] = []
@@ -125,8 +131,12 @@ def serve(ready: Any, stop: Any, delays: list[float]) -> None:
                     proxies += [amqp, http]
                     conn = conn.replace(f":{e.port};", f":{amqp.port};")
                     admin = admin.replace(f":{e.admin_port}", f":{http.port}")
-                at[name] = {"conn": conn, "admin": admin, "ca": e.ca_bundle,
-                            "admin_conn": e.admin_connection_string}  # fmt: skip
+                at[name] = {
+                    "conn": conn,
+                    "admin": admin,
+                    "ca": e.ca_bundle,
+                    "admin_conn": e.admin_connection_string,
+                }
             endpoints[delay] = at
         ready.put({"pid": os.getpid(), "at": endpoints})
         stop.wait()
@@ -155,8 +165,9 @@ def park(secondary: str, total: int) -> None:
     body = bytes(1024)
     order: dict[tuple[str, str], int] = defaultdict(int)
     with ServiceBusClient.from_connection_string(secondary) as client:
-        senders = [client.get_queue_sender(f"{PRIMARY}/x-servicebus-transfer/{q}")
-                   for q in range(QUEUES)]  # fmt: skip
+        senders = [
+            client.get_queue_sender(f"{PRIMARY}/x-servicebus-transfer/{q}") for q in range(QUEUES)
+        ]
         i = 0
         while i < total:
             for sender in senders:
@@ -168,9 +179,13 @@ def park(secondary: str, total: int) -> None:
                     key = f"k{rng.randrange(89)}" if 0.3 <= kind < 0.6 else None
                     n = order[(dest, session or key or "")]
                     order[(dest, session or key or "")] += 1
-                    msg = ServiceBusMessage(body, message_id=f"m{i}", session_id=session,
-                                            partition_key=key,
-                                            application_properties={"n": n})  # fmt: skip
+                    msg = ServiceBusMessage(
+                        body,
+                        message_id=f"m{i}",
+                        session_id=session,
+                        partition_key=key,
+                        application_properties={"n": n},
+                    )
                     batch.add_message(to_backlog_message(msg, dest))
                     i += 1
                 if len(batch):
@@ -182,8 +197,10 @@ def park(secondary: str, total: int) -> None:
 def baseline(secondary: str, primary: str) -> tuple[int, dict[str, int]]:
     """The naive loop. Returns (messages moved, operations)."""
     ops = {"receives": 0, "sends": 0, "completes": 0}
-    with ServiceBusClient.from_connection_string(secondary) as source, \
-            ServiceBusClient.from_connection_string(primary) as target:  # fmt: skip
+    with (
+        ServiceBusClient.from_connection_string(secondary) as source,
+        ServiceBusClient.from_connection_string(primary) as target,
+    ):
         senders: dict[str, Any] = {}
         for q in range(QUEUES):
             path = f"{PRIMARY}/x-servicebus-transfer/{q}"
@@ -195,10 +212,12 @@ def baseline(secondary: str, primary: str) -> tuple[int, dict[str, int]]:
                         dest = props.pop(b"x-ms-path").decode()
                         session = props.pop(b"x-ms-sessionid", None)
                         out = ServiceBusMessage(
-                            b"".join(m.body), message_id=m.message_id,
+                            b"".join(m.body),
+                            message_id=m.message_id,
                             session_id=session.decode() if session else None,
-                            partition_key=m.partition_key, application_properties=props,
-                        )  # fmt: skip
+                            partition_key=m.partition_key,
+                            application_properties=props,
+                        )
                         if dest not in senders:
                             senders[dest] = target.get_queue_sender(dest)
                         senders[dest].send_messages(out)
@@ -224,9 +243,15 @@ def park_dead_letters(primary: str, total: int) -> None:
         key = f"k{rng.randrange(89)}" if 0.3 <= kind < 0.6 else None
         n = order[(dest, session or key or "")]
         order[(dest, session or key or "")] += 1
-        by_dest[dest].append(ServiceBusMessage(body, message_id=f"m{i}", session_id=session,
-                                               partition_key=key,
-                                               application_properties={"n": n}))  # fmt: skip
+        by_dest[dest].append(
+            ServiceBusMessage(
+                body,
+                message_id=f"m{i}",
+                session_id=session,
+                partition_key=key,
+                application_properties={"n": n},
+            )
+        )
     with ServiceBusClient.from_connection_string(primary) as client:
         for dest, messages in sorted(by_dest.items()):
             with client.get_queue_sender(dest) as sender:
@@ -252,17 +277,27 @@ def baseline_redrive(primary: str) -> tuple[int, dict[str, int]]:
     with ServiceBusClient.from_connection_string(primary) as client:
         for d in range(DESTINATIONS):
             dest = f"dest-{d:02d}"
-            with client.get_queue_receiver(dest, sub_queue="deadletter") as receiver, \
-                    client.get_queue_sender(dest) as sender:  # fmt: skip
+            with (
+                client.get_queue_receiver(dest, sub_queue="deadletter") as receiver,
+                client.get_queue_sender(dest) as sender,
+            ):
                 while batch := receiver.receive_messages(max_message_count=100, max_wait_time=1):
                     ops["receives"] += len(batch)
                     for m in batch:
-                        props = {k: v for k, v in (m.application_properties or {}).items()
-                                 if k not in dropped}  # fmt: skip
-                        sender.send_messages(ServiceBusMessage(
-                            b"".join(m.body), message_id=m.message_id, session_id=m.session_id,
-                            partition_key=m.partition_key, application_properties=props,
-                        ))  # fmt: skip
+                        props = {
+                            k: v
+                            for k, v in (m.application_properties or {}).items()
+                            if k not in dropped
+                        }
+                        sender.send_messages(
+                            ServiceBusMessage(
+                                b"".join(m.body),
+                                message_id=m.message_id,
+                                session_id=m.session_id,
+                                partition_key=m.partition_key,
+                                application_properties=props,
+                            )
+                        )
                         ops["sends"] += 1
                         receiver.complete_message(m)
                         ops["completes"] += 1
@@ -351,8 +386,13 @@ def spark_section() -> str:
 def empty_run(conf: Path) -> tuple[float, str, dict[str, Any]]:
     """``syphon run`` as a process on the empty backlog: (wall, status, operations)."""
     clock = time.monotonic()
-    proc = subprocess.run([str(SYPHON), "run", "--config", str(conf)], capture_output=True,
-                          text=True, env=os.environ, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [str(SYPHON), "run", "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+        check=False,
+    )
     wall = time.monotonic() - clock
     last = ledger(conf)[-1]
     spark_started = "Spark" in proc.stderr and "session ready" in proc.stderr
@@ -415,9 +455,16 @@ def floor(conf: Path, messages: int) -> TreeUsage:
     return usage
 
 
-def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
-            tmp: Path, with_loop: bool = True, redrive: bool = False,
-            against: Path | None = None) -> list[Row]:  # fmt: skip
+def measure(
+    ns: dict[str, Any],
+    direct: dict[str, Any],
+    pid: int,
+    total: int,
+    tmp: Path,
+    with_loop: bool = True,
+    redrive: bool = False,
+    against: Path | None = None,
+) -> list[Row]:
     """The loop and ``syphon run``, each a cold process, on the same work through the
     endpoints ``ns`` (parking and checking go direct): the backlog drain, or
     (``redrive``) the dead-letter re-drive (see the module docstring). ``against``: a
@@ -437,8 +484,11 @@ def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
     rows = []
     if with_loop:
         fill()
-        env = {**os.environ, "BENCH_LOOP_SECONDARY": ns["secondary"]["conn"],
-               "BENCH_LOOP_PRIMARY": ns["primary"]["conn"]}  # fmt: skip
+        env = {
+            **os.environ,
+            "BENCH_LOOP_SECONDARY": ns["secondary"]["conn"],
+            "BENCH_LOOP_PRIMARY": ns["primary"]["conn"],
+        }
         cpu = cpu_seconds(pid)
         usage = run_measured([sys.executable, __file__, "_loop", source], env=env)
         sb_cpu = cpu_seconds(pid) - cpu
@@ -447,19 +497,40 @@ def measure(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
         done = json.loads(usage.stdout.strip().splitlines()[-1])
         received, bad = drain_and_check(direct["primary"]["conn"])
         moved, ops = done["moved"], done["ops"]
-        rows.append(Row(names[0], usage, moved, received, bad, sum(ops.values()) / moved,
-                        ops["sends"], ops["completes"], sb_cpu))  # fmt: skip
+        rows.append(
+            Row(
+                names[0],
+                usage,
+                moved,
+                received,
+                bad,
+                sum(ops.values()) / moved,
+                ops["sends"],
+                ops["completes"],
+                sb_cpu,
+            )
+        )
 
     rows.append(_syphon_row(ns, direct, pid, total, tmp, fill, names[1], source, os.environ))
     if against is not None:
         env = {**os.environ, "PYTHONPATH": str(against / "src")}
-        rows.append(_syphon_row(ns, direct, pid, total, tmp, fill, f"{names[1]}@against",
-                                source, env))  # fmt: skip
+        rows.append(
+            _syphon_row(ns, direct, pid, total, tmp, fill, f"{names[1]}@against", source, env)
+        )
     return rows
 
 
-def _syphon_row(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int, tmp: Path,
-                fill: Any, name: str, source: str, env: Any) -> Row:  # fmt: skip
+def _syphon_row(
+    ns: dict[str, Any],
+    direct: dict[str, Any],
+    pid: int,
+    total: int,
+    tmp: Path,
+    fill: Any,
+    name: str,
+    source: str,
+    env: Any,
+) -> Row:
     """One cold ``syphon run`` process on freshly parked work (``env``: its environment)."""
     fill()
     run_id = f"bench-{source}-{total}-{uuid.uuid4().hex[:6]}"
@@ -482,8 +553,7 @@ def _syphon_row(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int
     return Row(name, usage, sent, received, bad, credits, transfers, settles, sb_cpu, record)
 
 
-def warm_row(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
-             tmp: Path) -> Row:  # fmt: skip
+def warm_row(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int, tmp: Path) -> Row:
     """``syphon run`` in this process after a 500-message run started its session: a
     warm figure (labelled as such), the CPU of this process and its children."""
     park(direct["secondary"]["conn"], 500)
@@ -504,8 +574,18 @@ def warm_row(ns: dict[str, Any], direct: dict[str, Any], pid: int, total: int,
     sent = o.replay_messages_sent or 0
     # the JVM and its workers are this process's children, alive: their CPU from /proc
     usage = TreeUsage(wall, spent, 0, {"driver": spent})
-    return Row("warm", usage, sent, received, bad, o.credits_estimated / max(sent, 1),
-               o.replay_send_transfers or 0, o.settle_requests or 0, sb_cpu, result)  # fmt: skip
+    return Row(
+        "warm",
+        usage,
+        sent,
+        received,
+        bad,
+        o.credits_estimated / max(sent, 1),
+        o.replay_send_transfers or 0,
+        o.settle_requests or 0,
+        sb_cpu,
+        result,
+    )
 
 
 def first_run(direct: dict[str, Any], pid: int, root: Path) -> None:
@@ -521,27 +601,33 @@ def first_run(direct: dict[str, Any], pid: int, root: Path) -> None:
     (row,) = measure(direct, direct, pid, 500, root, with_loop=False)
     archives = list((root / "jvm").glob("*.jsa"))
     size = f"{archives[0].stat().st_size / 1e6:.0f} MB" if archives else "none written"
-    print(f"first run of an environment (500 messages, writes the JVM class archive: "
-          f"{size}): wall {row.usage.wall:.1f} s, CPU {row.usage.cpu:.1f} s",
-          flush=True)  # fmt: skip
+    print(
+        f"first run of an environment (500 messages, writes the JVM class archive: "
+        f"{size}): wall {row.usage.wall:.1f} s, CPU {row.usage.cpu:.1f} s",
+        flush=True,
+    )
 
 
 def print_rows(
     total: int, table: list[tuple[float, list[Row]]], floor_usage: TreeUsage | None
 ) -> None:
-    head = (f"{'delay':>6} {'tool':<10} {'wall s':>8} {'msg/s':>8} {'delivered':>10} "
-            f"{'violations':>10} {'credits/msg':>11} {'transfers':>9} {'settle req':>10} "
-            f"{'CPU s':>7} {'CPU ms/msg':>10} {'peak GB':>8} {'SB CPU s':>8}")  # fmt: skip
+    head = (
+        f"{'delay':>6} {'tool':<10} {'wall s':>8} {'msg/s':>8} {'delivered':>10} "
+        f"{'violations':>10} {'credits/msg':>11} {'transfers':>9} {'settle req':>10} "
+        f"{'CPU s':>7} {'CPU ms/msg':>10} {'peak GB':>8} {'SB CPU s':>8}"
+    )
     print(f"{total:,} messages, every tool a cold process (but the row warm)")
     print(head)
     for delay, rows in table:
         for r in rows:
             u = r.usage
             peak = f"{u.peak_pss / 1e9:>8.2f}" if u.peak_pss else f"{'-':>8}"
-            print(f"{delay:>4g}ms {r.name:<10} {u.wall:>8.1f} {r.moved / u.wall:>8,.0f} "
-                  f"{r.received:>10,} {r.violations:>10} {r.credits:>11.3f} {r.transfers:>9,} "
-                  f"{r.settles:>10,} {u.cpu:>7.1f} {1000 * u.cpu / max(r.moved, 1):>10.2f} "
-                  f"{peak} {r.sb_cpu:>8.1f}")  # fmt: skip
+            print(
+                f"{delay:>4g}ms {r.name:<10} {u.wall:>8.1f} {r.moved / u.wall:>8,.0f} "
+                f"{r.received:>10,} {r.violations:>10} {r.credits:>11.3f} {r.transfers:>9,} "
+                f"{r.settles:>10,} {u.cpu:>7.1f} {1000 * u.cpu / max(r.moved, 1):>10.2f} "
+                f"{peak} {r.sb_cpu:>8.1f}"
+            )
         walls = {r.name: r.usage.wall for r in rows}
         for loop, tool in (
             ("loop", "syphon"),
@@ -550,51 +636,66 @@ def print_rows(
             ("dlq-loop", "dlq-syphon"),
         ):
             if loop in walls and tool in walls:
-                print(f"{'':>6} ratio      {walls[loop] / walls[tool]:>8.2f}x  ({tool} against "
-                      f"{loop}, wall)")  # fmt: skip
+                print(
+                    f"{'':>6} ratio      {walls[loop] / walls[tool]:>8.2f}x  ({tool} against "
+                    f"{loop}, wall)"
+                )
         for r in rows:
             if r.name in ("syphon", "dlq-syphon"):
                 kinds = ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.usage.by_kind.items()))
                 print(f"{'':>6} {r.name} CPU by process (sampled): {kinds}")
-                print(f"{'':>6} {r.name} stages: " + ", ".join(
-                    f"{k} {v:.1f} s" for k, v in r.record.timings.as_map().items()))  # fmt: skip
+                print(
+                    f"{'':>6} {r.name} stages: "
+                    + ", ".join(f"{k} {v:.1f} s" for k, v in r.record.timings.as_map().items())
+                )
                 if floor_usage is not None:
-                    print(f"{'':>6} {r.name} against the floor: wall "
-                          f"{r.usage.wall / floor_usage.wall:.2f}x, CPU "
-                          f"{r.usage.cpu / floor_usage.cpu:.2f}x")  # fmt: skip
+                    print(
+                        f"{'':>6} {r.name} against the floor: wall "
+                        f"{r.usage.wall / floor_usage.wall:.2f}x, CPU "
+                        f"{r.usage.cpu / floor_usage.cpu:.2f}x"
+                    )
 
 
 def print_sizes(sizes: list[tuple[int, Row, Row | None]]) -> None:
     """Cold runs by size on loopback, and the margins between consecutive sizes."""
     print("sizes (loopback, cold processes):")
-    print(f"{'messages':>9} {'syphon wall':>11} {'CPU s':>7} {'peak GB':>8} "
-          f"{'loop wall':>10} {'loop CPU':>9}  stages")  # fmt: skip
+    print(
+        f"{'messages':>9} {'syphon wall':>11} {'CPU s':>7} {'peak GB':>8} "
+        f"{'loop wall':>10} {'loop CPU':>9}  stages"
+    )
     for n, r, loop in sizes:
         stages = ", ".join(f"{k} {v:.1f}" for k, v in r.record.timings.as_map().items())
         lw = f"{loop.usage.wall:>10.1f} {loop.usage.cpu:>9.1f}" if loop else f"{'-':>10} {'-':>9}"
-        print(f"{n:>9,} {r.usage.wall:>11.1f} {r.usage.cpu:>7.1f} "
-              f"{r.usage.peak_pss / 1e9:>8.2f} {lw}  {stages}")  # fmt: skip
+        print(
+            f"{n:>9,} {r.usage.wall:>11.1f} {r.usage.cpu:>7.1f} "
+            f"{r.usage.peak_pss / 1e9:>8.2f} {lw}  {stages}"
+        )
     for (n0, a, la), (n1, b, lb) in itertools.pairwise(sizes):
         dn = n1 - n0
         ta, tb = a.record.timings.as_map(), b.record.timings.as_map()
-        per_stage = ", ".join(f"{k} {1000 * (tb.get(k, 0) - ta.get(k, 0)) / dn:.3f}"
-                              for k in tb)  # fmt: skip
+        per_stage = ", ".join(f"{k} {1000 * (tb.get(k, 0) - ta.get(k, 0)) / dn:.3f}" for k in tb)
         loop = ""
         if la is not None and lb is not None:
-            loop = (f"; loop wall {1000 * (lb.usage.wall - la.usage.wall) / dn:.3f} ms, CPU "
-                    f"{1000 * (lb.usage.cpu - la.usage.cpu) / dn:.3f} ms")  # fmt: skip
-        print(f"  {n0:,} -> {n1:,}, per extra message: syphon wall "
-              f"{1000 * (b.usage.wall - a.usage.wall) / dn:.3f} ms, CPU "
-              f"{1000 * (b.usage.cpu - a.usage.cpu) / dn:.3f} ms{loop}; stages (ms): "
-              f"{per_stage}")  # fmt: skip
+            loop = (
+                f"; loop wall {1000 * (lb.usage.wall - la.usage.wall) / dn:.3f} ms, CPU "
+                f"{1000 * (lb.usage.cpu - la.usage.cpu) / dn:.3f} ms"
+            )
+        print(
+            f"  {n0:,} -> {n1:,}, per extra message: syphon wall "
+            f"{1000 * (b.usage.wall - a.usage.wall) / dn:.3f} ms, CPU "
+            f"{1000 * (b.usage.cpu - a.usage.cpu) / dn:.3f} ms{loop}; stages (ms): "
+            f"{per_stage}"
+        )
     if sizes:
         n, r, _ = sizes[0]
         if len(sizes) > 1:
             n1, r1, _ = sizes[1]
             fixed_wall = r.usage.wall - n * (r1.usage.wall - r.usage.wall) / (n1 - n)
             fixed_cpu = r.usage.cpu - n * (r1.usage.cpu - r.usage.cpu) / (n1 - n)
-            print(f"  fixed cost (extrapolated to 0 messages): wall {fixed_wall:.1f} s, CPU "
-                  f"{fixed_cpu:.1f} s")  # fmt: skip
+            print(
+                f"  fixed cost (extrapolated to 0 messages): wall {fixed_wall:.1f} s, CPU "
+                f"{fixed_cpu:.1f} s"
+            )
 
 
 def median_row(rows: list[Row]) -> Row | None:
@@ -602,8 +703,11 @@ def median_row(rows: list[Row]) -> Row | None:
     return sorted(rows, key=lambda r: r.usage.wall)[len(rows) // 2] if rows else None
 
 
-def print_targets(table: list[tuple[float, list[Row]]], sizes: list[tuple[int, Row, Row | None]],
-                  floor_usage: TreeUsage | None) -> None:  # fmt: skip
+def print_targets(
+    table: list[tuple[float, list[Row]]],
+    sizes: list[tuple[int, Row, Row | None]],
+    floor_usage: TreeUsage | None,
+) -> None:
     """Issue 37's targets, from the figures of this invocation (what is not measured in it
     is said so): the fixed cost against the floor, the marginal CPU per message against
     the loop's, the ratios on loopback and at 5 ms, the peak memory by size."""
@@ -611,23 +715,26 @@ def print_targets(table: list[tuple[float, list[Row]]], sizes: list[tuple[int, R
     by_delay = {d: {r.name: r for r in rows} for d, rows in table}
     if sizes and floor_usage is not None:
         n, r, _ = sizes[0]
-        print(f"  fixed cost: {n:,} messages cold {r.usage.wall:.1f} s = "
-              f"{r.usage.wall / floor_usage.wall:.2f}x the floor ({floor_usage.wall:.1f} s); "
-              f"target at most 2x")  # fmt: skip
+        print(
+            f"  fixed cost: {n:,} messages cold {r.usage.wall:.1f} s = "
+            f"{r.usage.wall / floor_usage.wall:.2f}x the floor ({floor_usage.wall:.1f} s); "
+            f"target at most 2x"
+        )
     loop0 = by_delay.get(0.0, {}).get("loop")
     big = [(n, r) for n, r, _ in sizes if n >= 20_000]
     if loop0 is not None and len(big) >= 2:
         (n0, a), (n1, b) = big[0], big[-1]
         mine = 1000 * (b.usage.cpu - a.usage.cpu) / (n1 - n0)
         loops = 1000 * loop0.usage.cpu / max(loop0.moved, 1)
-        print(f"  marginal CPU {n0:,} -> {n1:,}: {mine:.3f} ms per message against the loop's "
-              f"client {loops:.3f} ms ({mine / loops:.2f}x); target at most 0.5x")  # fmt: skip
+        print(
+            f"  marginal CPU {n0:,} -> {n1:,}: {mine:.3f} ms per message against the loop's "
+            f"client {loops:.3f} ms ({mine / loops:.2f}x); target at most 0.5x"
+        )
     for delay, want in ((0.0, 4), (5.0, 20)):
         rows = by_delay.get(delay, {})
         if "loop" in rows and "syphon" in rows:
             ratio = rows["loop"].usage.wall / rows["syphon"].usage.wall
-            print(f"  {delay:g} ms one way: {ratio:.2f}x the loop (wall); target at least "
-                  f"{want}x")  # fmt: skip
+            print(f"  {delay:g} ms one way: {ratio:.2f}x the loop (wall); target at least {want}x")
     if len(sizes) > 1:
         peaks = ", ".join(f"{n:,} {r.usage.peak_pss / 1e9:.2f} GB" for n, r, _ in sizes)
         print(f"  peak memory by size: {peaks}; target flat")
@@ -643,46 +750,59 @@ def main() -> None:
         "--delays", default="0,5", help="one-way network delays to measure at, in ms (default 0,5)"
     )
     parser.add_argument(
-        "--sizes", default="",
+        "--sizes",
+        default="",
         help="backlog sizes for cold syphon runs on loopback, e.g. 5000,20000,60000: the "
-             "marginal cost per message between sizes",
-    )  # fmt: skip
+        "marginal cost per message between sizes",
+    )
     parser.add_argument(
-        "--warm", action="store_true",
+        "--warm",
+        action="store_true",
         help="add a row of syphon run inside this process with its Spark session started "
-             "by an earlier run (a notebook, a cluster's second run): a warm figure",
-    )  # fmt: skip
+        "by an earlier run (a notebook, a cluster's second run): a warm figure",
+    )
     parser.add_argument(
-        "--syphon-only", action="store_true",
+        "--syphon-only",
+        action="store_true",
         help="leave the loop out (to profile syphon's stages; no ratio is printed)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--redrive", action="store_true",
+        "--redrive",
+        action="store_true",
         help="also re-drive the same messages from their queues' dead-letter queues, by "
-             "the explorer tools' loop and by syphon run --source redrive",
-    )  # fmt: skip
+        "the explorer tools' loop and by syphon run --source redrive",
+    )
     parser.add_argument(
-        "--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="a Spark setting for syphon's config (and the floor's), e.g. to try JVM options "
-             "or turn on the event log (repeatable)",
-    )  # fmt: skip
+        "or turn on the event log (repeatable)",
+    )
     parser.add_argument(
-        "--against", type=Path, metavar="DIR",
+        "--against",
+        type=Path,
+        metavar="DIR",
         help="a source tree of another commit (git worktree add DIR COMMIT): its syphon run "
-             "is measured too, in the same invocation, after each of this tree's runs",
-    )  # fmt: skip
+        "is measured too, in the same invocation, after each of this tree's runs",
+    )
     parser.add_argument(
-        "--sizes-syphon-only", action="store_true",
+        "--sizes-syphon-only",
+        action="store_true",
         help="leave the loop out of the --sizes runs only (its client CPU per message is "
-             "in the --delays rows of the same invocation)",
-    )  # fmt: skip
+        "in the --delays rows of the same invocation)",
+    )
     parser.add_argument(
-        "--repeat", type=int, default=1,
+        "--repeat",
+        type=int,
+        default=1,
         help="runs per size of --sizes (with --against: this tree's and the other's in "
-             "turn); the run of median wall time stands for the size",
-    )  # fmt: skip
-    parser.add_argument("--no-floor", action="store_true",
-                        help="leave out the floor (Spark's start and one action)")  # fmt: skip
+        "turn); the run of median wall time stands for the size",
+    )
+    parser.add_argument(
+        "--no-floor", action="store_true", help="leave out the floor (Spark's start and one action)"
+    )
     args = parser.parse_args()
     SPARK_CONF.update(dict(kv.split("=", 1) for kv in args.spark_conf))
     become_subreaper()
@@ -698,23 +818,49 @@ def main() -> None:
             if not args.no_floor:
                 # the session's settings depend on the run's size: the smallest measured
                 floor_usage = floor(write_config(root, direct), min([total, *sizes]))
-                print(f"floor (a process: Spark session + one action): wall "
-                      f"{floor_usage.wall:.1f} s, CPU {floor_usage.cpu:.1f} s, peak "
-                      f"{floor_usage.peak_pss / 1e9:.2f} GB", flush=True)  # fmt: skip
+                print(
+                    f"floor (a process: Spark session + one action): wall "
+                    f"{floor_usage.wall:.1f} s, CPU {floor_usage.cpu:.1f} s, peak "
+                    f"{floor_usage.peak_pss / 1e9:.2f} GB",
+                    flush=True,
+                )
             table = []
             for delay in delays:
-                rows = measure(info["at"][delay], direct, pid, total, root, not args.syphon_only,
-                               against=args.against)  # fmt: skip
+                rows = measure(
+                    info["at"][delay],
+                    direct,
+                    pid,
+                    total,
+                    root,
+                    not args.syphon_only,
+                    against=args.against,
+                )
                 if args.redrive:
-                    rows += measure(info["at"][delay], direct, pid, total, root,
-                                    not args.syphon_only, redrive=True)  # fmt: skip
+                    rows += measure(
+                        info["at"][delay],
+                        direct,
+                        pid,
+                        total,
+                        root,
+                        not args.syphon_only,
+                        redrive=True,
+                    )
                 table.append((delay, rows))
-                print(f"{delay:g} ms one way: " + ", ".join(
-                    f"{r.name} {r.usage.wall:.1f} s" for r in rows), flush=True)  # fmt: skip
+                print(
+                    f"{delay:g} ms one way: "
+                    + ", ".join(f"{r.name} {r.usage.wall:.1f} s" for r in rows),
+                    flush=True,
+                )
             if args.warm:
-                table.append((0.0, [next(r for d, rs in table if d == 0 for r in rs
-                                         if r.name == "loop"),
-                                    warm_row(direct, direct, pid, total, root)]))  # fmt: skip
+                table.append(
+                    (
+                        0.0,
+                        [
+                            next(r for d, rs in table if d == 0 for r in rs if r.name == "loop"),
+                            warm_row(direct, direct, pid, total, root),
+                        ],
+                    )
+                )
             print_rows(total, table, floor_usage)
             by_size: list[tuple[int, Row, Row | None]] = []
             by_size_against: list[tuple[int, Row, Row | None]] = []
@@ -722,11 +868,12 @@ def main() -> None:
                 with_loop = not (args.syphon_only or args.sizes_syphon_only)
                 tries = []
                 for _ in range(args.repeat):
-                    rows = measure(direct, direct, pid, n, root, with_loop,
-                                   against=args.against)  # fmt: skip
+                    rows = measure(direct, direct, pid, n, root, with_loop, against=args.against)
                     tries.append({r.name: r for r in rows})
-                    print(f"size {n:,}: " + ", ".join(f"{r.name} {r.usage.wall:.1f} s"
-                                                      for r in rows), flush=True)  # fmt: skip
+                    print(
+                        f"size {n:,}: " + ", ".join(f"{r.name} {r.usage.wall:.1f} s" for r in rows),
+                        flush=True,
+                    )
                 loop = median_row([t["loop"] for t in tries if "loop" in t])
                 mine = median_row([t["syphon"] for t in tries])
                 assert mine is not None
@@ -741,15 +888,19 @@ def main() -> None:
                 print_sizes(by_size)
                 if floor_usage is not None:
                     n, r, _ = by_size[0]
-                    print(f"  {n:,} messages against the floor: wall "
-                          f"{r.usage.wall / floor_usage.wall:.2f}x, CPU "
-                          f"{r.usage.cpu / floor_usage.cpu:.2f}x")  # fmt: skip
+                    print(
+                        f"  {n:,} messages against the floor: wall "
+                        f"{r.usage.wall / floor_usage.wall:.2f}x, CPU "
+                        f"{r.usage.cpu / floor_usage.cpu:.2f}x"
+                    )
             print_targets(table, by_size, floor_usage)
             for discovery in ("management", "probe"):
                 wall, status, ops = empty_run(write_config(root, direct, discovery))
                 shown = {k: v for k, v in ops.items() if v}
-                print(f"empty run, discovery by {discovery}: {wall:.2f} s, {status}, "
-                      f"operations {shown}")  # fmt: skip
+                print(
+                    f"empty run, discovery by {discovery}: {wall:.2f} s, {status}, "
+                    f"operations {shown}"
+                )
 
 
 if __name__ == "__main__":

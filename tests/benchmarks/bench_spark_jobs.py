@@ -71,8 +71,10 @@ def main() -> None:
     for _ in range(args.repeat):  # in turn, so that both see the same machine
         rows["floor"].append(measure(args.messages, -1))
         rows["skeleton"].append(measure(args.messages, args.jobs))
-    print(f"cold processes, median of {args.repeat}; {args.messages:,} rows of ~1 KB, "
-          f"{args.jobs} shuffle jobs after the Python workers' job")  # fmt: skip
+    print(
+        f"cold processes, median of {args.repeat}; {args.messages:,} rows of ~1 KB, "
+        f"{args.jobs} shuffle jobs after the Python workers' job"
+    )
     print(f"{'':10} {'wall s':>7} {'CPU s':>7} {'peak GB':>8}")
     medians = {}
     for name, runs in rows.items():

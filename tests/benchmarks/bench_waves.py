@@ -82,8 +82,9 @@ def depth(admin: ServiceBusAdministrationClient) -> int:
     )
 
 
-def run_one(name: str, direct: dict[str, Any], root: Path, total: int, wave_messages: int,
-            poll: float) -> WaveRun:  # fmt: skip
+def run_one(
+    name: str, direct: dict[str, Any], root: Path, total: int, wave_messages: int, poll: float
+) -> WaveRun:
     """Parks ``total`` messages, then one cold ``syphon run`` with ``run.wave_messages``
     set, the primary's depth polled meanwhile."""
     park(direct["secondary"]["conn"], total)
@@ -127,8 +128,9 @@ def run_one(name: str, direct: dict[str, Any], root: Path, total: int, wave_mess
         print(f"  {name}: settle rows left, by queue and detail: {left_rows(conf, run_id)}")
     planned = [r for r in records if r.status == "planned"]
     if len(planned) > 1:
-        each = ", ".join(f"{r.timings.reconcile or 0:.1f}/{r.timings.audit or 0:.1f}"
-                         for r in planned)  # fmt: skip
+        each = ", ".join(
+            f"{r.timings.reconcile or 0:.1f}/{r.timings.audit or 0:.1f}" for r in planned
+        )
         print(f"  {name}: reconcile/audit seconds by wave: {each}", flush=True)
     return WaveRun(name, total, usage, home, received, bad, waves, final.status)
 
@@ -142,8 +144,12 @@ def left_rows(conf: Path, run_id: str) -> dict[tuple[str, str], int]:
     rows = read_table(Path(load_config(conf).audit.path) / "audit").to_pylist()
     out: dict[tuple[str, str], int] = {}
     for r in rows:
-        if (r["run_id"] == run_id and r["stage"] == "settle" and r["outcome"] == "left"
-                and r["detail"] != "arrived_after_snapshot"):  # fmt: skip
+        if (
+            r["run_id"] == run_id
+            and r["stage"] == "settle"
+            and r["outcome"] == "left"
+            and r["detail"] != "arrived_after_snapshot"
+        ):
             key = (r["backlog_queue"].rsplit("/", 1)[-1], str(r["detail"]))
             out[key] = out.get(key, 0) + 1
     return out
@@ -163,13 +169,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--small", type=int, default=20_000)
-    parser.add_argument("--wave-messages", default="40000",
-                        help="the waves' size; several, comma-separated: a run each")  # fmt: skip
+    parser.add_argument(
+        "--wave-messages",
+        default="40000",
+        help="the waves' size; several, comma-separated: a run each",
+    )
     parser.add_argument("--poll", type=float, default=1.0)
-    parser.add_argument("--runs", default="small,waves,one wave",
-                        help="which of the three runs (comma-separated)")  # fmt: skip
-    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="an extra spark.conf setting of syphon's config")  # fmt: skip
+    parser.add_argument(
+        "--runs", default="small,waves,one wave", help="which of the three runs (comma-separated)"
+    )
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra spark.conf setting of syphon's config",
+    )
     args = parser.parse_args()
     SPARK_CONF.update(dict(kv.split("=", 1) for kv in args.spark_conf))
     wanted = {n.strip() for n in args.runs.split(",")}
@@ -181,8 +196,9 @@ def main() -> None:
             first_run(direct, info["pid"], root)
             sizes = [int(n) for n in args.wave_messages.split(",")]
             plan = [("small", args.small, sizes[0])]
-            plan += [(f"waves of {n:,}" if len(sizes) > 1 else "waves", args.messages, n)
-                     for n in sizes]  # fmt: skip
+            plan += [
+                (f"waves of {n:,}" if len(sizes) > 1 else "waves", args.messages, n) for n in sizes
+            ]
             plan.append(("one wave", args.messages, 0))
             runs = []
             for name, total, size in plan:
@@ -192,10 +208,13 @@ def main() -> None:
                 runs.append(run)
                 u = run.usage
                 first = f"{run.first_home:.1f} s" if run.first_home is not None else "never"
-                print(f"{name}: {total:,} messages, wall {u.wall:.1f} s, CPU {u.cpu:.1f} s, "
-                      f"peak {u.peak_pss / 1e9:.2f} GB, first message home {first}, "
-                      f"{run.waves} waves, {run.status}, delivered {run.received:,}, "
-                      f"order violations {run.violations}", flush=True)  # fmt: skip
+                print(
+                    f"{name}: {total:,} messages, wall {u.wall:.1f} s, CPU {u.cpu:.1f} s, "
+                    f"peak {u.peak_pss / 1e9:.2f} GB, first message home {first}, "
+                    f"{run.waves} waves, {run.status}, delivered {run.received:,}, "
+                    f"order violations {run.violations}",
+                    flush=True,
+                )
                 kinds = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(u.peak_by_kind.items()))
                 print(f"  home over time: {curve(run)}", flush=True)
                 print(f"  peak by kind of process (GB): {kinds}", flush=True)
@@ -211,12 +230,16 @@ def targets(waves: WaveRun, small: WaveRun, one: WaveRun, messages: int, few: in
     in one wave of the same invocation."""
     first = waves.first_home
     print(f"targets of {waves.name} (printed, not asserted):")
-    print(f"  first message home with waves: "
-          f"{'never' if first is None else f'{first:.1f} s'} (target <= 30 s)")  # fmt: skip
+    print(
+        f"  first message home with waves: "
+        f"{'never' if first is None else f'{first:.1f} s'} (target <= 30 s)"
+    )
     ratio = waves.usage.peak_pss / small.usage.peak_pss
     print(f"  peak memory, {messages:,} in waves against {few:,}: {ratio:.2f}x (target <= 1.2x)")
-    print(f"  total wall, waves against one wave: {waves.usage.wall / one.usage.wall:.2f}x "
-          f"(target <= 1.1x); CPU {waves.usage.cpu / one.usage.cpu:.2f}x")  # fmt: skip
+    print(
+        f"  total wall, waves against one wave: {waves.usage.wall / one.usage.wall:.2f}x "
+        f"(target <= 1.1x); CPU {waves.usage.cpu / one.usage.cpu:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -122,8 +122,9 @@ def _kind(pid: int, name: str, root: int) -> str:
     return "other"
 
 
-def run_measured(argv: Sequence[str], env: Mapping[str, str] | None = None,
-                 timeout: float = 3600) -> TreeUsage:  # fmt: skip
+def run_measured(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 3600
+) -> TreeUsage:
     """Runs ``argv`` and measures its whole process tree (see the module docstring).
     The caller must have called :func:`become_subreaper` once, and must not reap its
     other children meanwhile."""
@@ -132,15 +133,22 @@ def run_measured(argv: Sequence[str], env: Mapping[str, str] | None = None,
     peak_kinds: dict[str, int] = {}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     clock = time.monotonic()
-    proc = subprocess.Popen(list(argv), env=dict(env) if env is not None else None,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        list(argv),
+        env=dict(env) if env is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out: dict[str, str] = {}
 
     def read(name: str, stream: object) -> None:
         out[name] = stream.read()  # type: ignore[attr-defined]
 
-    readers = [threading.Thread(target=read, args=(n, s), daemon=True)
-               for n, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]  # fmt: skip
+    readers = [
+        threading.Thread(target=read, args=(n, s), daemon=True)
+        for n, s in (("stdout", proc.stdout), ("stderr", proc.stderr))
+    ]
     for reader in readers:
         reader.start()
     while True:
@@ -183,5 +191,13 @@ def run_measured(argv: Sequence[str], env: Mapping[str, str] | None = None,
     for pid, (spent, name, _) in seen.items():
         kind = _kind(pid, name, proc.pid)
         by_kind[kind] = by_kind.get(kind, 0.0) + spent
-    return TreeUsage(wall, cpu, peak, by_kind, proc.returncode or 0,
-                     out.get("stdout", ""), out.get("stderr", ""), peak_kinds)  # fmt: skip
+    return TreeUsage(
+        wall,
+        cpu,
+        peak,
+        by_kind,
+        proc.returncode or 0,
+        out.get("stdout", ""),
+        out.get("stderr", ""),
+        peak_kinds,
+    )

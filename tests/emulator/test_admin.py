@@ -72,8 +72,13 @@ def test_requests_without_authorization_are_refused(sb: Emulator) -> None:
 
 
 def test_durations_round_trip() -> None:
-    for value in (timedelta(seconds=30), timedelta(minutes=1), timedelta(days=14, hours=1),
-                  timedelta(milliseconds=1500), timedelta(0)):  # fmt: skip
+    for value in (
+        timedelta(seconds=30),
+        timedelta(minutes=1),
+        timedelta(days=14, hours=1),
+        timedelta(milliseconds=1500),
+        timedelta(0),
+    ):
         assert parse_duration(format_duration(value)) == value
     assert format_duration(None) == "P10675199DT2H48M5.4775807S"
     assert parse_duration("P10675199DT2H48M5.4775807S") is None
@@ -230,8 +235,9 @@ def test_forward_to_needs_an_existing_target(sb: Emulator) -> None:
 
 def test_topic_lifecycle(sb: Emulator) -> None:
     admin = admin_for(sb)
-    admin.create_topic("t", default_message_time_to_live=timedelta(minutes=5),
-                       requires_duplicate_detection=True)  # fmt: skip
+    admin.create_topic(
+        "t", default_message_time_to_live=timedelta(minutes=5), requires_duplicate_detection=True
+    )
     topic = admin.get_topic("t")
     assert topic.default_message_time_to_live == timedelta(minutes=5)
     assert topic.requires_duplicate_detection is True
@@ -261,7 +267,10 @@ def test_subscription_lifecycle(servicebus_emulator: EmulatorFactory) -> None:
         admin.create_subscription("t", "s")
     sub = admin.get_subscription("t", "s")
     assert (sub.lock_duration, sub.max_delivery_count, sub.requires_session) == (
-        timedelta(seconds=20), 4, True)  # fmt: skip
+        timedelta(seconds=20),
+        4,
+        True,
+    )
     sub.max_delivery_count = 9
     admin.update_subscription("t", sub)
     assert admin.get_subscription("t", "s").max_delivery_count == 9
@@ -346,8 +355,10 @@ def test_bad_sql_is_a_bad_request(servicebus_emulator: EmulatorFactory) -> None:
 
 
 def test_declared_entities_are_visible(servicebus_emulator: EmulatorFactory) -> None:
-    sb = servicebus_emulator(QueueSpec("declared", max_delivery_count=2),
-                             TopicSpec("t", subscriptions=(SubscriptionSpec("s"),)))  # fmt: skip
+    sb = servicebus_emulator(
+        QueueSpec("declared", max_delivery_count=2),
+        TopicSpec("t", subscriptions=(SubscriptionSpec("s"),)),
+    )
     admin = admin_for(sb)
     assert admin.get_queue("declared").max_delivery_count == 2
     assert [s.name for s in admin.list_subscriptions("t")] == ["s"]

@@ -105,8 +105,14 @@ def management_status(conn: BlockingConnection, operation: str, body: dict[str, 
     """One request on ``q``'s management node; the status code of its answer."""
     sender = conn.create_sender("q/$management", name=f"mgmt-tx-{operation}")
     receiver = conn.create_receiver("q/$management", credit=1, name=f"mgmt-rx-{operation}")
-    sender.send(Message(id="req", reply_to=f"mgmt-rx-{operation}", body=body,
-                        properties={"operation": f"com.microsoft:{operation}"}))  # fmt: skip
+    sender.send(
+        Message(
+            id="req",
+            reply_to=f"mgmt-rx-{operation}",
+            body=body,
+            properties={"operation": f"com.microsoft:{operation}"},
+        )
+    )
     reply = receiver.receive(timeout=10)
     sender.close()
     receiver.close()
@@ -115,8 +121,7 @@ def management_status(conn: BlockingConnection, operation: str, body: dict[str, 
 
 #: A Listen request (peek) and a Send request (cancel a scheduled message) on the node.
 PEEK = ("peek-message", {"from-sequence-number": 1, "message-count": int32(1)})
-CANCEL = ("cancel-scheduled-message",
-          {"sequence-numbers": Array(UNDESCRIBED, Data.LONG, 12345)})  # fmt: skip
+CANCEL = ("cancel-scheduled-message", {"sequence-numbers": Array(UNDESCRIBED, Data.LONG, 12345)})
 
 
 @pytest.mark.parametrize("audience", ["q/$management", "q", ""])

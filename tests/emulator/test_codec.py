@@ -87,11 +87,20 @@ def test_a_stamped_message_id_leaves_every_other_field_and_section_as_it_was() -
     from proton import Message, symbol, timestamp, uint
 
     correlation = uuid.uuid4()
-    message = Message(body=b"\x00\x01", user_id=b"u", address="to", subject="s",
-                      reply_to="r", correlation_id=correlation, content_type=symbol("t/p"),
-                      expiry_time=timestamp(1_800_000_000_000), group_id="g",
-                      group_sequence=uint(7), reply_to_group_id="rg",
-                      properties={"k": 1})  # fmt: skip
+    message = Message(
+        body=b"\x00\x01",
+        user_id=b"u",
+        address="to",
+        subject="s",
+        reply_to="r",
+        correlation_id=correlation,
+        content_type=symbol("t/p"),
+        expiry_time=timestamp(1_800_000_000_000),
+        group_id="g",
+        group_sequence=uint(7),
+        reply_to_group_id="rg",
+        properties={"k": 1},
+    )
     parsed = parse_message(bytes(message.encode()))
     stamped = with_message_id(parsed, "abc")
     assert stamped.message_id == "abc"
@@ -121,24 +130,36 @@ def test_a_delivery_renders_its_header_and_annotations_over_the_senders() -> Non
     # replace any the sender gave (a message forwarded from another entity carries them)
     message = ServiceBusMessage(b"x", partition_key="k", time_to_live=timedelta(seconds=90))
     message.raw_amqp_message.annotations = {
-        "x-opt-partition-key": "k", "x-opt-sequence-number": 999, "custom": 5,
-    }  # fmt: skip
+        "x-opt-partition-key": "k",
+        "x-opt-sequence-number": 999,
+        "custom": 5,
+    }
     raw = encoded(message)
     parsed = parse_message(raw)
     for count, locked, source in ((0, None, None), (300, 2**40, "q/$DeadLetterQueue")):
-        stored = StoredMessage(seq=2**33 + count, parsed=parsed, enqueued_ms=1_700_000_000_123,
-                               expires_ms=None, size=len(raw), session_id=None,
-                               delivery_count=count, locked_until_ms=locked,
-                               dead_letter_source=source)  # fmt: skip
+        stored = StoredMessage(
+            seq=2**33 + count,
+            parsed=parsed,
+            enqueued_ms=1_700_000_000_123,
+            expires_ms=None,
+            size=len(raw),
+            session_id=None,
+            delivery_count=count,
+            locked_until_ms=locked,
+            dead_letter_source=source,
+        )
         back = decode_payload(memoryview(render_message(stored, "q")))
         header = back.header
         assert (header.durable, header.priority, header.ttl) == (False, 4, 90_000)
         assert (header.first_acquirer, header.delivery_count) == (count == 0, count)
         expected = {
-            b"x-opt-partition-key": b"k", b"custom": 5,
-            b"x-opt-sequence-number": stored.seq, b"x-opt-enqueue-sequence-number": stored.seq,
-            b"x-opt-enqueued-time": 1_700_000_000_123, b"x-opt-message-state": 0,
-        }  # fmt: skip
+            b"x-opt-partition-key": b"k",
+            b"custom": 5,
+            b"x-opt-sequence-number": stored.seq,
+            b"x-opt-enqueue-sequence-number": stored.seq,
+            b"x-opt-enqueued-time": 1_700_000_000_123,
+            b"x-opt-message-state": 0,
+        }
         if locked is not None:
             expected[b"x-opt-locked-until"] = locked
         if source is not None:

@@ -22,8 +22,15 @@ from servicebus_emulator.filters import (
 
 def view(app: dict[str, Any] | None = None, **system: Any) -> MessageView:
     """A message view; system fields by AMQP properties index name."""
-    index = {"message_id": 0, "to": 2, "subject": 3, "reply_to": 4, "correlation_id": 5,
-             "content_type": 6, "session_id": 10}  # fmt: skip
+    index = {
+        "message_id": 0,
+        "to": 2,
+        "subject": 3,
+        "reply_to": 4,
+        "correlation_id": 5,
+        "content_type": 6,
+        "session_id": 10,
+    }
     props: list[Any] = [None] * 13
     for name, value in system.items():
         props[index[name]] = value

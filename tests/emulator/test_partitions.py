@@ -105,8 +105,9 @@ def test_duplicate_detection_uses_message_id_as_key(servicebus_emulator: Emulato
         sender.send_messages(ServiceBusMessage("1", message_id="m1"))
         sender.send_messages(ServiceBusMessage("again", message_id="m1"))
         with pytest.raises(ServiceBusError, match="MessageId"):
-            sender.send_messages([ServiceBusMessage("2", message_id="m2"),
-                                  ServiceBusMessage("3", message_id="m3")])  # fmt: skip
+            sender.send_messages(
+                [ServiceBusMessage("2", message_id="m2"), ServiceBusMessage("3", message_id="m3")]
+            )
     (stored,) = sb.broker.entity("p").messages.values()
     assert partition(stored.seq) == partition_for_key("m1")
 

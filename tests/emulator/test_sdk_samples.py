@@ -141,7 +141,11 @@ def test_the_rule_sample_selects_what_its_comments_promise(
 ) -> None:
     """The sample's own comments say which subscription gets how many messages."""
     _, _, stdout = sample_results[kind.format("topic_subscription_with_rule_operations")]
-    for count, sub in ((9, "sb-allmsgs-sub"), (3, "sb-sqlfilteronly-sub"),
-                       (3, "sb-sqlfilteraction-sub"), (1, "sb-corrfiltersub")):  # fmt: skip
+    for count, sub in (
+        (9, "sb-allmsgs-sub"),
+        (3, "sb-sqlfilteronly-sub"),
+        (3, "sb-sqlfilteraction-sub"),
+        (1, "sb-corrfiltersub"),
+    ):
         assert f"'{count}' Messages From Subscription: {sub}" in stdout
     assert stdout.count("Color Property = BlueProcessed") == 3

@@ -51,8 +51,14 @@ def management(conn: BlockingConnection, operation: str, body: dict[str, Any]) -
     """One request on the queue's ``$management`` link; the reply message."""
     sender = conn.create_sender("q/$management", name=f"mgmt-tx-{operation}")
     receiver = conn.create_receiver("q/$management", credit=1, name=f"mgmt-rx-{operation}")
-    sender.send(Message(id="req", reply_to=f"mgmt-rx-{operation}", body=body,
-                        properties={"operation": operation}))  # fmt: skip
+    sender.send(
+        Message(
+            id="req",
+            reply_to=f"mgmt-rx-{operation}",
+            body=body,
+            properties={"operation": operation},
+        )
+    )
     reply = receiver.receive(timeout=10)  # sent settled: nothing to accept
     sender.close()
     receiver.close()
@@ -147,8 +153,7 @@ def test_a_message_sent_without_a_message_id_is_given_one(
     """The service stamps a MessageId on every message that has none (clients settle and
     renew by it); the rest of the message stays as sent."""
     sender = connection.create_sender("q", name="send")
-    sender.send(Message(body="a", subject="s", content_type="text/plain",
-                        properties={"k": 1}))  # fmt: skip
+    sender.send(Message(body="a", subject="s", content_type="text/plain", properties={"k": 1}))
     sender.send(Message(body="b"))  # no properties section at all
     sender.send(Message(body="c", id="mine"))
     receiver = connection.create_receiver("q", credit=3, name="get")
@@ -159,8 +164,7 @@ def test_a_message_sent_without_a_message_id_is_given_one(
     assert all(isinstance(i, str) and len(i) == 32 for i in ids[:2]), ids
     assert ids[0] != ids[1]
     assert [m.body for m in got] == ["a", "b", "c"]
-    assert (got[0].subject, got[0].content_type, got[0].properties) == ("s", "text/plain",
-                                                                         {"k": 1})  # fmt: skip
+    assert (got[0].subject, got[0].content_type, got[0].properties) == ("s", "text/plain", {"k": 1})
 
 
 def test_an_abandon_or_defer_applies_the_properties_to_modify(
@@ -179,8 +183,9 @@ def test_an_abandon_or_defer_applies_the_properties_to_modify(
 
     # the same through $management: defer with properties-to-modify
     (msg,) = sb.broker.entity("q").messages.values()
-    reply = update_disposition(connection, "defered", msg.lock_token,
-                               **{"properties-to-modify": {"k": "v3"}})  # fmt: skip
+    reply = update_disposition(
+        connection, "defered", msg.lock_token, **{"properties-to-modify": {"k": "v3"}}
+    )
     assert reply.properties["statusCode"] == 200
     assert msg.state == DEFERRED
     props = {str(k): v for k, v in msg.parsed.get_application_properties().items()}
@@ -196,15 +201,24 @@ def test_a_dead_letter_applies_the_properties_to_modify_in_its_error_info(
         Message(body="a", id="m1", properties={"k": "v1", "kept": 1})
     )
     _, delivery = receive_one(connection, "get")
-    info = {symbol("DeadLetterReason"): "bad", symbol("DeadLetterErrorDescription"): "why",
-            symbol("k"): "v2", symbol("added"): 7}  # fmt: skip
+    info = {
+        symbol("DeadLetterReason"): "bad",
+        symbol("DeadLetterErrorDescription"): "why",
+        symbol("k"): "v2",
+        symbol("added"): 7,
+    }
     delivery.local.condition = Condition("com.microsoft:dead-letter", None, info)
     assert settle(connection, delivery, Delivery.REJECTED)[0] == Delivery.REJECTED
     dead = connection.create_receiver("q/$DeadLetterQueue", credit=1, name="dlq")
     got = dead.receive(timeout=10)
     dead.accept()
-    assert got.properties == {"k": "v2", "kept": 1, "added": 7, "DeadLetterReason": "bad",
-                              "DeadLetterErrorDescription": "why"}  # fmt: skip
+    assert got.properties == {
+        "k": "v2",
+        "kept": 1,
+        "added": 7,
+        "DeadLetterReason": "bad",
+        "DeadLetterErrorDescription": "why",
+    }
 
 
 def _section(code: int, value: Any) -> bytes:
@@ -253,8 +267,11 @@ def test_a_batch_whose_envelope_carries_sections_keeps_every_inner_message(
     receiver = connection.create_receiver("q", credit=3, name="get")
     got = [receiver.receive(timeout=10) for _ in range(3)]
     receiver.accept()
-    assert [(m.id, m.body, m.subject) for m in got] == [("m1", "a", "s1"), ("m2", "b", None),
-                                                         ("m3", "c", None)]  # fmt: skip
+    assert [(m.id, m.body, m.subject) for m in got] == [
+        ("m1", "a", "s1"),
+        ("m2", "b", None),
+        ("m3", "c", None),
+    ]
     assert [m.properties for m in got] == [{"k": "first"}, None, {"k": "third", "n": 3}]
 
 

@@ -94,9 +94,13 @@ def identity_endpoint(spark: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[l
 
 
 def test_a_run_with_a_managed_identity_uses_bearer_tokens_only(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    identity_endpoint: list[dict], caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    identity_endpoint: list[dict],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     send_raw(pair, 0, [to_backlog_message(ServiceBusMessage(b"a", message_id="m1"), "orders")])
     send_raw(pair, 2, [to_backlog_message(ServiceBusMessage(b"b", message_id="m2"), "orders")])
     config = job_config(pair, tmp_path, monkeypatch, azure_ad="{type: managed_identity}")
@@ -115,9 +119,11 @@ def test_a_run_with_a_managed_identity_uses_bearer_tokens_only(
     assert not pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages
     rows = read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
     assert {(r["message_id"], r["stage"], r["outcome"]) for r in rows} >= {
-        ("m1", "replay", "sent"), ("m1", "settle", "completed"),
-        ("m2", "replay", "sent"), ("m2", "settle", "completed"),
-    }  # fmt: skip
+        ("m1", "replay", "sent"),
+        ("m1", "settle", "completed"),
+        ("m2", "replay", "sent"),
+        ("m2", "settle", "completed"),
+    }
 
     # every client asked the identity endpoint for a Service Bus token, and every
     # connection and management call presented it: no SAS anywhere
@@ -134,9 +140,12 @@ def test_a_run_with_a_managed_identity_uses_bearer_tokens_only(
 
 
 def test_an_identity_azure_ad_refuses_names_the_fix_and_exits_3_before_spark(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    identity_endpoint: list[dict], capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+    pair: Pair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    identity_endpoint: list[dict],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from syphon.app.cli import main
 
     job_config(pair, tmp_path, monkeypatch, azure_ad="{type: managed_identity}")

@@ -41,11 +41,14 @@ def test_a_run_keeps_its_audit_and_ledger_in_catalog_tables(
     park(0, "c1", b"a")
     park(1, "c2", b"b")
     path = job_config(pair, tmp_path, monkeypatch).source
-    config = load_config(path, environ={
-        "SYPHON__AUDIT__ENGINE": "spark",
-        "SYPHON__AUDIT__TABLE": f"{database}.audit",
-        "SYPHON__AUDIT__FORMAT": "parquet",
-    })  # fmt: skip
+    config = load_config(
+        path,
+        environ={
+            "SYPHON__AUDIT__ENGINE": "spark",
+            "SYPHON__AUDIT__TABLE": f"{database}.audit",
+            "SYPHON__AUDIT__FORMAT": "parquet",
+        },
+    )
     assert context(config, spark).store.where == f"table {database}.audit"
 
     first = run_job(config, spark)
@@ -60,9 +63,13 @@ def test_a_run_keeps_its_audit_and_ledger_in_catalog_tables(
     audit = spark.table(f"{database}.audit")
     rows = {(r["message_id"], r["stage"], r["outcome"]) for r in audit.collect()}
     assert rows == {
-        ("c1", "plan", "planned"), ("c1", "replay", "sent"), ("c1", "settle", "completed"),
-        ("c2", "plan", "planned"), ("c2", "replay", "sent"), ("c2", "settle", "completed"),
-    }  # fmt: skip
+        ("c1", "plan", "planned"),
+        ("c1", "replay", "sent"),
+        ("c1", "settle", "completed"),
+        ("c2", "plan", "planned"),
+        ("c2", "replay", "sent"),
+        ("c2", "settle", "completed"),
+    }
     delta = tmp_path / "delta"
     assert not (delta / "audit").exists()
     assert not (delta / "runs").exists()
@@ -105,8 +112,7 @@ def test_a_catalog_audit_an_earlier_syphon_wrote_gains_the_new_columns(
     empty = spark.createDataFrame([{c: None for c in names(AUDIT)}], spark_schema(AUDIT))
     old = empty.fillna({"run_id": "r0"}).select(*old_columns)
     old.write.format("parquet").saveAsTable(f"{database}.audit")
-    store = CatalogStore(f"{database}.audit", "parquet", as_location(tmp_path / "d"),
-                         lambda: spark)  # fmt: skip
+    store = CatalogStore(f"{database}.audit", "parquet", as_location(tmp_path / "d"), lambda: spark)
 
     before = store.audit()
     assert before is not None

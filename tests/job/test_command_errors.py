@@ -36,15 +36,21 @@ def broken_audit(pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_command_that_cannot_read_its_audit_says_where_why_and_the_fix(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], command: str,
-) -> None:  # fmt: skip
+    pair: Pair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+) -> None:
     audit = broken_audit(pair, tmp_path, monkeypatch)
     code = main([command, "--config", str(tmp_path / "syphon.yaml"), *COMMANDS[command]])
     out, err = capsys.readouterr()
     assert code == ExitCode.AUDIT_UNAVAILABLE, out + err
-    said = [line for line in (out + err).splitlines()
-            if line.startswith((f"syphon {command}: ", "run "))]  # fmt: skip
+    said = [
+        line
+        for line in (out + err).splitlines()
+        if line.startswith((f"syphon {command}: ", "run "))
+    ]
     assert len(said) == 1, out + err
     # where (the audit's path) and why (the cause's class), not only syphon's error class
     assert str(audit) in said[0], said[0]

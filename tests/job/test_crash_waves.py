@@ -37,8 +37,9 @@ def test_a_run_killed_in_its_second_wave_leaves_the_first_done_and_the_next_run_
 ) -> None:
     pair = make_pair(servicebus_emulator)
     pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
-    config = job_config(pair, tmp_path, monkeypatch,
-                        extra="run:\n  lease_seconds: 10\n  wave_messages: 12\n")  # fmt: skip
+    config = job_config(
+        pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 10\n  wave_messages: 12\n"
+    )
     root = Path(config.audit.path)
     sent: dict[str, str] = {}
     for r in range(3):  # three rounds, each a time apart: three waves at least
@@ -55,15 +56,20 @@ def test_a_run_killed_in_its_second_wave_leaves_the_first_done_and_the_next_run_
     audit = read_table(root / AUDIT_TABLE).to_pylist()
     planned_at = sorted({r["recorded_at"] for r in audit if r["stage"] == "plan"})
     assert len(planned_at) == 2  # one plan per wave
-    first = {r["message_id"] for r in audit if r["stage"] == "plan"
-             and r["recorded_at"] == planned_at[0]}  # fmt: skip
-    second = {r["message_id"] for r in audit if r["stage"] == "plan"
-              and r["recorded_at"] == planned_at[1]}  # fmt: skip
+    first = {
+        r["message_id"] for r in audit if r["stage"] == "plan" and r["recorded_at"] == planned_at[0]
+    }
+    second = {
+        r["message_id"] for r in audit if r["stage"] == "plan" and r["recorded_at"] == planned_at[1]
+    }
     assert first
     assert second
     # the first wave is done: settled, gone from the backlog
-    settled = {r["message_id"] for r in audit if r["stage"] == "settle"
-               and r["outcome"] in ("completed", "dead_lettered")}  # fmt: skip
+    settled = {
+        r["message_id"]
+        for r in audit
+        if r["stage"] == "settle" and r["outcome"] in ("completed", "dead_lettered")
+    }
     assert first <= settled
     assert not first & backlog_ids(pair)
     # nothing left the backlog without its outcome in the audit
@@ -80,20 +86,28 @@ def test_a_run_killed_in_its_second_wave_leaves_the_first_done_and_the_next_run_
 
     orders, _ = everything_home(pair, sent)
     audit = read_table(root / AUDIT_TABLE).to_pylist()
-    marked = {r["message_id"] for r in audit if r["run_id"] == "after-the-kill"
-              and r["detail"] == "resent_in_doubt"}  # fmt: skip
+    marked = {
+        r["message_id"]
+        for r in audit
+        if r["run_id"] == "after-the-kill" and r["detail"] == "resent_in_doubt"
+    }
     # the journal made the doubt precise: only the transfer the kill cut off is in
     # doubt, and every mark is a message that had arrived; what wave 2 journaled as
     # sent is recorded so (for the interrupted run) and not sent again
     assert marked
     assert marked <= in_flight
-    recovered = {r["message_id"] for r in audit if r["run_id"] == killed
-                 and r["stage"] == "replay" and r["outcome"] == "sent"}  # fmt: skip
+    recovered = {
+        r["message_id"]
+        for r in audit
+        if r["run_id"] == killed and r["stage"] == "replay" and r["outcome"] == "sent"
+    }
     assert in_flight - marked <= recovered - first
     twice = Counter({m: n for m, n in orders.items() if n > 1})
     assert set(twice) <= marked
     runs = read_table(root / RUNS_TABLE).to_pylist()
-    recovery = sorted((r for r in runs if r["run_id"] == killed and r["status"] == "replayed"),
-                      key=lambda r: r["recorded_at"])  # fmt: skip
+    recovery = sorted(
+        (r for r in runs if r["run_id"] == killed and r["status"] == "replayed"),
+        key=lambda r: r["recorded_at"],
+    )
     assert [r["wave"] for r in recovery] == [1, 2]
     assert "recovered from its journal" in (recovery[-1]["detail"] or "")

@@ -27,9 +27,16 @@ def test_the_sends_to_a_primary_stay_within_its_budget_and_the_ledger_says_so(
     pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ids = [f"b-{i:02d}" for i in range(MESSAGES)]
-    send_raw(pair, 0, [to_backlog_message(ServiceBusMessage(m.encode(), message_id=m,
-                                                            session_id=m), "sessions")
-                       for m in ids])  # fmt: skip
+    send_raw(
+        pair,
+        0,
+        [
+            to_backlog_message(
+                ServiceBusMessage(m.encode(), message_id=m, session_id=m), "sessions"
+            )
+            for m in ids
+        ],
+    )
     budget = f"replay:\n  credits_per_second: {{{PRIMARY}: {BUDGET}}}\n"
     config = job_config(pair, tmp_path, monkeypatch, extra=budget)
     assert config.replay.credits_per_second == {PRIMARY: BUDGET}

@@ -38,21 +38,37 @@ sources:
 def properties(stored_message: Any) -> dict[str, tuple[str, Any]]:
     for part in ab.sections(stored_message.parsed.bare):
         if part.code == ab.APPLICATION_PROPERTIES:
-            return {ab.decode(k): (ab.type_name(v), ab.decode(v))
-                    for k, v in ab.map_entries(part.value)}  # fmt: skip
+            return {
+                ab.decode(k): (ab.type_name(v), ab.decode(v)) for k, v in ab.map_entries(part.value)
+            }
     return {}
 
 
 def test_dead_letters_are_redriven_once_in_order_with_their_properties(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    dead_letter(pair, "orders", [
-        ServiceBusMessage(b"o1", message_id="o-1", application_properties={"tenant": "c", "n": 1}),
-        ServiceBusMessage(b"o2", message_id="o-2", partition_key="k"),
-    ])  # fmt: skip
-    dead_letter(pair, "sessions", [ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}",
-                                                     session_id="s1") for i in range(3)],
-                session="s1")  # fmt: skip
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dead_letter(
+        pair,
+        "orders",
+        [
+            ServiceBusMessage(
+                b"o1", message_id="o-1", application_properties={"tenant": "c", "n": 1}
+            ),
+            ServiceBusMessage(b"o2", message_id="o-2", partition_key="k"),
+        ],
+    )
+    dead_letter(
+        pair,
+        "sessions",
+        [
+            ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}", session_id="s1")
+            for i in range(3)
+        ],
+        session="s1",
+    )
     assert dead_letters(pair, "orders") == ["o-1", "o-2"]
     conf = command_config(pair, spark, tmp_path, monkeypatch, extra=SOURCES)
 
@@ -62,21 +78,39 @@ def test_dead_letters_are_redriven_once_in_order_with_their_properties(
     assert properties(orders[0]) == {"tenant": ("string", "c"), "n": ("int", 1)}  # as sent
     assert properties(orders[1]) == {}  # the reason and description are the service's
     assert [(str(m.message_id), m.session_id) for m in stored(pair, "sessions")] == [
-        ("s-0", "s1"), ("s-1", "s1"), ("s-2", "s1")]  # fmt: skip
+        ("s-0", "s1"),
+        ("s-1", "s1"),
+        ("s-2", "s1"),
+    ]
     assert dead_letters(pair, "orders") == []
     assert dead_letters(pair, "sessions") == []
-    audit = [r for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
-             if r["run_id"] == "first" and r["stage"] == "plan"]  # fmt: skip
-    assert sorted((r["backlog_queue"], r["primary"], r["destination"], r["verdict"])
-                  for r in audit if r["message_id"] == "o-1") == [
-        ("orders/$DeadLetterQueue", PRIMARY, "orders", "replay")]  # fmt: skip
+    audit = [
+        r
+        for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+        if r["run_id"] == "first" and r["stage"] == "plan"
+    ]
+    assert sorted(
+        (r["backlog_queue"], r["primary"], r["destination"], r["verdict"])
+        for r in audit
+        if r["message_id"] == "o-1"
+    ) == [("orders/$DeadLetterQueue", PRIMARY, "orders", "replay")]
     # every stage's row says which source, entity and dead-lettering it came from
-    recorded = {(r["stage"], r["source"], r["source_kind"], r["source_entity"],
-                 r["dead_letter_reason"], r["dead_letter_description"])
-                for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
-                if r["run_id"] == "first" and r["message_id"] == "o-1"}  # fmt: skip
-    assert recorded == {(stage, "redrive", "dead_letter", "orders", "HandlerFailed", "x")
-                        for stage in ("plan", "replay", "settle")}  # fmt: skip
+    recorded = {
+        (
+            r["stage"],
+            r["source"],
+            r["source_kind"],
+            r["source_entity"],
+            r["dead_letter_reason"],
+            r["dead_letter_description"],
+        )
+        for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+        if r["run_id"] == "first" and r["message_id"] == "o-1"
+    }
+    assert recorded == {
+        (stage, "redrive", "dead_letter", "orders", "HandlerFailed", "x")
+        for stage in ("plan", "replay", "settle")
+    }
 
     # o-1 fails again: already re-driven, it is not sent a second time and stays
     with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
@@ -89,41 +123,66 @@ def test_dead_letters_are_redriven_once_in_order_with_their_properties(
     assert main(["run", "--config", conf, "--source", "redrive", "--run-id", "again"]) == 5
     assert stored(pair, "orders") == []
     assert dead_letters(pair, "orders") == ["o-1"]
-    rows = {(r["stage"], r["message_id"]): (r["verdict"], r["reason"], r["outcome"], r["detail"])
-            for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
-            if r["run_id"] == "again"}  # fmt: skip
+    rows = {
+        (r["stage"], r["message_id"]): (r["verdict"], r["reason"], r["outcome"], r["detail"])
+        for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+        if r["run_id"] == "again"
+    }
     assert rows[("plan", "o-1")][:2] == ("duplicate", "already_replayed")
     assert rows[("settle", "o-1")][2:] == ("left", "already_replayed")
 
     # the operator asks for it by name: sent again, and the audit says so
-    assert main(["run", "--config", conf, "--source", "redrive", "--run-id", "asked",
-                 "--allow-resend", "o-1"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "run",
+                "--config",
+                conf,
+                "--source",
+                "redrive",
+                "--run-id",
+                "asked",
+                "--allow-resend",
+                "o-1",
+            ]
+        )
+        == 0
+    )
     assert [str(m.message_id) for m in stored(pair, "orders")] == ["o-1"]
     assert dead_letters(pair, "orders") == []
-    asked = {(r["stage"], r["message_id"]): (r["verdict"], r["reason"], r["outcome"])
-             for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
-             if r["run_id"] == "asked"}  # fmt: skip
+    asked = {
+        (r["stage"], r["message_id"]): (r["verdict"], r["reason"], r["outcome"])
+        for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+        if r["run_id"] == "asked"
+    }
     assert asked[("plan", "o-1")] == ("replay", "resend_allowed", "planned")
     assert asked[("replay", "o-1")][2] == "sent"
 
 
 def test_an_unknown_source_or_entity_exits_2(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     missing = SOURCES.replace("[orders, sessions]", "[orders, nowhere]")
     conf = command_config(pair, spark, tmp_path, monkeypatch, extra=missing)
     assert main(["run", "--config", conf, "--source", "nope"]) == 2
     assert "no source 'nope'" in capsys.readouterr().err
     assert main(["run", "--config", conf, "--source", "redrive"]) == 2  # recorded failed
     assert "fix: the dead-letter source redrive's entity 'nowhere' does not exist" in (
-        capsys.readouterr().out)  # fmt: skip
+        capsys.readouterr().out
+    )
 
 
 def test_every_queue_and_a_subscription_with_a_target_are_redriven(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     """A dead-letter source without entities reads every queue's dead-letter queue and
     the subscriptions given a target (found by listing them); a subscription's dead
     letters go to its target queue, not to the topic (whose other subscriptions would get
@@ -142,8 +201,10 @@ def test_every_queue_and_a_subscription_with_a_target_are_redriven(
             with client.get_subscription_receiver("events", name) as receiver:
                 for m in receiver.receive_messages(1, max_wait_time=2):
                     receiver.dead_letter_message(m, reason="Poison", error_description="bad")
-    assert [str(m.message_id) for m in pair.primary.broker.entity(
-        "events/Subscriptions/all").dlq.messages.values()] == ["e-1"]  # fmt: skip
+    assert [
+        str(m.message_id)
+        for m in pair.primary.broker.entity("events/Subscriptions/all").dlq.messages.values()
+    ] == ["e-1"]
     extra = f"""
 sources:
   - name: everything
@@ -154,27 +215,43 @@ sources:
     conf = command_config(pair, spark, tmp_path, monkeypatch, extra=extra)
     assert main(["run", "--config", conf, "--source", "everything", "--run-id", "all"]) == 5
     assert "not read: events/Subscriptions/audit/$DeadLetterQueue (no_target)" in (
-        capsys.readouterr().out)  # fmt: skip
+        capsys.readouterr().out
+    )
     assert dead_letters(pair, "events/Subscriptions/audit") == ["e-1"]  # where it was
     assert [str(m.message_id) for m in stored(pair, "orders")] == ["o-1"]
     assert [str(m.message_id) for m in stored(pair, "events-replay")] == ["e-1"]
     assert stored(pair, "events/Subscriptions/all") == []  # not sent through the topic
     assert dead_letters(pair, "orders") == []
     assert dead_letters(pair, "events/Subscriptions/all") == []
-    rows = {r["message_id"]: r for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
-            if r["run_id"] == "all" and r["stage"] == "plan"}  # fmt: skip
+    rows = {
+        r["message_id"]: r
+        for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+        if r["run_id"] == "all" and r["stage"] == "plan"
+    }
     e1 = rows["e-1"]
-    assert (e1["backlog_queue"], e1["source_entity"], e1["destination"],
-            e1["dead_letter_reason"], e1["dead_letter_description"]) == (
-        "events/Subscriptions/all/$DeadLetterQueue", "events/Subscriptions/all",
-        "events-replay", "Poison", "bad")  # fmt: skip
+    assert (
+        e1["backlog_queue"],
+        e1["source_entity"],
+        e1["destination"],
+        e1["dead_letter_reason"],
+        e1["dead_letter_description"],
+    ) == (
+        "events/Subscriptions/all/$DeadLetterQueue",
+        "events/Subscriptions/all",
+        "events-replay",
+        "Poison",
+        "bad",
+    )
     # the report says per entity what was re-driven
     page = parse_report((tmp_path / "delta" / "reports" / "all.html").read_text("utf-8"))
     entities = table_dict(page.sections["entities"][0])
     for entity in ("orders", "events/Subscriptions/all"):
-        assert (entities[entity]["planned"], entities[entity]["sent"],
-                entities[entity]["completed"], entities[entity]["left"]) == (
-            "1", "1", "1", "0")  # fmt: skip
+        assert (
+            entities[entity]["planned"],
+            entities[entity]["sent"],
+            entities[entity]["completed"],
+            entities[entity]["left"],
+        ) == ("1", "1", "1", "0")
     assert "source everything" in page.text["entities"]
 
 
@@ -190,8 +267,11 @@ def test_the_receivers_sub_queue_is_the_same_path(pair: Pair) -> None:
 
 
 def test_transfer_dead_letters_are_redriven_with_their_own_entity_in_the_audit(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """What the service could not forward from ``relay`` (its forward names an entity
     that does not exist) waits in ``relay/$Transfer/$DeadLetterQueue``; a dead-letter
     source that lists every entity reads it (on by default), sends it where its target
@@ -202,8 +282,11 @@ def test_transfer_dead_letters_are_redriven_with_their_own_entity_in_the_audit(
             for i in range(3):
                 sender.send_messages(ServiceBusMessage(f"r{i}".encode(), message_id=f"r-{i}"))
     transfer = "relay/$Transfer/$DeadLetterQueue"
-    assert [str(m.message_id) for m in pair.primary.broker.entity(transfer).messages.values()
-            ] == ["r-0", "r-1", "r-2"]  # fmt: skip
+    assert [str(m.message_id) for m in pair.primary.broker.entity(transfer).messages.values()] == [
+        "r-0",
+        "r-1",
+        "r-2",
+    ]
     extra = f"""
 sources:
   - name: without-transfers
@@ -224,8 +307,18 @@ sources:
     assert main(["run", "--config", conf, "--source", "everything", "--run-id", "t"]) == 0
     assert [str(m.message_id) for m in stored(pair, "orders")] == ["r-0", "r-1", "r-2"]
     assert pair.primary.broker.entity(transfer).messages == {}
-    rows = [r for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
-            if r["run_id"] == "t" and r["stage"] == "plan"]  # fmt: skip
-    assert {(r["backlog_queue"], r["source_entity"], r["destination"], r["verdict"],
-             r["dead_letter_reason"]) for r in rows} == {
-        (transfer, "relay", "orders", "replay", "MessagingEntityNotFound")}  # fmt: skip
+    rows = [
+        r
+        for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+        if r["run_id"] == "t" and r["stage"] == "plan"
+    ]
+    assert {
+        (
+            r["backlog_queue"],
+            r["source_entity"],
+            r["destination"],
+            r["verdict"],
+            r["dead_letter_reason"],
+        )
+        for r in rows
+    } == {(transfer, "relay", "orders", "replay", "MessagingEntityNotFound")}

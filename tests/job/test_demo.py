@@ -50,16 +50,23 @@ def test_the_demo_runs_the_whole_story_and_can_run_again(
     tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "syphon_demo"], cwd=tmp_path, capture_output=True, text=True,
+        [sys.executable, "-m", "syphon_demo"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
         env={**os.environ, QUICK_JVM: java_options(), **SMALL_DATA},
-        timeout=400, check=False,
-    )  # fmt: skip
+        timeout=400,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     check_story(result.stdout, tmp_path)
     assert "proton" not in result.stdout + result.stderr  # no emulator chatter
     # the operator's stderr: the stages, warnings and no library chatter
-    noise = [line for line in result.stderr.splitlines()
-             if "azure." in line or (" INFO " in line and " syphon" not in line)]  # fmt: skip
+    noise = [
+        line
+        for line in result.stderr.splitlines()
+        if "azure." in line or (" INFO " in line and " syphon" not in line)
+    ]
     assert noise == []
     assert len(result.stderr.splitlines()) < 60, result.stderr
     for text in (result.stdout, result.stderr):  # no secret in what it prints

@@ -28,8 +28,9 @@ def test_an_unreachable_secondary_names_the_fix_and_exits_7_before_spark(
 ) -> None:
     port = closed_port()
     key = "k3y-that-must-not-show"
-    monkeypatch.setenv("GONE_CS", f"Endpoint=sb://127.0.0.1:{port}/;"
-                       f"SharedAccessKeyName=root;SharedAccessKey={key}")  # fmt: skip
+    monkeypatch.setenv(
+        "GONE_CS", f"Endpoint=sb://127.0.0.1:{port}/;SharedAccessKeyName=root;SharedAccessKey={key}"
+    )
     conf = tmp_path / "gone.yaml"
     conf.write_text(
         f"""
@@ -45,8 +46,9 @@ audit:
 """,
         encoding="utf-8",
     )
-    code, out, err = run_without_spark(conf, monkeypatch, capsys,
-                                       "that could not discover anything")  # fmt: skip
+    code, out, err = run_without_spark(
+        conf, monkeypatch, capsys, "that could not discover anything"
+    )
     assert code == ExitCode.UNREACHABLE, out + err
     assert ": failed (ServiceRequestError)" in out
     assert fix_lines(out) == [
@@ -81,9 +83,12 @@ def run_without_spark(
 
 @pytest.mark.parametrize("where", ["under_a_file", "under_proc"])
 def test_an_audit_path_that_cannot_be_written_exits_9_with_a_fix_naming_it(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], where: str,
-) -> None:  # fmt: skip
+    pair: Pair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
+) -> None:
     park_one(pair)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder", encoding="utf-8")
@@ -91,8 +96,9 @@ def test_an_audit_path_that_cannot_be_written_exits_9_with_a_fix_naming_it(
     config = job_config(pair, tmp_path, monkeypatch)
     text = (tmp_path / "syphon.yaml").read_text(encoding="utf-8")
     (tmp_path / "syphon.yaml").write_text(text.replace(config.audit.path, path), "utf-8")
-    code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys,
-                                       "that cannot keep its audit")  # fmt: skip
+    code, out, err = run_without_spark(
+        tmp_path / "syphon.yaml", monkeypatch, capsys, "that cannot keep its audit"
+    )
     assert code == ExitCode.AUDIT_UNAVAILABLE, out + err
     assert f": failed (AuditStoreError: the audit at {path} cannot " in out  # what and where
     assert fix_lines(out) == [
@@ -104,16 +110,20 @@ def test_an_audit_path_that_cannot_be_written_exits_9_with_a_fix_naming_it(
 
 
 def test_a_wrong_storage_key_exits_9_with_a_fix_before_spark_and_never_shows_a_key(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], blob_audit: BlobAudit,
-) -> None:  # fmt: skip
+    pair: Pair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    blob_audit: BlobAudit,
+) -> None:
     """The audit on Blob storage (Azurite) refuses a key that is not the account's."""
     park_one(pair)
     job_config(pair, tmp_path, monkeypatch, audit=blob_audit.audit_yaml("abfss"))
     wrong = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
     monkeypatch.setenv(KEY_ENV, wrong)
-    code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys,
-                                       "that cannot keep its audit")  # fmt: skip
+    code, out, err = run_without_spark(
+        tmp_path / "syphon.yaml", monkeypatch, capsys, "that cannot keep its audit"
+    )
     assert code == ExitCode.AUDIT_UNAVAILABLE, out + err
     uri = blob_audit.uri("abfss")
     assert fix_lines(out) == [
@@ -128,9 +138,11 @@ def test_a_wrong_storage_key_exits_9_with_a_fix_before_spark_and_never_shows_a_k
 
 
 def test_without_java_a_run_exits_4_and_says_how_to_install_it(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    pair: Pair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     park_one(pair)
     job_config(pair, tmp_path, monkeypatch)
     monkeypatch.delenv("JAVA_HOME", raising=False)
@@ -145,9 +157,11 @@ def test_without_java_a_run_exits_4_and_says_how_to_install_it(
 
 
 def test_namespaces_that_refuse_connections_exit_7_naming_the_secondary_and_its_host(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    pair: Pair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     park_one(pair)
     job_config(pair, tmp_path, monkeypatch)
     pair.primary.make_namespace_unavailable()
@@ -166,9 +180,11 @@ def test_namespaces_that_refuse_connections_exit_7_naming_the_secondary_and_its_
 
 
 def test_a_wrong_key_for_the_secondary_exits_3_with_a_fix_before_spark(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    pair: Pair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     """The local Service Bus checks SAS signatures: a key that is not the namespace's is
     refused as the service refuses it, and the run says which key to check."""
     park_one(pair)
@@ -176,8 +192,9 @@ def test_a_wrong_key_for_the_secondary_exits_3_with_a_fix_before_spark(
     wrong = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
     name = "RootManageSharedAccessKey"
     monkeypatch.setenv("PAIR_TEST_SECONDARY", pair.secondary.connection_string_for(name, wrong))
-    code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys,
-                                       "whose secondary refused it")  # fmt: skip
+    code, out, err = run_without_spark(
+        tmp_path / "syphon.yaml", monkeypatch, capsys, "whose secondary refused it"
+    )
     assert code == ExitCode.DENIED, out + err
     assert fix_lines(out) == [
         "fix: the secondary namespace contoso-secondary refused the credentials: check the "
@@ -198,18 +215,25 @@ WRONG_KEY = "d3Jvbmcta2V5LW11c3Qtbm90LXNob3c="
     ],
 )
 def test_a_primary_that_refuses_the_credentials_exits_3_naming_it_before_spark(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
-    key: tuple[str, str | None], why: str,
-) -> None:  # fmt: skip
+    pair: Pair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    key: tuple[str, str | None],
+    why: str,
+) -> None:
     """A key without Send rights, or a wrong key: found at once, as the secondary's, not
     after Spark started and the whole backlog was peeked (with the management API's
     refusal as a warning on the way)."""
     park_one(pair)
     job_config(pair, tmp_path, monkeypatch)
     name, secret = key
-    connection = (pair.primary.connection_string_for(name) if secret is None
-                  else pair.primary.connection_string_for(name, secret))  # fmt: skip
+    connection = (
+        pair.primary.connection_string_for(name)
+        if secret is None
+        else pair.primary.connection_string_for(name, secret)
+    )
     monkeypatch.setenv("PAIR_TEST_PRIMARY", connection)
     code, out, err = run_without_spark(tmp_path / "syphon.yaml", monkeypatch, capsys, why)
     assert code == ExitCode.DENIED, out + err

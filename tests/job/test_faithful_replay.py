@@ -29,24 +29,43 @@ HOUR_TICKS = 36_000_000_000
 
 def originals() -> list[tuple[Message, dict[str, Any]]]:
     """(original message, its aliases besides the path), one per body kind and id type."""
-    ids = [("string-id", "corr"), (uuid.UUID(int=9), uuid.UUID(int=10)),
-           (ulong(2**64 - 2), ulong(3)), (b"\x00binary-id", b"\x01corr")]  # fmt: skip
-    bodies: list[tuple[Any, bool]] = [(b"\x00\x01 data body", True),
-                                      ({"k": [1, int32(2)], "t": timestamp(5)}, False),
-                                      ([[1, "a"], [ulong(2)]], True), (b"", True)]  # fmt: skip
+    ids = [
+        ("string-id", "corr"),
+        (uuid.UUID(int=9), uuid.UUID(int=10)),
+        (ulong(2**64 - 2), ulong(3)),
+        (b"\x00binary-id", b"\x01corr"),
+    ]
+    bodies: list[tuple[Any, bool]] = [
+        (b"\x00\x01 data body", True),
+        ({"k": [1, int32(2)], "t": timestamp(5)}, False),
+        ([[1, "a"], [ulong(2)]], True),
+        (b"", True),
+    ]
     out = []
     for i, ((mid, cid), (body, inferred)) in enumerate(zip(ids, bodies, strict=True)):
         session = f"session-{i}" if i % 2 else None
         message = Message(
-            id=mid, correlation_id=cid, subject="subject", address="to-address",
-            reply_to="reply-queue", content_type=symbol("application/x-test"),
-            content_encoding=symbol("gzip"), reply_to_group_id="reply-session",
-            group_id=session, group_sequence=i + 1, creation_time=1_700_000_000.5,
-            expiry_time=1_900_000_000.25, user_id=b"user",
-            properties={"case": f"case-{i}", **every_type()}, body=body,
-            annotations={symbol("x-mine"): int32(i), symbol("x-opt-sender-owned"): "kept",
-                         **({symbol("x-opt-partition-key"): session} if session else {})},
-        )  # fmt: skip
+            id=mid,
+            correlation_id=cid,
+            subject="subject",
+            address="to-address",
+            reply_to="reply-queue",
+            content_type=symbol("application/x-test"),
+            content_encoding=symbol("gzip"),
+            reply_to_group_id="reply-session",
+            group_id=session,
+            group_sequence=i + 1,
+            creation_time=1_700_000_000.5,
+            expiry_time=1_900_000_000.25,
+            user_id=b"user",
+            properties={"case": f"case-{i}", **every_type()},
+            body=body,
+            annotations={
+                symbol("x-mine"): int32(i),
+                symbol("x-opt-sender-owned"): "kept",
+                **({symbol("x-opt-partition-key"): session} if session else {}),
+            },
+        )
         message.inferred = inferred
         aliases: dict[str, Any] = {}
         if session:
@@ -77,8 +96,13 @@ def sections(message: Message) -> dict[int, bytes]:
     for part in ab.sections(bytes(message.encode())):
         value = part.value
         if part.code == ab.MESSAGE_ANNOTATIONS:
-            value = ab.encode_map([(k, v) for k, v in ab.map_entries(value)
-                                   if str(ab.decode(k)) not in SERVICE_ANNOTATIONS])  # fmt: skip
+            value = ab.encode_map(
+                [
+                    (k, v)
+                    for k, v in ab.map_entries(value)
+                    if str(ab.decode(k)) not in SERVICE_ANNOTATIONS
+                ]
+            )
         data = Data()
         data.decode(ab.section(part.code, value))
         out[part.code] = bytes(data.encode())
@@ -86,8 +110,9 @@ def sections(message: Message) -> dict[int, bytes]:
 
 
 def connect(sb: Any, entity: str) -> BlockingConnection:
-    conn = BlockingConnection(f"amqp://{sb.host}:{sb.port}", timeout=30,
-                              allowed_mechs="ANONYMOUS PLAIN")  # fmt: skip
+    conn = BlockingConnection(
+        f"amqp://{sb.host}:{sb.port}", timeout=30, allowed_mechs="ANONYMOUS PLAIN"
+    )
     assert put_token(conn, sb, entity)[0] == 202
     return conn
 
@@ -124,8 +149,14 @@ def test_every_type_body_and_system_property_comes_back_as_it_was_sent(
     for original, aliases in sent:
         back = received[original.properties["case"]]
         want, got = sections(original), sections(back)
-        for code in (ab.PROPERTIES, ab.APPLICATION_PROPERTIES, ab.MESSAGE_ANNOTATIONS,
-                     ab.DATA, ab.AMQP_VALUE, ab.AMQP_SEQUENCE):  # fmt: skip
+        for code in (
+            ab.PROPERTIES,
+            ab.APPLICATION_PROPERTIES,
+            ab.MESSAGE_ANNOTATIONS,
+            ab.DATA,
+            ab.AMQP_VALUE,
+            ab.AMQP_SEQUENCE,
+        ):
             assert got.get(code) == want.get(code), (original.properties["case"], hex(code))
         # the TTL: what is left of the original's, none where it had none
         if "x-ms-timetolive" in aliases:

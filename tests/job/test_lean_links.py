@@ -77,8 +77,10 @@ def test_a_receiver_without_prefetch_starts_no_keep_alive_and_locks_only_what_it
     assert locked == {int(m.sequence_number or 0) for m in first + second}
     # the two not received are neither locked nor taken (the first four are gone)
     left = sb.broker.entity("q").messages.values()
-    assert [(m.seq, m.lock_token) for m in left] == [(max(locked) + 1, None),
-                                                     (max(locked) + 2, None)]  # fmt: skip
+    assert [(m.seq, m.lock_token) for m in left] == [
+        (max(locked) + 1, None),
+        (max(locked) + 2, None),
+    ]
 
 
 def test_a_lean_link_fails_as_the_sdks_own(servicebus_emulator: EmulatorFactory) -> None:

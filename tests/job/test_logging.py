@@ -32,12 +32,24 @@ def test_json_logs_carry_the_run_id_and_nothing_secret_is_written_anywhere(
     bodies = [f"BODY-{uuid.uuid4().hex}".encode() for _ in range(6)]
     for i, body in enumerate(bodies):
         dest = "orders" if i < 5 else "nowhere"  # one invalid: its reason is logged too
-        send_raw(pair, i % 3, [to_backlog_message(ServiceBusMessage(body, message_id=f"s{i}"),
-                                                  dest)])  # fmt: skip
+        send_raw(
+            pair, i % 3, [to_backlog_message(ServiceBusMessage(body, message_id=f"s{i}"), dest)]
+        )
     job_config(pair, tmp_path, monkeypatch)
 
-    code = main(["--log-format", "json", "--log-level", "INFO", "run", "--config",
-                 str(tmp_path / "syphon.yaml"), "--run-id", "logged-run-1"])  # fmt: skip
+    code = main(
+        [
+            "--log-format",
+            "json",
+            "--log-level",
+            "INFO",
+            "run",
+            "--config",
+            str(tmp_path / "syphon.yaml"),
+            "--run-id",
+            "logged-run-1",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == ExitCode.MISSING_DESTINATION, err[-2000:]  # s5's destination does not exist
 

@@ -54,8 +54,9 @@ sources:
 
 
 def audit_rows(tmp_path: Path, run_id: str) -> list[dict[str, Any]]:
-    return [r for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
-            if r["run_id"] == run_id]  # fmt: skip
+    return [
+        r for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist() if r["run_id"] == run_id
+    ]
 
 
 def left_in(old: Any, path: str) -> list[str]:
@@ -64,21 +65,30 @@ def left_in(old: Any, path: str) -> list[str]:
 
 
 def test_a_failed_over_namespace_is_drained_into_the_same_names(
-    servicebus_emulator: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    servicebus_emulator: Any,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     pair: Pair = make_pair(servicebus_emulator)
     pair.primary.broker.declare(QueueSpec("events-replay"))
     old = old_namespace(servicebus_emulator)
     monkeypatch.setenv(OLD_ENV, old.connection_string)
     with ServiceBusClient.from_connection_string(old.connection_string) as client:
         with client.get_queue_sender("orders") as sender:
-            sender.send_messages([
-                ServiceBusMessage(b"o1", message_id="o-1", partition_key="k",
-                                  application_properties={"n": 1, "tenant": "c"}),
-                ServiceBusMessage(b"o2", message_id="o-2", partition_key="k"),
-                ServiceBusMessage(b"o3", message_id="o-3"),
-            ])  # fmt: skip
+            sender.send_messages(
+                [
+                    ServiceBusMessage(
+                        b"o1",
+                        message_id="o-1",
+                        partition_key="k",
+                        application_properties={"n": 1, "tenant": "c"},
+                    ),
+                    ServiceBusMessage(b"o2", message_id="o-2", partition_key="k"),
+                    ServiceBusMessage(b"o3", message_id="o-3"),
+                ]
+            )
         with client.get_queue_receiver("orders") as receiver:  # o-3 failed: dead-lettered
             (first,) = receiver.receive_messages(1, max_wait_time=2)
             receiver.abandon_message(first)
@@ -88,15 +98,18 @@ def test_a_failed_over_namespace_is_drained_into_the_same_names(
                 else:
                     receiver.abandon_message(m)
         with client.get_queue_sender("sessions") as sender:
-            sender.send_messages([
-                ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}", session_id="s1")
-                for i in range(3)
-            ])  # fmt: skip
+            sender.send_messages(
+                [
+                    ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}", session_id="s1")
+                    for i in range(3)
+                ]
+            )
         with client.get_topic_sender("events") as sender:
             sender.send_messages(ServiceBusMessage(b"e", message_id="e-1", subject="created"))
     extra = "    dead_letters: true\n    targets: {events/Subscriptions/all: events-replay}\n"
-    conf = command_config(pair, spark, tmp_path, monkeypatch, extra=source(old, extra),
-                          secondary=False)  # fmt: skip
+    conf = command_config(
+        pair, spark, tmp_path, monkeypatch, extra=source(old, extra), secondary=False
+    )
 
     # the dry run: what would be sent, nothing moved
     assert main(["plan", "--config", conf, "--source", "old-west", "--run-id", "dry"]) == 0
@@ -131,31 +144,45 @@ def test_a_failed_over_namespace_is_drained_into_the_same_names(
 
     rows = {(r["stage"], r["message_id"]): r for r in audit_rows(tmp_path, "drain")}
     o3_plan = rows[("plan", "o-3")]
-    assert (o3_plan["source"], o3_plan["source_kind"], o3_plan["source_entity"],
-            o3_plan["backlog_queue"], o3_plan["dead_letter_reason"]) == (
-        "old-west", "namespace", "orders", "orders/$DeadLetterQueue", "HandlerFailed")  # fmt: skip
+    assert (
+        o3_plan["source"],
+        o3_plan["source_kind"],
+        o3_plan["source_entity"],
+        o3_plan["backlog_queue"],
+        o3_plan["dead_letter_reason"],
+    ) == ("old-west", "namespace", "orders", "orders/$DeadLetterQueue", "HandlerFailed")
     e1 = rows[("plan", "e-1")]
     assert (e1["source_entity"], e1["primary"], e1["destination"]) == (
-        "events/Subscriptions/all", PRIMARY, "events-replay")  # fmt: skip
+        "events/Subscriptions/all",
+        PRIMARY,
+        "events-replay",
+    )
     assert rows[("plan", "o-1")]["dead_letter_reason"] is None
 
     # status of the source: the old namespace's queues, and this source's runs
     assert main(["status", "--config", conf, "--source", "old-west"]) == 0
     shown = capsys.readouterr().out
     assert "source old-west" in shown
-    depth = {line.split()[0]: line.split()[1:] for line in shown.splitlines()
-             if line.startswith(("orders", "sessions", "dd"))}  # fmt: skip
+    depth = {
+        line.split()[0]: line.split()[1:]
+        for line in shown.splitlines()
+        if line.startswith(("orders", "sessions", "dd"))
+    }
     assert depth["orders"] == ["0"]
     assert depth["sessions"][:1] == ["3"]
     assert "(not read: requires_session)" in " ".join(depth["sessions"])
     assert depth["orders/$DeadLetterQueue"] == ["0"]
-    assert [line.split()[:2] for line in shown.splitlines() if line.startswith(("dry", "drain"))
-            ] == [["drain", "partial"], ["dry", "planned"]]  # fmt: skip
+    assert [
+        line.split()[:2] for line in shown.splitlines() if line.startswith(("dry", "drain"))
+    ] == [["drain", "partial"], ["dry", "planned"]]
 
 
 def test_a_drain_killed_mid_replay_leaves_each_message_once_where_duplicates_are_detected(
-    servicebus_emulator: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    servicebus_emulator: Any,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     pair: Pair = make_pair(servicebus_emulator)
     pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
     old = old_namespace(servicebus_emulator)
@@ -165,20 +192,28 @@ def test_a_drain_killed_mid_replay_leaves_each_message_once_where_duplicates_are
     with ServiceBusClient.from_connection_string(old.connection_string) as client:
         with client.get_queue_sender("dd") as sender:
             for chunk in range(0, len(ids), 5):
-                sender.send_messages([
-                    ServiceBusMessage(f"body {m}".encode() + bytes(40_000), message_id=m,
-                                      partition_key=f"k{i % 4}")
-                    for i, m in enumerate(ids[chunk:chunk + 5], start=chunk)
-                ])  # fmt: skip
+                sender.send_messages(
+                    [
+                        ServiceBusMessage(
+                            f"body {m}".encode() + bytes(40_000),
+                            message_id=m,
+                            partition_key=f"k{i % 4}",
+                        )
+                        for i, m in enumerate(ids[chunk : chunk + 5], start=chunk)
+                    ]
+                )
     extra = "    entities: [dd]\nrun:\n  lease_seconds: 10\n"
-    conf = command_config(pair, spark, tmp_path, monkeypatch, extra=source(old, extra),
-                          secondary=False)  # fmt: skip
+    conf = command_config(
+        pair, spark, tmp_path, monkeypatch, extra=source(old, extra), secondary=False
+    )
 
     killed = subprocess.Popen(
         [str(SYPHON), "run", "--config", conf, "--source", "old-west", "--run-id", "killed"],
         env={**os.environ, "SYPHON_FAILPOINT": "mid_replay:3", "SYPHON__SPARK__MASTER": "local[1]"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert_killed(killed, "mid_replay:3")
     sent_before = Counter(str(m.message_id) for m in stored(pair, "dd"))
     assert sent_before, "the kill came after three batches were sent"
@@ -189,14 +224,18 @@ def test_a_drain_killed_mid_replay_leaves_each_message_once_where_duplicates_are
     held = Counter(str(m.message_id) for m in stored(pair, "dd"))
     assert held == Counter(ids)  # every message, each exactly once
     assert left_in(old, "dd") == []
-    resent = {r["message_id"] for r in audit_rows(tmp_path, "after")
-              if r["stage"] == "replay" and r["detail"] == "resent_in_doubt"}  # fmt: skip
+    resent = {
+        r["message_id"]
+        for r in audit_rows(tmp_path, "after")
+        if r["stage"] == "replay" and r["detail"] == "resent_in_doubt"
+    }
     # the killed run's journal: what it recorded as sent is not sent again (a duplicate
     # of its recovered replay rows), only its cut-off transfer is in doubt and resent,
     # marked; every mark is a copy that had arrived
     assert resent
     assert resent <= set(sent_before)
     after = audit_rows(tmp_path, "after")
-    sent_again = {r["message_id"] for r in after if r["stage"] == "replay"
-                  and r["outcome"] == "sent"}  # fmt: skip
+    sent_again = {
+        r["message_id"] for r in after if r["stage"] == "replay" and r["outcome"] == "sent"
+    }
     assert not (set(sent_before) - resent) & sent_again

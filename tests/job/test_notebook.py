@@ -51,17 +51,28 @@ def test_the_notebook_plans_inspects_replays_and_finds_a_message_in_the_audit(
         return to_backlog_message(ServiceBusMessage(bodies[i], message_id=mid, **keys), dest)
 
     send_raw(pair, 0, [msg(0, "orders", "o1", partition_key="k1")])
-    send_raw(pair, 1, [msg(1, "orders", "o2", partition_key="k1"),
-                       msg(2, "sessions", "s1", session_id="a")])  # fmt: skip
+    send_raw(
+        pair,
+        1,
+        [msg(1, "orders", "o2", partition_key="k1"), msg(2, "sessions", "s1", session_id="a")],
+    )
     send_raw(pair, 2, [msg(3, "nowhere", "n1")])
     job_config(pair, tmp_path, monkeypatch)
     out = tmp_path / "ran.ipynb"
 
     papermill.execute_notebook(
-        str(IPYNB), str(out), kernel_name="python3", cwd=str(tmp_path), progress_bar=False,
-        parameters={"config": str(tmp_path / "syphon.yaml"), "message_id": "o1",
-                    "destinations": f"{PRIMARY}/orders", "replay": "yes"},
-    )  # fmt: skip
+        str(IPYNB),
+        str(out),
+        kernel_name="python3",
+        cwd=str(tmp_path),
+        progress_bar=False,
+        parameters={
+            "config": str(tmp_path / "syphon.yaml"),
+            "message_id": "o1",
+            "destinations": f"{PRIMARY}/orders",
+            "replay": "yes",
+        },
+    )
 
     import nbformat
 

@@ -45,12 +45,17 @@ pytestmark = pytest.mark.timeout(420)
 
 
 def test_plan_run_status_report_and_the_notebook_reads_on_blob_storage(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], blob_audit: BlobAudit,
-) -> None:  # fmt: skip
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    blob_audit: BlobAudit,
+) -> None:
     def msg(mid: str, key: str) -> Any:
-        return to_backlog_message(ServiceBusMessage(mid.encode(), message_id=mid,
-                                                    partition_key=key), "orders")  # fmt: skip
+        return to_backlog_message(
+            ServiceBusMessage(mid.encode(), message_id=mid, partition_key=key), "orders"
+        )
 
     send_raw(pair, 0, [msg("a1", "a"), msg("b1", "b"), msg("a2", "a")])
     send_raw(pair, 1, [msg("a3", "a"), msg("b2", "b")])
@@ -109,12 +114,20 @@ def _stored(pair: Pair) -> list[Any]:
 
 
 def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_finishes(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     blob_audit: BlobAudit,
-) -> None:  # fmt: skip
+) -> None:
     pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
-    config = job_config(pair, tmp_path, monkeypatch, audit=blob_audit.audit_yaml("abfss"),
-                        extra="run:\n  lease_seconds: 10\n")  # fmt: skip
+    config = job_config(
+        pair,
+        tmp_path,
+        monkeypatch,
+        audit=blob_audit.audit_yaml("abfss"),
+        extra="run:\n  lease_seconds: 10\n",
+    )
     root = resolve_location(config.audit)
     sent: dict[str, str] = {}
     add_round(pair, 0, sent)

@@ -31,8 +31,12 @@ BIN = Path(sys.executable).parent
 
 
 def test_the_runtime_lock_is_the_runtime_part_of_the_lock() -> None:
-    check = subprocess.run([sys.executable, str(ROOT / "jobs" / "runtime_lock.py"), "--check"],
-                           capture_output=True, text=True, check=False)  # fmt: skip
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "runtime_lock.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert check.returncode == 0, check.stderr
     text = (ROOT / "requirements-runtime.lock").read_text(encoding="utf-8")
     assert "\nazure-servicebus==7.15.0 " in text
@@ -54,10 +58,17 @@ def test_spark_submit_runs_the_job_from_a_packed_environment(
         ["bash", str(ROOT / "jobs" / "pack_env.sh"), str(archive)],
         # quicker than the recipe's defaults, same contents: gzip level 1, and no
         # bytecode compiled at install (PIP_COMPILE=0)
-        env={**os.environ, "PYTHON": sys.executable, "PACK_COMPRESS_LEVEL": "1",
-             "PIP_COMPILE": "0"},
-        capture_output=True, text=True, timeout=400, check=False,
-    )  # fmt: skip
+        env={
+            **os.environ,
+            "PYTHON": sys.executable,
+            "PACK_COMPRESS_LEVEL": "1",
+            "PIP_COMPILE": "0",
+        },
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
     assert packed.returncode == 0, packed.stderr[-3000:]
     assert archive.exists()
     (wheel,) = (tmp_path / "dist").glob("syphon-*.whl")
@@ -73,12 +84,20 @@ def test_spark_submit_runs_the_job_from_a_packed_environment(
     driver = tmp_path / "environment"
     driver.mkdir()
     subprocess.run(["tar", "-xzf", str(archive), "-C", str(driver)], check=True)
-    bare = subprocess.run([str(driver / "bin" / "python"), "-c", "import pyspark"],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    bare = subprocess.run(
+        [str(driver / "bin" / "python"), "-c", "import pyspark"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert bare.returncode != 0  # PySpark is not in the archive: the cluster brings it
     assert "No module named 'pyspark'" in bare.stderr
-    no_pip = subprocess.run([str(driver / "bin" / "python"), "-c", "import pip"],
-                            capture_output=True, text=True, check=False)  # fmt: skip
+    no_pip = subprocess.run(
+        [str(driver / "bin" / "python"), "-c", "import pip"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert "No module named 'pip'" in no_pip.stderr  # nor an installer: nothing installs there
 
     # the cluster's Spark: the pyspark package's distribution, seen through symlinks so
@@ -103,19 +122,39 @@ def test_spark_submit_runs_the_job_from_a_packed_environment(
     # every process compile pandas and pyarrow again (the archive holds no bytecode)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     result = subprocess.run(
-        [str(BIN / "spark-submit"), "--master", "local-cluster[1,2,1024]",
-         "--conf", "spark.ui.enabled=false", "--archives", f"{archive}#environment",
-         # the tests' quick JVMs (C1 only, serial GC) for the driver and the executor
-         "--driver-java-options", QUICK, "--conf", f"spark.executor.extraJavaOptions={QUICK}",
-         str(ROOT / "jobs" / "syphon_submit.py"), "--log-format", "json", "run",
-         "--config", str(tmp_path / "syphon.yaml")],
-        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=400, check=False,
-    )  # fmt: skip
+        [
+            str(BIN / "spark-submit"),
+            "--master",
+            "local-cluster[1,2,1024]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--archives",
+            f"{archive}#environment",
+            # the tests' quick JVMs (C1 only, serial GC) for the driver and the executor
+            "--driver-java-options",
+            QUICK,
+            "--conf",
+            f"spark.executor.extraJavaOptions={QUICK}",
+            str(ROOT / "jobs" / "syphon_submit.py"),
+            "--log-format",
+            "json",
+            "run",
+            "--config",
+            str(tmp_path / "syphon.yaml"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=400,
+        check=False,
+    )
     (tmp_path / "spark-submit.log").write_text(result.stdout + result.stderr, encoding="utf-8")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert ": done" in result.stdout
-    received = sorted(str(m.message_id) for m in
-                      pair.primary.broker.entity("orders").messages.values())  # fmt: skip
+    received = sorted(
+        str(m.message_id) for m in pair.primary.broker.entity("orders").messages.values()
+    )
     assert received == sorted(parked)
     # the executor unpacked the archive in its working directory and ran its Python
     pythons = list(work.glob("app-*/*/environment/bin/python"))

@@ -22,8 +22,7 @@ def test_each_destination_is_probed_and_a_missing_one_is_skipped_with_its_reason
 ) -> None:
     sb = servicebus_emulator(QueueSpec("orders"), QueueSpec("busy"))
     sb.throttle("busy")
-    reasons = probe_destinations(primaries(sb), [("p", d) for d in ("orders", "busy",
-                                                                "nowhere")])  # fmt: skip
+    reasons = probe_destinations(primaries(sb), [("p", d) for d in ("orders", "busy", "nowhere")])
     assert reasons == {
         ("p", "orders"): None,
         ("p", "busy"): None,  # up, only throttled: the sends back off
@@ -56,8 +55,11 @@ def test_a_probe_attaches_a_sender_so_a_key_without_send_rights_fails_it(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec("orders"))
-    listen = {"p": Access("p", "primary", "localhost",
-                          connection_string=sb.connection_string_for("listen-only"))}  # fmt: skip
+    listen = {
+        "p": Access(
+            "p", "primary", "localhost", connection_string=sb.connection_string_for("listen-only")
+        )
+    }
     reasons = probe_destinations(listen, [("p", "orders")])
     assert reasons == {("p", "orders"): f"{Detail.PROBE_FAILED}ServiceBusAuthorizationError"}
 

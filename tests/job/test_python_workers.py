@@ -20,8 +20,9 @@ pytestmark = pytest.mark.timeout(300)
 
 def daemons_of(jvm_pid: int) -> list[int]:
     """The PySpark daemons (``python -m pyspark.daemon``) the JVM started."""
-    listing = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True,
-                             text=True, check=True).stdout  # fmt: skip
+    listing = subprocess.run(
+        ["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True, check=True
+    ).stdout
     found = []
     for line in listing.splitlines():
         pid, ppid, args = line.split(None, 2)
@@ -34,10 +35,14 @@ def test_every_stage_of_a_run_uses_the_workers_of_one_daemon(
     pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     messages = [
-        to_backlog_message(ServiceBusMessage(f"m{i}".encode(), message_id=f"m{i}",
-                                             session_id="s" if i % 2 else None), "orders")
+        to_backlog_message(
+            ServiceBusMessage(
+                f"m{i}".encode(), message_id=f"m{i}", session_id="s" if i % 2 else None
+            ),
+            "orders",
+        )
         for i in range(20)
-    ]  # fmt: skip
+    ]
     send_raw(pair, 0, messages[:10])
     send_raw(pair, 1, messages[10:])
     jvm = spark.sparkContext._gateway.proc.pid

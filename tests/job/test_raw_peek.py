@@ -25,9 +25,12 @@ def park_typed(sb: Emulator, queue: str, count: int) -> None:
         assert put_token(conn, sb, queue)[0] == 202
         sender = conn.create_sender(queue)
         for i in range(count):
-            message = Message(id=ulong(i + 1), body=f"b{i}".encode(),
-                              properties={"n": 7 + i, "s": symbol("sym")},
-                              annotations={symbol("x-note"): "kept"})  # fmt: skip
+            message = Message(
+                id=ulong(i + 1),
+                body=f"b{i}".encode(),
+                properties={"n": 7 + i, "s": symbol("sym")},
+                annotations={symbol("x-note"): "kept"},
+            )
             message.inferred = True
             sender.send(message)
     finally:
@@ -80,8 +83,9 @@ def test_a_message_the_sdk_cannot_decode_is_peeked_and_then_the_sdk_decodes_it(
     conn = BlockingConnection(f"amqp://127.0.0.1:{sb.port}", allowed_mechs="ANONYMOUS")
     try:
         assert put_token(conn, sb, "q")[0] == 202
-        conn.create_sender("q").send(Message(body="v", properties={
-            "d32": decimal32(7), "d64": decimal64(7), "c": char("é")}))  # fmt: skip
+        conn.create_sender("q").send(
+            Message(body="v", properties={"d32": decimal32(7), "d64": decimal64(7), "c": char("é")})
+        )
     finally:
         conn.close()
     with ServiceBusClient.from_connection_string(sb.connection_string, retry_total=0) as client:

@@ -46,28 +46,40 @@ def test_a_destination_failing_partway_breaks_no_keys_order_and_the_next_run_sen
         for k in range(KEYS):  # a key's messages in one backlog queue, in order
             for j in range(PER_KEY):
                 mid = f"o-k{k}-{j}"
-                senders[k % 2].send_messages(to_backlog_message(ServiceBusMessage(
-                    mid.encode() + b"." * BODY, message_id=mid, partition_key=f"k{k}"),
-                    "orders"))  # fmt: skip
+                senders[k % 2].send_messages(
+                    to_backlog_message(
+                        ServiceBusMessage(
+                            mid.encode() + b"." * BODY, message_id=mid, partition_key=f"k{k}"
+                        ),
+                        "orders",
+                    )
+                )
                 sent[mid] = "orders"
         for sender in senders:
             sender.close()
     ledger = [f"l-k{k}-{j}" for k in range(2) for j in range(PER_KEY)]
-    send_raw(pair, 2, [to_backlog_message(ServiceBusMessage(m.encode(), message_id=m,
-                                                            partition_key=m[:4]), "ledger")
-                       for m in ledger])  # fmt: skip
+    send_raw(
+        pair,
+        2,
+        [
+            to_backlog_message(
+                ServiceBusMessage(m.encode(), message_id=m, partition_key=m[:4]), "ledger"
+            )
+            for m in ledger
+        ],
+    )
     config = job_config(pair, tmp_path, monkeypatch)
     pair.primary.fail_sends_after("orders", 1)  # the probes pass; one batch, then refusals
 
     first = run_job(config, spark)
     assert first.status == "partial", first
     audit = read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
-    replay = {r["message_id"]: r for r in audit
-              if r["stage"] == "replay" and r["run_id"] == first.run_id}  # fmt: skip
+    replay = {
+        r["message_id"]: r for r in audit if r["stage"] == "replay" and r["run_id"] == first.run_id
+    }
     by_key: dict[str, list[tuple[str, str | None]]] = defaultdict(list)
     for mid in sorted((m for m in replay if m.startswith("o-")), key=_order):
-        by_key[replay[mid]["partition_key"]].append((replay[mid]["outcome"],
-                                                     replay[mid]["detail"]))  # fmt: skip
+        by_key[replay[mid]["partition_key"]].append((replay[mid]["outcome"], replay[mid]["detail"]))
     assert len(by_key) == KEYS
     for key, outcomes in by_key.items():
         # sent, then at most one refused batch, then only skips: never a later message
@@ -78,8 +90,10 @@ def test_a_destination_failing_partway_breaks_no_keys_order_and_the_next_run_sen
         if rest and rest[0][0] == Outcome.FAILED:
             assert rest[0][1] == "MessagingEntityDisabledError", (key, outcomes)
             rest = rest[1:]
-        assert all(o == Outcome.SKIPPED and d == Detail.DESTINATION_UNAVAILABLE
-                   for o, d in rest), (key, outcomes)  # fmt: skip
+        assert all(o == Outcome.SKIPPED and d == Detail.DESTINATION_UNAVAILABLE for o, d in rest), (
+            key,
+            outcomes,
+        )
     flat = [o for outcomes in by_key.values() for o in outcomes]
     assert sum(o == Outcome.SENT for o, _ in flat) == 1  # the one accepted send
     # one refusal per task (at most two), then the destination is skipped in that task
@@ -90,12 +104,17 @@ def test_a_destination_failing_partway_breaks_no_keys_order_and_the_next_run_sen
     arrived_at_ledger = [str(m.message_id) for m in stored(pair, "ledger")]
     for key in ("l-k0", "l-k1"):  # each key in order (keys go independently)
         assert [m for m in arrived_at_ledger if m.startswith(key)] == [
-            m for m in ledger if m.startswith(key)]  # fmt: skip
+            m for m in ledger if m.startswith(key)
+        ]
     # what was not sent is still in the backlog, for the next run
     unsent = {m for m in sent if replay[m]["outcome"] != Outcome.SENT}
-    left = {str(m.message_id) for q in range(2) for m in
-            pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/{q}")
-            .messages.values()}  # fmt: skip
+    left = {
+        str(m.message_id)
+        for q in range(2)
+        for m in pair.secondary.broker.entity(
+            f"{PRIMARY}/x-servicebus-transfer/{q}"
+        ).messages.values()
+    }
     assert left == unsent
 
     pair.primary.clear_faults()

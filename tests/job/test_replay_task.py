@@ -35,8 +35,9 @@ NOW = datetime.now(timezone.utc)
 
 
 def primaries(sb: Emulator) -> dict[str, Access]:
-    return {PRIMARY: Access(PRIMARY, "primary", "localhost",
-                            connection_string=sb.connection_string)}  # fmt: skip
+    return {
+        PRIMARY: Access(PRIMARY, "primary", "localhost", connection_string=sb.connection_string)
+    }
 
 
 def backlog_bytes(seq: int, **fields: Any) -> bytes:
@@ -45,8 +46,7 @@ def backlog_bytes(seq: int, **fields: Any) -> bytes:
     from proton import Message
 
     properties = {"x-ms-path": "orders", **fields.pop("properties", {})}
-    message = Message(id=f"m{seq}", body=f"body-{seq}".encode(), properties=properties,
-                      **fields)  # fmt: skip
+    message = Message(id=f"m{seq}", body=f"body-{seq}".encode(), properties=properties, **fields)
     message.inferred = True
     return bytes(message.encode())
 
@@ -56,17 +56,28 @@ def row(seq: int, batch: str, destination: str = "orders", **more: Any) -> dict[
     Each row's batch id is a string object of its own, as rows from Arrow are: the task
     compares them by value."""
     base: dict[str, Any] = {c: None for c in INPUT_COLUMNS}
-    base.update(backlog_queue=QUEUE, sequence_number=seq, primary=PRIMARY,
-                destination=destination, partition_key_effective=None, replay_order=seq,
-                batch_id=(batch + "_")[:-1], batch_position=seq, encoded=backlog_bytes(seq),
-                message_id=f"m{seq}", original_enqueued_time=NOW, in_doubt=False,
-                snapshot_matches=True)  # fmt: skip
+    base.update(
+        backlog_queue=QUEUE,
+        sequence_number=seq,
+        primary=PRIMARY,
+        destination=destination,
+        partition_key_effective=None,
+        replay_order=seq,
+        batch_id=(batch + "_")[:-1],
+        batch_position=seq,
+        encoded=backlog_bytes(seq),
+        message_id=f"m{seq}",
+        original_enqueued_time=NOW,
+        in_doubt=False,
+        snapshot_matches=True,
+    )
     base.update(more)
     return base
 
 
-def replay_task(sb: Emulator, skip: dict[tuple[str, str], str | None] | None = None,
-                failpoint: Any = None) -> _ReplayTask:  # fmt: skip
+def replay_task(
+    sb: Emulator, skip: dict[tuple[str, str], str | None] | None = None, failpoint: Any = None
+) -> _ReplayTask:
     """The task Spark would run, for the primary ``sb`` (default settings)."""
     return _ReplayTask(_TaskPlan(primaries(sb), skip or {}, ReplaySettings(), failpoint))
 
@@ -139,10 +150,14 @@ def test_a_skipped_destination_is_not_opened_and_its_rows_say_why(
     task = replay_task(sb, skip)
     out = pd.concat(run_task(task, [row(1, "b1", "gone"), row(2, "b2"), row(3, "b3", "billing")]))
 
-    outcome = {int(r["sequence_number"]): (r["outcome"], r["detail"])
-               for r in out.to_dict("records")}  # fmt: skip
-    assert outcome == {1: (Outcome.SKIPPED, Detail.DESTINATION_MISSING), 2: (Outcome.SENT, None),
-                       3: (Outcome.SENT, None)}  # fmt: skip
+    outcome = {
+        int(r["sequence_number"]): (r["outcome"], r["detail"]) for r in out.to_dict("records")
+    }
+    assert outcome == {
+        1: (Outcome.SKIPPED, Detail.DESTINATION_MISSING),
+        2: (Outcome.SENT, None),
+        3: (Outcome.SENT, None),
+    }
     assert [str(m.message_id) for m in received(sb)] == ["m2"]
     assert sorted(made) == [(PRIMARY, "billing"), (PRIMARY, "orders")]
 
@@ -153,13 +168,21 @@ def test_a_lane_an_earlier_wave_broke_reaches_the_task_and_is_not_sent(
     """The lanes an earlier wave of the run broke reach every task of a later wave: their
     messages stay in the backlog (``earlier_batch_failed``), the rest is sent."""
     sb = servicebus_emulator(QueueSpec("orders"))
-    plan = _TaskPlan(primaries(sb), {}, ReplaySettings(), None,
-                     frozenset({(PRIMARY, "orders", "late")}))  # fmt: skip
-    out = pd.concat(run_task(_ReplayTask(plan), [
-        row(1, "b1", partition_key_effective="late"), row(2, "b2", partition_key_effective="ok"),
-    ]))  # fmt: skip
-    outcome = {int(r["sequence_number"]): (r["outcome"], r["detail"])
-               for r in out.to_dict("records")}  # fmt: skip
+    plan = _TaskPlan(
+        primaries(sb), {}, ReplaySettings(), None, frozenset({(PRIMARY, "orders", "late")})
+    )
+    out = pd.concat(
+        run_task(
+            _ReplayTask(plan),
+            [
+                row(1, "b1", partition_key_effective="late"),
+                row(2, "b2", partition_key_effective="ok"),
+            ],
+        )
+    )
+    outcome = {
+        int(r["sequence_number"]): (r["outcome"], r["detail"]) for r in out.to_dict("records")
+    }
     assert outcome == {1: (Outcome.SKIPPED, Detail.EARLIER_BATCH_FAILED), 2: (Outcome.SENT, None)}
     assert [str(m.message_id) for m in received(sb)] == ["m2"]
 
@@ -225,16 +248,26 @@ def test_the_replayed_message_keeps_its_headers_and_a_past_schedule_is_sent_at_o
     sb = servicebus_emulator(QueueSpec("orders"))
     task = replay_task(sb)
     headers = backlog_bytes(
-        1, content_type="application/json", correlation_id="corr-1", subject="created",
-        address="billing", reply_to="replies", reply_to_group_id="rs-1",
+        1,
+        content_type="application/json",
+        correlation_id="corr-1",
+        subject="created",
+        address="billing",
+        reply_to="replies",
+        reply_to_group_id="rs-1",
         properties={"tenant": "t1", "n": 7},
-    )  # fmt: skip
+    )
     past = (NOW - timedelta(hours=1)).replace(tzinfo=None)  # naive: read as UTC
     future = NOW + timedelta(hours=1)
-    out = pd.concat(run_task(task, [
-        row(1, "b1", encoded=headers, original_scheduled_enqueue_time=past),
-        row(2, "b2", original_scheduled_enqueue_time=future),
-    ]))  # fmt: skip
+    out = pd.concat(
+        run_task(
+            task,
+            [
+                row(1, "b1", encoded=headers, original_scheduled_enqueue_time=past),
+                row(2, "b2", original_scheduled_enqueue_time=future),
+            ],
+        )
+    )
     assert set(out["outcome"]) == {Outcome.SENT}
 
     entity = sb.broker.entity("orders")
@@ -245,9 +278,17 @@ def test_the_replayed_message_keeps_its_headers_and_a_past_schedule_is_sent_at_o
     # reply-to-group-id
     assert str(p.message_id) == "m1"
     assert [p.prop(i) for i in (2, 3, 4, 5, 6, 12)] == [
-        "billing", "created", "replies", "corr-1", "application/json", "rs-1"]  # fmt: skip
-    props = {k.decode() if isinstance(k, bytes) else k: v
-             for k, v in p.get_application_properties().items()}  # fmt: skip
+        "billing",
+        "created",
+        "replies",
+        "corr-1",
+        "application/json",
+        "rs-1",
+    ]
+    props = {
+        k.decode() if isinstance(k, bytes) else k: v
+        for k, v in p.get_application_properties().items()
+    }
     assert props == {"tenant": "t1", "n": 7}  # the path alias is gone
     (later,) = [m for m in entity.messages.values() if str(m.message_id) == "m2"]
     assert later.scheduled_ms == int(future.timestamp() * 1000)  # still ahead: scheduled
@@ -262,9 +303,10 @@ def _header_and_schedule(message: Any) -> tuple[int | None, datetime | None]:
         ttl = ab.decode(ab.compound_items(parts[ab.HEADER].value)[2])
     scheduled = None
     if ab.MESSAGE_ANNOTATIONS in parts:
-        scheduled = {ab.decode(k): ab.decode(v) for k, v in
-                     ab.map_entries(parts[ab.MESSAGE_ANNOTATIONS].value)}.get(
-                         "x-opt-scheduled-enqueue-time")  # fmt: skip
+        scheduled = {
+            ab.decode(k): ab.decode(v)
+            for k, v in ab.map_entries(parts[ab.MESSAGE_ANNOTATIONS].value)
+        }.get("x-opt-scheduled-enqueue-time")
     return ttl, scheduled
 
 
@@ -308,16 +350,24 @@ def test_the_task_shows_no_secret_and_its_plan_cannot_change(
 
 #: The replay input's columns and types (what :func:`syphon.job.replay.replay_input` gives).
 INPUT = (
-    Field("backlog_queue", "string"), Field("sequence_number", "long"),
-    Field("primary", "string"), Field("destination", "string"),
-    Field("partition_key_effective", "string"), Field("replay_order", "int"),
-    Field("batch_id", "string"), Field("batch_position", "long"), Field("encoded", "binary"),
-    Field("message_id", "string"), Field("partition_key", "string"),
-    Field("original_session_id", "string"), Field("original_time_to_live_ticks", "long"),
+    Field("backlog_queue", "string"),
+    Field("sequence_number", "long"),
+    Field("primary", "string"),
+    Field("destination", "string"),
+    Field("partition_key_effective", "string"),
+    Field("replay_order", "int"),
+    Field("batch_id", "string"),
+    Field("batch_position", "long"),
+    Field("encoded", "binary"),
+    Field("message_id", "string"),
+    Field("partition_key", "string"),
+    Field("original_session_id", "string"),
+    Field("original_time_to_live_ticks", "long"),
     Field("original_scheduled_enqueue_time", "timestamp"),
-    Field("original_enqueued_time", "timestamp"), Field("in_doubt", "boolean"),
+    Field("original_enqueued_time", "timestamp"),
+    Field("in_doubt", "boolean"),
     Field("snapshot_matches", "boolean"),
-)  # fmt: skip
+)
 
 
 @pytest.mark.spark
@@ -329,25 +379,37 @@ def test_spark_lays_the_sends_out_by_destination_and_key_in_replay_order(
     # replay order: k1 = 1, 2 (batch a), 3 (batch b); k2 = 4, 5 (batch c, d); keyless
     # batches e, f to "audit"; "gone" is skipped; rows handed over in reverse order
     # (batch ids as the plan writes them: packing group, then the batch's number)
-    rows = [row(1, "p#orders#k1#0", partition_key_effective="k1", replay_order=1),
-            row(2, "p#orders#k1#0", partition_key_effective="k1", replay_order=2),
-            row(3, "p#orders#k1#1", partition_key_effective="k1", replay_order=3),
-            row(4, "p#orders#k2#0", partition_key_effective="k2", replay_order=1),
-            row(5, "p#orders#k2#1", partition_key_effective="k2", replay_order=2),
-            row(6, "p#audit##0", "audit", replay_order=1),
-            row(7, "p#audit##1", "audit", replay_order=1),
-            row(8, "p#gone##0", "gone", replay_order=1)]  # fmt: skip
-    df = spark.createDataFrame([tuple(r[c] for c in INPUT_COLUMNS) for r in reversed(rows)],
-                               spark_schema(INPUT))  # fmt: skip
-    skipped = {(PRIMARY, "orders"): None, (PRIMARY, "audit"): None,
-               (PRIMARY, "gone"): Detail.DESTINATION_UNAVAILABLE}  # fmt: skip
-    other = Access("elsewhere", "primary", "localhost", connection_string="Endpoint=sb://x/;"
-                   "SharedAccessKeyName=k;SharedAccessKey=never-used")  # fmt: skip
+    rows = [
+        row(1, "p#orders#k1#0", partition_key_effective="k1", replay_order=1),
+        row(2, "p#orders#k1#0", partition_key_effective="k1", replay_order=2),
+        row(3, "p#orders#k1#1", partition_key_effective="k1", replay_order=3),
+        row(4, "p#orders#k2#0", partition_key_effective="k2", replay_order=1),
+        row(5, "p#orders#k2#1", partition_key_effective="k2", replay_order=2),
+        row(6, "p#audit##0", "audit", replay_order=1),
+        row(7, "p#audit##1", "audit", replay_order=1),
+        row(8, "p#gone##0", "gone", replay_order=1),
+    ]
+    df = spark.createDataFrame(
+        [tuple(r[c] for c in INPUT_COLUMNS) for r in reversed(rows)], spark_schema(INPUT)
+    )
+    skipped = {
+        (PRIMARY, "orders"): None,
+        (PRIMARY, "audit"): None,
+        (PRIMARY, "gone"): Detail.DESTINATION_UNAVAILABLE,
+    }
+    other = Access(
+        "elsewhere",
+        "primary",
+        "localhost",
+        connection_string="Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=never-used",
+    )
     results = replay_messages(df, {**primaries(sb), "elsewhere": other}, skipped).collect()
 
     outcome = {r["sequence_number"]: (r["outcome"], r["detail"]) for r in results}
-    assert outcome == {**{s: (Outcome.SENT, None) for s in range(1, 8)},
-                       8: (Outcome.SKIPPED, Detail.DESTINATION_UNAVAILABLE)}  # fmt: skip
+    assert outcome == {
+        **{s: (Outcome.SENT, None) for s in range(1, 8)},
+        8: (Outcome.SKIPPED, Detail.DESTINATION_UNAVAILABLE),
+    }
     orders = [str(m.message_id) for m in received(sb, "orders")]
     for key in (["m1", "m2", "m3"], ["m4", "m5"]):  # each key's order kept
         assert [m for m in orders if m in key] == key

@@ -54,30 +54,58 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     dup = parked[0]
     now = datetime.now(timezone.utc)
     later = (now + timedelta(hours=1)).replace(microsecond=0)
-    send_raw(pair, 3, [
-        to_backlog_message(ServiceBusMessage(b"x", message_id="bad-1"), "nowhere"),
-        to_backlog_message(ServiceBusMessage(dup.body, message_id=dup.message_id,
-                                             session_id=dup.session_id,
-                                             partition_key=dup.partition_key), dup.destination),
-        to_backlog_message(ServiceBusMessage(b"p1", message_id="paused-1"), "paused"),
-        to_backlog_message(ServiceBusMessage(b"p2", message_id="paused-2"), "paused"),
-        # every header a sender may set, and scheduled times in the past and the future
-        to_backlog_message(ServiceBusMessage(
-            b'{"a": 1}', message_id="rich-1", content_type="application/json",
-            correlation_id="corr-1", subject="subj-1", to="to-1", reply_to="reply-q",
-            reply_to_session_id="reply-s"), "orders"),
-        to_backlog_message(ServiceBusMessage(
-            b"past", message_id="past-1", scheduled_enqueue_time_utc=now - timedelta(minutes=5)),
-            "orders"),
-        to_backlog_message(ServiceBusMessage(
-            b"later", message_id="later-1", scheduled_enqueue_time_utc=later), "orders"),
-        # one MessageId with two bodies (the second a conflict), and a message whose own
-        # time to live ran out while it was parked
-        to_backlog_message(ServiceBusMessage(b"A", message_id="twice"), "orders"),
-        to_backlog_message(ServiceBusMessage(b"B", message_id="twice"), "orders"),
-        to_backlog_message(ServiceBusMessage(b"old", message_id="old-1",
-                                             time_to_live=timedelta(seconds=1)), "orders"),
-    ])  # fmt: skip
+    send_raw(
+        pair,
+        3,
+        [
+            to_backlog_message(ServiceBusMessage(b"x", message_id="bad-1"), "nowhere"),
+            to_backlog_message(
+                ServiceBusMessage(
+                    dup.body,
+                    message_id=dup.message_id,
+                    session_id=dup.session_id,
+                    partition_key=dup.partition_key,
+                ),
+                dup.destination,
+            ),
+            to_backlog_message(ServiceBusMessage(b"p1", message_id="paused-1"), "paused"),
+            to_backlog_message(ServiceBusMessage(b"p2", message_id="paused-2"), "paused"),
+            # every header a sender may set, and scheduled times in the past and the future
+            to_backlog_message(
+                ServiceBusMessage(
+                    b'{"a": 1}',
+                    message_id="rich-1",
+                    content_type="application/json",
+                    correlation_id="corr-1",
+                    subject="subj-1",
+                    to="to-1",
+                    reply_to="reply-q",
+                    reply_to_session_id="reply-s",
+                ),
+                "orders",
+            ),
+            to_backlog_message(
+                ServiceBusMessage(
+                    b"past",
+                    message_id="past-1",
+                    scheduled_enqueue_time_utc=now - timedelta(minutes=5),
+                ),
+                "orders",
+            ),
+            to_backlog_message(
+                ServiceBusMessage(b"later", message_id="later-1", scheduled_enqueue_time_utc=later),
+                "orders",
+            ),
+            # one MessageId with two bodies (the second a conflict), and a message whose own
+            # time to live ran out while it was parked
+            to_backlog_message(ServiceBusMessage(b"A", message_id="twice"), "orders"),
+            to_backlog_message(ServiceBusMessage(b"B", message_id="twice"), "orders"),
+            to_backlog_message(
+                ServiceBusMessage(b"old", message_id="old-1", time_to_live=timedelta(seconds=1)),
+                "orders",
+            ),
+        ],
+    )
     extra = {"orders": {"rich-1", "past-1", "later-1", "twice"}}
     parked_at = time.monotonic()
     primary.make_unavailable("paused")
@@ -126,8 +154,10 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
         (peeked,) = [m for m in receiver.peek_messages(100) if m.message_id == sample.message_id]
     assert b"".join(peeked.body) == sample.body  # byte for byte
     assert peeked.partition_key == sample.partition_key
-    props = {k.decode() if isinstance(k, bytes) else k: v
-             for k, v in copy.parsed.get_application_properties().items()}  # fmt: skip
+    props = {
+        k.decode() if isinstance(k, bytes) else k: v
+        for k, v in copy.parsed.get_application_properties().items()
+    }
     assert props == {"producer": sample.producer, "seq": sample.seq}
     assert copy.expires_ms is not None
     assert 0 < copy.expires_ms - copy.enqueued_ms < 3600 * 1000  # TTL less the time parked
@@ -138,9 +168,14 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     ):
         at_orders = {str(m.message_id): m for m in receiver.peek_messages(500)}
     rich = at_orders["rich-1"]
-    assert (rich.content_type, rich.correlation_id, rich.subject, rich.to, rich.reply_to,
-            rich.reply_to_session_id) == ("application/json", "corr-1", "subj-1", "to-1",
-                                          "reply-q", "reply-s")  # fmt: skip
+    assert (
+        rich.content_type,
+        rich.correlation_id,
+        rich.subject,
+        rich.to,
+        rich.reply_to,
+        rich.reply_to_session_id,
+    ) == ("application/json", "corr-1", "subj-1", "to-1", "reply-q", "reply-s")
     assert b"".join(rich.body) == b'{"a": 1}'
     assert at_orders["past-1"].state == ServiceBusMessageState.ACTIVE
     assert at_orders["later-1"].state == ServiceBusMessageState.SCHEDULED
@@ -157,9 +192,10 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     assert dead == ["bad-1", "twice"]
     with (
         ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client,
-        client.get_queue_receiver(f"{PRIMARY}/x-servicebus-transfer/3",
-                                  sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver,
-    ):  # fmt: skip
+        client.get_queue_receiver(
+            f"{PRIMARY}/x-servicebus-transfer/3", sub_queue=ServiceBusSubQueue.DEAD_LETTER
+        ) as receiver,
+    ):
         letters = {str(m.message_id): m for m in receiver.peek_messages(10)}
     assert letters["twice"].dead_letter_reason == "message_id_reused_in_snapshot"
     assert letters["twice"].dead_letter_error_description == f"syphon run {first.run_id}: conflict"
@@ -167,8 +203,9 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
 
     audit = read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
     mine = [r for r in audit if r["run_id"] == first.run_id]
-    replay_rows = {r["message_id"]: (r["outcome"], r["detail"]) for r in mine
-                   if r["stage"] == "replay"}  # fmt: skip
+    replay_rows = {
+        r["message_id"]: (r["outcome"], r["detail"]) for r in mine if r["stage"] == "replay"
+    }
     # the probe attaches a link, which the paused destination accepts; its send refuses
     assert replay_rows["paused-1"] == ("failed", "MessagingEntityDisabledError")
     assert all(replay_rows[m.message_id] == ("sent", None) for m in parked)
@@ -178,11 +215,20 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     assert settle["old-1"] == "completed"
     verdicts = {(r["message_id"], r["verdict"]) for r in mine if r["stage"] == "plan"}
     assert {("old-1", "expired"), ("twice", "replay"), ("twice", "conflict")} <= verdicts
-    twice = sorted((r["verdict"], r["outcome"]) for r in mine
-                   if r["stage"] == "settle" and r["message_id"] == "twice")  # fmt: skip
+    twice = sorted(
+        (r["verdict"], r["outcome"])
+        for r in mine
+        if r["stage"] == "settle" and r["message_id"] == "twice"
+    )
     assert twice == [("conflict", "dead_lettered"), ("replay", "completed")]
-    runs = sorted((r for r in read_table(Path(config.audit.path) / RUNS_TABLE).to_pylist()
-                   if r["run_id"] == first.run_id), key=lambda r: r["recorded_at"])  # fmt: skip
+    runs = sorted(
+        (
+            r
+            for r in read_table(Path(config.audit.path) / RUNS_TABLE).to_pylist()
+            if r["run_id"] == first.run_id
+        ),
+        key=lambda r: r["recorded_at"],
+    )
     assert [r["status"] for r in runs] == ["planned", "replaying", "replayed", "partial"]
     ops = dict(runs[-1]["operations"])
     assert ops["replay.messages_sent"] == len(parked) + 4
@@ -197,8 +243,9 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     # every message the settle received was completed, dead-lettered or (a paused
     # destination's, left for the next run) given back
     assert ops["settle.abandons"] <= 2
-    assert ops["settle.receives"] == (ops["settle.completes"] + ops["settle.dead_letters"]
-                                      + ops["settle.abandons"])  # fmt: skip
+    assert ops["settle.receives"] == (
+        ops["settle.completes"] + ops["settle.dead_letters"] + ops["settle.abandons"]
+    )
     timings = dict(runs[-1]["timings"])
     assert all(timings[s] > 0 for s in ("snapshot", "reconcile", "audit", "replay", "settle"))
     # each is a span of this run: no stage took longer than the whole run did
@@ -287,8 +334,14 @@ def test_a_stopped_run_resumes_sending_what_was_not_sent_and_nothing_twice(
     ids = [f"s-{q}-{i}" for q in range(2) for i in range(2)]
     for q in range(2):
         mine = [m for m in ids if m.startswith(f"s-{q}-")]
-        send_raw(pair, q, [to_backlog_message(ServiceBusMessage(m.encode(), message_id=m),
-                                              "orders") for m in mine])  # fmt: skip
+        send_raw(
+            pair,
+            q,
+            [
+                to_backlog_message(ServiceBusMessage(m.encode(), message_id=m), "orders")
+                for m in mine
+            ],
+        )
     config = job_config(pair, tmp_path, monkeypatch)
     stopped: list[str] = []
 
@@ -317,8 +370,10 @@ def test_a_stopped_run_resumes_sending_what_was_not_sent_and_nothing_twice(
 
     def recording(store: Any, results: Any, *args: Any, **kwargs: Any) -> Any:
         stage = args[2] if len(args) > 2 else kwargs["stage"]
-        seen_at_record[stage] = (len(stored(pair, "orders")),
-                                 sum(len(v) for v in backlog_state(pair).values()))  # fmt: skip
+        seen_at_record[stage] = (
+            len(stored(pair, "orders")),
+            sum(len(v) for v in backlog_state(pair).values()),
+        )
         return record(store, results, *args, **kwargs)
 
     monkeypatch.setattr(TableStore, "append_outcomes", recording)
@@ -334,8 +389,11 @@ def test_a_stopped_run_resumes_sending_what_was_not_sent_and_nothing_twice(
     assert (spans.settle_passes, spans.settle) == (10, 20)
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == ids  # each once
     assert sum(len(v) for v in backlog_state(pair).values()) == 0
-    rows = [r for r in read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
-            if r["run_id"] == first.run_id and r["stage"] == "replay"]  # fmt: skip
+    rows = [
+        r
+        for r in read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
+        if r["run_id"] == first.run_id and r["stage"] == "replay"
+    ]
     assert sorted(r["message_id"] for r in rows) == ids  # one replay row per message
     assert {r["outcome"] for r in rows} == {"sent"}
 
@@ -363,8 +421,11 @@ def test_a_run_resumed_after_its_settle_was_recorded_takes_up_nothing_it_settled
     resumed = run_job(config, spark, first.run_id, resume=True)
     assert resumed.status == "done", resumed
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == sorted(ids)  # once
-    rows = [r for r in read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
-            if r["run_id"] == first.run_id]  # fmt: skip
+    rows = [
+        r
+        for r in read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
+        if r["run_id"] == first.run_id
+    ]
     assert sorted((r["stage"], r["outcome"]) for r in rows if r["stage"] != "plan") == sorted(
         [("replay", "sent")] * 4 + [("settle", "completed")] * 4
     )
@@ -390,13 +451,27 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     from syphon.job.status import status
 
     def park(queue: int, mid: str, **options: Any) -> None:
-        send_raw(pair, queue, [to_backlog_message(
-            ServiceBusMessage(mid.encode(), message_id=mid, **options), "orders")])  # fmt: skip
+        send_raw(
+            pair,
+            queue,
+            [
+                to_backlog_message(
+                    ServiceBusMessage(mid.encode(), message_id=mid, **options), "orders"
+                )
+            ],
+        )
 
     for q in range(2):
-        send_raw(pair, q, [to_backlog_message(
-            ServiceBusMessage(f"b{q}{i}".encode(), message_id=f"r-{q}-{i}"), "orders")
-            for i in range(3)])  # fmt: skip
+        send_raw(
+            pair,
+            q,
+            [
+                to_backlog_message(
+                    ServiceBusMessage(f"b{q}{i}".encode(), message_id=f"r-{q}-{i}"), "orders"
+                )
+                for i in range(3)
+            ],
+        )
     park(2, "gone")
     park(3, "held")
     park(3, "short", time_to_live=SHORT_TTL)
@@ -431,7 +506,8 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
             receiver.abandon_message(held)
     assert resumed.status == "partial", resumed  # "held" is still in the backlog
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == sorted(
-        [f"r-{q}-{i}" for q in range(2) for i in range(3)] + ["held"])  # fmt: skip
+        [f"r-{q}-{i}" for q in range(2) for i in range(3)] + ["held"]
+    )
     rows = [r for r in read_table(audit_path).to_pylist() if r["run_id"] == planned.run_id]
     outcomes = {(r["stage"], r["message_id"]): (r["outcome"], r["detail"]) for r in rows}
     assert outcomes[("replay", "gone")] == ("skipped", "backlog_changed")
@@ -457,7 +533,8 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     final = run_job(config, spark)
     assert final.status == "done", final
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == sorted(
-        [f"r-{q}-{i}" for q in range(2) for i in range(3)] + ["held", "late"])  # fmt: skip
+        [f"r-{q}-{i}" for q in range(2) for i in range(3)] + ["held", "late"]
+    )
     assert not any(pair.secondary.broker.entity(f"{backlog}/{q}").messages for q in range(4))
 
 
@@ -466,13 +543,16 @@ def test_only_destination_unknown_rows_name_unknown_destinations(spark: Any) -> 
     others, whatever their reasons sort like."""
     from syphon.job.finish import unknown_destinations
 
-    rows = [("invalid", "destination_unknown", "p", "gone"),
-            ("invalid", "message_malformed", "p", "a-first"),
-            ("invalid", "too_large", "p", "z-last"),
-            ("replay", None, "p", "orders"),
-            ("invalid", "destination_unknown", "p", "gone")]  # fmt: skip
-    planned = spark.createDataFrame(rows, "verdict string, reason string, primary string, "
-                                          "destination string")  # fmt: skip
+    rows = [
+        ("invalid", "destination_unknown", "p", "gone"),
+        ("invalid", "message_malformed", "p", "a-first"),
+        ("invalid", "too_large", "p", "z-last"),
+        ("replay", None, "p", "orders"),
+        ("invalid", "destination_unknown", "p", "gone"),
+    ]
+    planned = spark.createDataFrame(
+        rows, "verdict string, reason string, primary string, destination string"
+    )
     assert unknown_destinations(planned) == {("p", "gone")}
 
 
@@ -484,9 +564,17 @@ def test_the_session_is_told_how_many_messages_the_discovery_counted(
     from syphon.app.services import build_context, run_with_report
 
     for queue, n in ((0, 3), (1, 4)):
-        send_raw(pair, queue, [to_backlog_message(
-            ServiceBusMessage(f"c{queue}-{i}".encode(), message_id=f"c{queue}-{i}"), "orders")
-            for i in range(n)])  # fmt: skip
+        send_raw(
+            pair,
+            queue,
+            [
+                to_backlog_message(
+                    ServiceBusMessage(f"c{queue}-{i}".encode(), message_id=f"c{queue}-{i}"),
+                    "orders",
+                )
+                for i in range(n)
+            ],
+        )
     config = job_config(pair, tmp_path, monkeypatch)
     told: list[int | None] = []
 

@@ -29,12 +29,16 @@ def test_a_primary_that_goes_down_mid_run_fails_the_run_and_the_next_run_finishe
         batch = []
         for i in range(8):
             mid = f"m-{q}-{i}"
-            batch.append(to_backlog_message(
-                # 20 KB bodies: the queue's batches hold many keys, and the replay must
-                # still take several batches to fail in the middle
-                ServiceBusMessage(mid.encode() + bytes(20_000), message_id=mid,
-                                  partition_key=f"k{i % 4}"),
-                "orders"))  # fmt: skip
+            batch.append(
+                to_backlog_message(
+                    # 20 KB bodies: the queue's batches hold many keys, and the replay must
+                    # still take several batches to fail in the middle
+                    ServiceBusMessage(
+                        mid.encode() + bytes(20_000), message_id=mid, partition_key=f"k{i % 4}"
+                    ),
+                    "orders",
+                )
+            )
             parked[mid] = "orders"
         send_raw(pair, q, batch)
     config = job_config(pair, tmp_path, monkeypatch)
@@ -78,8 +82,10 @@ def test_a_primary_that_goes_down_mid_run_fails_the_run_and_the_next_run_finishe
     audit = read_table(Path(config.audit.path) / AUDIT_TABLE).to_pylist()
     resent = {r["message_id"] for r in audit if r["detail"] == "resent_in_doubt"}
     assert {m for m, n in delivered.items() if n > 1} <= resent
-    assert not any(pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/{q}").messages
-                   for q in range(BACKLOG_QUEUES))  # fmt: skip
+    assert not any(
+        pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/{q}").messages
+        for q in range(BACKLOG_QUEUES)
+    )
 
 
 def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
@@ -90,9 +96,17 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
     import syphon.job.stages
     from syphon.store.lease import Lease
 
-    send_raw(pair, 1, [to_backlog_message(
-        ServiceBusMessage(f"t{i}".encode(), message_id=f"t-{i}", partition_key="k"), "orders")
-        for i in range(5)])  # fmt: skip
+    send_raw(
+        pair,
+        1,
+        [
+            to_backlog_message(
+                ServiceBusMessage(f"t{i}".encode(), message_id=f"t-{i}", partition_key="k"),
+                "orders",
+            )
+            for i in range(5)
+        ],
+    )
     config = job_config(pair, tmp_path, monkeypatch)
 
     # another run holds the lease: this one records busy and touches nothing
@@ -238,8 +252,10 @@ def test_after_a_crash_with_the_default_lease_the_next_run_starts_within_two_min
     killed = subprocess.Popen(
         [str(SYPHON), "run", "--config", conf, "--run-id", "killed"],
         env={**os.environ, "SYPHON_FAILPOINT": "after_lease"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert_killed(killed, "after_lease")
     killed_at = datetime.now(timezone.utc)
 
@@ -252,8 +268,10 @@ def test_after_a_crash_with_the_default_lease_the_next_run_starts_within_two_min
 
     busy = subprocess.run(
         [str(SYPHON), "run", "--config", conf, "--run-id", "next"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert busy.returncode == ExitCode.BUSY, busy.stderr[-2000:]
     expiry = f"{state.expires_at:%Y-%m-%d %H:%M:%S} UTC"
     assert f"its lease expires at {expiry}" in busy.stdout

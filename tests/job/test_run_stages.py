@@ -46,8 +46,11 @@ def test_an_empty_backlog_is_an_empty_run_that_takes_no_lease(
 ) -> None:
     ctx = no_spark_context(pair, tmp_path, monkeypatch)
     result = run(ctx, run_request(ctx, "empty-run"))
-    assert (result.run_id, result.status, result.exit_code) == ("empty-run", Status.EMPTY,
-                                                               ExitCode.DONE)  # fmt: skip
+    assert (result.run_id, result.status, result.exit_code) == (
+        "empty-run",
+        Status.EMPTY,
+        ExitCode.DONE,
+    )
     assert statuses(ctx, "empty-run") == [Status.EMPTY]
     assert result.operations.discover_backlog_queues > 0  # discovery's figures are kept
     assert not (tmp_path / "delta" / "leases").exists()  # no lease was ever asked for
@@ -153,11 +156,23 @@ def tally(*lines: tuple[str, str | None, int]) -> Tally:
     return Tally(("n",), tuple(Line(o, d, c, (c,)) for o, d, c in lines))
 
 
-def _finish(ledger: Ledger, unknown: list[tuple[str, str]], skipped: dict[Any, str | None],
-            replayed: Tally, settled: Tally, **more: Any) -> RunResult:  # fmt: skip
+def _finish(
+    ledger: Ledger,
+    unknown: list[tuple[str, str]],
+    skipped: dict[Any, str | None],
+    replayed: Tally,
+    settled: Tally,
+    **more: Any,
+) -> RunResult:
     """The final status of a run of one wave (``more``: Drained's other fields)."""
-    drained = Drained(skipped=dict(skipped), unknown=set(unknown), sent=[replayed],
-                      settled=[settled], waves=1, **more)  # fmt: skip
+    drained = Drained(
+        skipped=dict(skipped),
+        unknown=set(unknown),
+        sent=[replayed],
+        settled=[settled],
+        waves=1,
+        **more,
+    )
     return finish_run(ledger, drained)
 
 
@@ -186,7 +201,9 @@ def test_the_final_status_is_done_partial_or_failed_by_what_the_stages_left(
     assert finish(ctx, sent, down) == (Status.FAILED, f"{Detail.NAMESPACE_FAULT}: secondary")
     both = tally((Outcome.FAILED, "ServiceBusConnectionError", 1))
     assert finish(ctx, both, tally((Outcome.LEFT, Detail.NAMESPACE_FAULT, 1))) == (
-        Status.FAILED, f"{Detail.NAMESPACE_FAULT}: primary, secondary")  # fmt: skip
+        Status.FAILED,
+        f"{Detail.NAMESPACE_FAULT}: primary, secondary",
+    )
 
 
 def test_unknown_and_missing_destinations_give_the_run_its_exit_code_and_fix(
@@ -205,9 +222,16 @@ def test_unknown_and_missing_destinations_give_the_run_its_exit_code_and_fix(
     assert "nowhere" in unknown.fix
     assert unknown.exit_code == unknown.code
 
-    missing = _finish(ledger, [], {("contoso", "gone"): Detail.DESTINATION_MISSING,
-                                   ("contoso", "paused"): Detail.DESTINATION_UNAVAILABLE},
-                      sent, completed)  # fmt: skip
+    missing = _finish(
+        ledger,
+        [],
+        {
+            ("contoso", "gone"): Detail.DESTINATION_MISSING,
+            ("contoso", "paused"): Detail.DESTINATION_UNAVAILABLE,
+        },
+        sent,
+        completed,
+    )
     assert missing.code is not None
     assert missing.fix is not None
     assert "gone" in missing.fix

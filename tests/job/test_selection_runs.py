@@ -22,27 +22,48 @@ pytestmark = pytest.mark.timeout(420)
 
 
 def park(pair: Pair) -> None:
-    send_raw(pair, 0, [
-        to_backlog_message(ServiceBusMessage(b"1", message_id="o-1",
-                                             application_properties={"tenant": "contoso"}),
-                           "orders"),
-        to_backlog_message(ServiceBusMessage(b"2", message_id="o-2",
-                                             application_properties={"tenant": "fabrikam"}),
-                           "orders"),
-        to_backlog_message(ServiceBusMessage(b"3", message_id="s-1", session_id="s"),
-                           "sessions"),
-    ])  # fmt: skip
-    send_raw(pair, 1, [
-        to_backlog_message(ServiceBusMessage(b"4", message_id="o-3",
-                                             application_properties={"tenant": "contoso"}),
-                           "orders"),
-    ])  # fmt: skip
+    send_raw(
+        pair,
+        0,
+        [
+            to_backlog_message(
+                ServiceBusMessage(
+                    b"1", message_id="o-1", application_properties={"tenant": "contoso"}
+                ),
+                "orders",
+            ),
+            to_backlog_message(
+                ServiceBusMessage(
+                    b"2", message_id="o-2", application_properties={"tenant": "fabrikam"}
+                ),
+                "orders",
+            ),
+            to_backlog_message(
+                ServiceBusMessage(b"3", message_id="s-1", session_id="s"), "sessions"
+            ),
+        ],
+    )
+    send_raw(
+        pair,
+        1,
+        [
+            to_backlog_message(
+                ServiceBusMessage(
+                    b"4", message_id="o-3", application_properties={"tenant": "contoso"}
+                ),
+                "orders",
+            ),
+        ],
+    )
 
 
 def audit_rows(tmp_path: Path, run_id: str) -> dict[tuple[str, str], tuple[Any, ...]]:
     rows = read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
-    return {(r["stage"], r["message_id"]): (r["verdict"], r["reason"], r["outcome"], r["detail"])
-            for r in rows if r["run_id"] == run_id}  # fmt: skip
+    return {
+        (r["stage"], r["message_id"]): (r["verdict"], r["reason"], r["outcome"], r["detail"])
+        for r in rows
+        if r["run_id"] == run_id
+    }
 
 
 def last_run(tmp_path: Path) -> dict[str, Any]:
@@ -51,9 +72,12 @@ def last_run(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_plan_is_the_dry_run_and_run_takes_only_the_selection(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     park(pair)
     conf = command_config(pair, spark, tmp_path, monkeypatch)
     selection = ["--destination", "orders", "--where", "properties['tenant'] = 'contoso'"]
@@ -83,7 +107,9 @@ def test_plan_is_the_dry_run_and_run_takes_only_the_selection(
     # the rest waits in the backlog, unlocked, and the next run takes it
     queue0 = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0")
     assert sorted((str(m.message_id), m.lock_token) for m in queue0.messages.values()) == [
-        ("o-2", None), ("s-1", None)]  # fmt: skip
+        ("o-2", None),
+        ("s-1", None),
+    ]
     assert main(["run", "--config", conf, "--run-id", "rest"]) == 0
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == ["o-1", "o-2", "o-3"]
     assert [str(m.message_id) for m in stored(pair, "sessions")] == ["s-1"]
@@ -99,9 +125,12 @@ def test_plan_is_the_dry_run_and_run_takes_only_the_selection(
     ],
 )
 def test_a_malformed_selection_exits_2_before_anything_is_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    option: list[str], said: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    option: list[str],
+    said: str,
+) -> None:
     def refuse(*_: Any) -> None:
         pytest.fail("the config was read for a malformed selection")
 
@@ -111,9 +140,12 @@ def test_a_malformed_selection_exits_2_before_anything_is_read(
 
 
 def test_a_predicate_that_does_not_apply_fails_the_run_with_exit_2_and_sends_nothing(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     park(pair)
     conf = command_config(pair, spark, tmp_path, monkeypatch)
     before = backlog_state(pair)

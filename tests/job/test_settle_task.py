@@ -17,7 +17,8 @@ from servicebus_emulator import Emulator, ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from support.paired_env import secondary_access
 from syphon.core.schema import Detail, Outcome
-from syphon.job.settle import COMPLETE, DEAD_LETTER, LEAVE, _SettleTask
+from syphon.job.settle import _SettleTask
+from syphon.job.settle_actions import COMPLETE, DEAD_LETTER, LEAVE
 from syphon.servicebus.access import Access
 
 QUEUE = "contoso-primary/x-servicebus-transfer/0"
@@ -30,8 +31,9 @@ def park(sb: Emulator, ids: list[str]) -> dict[str, int]:
             sender.send_messages([ServiceBusMessage(i.encode(), message_id=i) for i in ids])
         with client.get_queue_receiver(QUEUE) as receiver:
             peeked: list[Any] = []
-            while page := receiver.peek_messages(250, sequence_number=(
-                    int(peeked[-1].sequence_number or 0) + 1 if peeked else 1)):  # fmt: skip
+            while page := receiver.peek_messages(
+                250, sequence_number=(int(peeked[-1].sequence_number or 0) + 1 if peeked else 1)
+            ):
                 peeked += page  # a peek answers a page at most
     return {str(m.message_id): int(m.sequence_number or 0) for m in peeked}
 
@@ -61,23 +63,34 @@ def test_completes_dead_letters_with_the_reason_and_gives_back_what_it_leaves(
 ) -> None:
     sb = servicebus_emulator(QueueSpec(QUEUE))
     seq = park(sb, ["sent", "bad", "paused", "late"])
-    todo = actions([
-        (seq["sent"], COMPLETE, None, "replay"),
-        (seq["bad"], DEAD_LETTER, "destination_unknown", "invalid"),
-        (seq["paused"], LEAVE, None, "replay"),
-    ])  # fmt: skip  # "late" arrived after the snapshot: not in the plan
+    todo = actions(
+        [
+            (seq["sent"], COMPLETE, None, "replay"),
+            (seq["bad"], DEAD_LETTER, "destination_unknown", "invalid"),
+            (seq["paused"], LEAVE, None, "replay"),
+        ]
+    )  # "late" arrived after the snapshot: not in the plan
     out = by_seq(settle_task(secondary_access(sb), "run-1")(todo))
 
     assert (out[seq["sent"]]["outcome"], out[seq["sent"]]["detail"]) == (Outcome.COMPLETED, None)
     assert (out[seq["bad"]]["outcome"], out[seq["bad"]]["detail"]) == (
-        Outcome.DEAD_LETTERED, "destination_unknown")  # fmt: skip
+        Outcome.DEAD_LETTERED,
+        "destination_unknown",
+    )
     paused, late = out[seq["paused"]], out[seq["late"]]
     assert (paused["outcome"], paused["detail"], paused["abandoned"]) == (Outcome.LEFT, None, 1)
     assert (late["outcome"], late["detail"], late["abandoned"]) == (
-        Outcome.LEFT, Detail.ARRIVED_AFTER_SNAPSHOT, 1)  # fmt: skip
+        Outcome.LEFT,
+        Detail.ARRIVED_AFTER_SNAPSHOT,
+        1,
+    )
     # each was received once (the run's count of receives), and what was left given back
-    assert {m: out[seq[m]]["received"] for m in seq} == {"sent": 1, "bad": 1, "paused": 1,
-                                                         "late": 1}  # fmt: skip
+    assert {m: out[seq[m]]["received"] for m in seq} == {
+        "sent": 1,
+        "bad": 1,
+        "paused": 1,
+        "late": 1,
+    }
     assert {m: out[seq[m]]["abandoned"] for m in ("sent", "bad")} == {"sent": 0, "bad": 0}
 
     entity = sb.broker.entity(QUEUE)
@@ -92,8 +105,10 @@ def test_completes_dead_letters_with_the_reason_and_gives_back_what_it_leaves(
     assert entity.dlq is not None
     (dead,) = entity.dlq.messages.values()
     assert str(dead.message_id) == "bad"
-    props = {k.decode() if isinstance(k, bytes) else k: v
-             for k, v in dead.parsed.get_application_properties().items()}  # fmt: skip
+    props = {
+        k.decode() if isinstance(k, bytes) else k: v
+        for k, v in dead.parsed.get_application_properties().items()
+    }
     assert props["DeadLetterReason"] == "destination_unknown"
     assert props["DeadLetterErrorDescription"] == "syphon run run-1: invalid"
 
@@ -116,8 +131,11 @@ def test_a_queue_with_more_to_settle_than_one_receive_brings_is_settled_to_the_e
 
     sb = servicebus_emulator(QueueSpec(QUEUE))
     seq = park(sb, [f"m{i}" for i in range(RECEIVE_PAGE * 3 // 2 + 1)])
-    out = by_seq(settle_task(secondary_access(sb), "run-6")(actions(
-        [(s, COMPLETE, None, "replay") for s in seq.values()])))  # fmt: skip
+    out = by_seq(
+        settle_task(secondary_access(sb), "run-6")(
+            actions([(s, COMPLETE, None, "replay") for s in seq.values()])
+        )
+    )
     assert {r["outcome"] for r in out.values()} == {Outcome.COMPLETED}
     assert len(out) == len(seq)
     assert not sb.broker.entity(QUEUE).messages
@@ -134,13 +152,16 @@ def test_a_message_locked_elsewhere_is_left_not_received(
     ):
         (locked,) = other.receive_messages(1, max_wait_time=5)  # another consumer holds it
         assert str(locked.message_id) == "held"
-        todo = actions([(seq["held"], COMPLETE, None, "replay"),
-                        (seq["free"], COMPLETE, None, "replay")])  # fmt: skip
+        todo = actions(
+            [(seq["held"], COMPLETE, None, "replay"), (seq["free"], COMPLETE, None, "replay")]
+        )
         out = by_seq(settle_task(secondary_access(sb), "run-2")(todo))
         other.abandon_message(locked)
     assert (out[seq["free"]]["outcome"], out[seq["free"]]["detail"]) == (Outcome.COMPLETED, None)
     assert (out[seq["held"]]["outcome"], out[seq["held"]]["detail"]) == (
-        Outcome.LEFT, Detail.NOT_RECEIVED)  # fmt: skip
+        Outcome.LEFT,
+        Detail.NOT_RECEIVED,
+    )
     assert (out[seq["held"]]["received"], out[seq["free"]]["received"]) == (0, 1)
     assert [str(m.message_id) for m in sb.broker.entity(QUEUE).messages.values()] == ["held"]
 
@@ -212,11 +233,13 @@ def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_
         todo = actions([(seq[m], COMPLETE, None, "replay") for m in planned])
         out = by_seq(settle_task(secondary_access(sb), "run-9")(todo))
     assert {m: (out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in planned} == dict.fromkeys(
-        planned, (Outcome.COMPLETED, None))  # fmt: skip
+        planned, (Outcome.COMPLETED, None)
+    )
     # pages m0-m2, m4-m6 (beyond m4, the plan's last, with m4 to settle), then one: m3
     assert sorted(int(s) for s in out) == sorted(seq[m] for m in ids[:7])
-    counts = {str(m.message_id): m.delivery_count
-              for m in sb.broker.entity(QUEUE).messages.values()}  # fmt: skip
+    counts = {
+        str(m.message_id): m.delivery_count for m in sb.broker.entity(QUEUE).messages.values()
+    }
     assert set(counts) == set(ids[5:])
     assert {m: counts[m] for m in ids[7:]} == dict.fromkeys(ids[7:], 0)
 
@@ -238,7 +261,9 @@ def test_a_queue_that_cannot_be_read_leaves_everything_with_the_reason(
     sb.make_namespace_unavailable()  # the whole namespace is down
     out = by_seq(settle_task(secondary_access(sb), "run-4")(todo))
     assert (out[seq["a"]]["outcome"], out[seq["a"]]["detail"]) == (
-        Outcome.LEFT, Detail.NAMESPACE_FAULT)  # fmt: skip
+        Outcome.LEFT,
+        Detail.NAMESPACE_FAULT,
+    )
     sb.clear_faults()
     assert len(sb.broker.entity(QUEUE).messages) == 2  # nothing was removed
 
@@ -257,10 +282,14 @@ def test_a_page_is_settled_in_one_request_per_outcome(
     )
     out = by_seq(settle_task(secondary_access(sb), "run-6")(todo))
     # on the wire: one request per outcome group, each with its page's lock tokens
-    assert sorted(sb.broker.disposition_requests) == sorted([
-        (QUEUE, "completed", 8), (QUEUE, "suspended", 2), (QUEUE, "suspended", 1),
-        (QUEUE, "abandoned", 1),
-    ])  # fmt: skip
+    assert sorted(sb.broker.disposition_requests) == sorted(
+        [
+            (QUEUE, "completed", 8),
+            (QUEUE, "suspended", 2),
+            (QUEUE, "suspended", 1),
+            (QUEUE, "abandoned", 1),
+        ]
+    )
     assert sum(r["requests"] for r in out.values()) == 4
     assert [out[seq[m]]["outcome"] for m in ids] == (
         [Outcome.COMPLETED] * 8 + [Outcome.DEAD_LETTERED] * 3 + [Outcome.LEFT]
@@ -270,13 +299,20 @@ def test_a_page_is_settled_in_one_request_per_outcome(
     assert dead is not None
     reasons = {}
     for m in dead.messages.values():
-        props = {k.decode() if isinstance(k, bytes) else k: v
-                 for k, v in m.parsed.get_application_properties().items()}  # fmt: skip
+        props = {
+            k.decode() if isinstance(k, bytes) else k: v
+            for k, v in m.parsed.get_application_properties().items()
+        }
         reasons[str(m.message_id)] = props["DeadLetterReason"]
-        assert props["DeadLetterErrorDescription"] in ("syphon run run-6: invalid",
-                                                       "syphon run run-6: conflict")  # fmt: skip
-    assert reasons == {"m8": "destination_unknown", "m9": "destination_unknown",
-                       "m10": "message_id_reused"}  # fmt: skip
+        assert props["DeadLetterErrorDescription"] in (
+            "syphon run run-6: invalid",
+            "syphon run run-6: conflict",
+        )
+    assert reasons == {
+        "m8": "destination_unknown",
+        "m9": "destination_unknown",
+        "m10": "message_id_reused",
+    }
 
 
 def lapse_before_settling(monkeypatch: pytest.MonkeyPatch, sb: Emulator, seconds: float) -> None:
@@ -309,7 +345,10 @@ def test_a_lapsed_lock_leaves_its_message_and_the_pass_goes_on(
     for late in ("first", "second", "third"):  # the request failed, then each on its own
         row = out[seq[late]]
         assert (row["outcome"], row["detail"], row["received"]) == (
-            Outcome.LEFT, f"{Detail.SETTLE_FAILED}MessageLockLostError", 1)  # fmt: skip
+            Outcome.LEFT,
+            f"{Detail.SETTLE_FAILED}MessageLockLostError",
+            1,
+        )
     assert sum(r["requests"] for r in out.values()) == 4  # the page's, then one each
     left = sorted(str(m.message_id) for m in sb.broker.entity(QUEUE).messages.values())
     assert left == ["first", "second", "third"]  # still in the backlog for the next run
@@ -336,8 +375,9 @@ def test_a_request_that_failed_after_settling_some_is_found_out_message_by_messa
 
     monkeypatch.setattr(settle, "settle_by_lock_tokens", second_settled_before)
     out = by_seq(settle_task(secondary_access(sb), "run-7")(todo))
-    assert [(out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in ("first", "second", "third")
-            ] == [(Outcome.COMPLETED, None)] * 3  # fmt: skip
+    assert [
+        (out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in ("first", "second", "third")
+    ] == [(Outcome.COMPLETED, None)] * 3
     assert not sb.broker.entity(QUEUE).messages
     assert sb.broker.disposition_requests[0] == (QUEUE, "completed", 3)  # the page's
 
@@ -368,13 +408,17 @@ def test_a_tasks_queues_are_settled_side_by_side_each_with_its_own_results(
         real(receiver, messages, status, *args)
 
     monkeypatch.setattr(settle, "settle_by_lock_tokens", together)
-    frame = pd.concat([
-        actions([(seq["a1"], COMPLETE, None, "replay"), (seq["a2"], LEAVE, None, "replay")]),
-        actions([(1, COMPLETE, None, "replay")]).assign(backlog_queue=other),
-    ], ignore_index=True)  # fmt: skip
+    frame = pd.concat(
+        [
+            actions([(seq["a1"], COMPLETE, None, "replay"), (seq["a2"], LEAVE, None, "replay")]),
+            actions([(1, COMPLETE, None, "replay")]).assign(backlog_queue=other),
+        ],
+        ignore_index=True,
+    )
     rows = settle_task(secondary_access(sb), "run-8")(frame).to_dict("records")
-    out = {(r["backlog_queue"], int(r["sequence_number"])): (r["outcome"], r["detail"])
-           for r in rows}  # fmt: skip
+    out = {
+        (r["backlog_queue"], int(r["sequence_number"])): (r["outcome"], r["detail"]) for r in rows
+    }
     assert sorted(met) == ["a1", "b1"]
     assert out == {
         (QUEUE, seq["a1"]): (Outcome.COMPLETED, None),

@@ -74,7 +74,12 @@ def test_probe_discovery(pair: Pair) -> None:
     with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
         found = discover_by_probe(client, [PRIMARY], queue_count=4, probe_limit=8)
     assert [(q.index, q.message_count, q.extra) for q in found] == [
-        (0, 0, False), (1, 0, False), (2, None, False), (3, 0, False), (6, 0, True)]  # fmt: skip
+        (0, 0, False),
+        (1, 0, False),
+        (2, None, False),
+        (3, 0, False),
+        (6, 0, True),
+    ]
 
 
 def test_peek_walk_reads_everything_and_changes_nothing(pair: Pair) -> None:
@@ -136,9 +141,14 @@ def test_rows_keep_what_the_replay_needs(pair: Pair, spark: Any) -> None:
     assert row["enqueued_time"].tzinfo is not None
     # the application properties with the types the SDK sent them with
     props = {k: (v["amqp_type"], v[v["kind"]]) for k, v in row["application_properties"].items()}
-    assert props == {"x-ms-path": ("string", "sessions"), "x-ms-sessionid": ("string", "s"),
-                     "x-ms-timetolive": ("long", 3 * 60 * 10_000_000), "k": ("string", "v"),
-                     "n": ("int", 5), "raw": ("string", "bytes-value")}  # fmt: skip
+    assert props == {
+        "x-ms-path": ("string", "sessions"),
+        "x-ms-sessionid": ("string", "s"),
+        "x-ms-timetolive": ("long", 3 * 60 * 10_000_000),
+        "k": ("string", "v"),
+        "n": ("int", 5),
+        "raw": ("string", "bytes-value"),
+    }
     df = spark.createDataFrame([row], spark_schema(SNAPSHOT))
     back = df.collect()[0]
     assert back["encoded"] == row["encoded"]
@@ -176,7 +186,8 @@ def test_the_peek_tasks_read_what_the_peek_walk_reads(
     dealt_df = peek_frame(spark, access, ranges, tasks=2)
     assert dealt_df.rdd.getNumPartitions() == 2
     assert sorted((r["backlog_queue"], r["sequence_number"]) for r in dealt_df.collect()) == (
-        expected)  # fmt: skip
+        expected
+    )
     sample = next(r for r in rows if r["backlog_queue"] == queue(2))
     assert sample["application_properties"]["x-ms-path"]["string"] == "sessions"
     assert sample["enqueued_time"] is not None
@@ -208,12 +219,15 @@ def test_a_large_queue_is_read_in_ranges_exactly_once(
     assert [(q.index, q.message_count) for q in queues] == [(1, 520), (3, 7)]
     ranges = snapshot_ranges(ctx.namespaces.secondary, queues, 200)
     assert ranges == [
-        QueueRange(queue(1), 101, 300), QueueRange(queue(1), 301, 500),
-        QueueRange(queue(1), 501, None), QueueRange(queue(3)),
-    ]  # fmt: skip
+        QueueRange(queue(1), 101, 300),
+        QueueRange(queue(1), 301, 500),
+        QueueRange(queue(1), 501, None),
+        QueueRange(queue(3)),
+    ]
     df = read_snapshot(spark, ctx.namespaces.secondary, queues, 200)
     got = sorted((r["backlog_queue"], r["sequence_number"]) for r in df.collect())
-    assert got == sorted([(queue(1), s) for s in range(101, 621)] +
-                         [(queue(3), s) for s in range(1, 8)])  # fmt: skip
+    assert got == sorted(
+        [(queue(1), s) for s in range(101, 621)] + [(queue(3), s) for s in range(1, 8)]
+    )
     assert split_ranges("q", 1, 0, 10) == [QueueRange("q", 1, None)]
     assert split_ranges("q", 5, 25, 10)[-1] == QueueRange("q", 25, None)

@@ -41,10 +41,12 @@ def queue(i: int) -> str:
     return f"{PRIMARY}/x-servicebus-transfer/{i}"
 
 
-def waves_config(pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                 wave_messages: int = 6) -> Any:  # fmt: skip
-    return job_config(pair, tmp_path, monkeypatch,
-                      extra=f"run:\n  wave_messages: {wave_messages}\n")  # fmt: skip
+def waves_config(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wave_messages: int = 6
+) -> Any:
+    return job_config(
+        pair, tmp_path, monkeypatch, extra=f"run:\n  wave_messages: {wave_messages}\n"
+    )
 
 
 def park_spread(pair: Pair, prefix: str, messages: int) -> dict[str, list[str]]:
@@ -90,9 +92,12 @@ def planned_waves(ctx: Any, run_id: str) -> list[Any]:
 
 
 def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message_once(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     keys = park_spread(pair, "w", 36)
     config = waves_config(pair, tmp_path, monkeypatch)  # 2 messages a queue and wave
     with caplog.at_level(logging.INFO, logger="syphon.job.run"):

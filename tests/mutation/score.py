@@ -33,8 +33,10 @@ def main(path: str, name: str) -> int:
             outcomes["killed"] += 1
     judged = outcomes["killed"] + outcomes["survived"]
     score = 100.0 * outcomes["killed"] / judged if judged else 0.0
-    print(f"{name}: {score:.1f}% killed ({outcomes['killed']} of {judged} mutants; "
-          f"{outcomes['skipped']} skipped by filters, {pending} pending)")  # fmt: skip
+    print(
+        f"{name}: {score:.1f}% killed ({outcomes['killed']} of {judged} mutants; "
+        f"{outcomes['skipped']} skipped by filters, {pending} pending)"
+    )
     for item, result in sorted(survivors, key=lambda s: s[0].mutations[0].start_pos):
         m = item.mutations[0]
         print(f"  survived: {m.module_path}:{m.start_pos[0]} {m.operator_name} #{m.occurrence}")

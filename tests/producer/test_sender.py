@@ -98,8 +98,9 @@ def test_fails_over_only_after_the_interval(pair: Pair, caplog: pytest.LogCaptur
     pair.primary.make_unavailable("orders")
     ManualTimer.started.clear()
     clock = ManualClock()
-    with pair.client(failover_interval=timedelta(seconds=1.5), timer=ManualTimer,
-                     clock=clock) as paired:  # fmt: skip
+    with pair.client(
+        failover_interval=timedelta(seconds=1.5), timer=ManualTimer, clock=clock
+    ) as paired:
         sender = paired.get_queue_sender("orders")
         with pytest.raises(MessagingEntityDisabledError):
             sender.send_messages(ServiceBusMessage("first"))
@@ -157,8 +158,9 @@ def test_the_timer_fails_over_without_another_send(pair: Pair) -> None:
 def test_a_success_resets_the_timer(pair: Pair) -> None:
     ManualTimer.started.clear()
     clock = ManualClock()
-    with pair.client(failover_interval=timedelta(seconds=1), timer=ManualTimer,
-                     clock=clock) as paired:  # fmt: skip
+    with pair.client(
+        failover_interval=timedelta(seconds=1), timer=ManualTimer, clock=clock
+    ) as paired:
         sender = paired.get_queue_sender("orders")
         pair.primary.make_unavailable("orders")
         with pytest.raises(MessagingEntityDisabledError):
@@ -297,7 +299,10 @@ def test_backlog_envelope_field_by_field(pair: Pair) -> None:
     assert copy.scheduled_enqueue_time_utc is None  # visible in the backlog at once
     assert copy.partition_key == "s-1"
     assert (copy.content_type, copy.correlation_id, copy.subject) == (
-        "application/json", "c-1", "subj")  # fmt: skip
+        "application/json",
+        "c-1",
+        "subj",
+    )
     assert (copy.to, copy.reply_to) == ("to-x", "reply-x")
     assert b"".join(copy.body) == b"\x00body\xff"
     restored = restore_from_backlog(props)

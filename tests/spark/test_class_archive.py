@@ -29,8 +29,11 @@ def _session(folder: Path, java_options: str = "") -> str:
     done = subprocess.run(
         [sys.executable, "-c", SESSION_SCRIPT, java_options],
         env={**os.environ, ARCHIVE_ENV: str(folder)},
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1]
 
@@ -83,8 +86,12 @@ def test_the_folder_follows_the_environment(
 
 
 def test_partial_archives_of_processes_that_are_gone_are_removed(tmp_path: Path) -> None:
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     dead = tmp_path / f"spark-0123456789abcdef.{gone}.partial"
     alive = tmp_path / f"spark-0123456789abcdef.{os.getppid()}.partial"
     dead.write_bytes(b"half")

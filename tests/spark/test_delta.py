@@ -64,10 +64,16 @@ def test_a_table_an_earlier_syphon_wrote_takes_the_new_writers_files(
     frame(spark, 0, 6).write.parquet(folder.as_uri())
     files = sorted(folder.glob("*.parquet"))
     adds = [
-        AddAction(path=f"{folder.name}/{f.name}", size=f.stat().st_size, partition_values={},
-                  modification_time=0, data_change=True, stats=None)
+        AddAction(
+            path=f"{folder.name}/{f.name}",
+            size=f.stat().st_size,
+            partition_values={},
+            modification_time=0,
+            data_change=True,
+            stats=None,
+        )
         for f in files
-    ]  # fmt: skip
+    ]
     create_table_with_add_actions(str(table), Schema.from_arrow(pq.read_schema(files[0])), adds)
     before = DeltaTable(str(table)).schema().to_arrow()
 
@@ -95,11 +101,18 @@ def test_a_table_without_a_new_column_gains_it_and_reads_its_old_rows_as_null(
     assert "source" in [f.name for f in DeltaTable(str(table)).schema().fields]
     got = read_table(table).to_pydict()
     assert sorted(zip(got["n"], got["source"], strict=True)) == [
-        (0, None), (1, None), (2, None), (3, None), (4, "dlq"), (5, "dlq")]  # fmt: skip
+        (0, None),
+        (1, None),
+        (2, None),
+        (3, None),
+        (4, "dlq"),
+        (5, "dlq"),
+    ]
     read = read_dataframe(spark, table, newer.schema)
     assert read is not None
     assert sorted((r.n, r.source) for r in read.collect()) == sorted(
-        zip(got["n"], got["source"], strict=True))  # fmt: skip
+        zip(got["n"], got["source"], strict=True)
+    )
 
 
 def test_a_ledger_without_the_source_column_gains_it(tmp_path: Path) -> None:

@@ -20,18 +20,27 @@ NOW = T0 + timedelta(hours=2)
 CASES: list[tuple[dict[str, Any], str, str | None]] = [
     (row(0, 1, message_id="a", minutes=1), "replay", None),
     (row(1, 1, message_id="a", minutes=2), "duplicate", "duplicate_in_snapshot"),
-    (row(1, 2, message_id="a", minutes=3, body=b"other"), "conflict",
-     "message_id_reused_in_snapshot"),
+    (
+        row(1, 2, message_id="a", minutes=3, body=b"other"),
+        "conflict",
+        "message_id_reused_in_snapshot",
+    ),
     (row(0, 2, message_id="done", minutes=1), "duplicate", "already_replayed"),
     (row(0, 3, message_id="reused", minutes=1), "conflict", "message_id_reused_after_replay"),
     (row(0, 4, path=None, message_id="nopath"), "invalid", "path_missing"),
     (row(0, 5, path=12345, message_id="intpath"), "invalid", "path_holds_timestamp"),
-    (row(0, 6, message_id="ping", content_type="application/vnd.ms-servicebus-ping",
-         body=b""), "ping", None),
+    (
+        row(0, 6, message_id="ping", content_type="application/vnd.ms-servicebus-ping", body=b""),
+        "ping",
+        None,
+    ),
     (row(0, 7, message_id="old", ttl=timedelta(minutes=30)), "expired", "time_to_live_passed"),
     (row(0, 8, message_id="young", ttl=timedelta(hours=5)), "replay", None),
-    (row(0, 9, message_id="pk", session="s1", partition_key="s2"), "invalid",
-     "partition_key_differs_from_session_id"),
+    (
+        row(0, 9, message_id="pk", session="s1", partition_key="s2"),
+        "invalid",
+        "partition_key_differs_from_session_id",
+    ),
     (row(0, 10, message_id="big", body=b"x" * 300_000), "invalid", "too_large"),
     (row(0, 11, path="nowhere", message_id="unknown"), "invalid", "destination_unknown"),
     # what only the Python SDK's high-level API could not send: replayed, as it came
@@ -39,23 +48,30 @@ CASES: list[tuple[dict[str, Any], str, str | None]] = [
     (row(0, 23, message_id="sequence", body_type="sequence"), "replay", None),
     (row(0, 13, message_id="badsid", session=b"\xff\xfe"), "invalid", "session_id_not_utf8"),
     (row(0, 14, message_id="badkey", extra={b"\xff": 1}), "invalid", "property_key_not_utf8"),
-    (row(0, 15, message_id="self", path="contoso-primary/x-servicebus-transfer/3"), "invalid",
-     "path_is_backlog_queue"),
+    (
+        row(0, 15, message_id="self", path="contoso-primary/x-servicebus-transfer/3"),
+        "invalid",
+        "path_is_backlog_queue",
+    ),
     (row(0, 18, message_id="binary", extra={b"k": b"\xff"}), "replay", None),
     (row(0, 19, message_id="text", extra={b"k": b"\xc3\xa9"}), "replay", None),
     (row(0, 20, message_id="long", extra={"n": 2**31}), "replay", None),
     (row(0, 24, message_id="when", extra={"t": T0}), "replay", None),
-    (row(0, 25, message_id="twice", extra=[("k", 1), ("k", 2)]), "invalid",
-     "property_key_duplicate"),
+    (
+        row(0, 25, message_id="twice", extra=[("k", 1), ("k", 2)]),
+        "invalid",
+        "property_key_duplicate",
+    ),
     (row(0, 21, message_id="negative", extra={"n": -(2**31)}), "replay", None),
     (row(0, 22, message_id="i" * 129), "invalid", "message_id_too_long"),
     (row(0, 16, message_id=None), "replay", None),
     (row(0, 17, message_id=None), "replay", None),
-]  # fmt: skip
+]
 
 
-def classified(spark: Any, rows: list[dict[str, Any]], partitioned: bool = True,
-               sessions: bool = False) -> Any:  # fmt: skip
+def classified(
+    spark: Any, rows: list[dict[str, Any]], partitioned: bool = True, sessions: bool = False
+) -> Any:
     """``rows`` classified against destinations where ``orders`` is partitioned (one key
     per batch) unless told otherwise."""
     snapshot = spark.createDataFrame(rows, spark_schema(SNAPSHOT))
@@ -105,12 +121,18 @@ PRECEDENCE: list[tuple[dict[str, Any], str, str | None]] = [
     # a ping that is also expired and invalid
     (row(2, 1, message_id="ping", content_type=PING, ttl=OLD, path=None), "ping", None),
     # invalid beats expired and duplicate (the same MessageId and body as 2/0)
-    (row(2, 2, message_id="a", minutes=1, ttl=OLD, extra={b"\xff": 1}), "invalid",
-     "property_key_not_utf8"),
+    (
+        row(2, 2, message_id="a", minutes=1, ttl=OLD, extra={b"\xff": 1}),
+        "invalid",
+        "property_key_not_utf8",
+    ),
     # expired beats duplicate and conflict
     (row(2, 3, message_id="a", minutes=2, ttl=OLD), "expired", "time_to_live_passed"),
-    (row(2, 4, message_id="a", minutes=3, ttl=OLD, body=b"other"), "expired",
-     "time_to_live_passed"),
+    (
+        row(2, 4, message_id="a", minutes=3, ttl=OLD, body=b"other"),
+        "expired",
+        "time_to_live_passed",
+    ),
     # an expired first copy makes no later copy a duplicate: only what could be sent counts
     (row(2, 5, message_id="late", minutes=1, ttl=OLD), "expired", "time_to_live_passed"),
     (row(2, 6, message_id="late", minutes=2), "replay", None),
@@ -120,25 +142,35 @@ PRECEDENCE: list[tuple[dict[str, Any], str, str | None]] = [
     (row(2, 9, message_id="reused", minutes=1), "conflict", "message_id_reused_after_replay"),
     (row(2, 10, message_id="reused", minutes=2), "conflict", "message_id_reused_after_replay"),
     # the invalid reasons, in their order
-    (row(2, 11, path=None, message_id="nopath-big", body=b"x" * 300_000), "invalid",
-     "path_missing"),
-    (row(2, 12, message_id="both", extra={b"\xff": 1}, session=""), "invalid",
-     "property_key_not_utf8"),
+    (
+        row(2, 11, path=None, message_id="nopath-big", body=b"x" * 300_000),
+        "invalid",
+        "path_missing",
+    ),
+    (
+        row(2, 12, message_id="both", extra={b"\xff": 1}, session=""),
+        "invalid",
+        "property_key_not_utf8",
+    ),
     (row(2, 13, message_id="i" * 129, session=""), "invalid", "session_id_empty"),
     (row(2, 14, path="nowhere", message_id="i" * 130), "invalid", "message_id_too_long"),
-    (row(2, 15, path="nowhere", message_id="r", extra={"n": 1}), "invalid",
-     "destination_unknown"),
-    (row(2, 16, path="nowhere", message_id="big-nowhere", body=b"x" * 300_000), "invalid",
-     "destination_unknown"),
-    (row(2, 17, message_id="big-pk", session="s1", partition_key="s2", body=b"x" * 300_000),
-     "invalid", "partition_key_differs_from_session_id"),
-]  # fmt: skip
+    (row(2, 15, path="nowhere", message_id="r", extra={"n": 1}), "invalid", "destination_unknown"),
+    (
+        row(2, 16, path="nowhere", message_id="big-nowhere", body=b"x" * 300_000),
+        "invalid",
+        "destination_unknown",
+    ),
+    (
+        row(2, 17, message_id="big-pk", session="s1", partition_key="s2", body=b"x" * 300_000),
+        "invalid",
+        "partition_key_differs_from_session_id",
+    ),
+]
 
 
 def test_the_first_verdict_and_reason_in_precedence_wins(spark: Any) -> None:
     out = classified(spark, [case[0] for case in PRECEDENCE])
-    got = {r[0]: (r[1], r[2]) for r in
-           out.select("sequence_number", "verdict", "reason").collect()}  # fmt: skip
+    got = {r[0]: (r[1], r[2]) for r in out.select("sequence_number", "verdict", "reason").collect()}
     assert got == {c[0]["sequence_number"]: (c[1], c[2]) for c in PRECEDENCE}
 
 
@@ -152,10 +184,15 @@ def test_groups_are_ordered_by_original_enqueue_time_and_spread_is_flagged(spark
     ]
     out = order_groups(classified(spark, rows))
     got = {
-        r["message_id"]: (r["partition_key_effective"], r["replay_order"], r["group_spread"],
-                          r["group_size"], r["group_span_seconds"])
+        r["message_id"]: (
+            r["partition_key_effective"],
+            r["replay_order"],
+            r["group_spread"],
+            r["group_size"],
+            r["group_span_seconds"],
+        )
         for r in out.collect()
-    }  # fmt: skip
+    }
     assert got["s-1"] == ("s", 1, True, 3, 120.0)
     assert got["s-2"] == ("s", 2, True, 3, 120.0)
     assert got["s-3"] == ("s", 3, True, 3, 120.0)
@@ -167,8 +204,12 @@ def test_groups_are_ordered_by_original_enqueue_time_and_spread_is_flagged(spark
 def _replayed(r: Any) -> bytes:
     from syphon.core.rebuild import rebuild
 
-    return rebuild(bytes(r["encoded"]), session_id=r["original_session_id"],
-                   time_to_live_ms=None, scheduled_enqueue_time=None)  # fmt: skip
+    return rebuild(
+        bytes(r["encoded"]),
+        session_id=r["original_session_id"],
+        time_to_live_ms=None,
+        scheduled_enqueue_time=None,
+    )
 
 
 def sdk_packing(messages: list[bytes], limit: int) -> list[int]:
@@ -205,8 +246,9 @@ def wire_size(messages: list[bytes], envelope: tuple[str, str | None, str]) -> i
     return len(encode_payload(bytearray(), batch._message))
 
 
-@pytest.mark.parametrize(("partitioned", "sessions"), [(False, False), (True, False),
-                                                       (False, True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("partitioned", "sessions"), [(False, False), (True, False), (False, True)]
+)
 def test_a_batch_holds_many_keys_unless_the_destination_is_partitioned_or_has_sessions(
     spark: Any, partitioned: bool, sessions: bool
 ) -> None:
@@ -226,27 +268,41 @@ def test_a_batch_holds_many_keys_unless_the_destination_is_partitioned_or_has_se
     out = plan_batches(order_groups(classified(spark, rows, partitioned, sessions))).collect()
     placed = sorted((r["batch_id"], r["batch_position"], r["message_id"]) for r in out)
     if not (partitioned or sessions):  # one batch: key after key, each in replay order
-        assert placed == [("contoso-primary#orders##0", p, m) for p, m in enumerate(
-            ["m-2", "m-4", "m-6", "m-1", "m-5", "m-3"])]  # fmt: skip
+        assert placed == [
+            ("contoso-primary#orders##0", p, m)
+            for p, m in enumerate(["m-2", "m-4", "m-6", "m-1", "m-5", "m-3"])
+        ]
     else:
         assert placed == [
-            ("contoso-primary#orders#a#0", 0, "m-2"), ("contoso-primary#orders#a#0", 1, "m-4"),
-            ("contoso-primary#orders#a#0", 2, "m-6"), ("contoso-primary#orders#b#0", 0, "m-1"),
-            ("contoso-primary#orders#b#0", 1, "m-5"), ("contoso-primary#orders#c#0", 0, "m-3"),
-        ]  # fmt: skip
+            ("contoso-primary#orders#a#0", 0, "m-2"),
+            ("contoso-primary#orders#a#0", 1, "m-4"),
+            ("contoso-primary#orders#a#0", 2, "m-6"),
+            ("contoso-primary#orders#b#0", 0, "m-1"),
+            ("contoso-primary#orders#b#0", 1, "m-5"),
+            ("contoso-primary#orders#c#0", 0, "m-3"),
+        ]
 
 
 def test_batches_fit_the_sdk_measure_and_keep_keys_apart(spark: Any) -> None:
     from syphon.core.sizing import ENVELOPE_RESERVE
     from syphon.job.batches import plan_batches
 
-    rows = [
-        row(0, i, message_id=f"k-{i}" + "中" * 120, partition_key="k", minutes=i,
-            body=bytes([i]) * 130_570, extra={"n": i, "tag": "x"})
-        for i in range(1, 8)
-    ] + [
-        row(1, i, message_id=None, minutes=i, body=b"small") for i in range(1, 4)
-    ] + [row(2, 1, message_id="huge", partition_key="h", body=b"x" * 262_100)]  # fmt: skip
+    rows = (
+        [
+            row(
+                0,
+                i,
+                message_id=f"k-{i}" + "中" * 120,
+                partition_key="k",
+                minutes=i,
+                body=bytes([i]) * 130_570,
+                extra={"n": i, "tag": "x"},
+            )
+            for i in range(1, 8)
+        ]
+        + [row(1, i, message_id=None, minutes=i, body=b"small") for i in range(1, 4)]
+        + [row(2, 1, message_id="huge", partition_key="h", body=b"x" * 262_100)]
+    )
     restored = {
         (r["backlog_queue"], r["sequence_number"]): r
         for r in restore(spark.createDataFrame(rows, spark_schema(SNAPSHOT))).collect()
@@ -254,16 +310,20 @@ def test_batches_fit_the_sdk_measure_and_keep_keys_apart(spark: Any) -> None:
     out = plan_batches(order_groups(classified(spark, rows))).collect()
     by_id = {r["message_id"] or f"keyless-{r['sequence_number']}": r for r in out}
 
-    keyed = sorted((r for r in out if r["partition_key_effective"] == "k"),
-                   key=lambda r: r["replay_order"])  # fmt: skip
+    keyed = sorted(
+        (r for r in out if r["partition_key_effective"] == "k"), key=lambda r: r["replay_order"]
+    )
     replayed = [_replayed(restored[(r["backlog_queue"], r["sequence_number"])]) for r in keyed]
     expected = sdk_packing(replayed, 256 * 1024 - ENVELOPE_RESERVE)
     # packed by the bound: here as the SDK packs within the room its envelope leaves, and
     # every planned batch fits the destination's limit on the wire, envelope and all
     assert [int(r["batch_id"].rsplit("#", 1)[1]) for r in keyed] == expected
     for number in set(expected):
-        planned = [(m, r) for m, r in zip(replayed, keyed, strict=True)
-                   if r["batch_id"].endswith(f"#{number}")]  # fmt: skip
+        planned = [
+            (m, r)
+            for m, r in zip(replayed, keyed, strict=True)
+            if r["batch_id"].endswith(f"#{number}")
+        ]
         first = planned[0][1]
         envelope = (first["message_id"], None, first["partition_key"])
         assert wire_size([m for m, _ in planned], envelope) <= 256 * 1024

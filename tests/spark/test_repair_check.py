@@ -18,16 +18,25 @@ def repair(*sets: str) -> Repair:
 
 
 def test_each_set_gets_the_type_its_expression_gives_or_the_one_it_names(spark: Any) -> None:
-    got = check_repair(spark, repair(
-        "tenant=upper(properties['tenant'])",
-        "retries:long=0",
-        "attempt=1",
-        "subject=concat(subject, '-fixed')",
-        "seen=original_enqueued_time",
-        "flag=typed_properties['x'].bool",
-    ))  # fmt: skip
-    assert got == {"tenant": "string", "retries": "long", "attempt": "int",
-                   "subject": "string", "seen": "timestamp", "flag": "boolean"}  # fmt: skip
+    got = check_repair(
+        spark,
+        repair(
+            "tenant=upper(properties['tenant'])",
+            "retries:long=0",
+            "attempt=1",
+            "subject=concat(subject, '-fixed')",
+            "seen=original_enqueued_time",
+            "flag=typed_properties['x'].bool",
+        ),
+    )
+    assert got == {
+        "tenant": "string",
+        "retries": "long",
+        "attempt": "int",
+        "subject": "string",
+        "seen": "timestamp",
+        "flag": "boolean",
+    }
     assert check_repair(spark, None) == {}
     unset_only = Repair.from_options([], ["tenant"])
     assert check_repair(spark, unset_only) == {}  # an unset has nothing to judge

@@ -34,9 +34,13 @@ def rows() -> list[dict[str, Any]]:
 def verdicts(spark: Any, selection: Selection | None) -> dict[str, tuple[str, str | None]]:
     snapshot = spark.createDataFrame(rows(), spark_schema(SNAPSHOT))
     planned = reconcile_snapshot(snapshot, F.lit(NOW), selection=selection)
-    return {(r["message_id"] + (f"@{r['sequence_number']}" if r["message_id"] == "twin"
-                                else "")): (r["verdict"], r["reason"])
-            for r in planned.collect()}  # fmt: skip
+    return {
+        (r["message_id"] + (f"@{r['sequence_number']}" if r["message_id"] == "twin" else "")): (
+            r["verdict"],
+            r["reason"],
+        )
+        for r in planned.collect()
+    }
 
 
 def taken(spark: Any, selection: Selection) -> set[str]:
@@ -67,7 +71,9 @@ def test_each_condition_takes_what_it_names(spark: Any) -> None:
     assert taken(spark, Selection(where="typed_properties['attempt'].int > 2")) == {"a"}
     assert taken(spark, Selection(where="properties['when'] like '2026-11-01T12:00%'")) == {"d"}
     assert taken(spark, Selection(where="destination = 'orders' and sequence_number < 3")) == {
-        "a", "b"}  # fmt: skip
+        "a",
+        "b",
+    }
     # every condition given must hold
     assert taken(
         spark, Selection(destinations=("orders",), where="properties['tenant'] = 'contoso'")

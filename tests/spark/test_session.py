@@ -89,8 +89,10 @@ def test_a_killed_sessions_scratch_files_hold_no_clear_body_and_the_next_start_r
     process = subprocess.Popen(
         [sys.executable, "-c", SCRATCH_SCRIPT, marker, java_options()],
         env={**os.environ, "SYPHON_SPARK_SCRATCH": str(root)},
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert process.stdout is not None
         folder = Path(process.stdout.readline().strip())
@@ -124,8 +126,11 @@ def test_a_session_that_ends_normally_leaves_no_scratch_folder(tmp_path: Path) -
     done = subprocess.run(
         [sys.executable, "-c", CLEAN_EXIT_SCRIPT, java_options()],
         env={**os.environ, "SYPHON_SPARK_SCRATCH": str(root)},
-        capture_output=True, text=True, timeout=180, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
     folder = Path(done.stdout.strip().splitlines()[-1])
     assert folder.parent == root
     assert not folder.exists()

@@ -31,10 +31,16 @@ def text(rng: random.Random, longest: int) -> str:
 
 def prop_value(rng: random.Random) -> Any:
     """A value of one of the AMQP types an application property may hold."""
-    return rng.choice([
-        *every_type().values(), uint(rng.getrandbits(32)), uuid.UUID(int=rng.getrandbits(128)),
-        text(rng, 300).encode(), text(rng, 400), Described(TIMESPAN, rng.getrandbits(40)),
-    ])  # fmt: skip
+    return rng.choice(
+        [
+            *every_type().values(),
+            uint(rng.getrandbits(32)),
+            uuid.UUID(int=rng.getrandbits(128)),
+            text(rng, 300).encode(),
+            text(rng, 400),
+            Described(TIMESPAN, rng.getrandbits(40)),
+        ]
+    )
 
 
 def backlog_message(rng: random.Random) -> bytes:
@@ -59,15 +65,23 @@ def backlog_message(rng: random.Random) -> bytes:
 
     message = Message(
         id=maybe(rng.choice([text(rng, 128) or "m", ulong(9), uuid.UUID(int=3), b"id"])),
-        correlation_id=maybe(text(rng, 300)), subject=maybe(text(rng, 300)),
-        address=maybe(text(rng, 300)), reply_to=maybe(text(rng, 300)),
-        content_type=maybe("application/json"), reply_to_group_id=maybe(text(rng, 128)),
+        correlation_id=maybe(text(rng, 300)),
+        subject=maybe(text(rng, 300)),
+        address=maybe(text(rng, 300)),
+        reply_to=maybe(text(rng, 300)),
+        content_type=maybe("application/json"),
+        reply_to_group_id=maybe(text(rng, 128)),
         creation_time=rng.choice([0, 1_700_000_000.5]),
-        expiry_time=rng.choice([0, 1_900_000_000.0]), properties=props, body=body, durable=True,
-        annotations={symbol("x-opt-sequence-number"): 12,
-                     symbol("x-opt-enqueued-time"): timestamp(1_800_000_000_000),
-                     **({symbol("x-opt-partition-key"): "k"} if rng.random() < 0.3 else {})},
-    )  # fmt: skip
+        expiry_time=rng.choice([0, 1_900_000_000.0]),
+        properties=props,
+        body=body,
+        durable=True,
+        annotations={
+            symbol("x-opt-sequence-number"): 12,
+            symbol("x-opt-enqueued-time"): timestamp(1_800_000_000_000),
+            **({symbol("x-opt-partition-key"): "k"} if rng.random() < 0.3 else {}),
+        },
+    )
     message.inferred = kind != "value"
     encoded = bytes(message.encode())
     if rng.random() < 0.2:
@@ -85,9 +99,12 @@ def test_the_bound_is_never_below_the_replayed_size_and_stays_close(spark: Any) 
     for r in out:
         sid, ticks = r["original_session_id"], r["original_time_to_live_ticks"]
         scheduled = r["original_scheduled_enqueue_time"]
-        replayed = rebuild(bytes(r["encoded"]), session_id=sid,
-                           time_to_live_ms=None if ticks is None else MAX_TTL_MS,
-                           scheduled_enqueue_time=scheduled)  # fmt: skip
+        replayed = rebuild(
+            bytes(r["encoded"]),
+            session_id=sid,
+            time_to_live_ms=None if ticks is None else MAX_TTL_MS,
+            scheduled_enqueue_time=scheduled,
+        )
         exact = encoded_batch_cost(len(replayed))
         assert r["bound"] == message_bytes_bound(
             len(r["encoded"]), sid, ticks is not None, scheduled is not None
@@ -103,22 +120,32 @@ def test_the_bound_is_never_below_the_replayed_size_and_stays_close(spark: Any) 
 def alias_bytes(encoded: bytes) -> int:
     """The bytes of the aliases' map entries (the rebuild drops them)."""
     app = next(s for s in ab.sections(encoded) if s.code == ab.APPLICATION_PROPERTIES)
-    return sum(len(k) + len(v) for k, v in ab.map_entries(app.value)
-               if ab.decode(k).startswith("x-ms-"))  # fmt: skip
+    return sum(
+        len(k) + len(v) for k, v in ab.map_entries(app.value) if ab.decode(k).startswith("x-ms-")
+    )
 
 
 def test_every_addition_of_the_rebuild_is_at_its_widest_in_the_bound(spark: Any) -> None:
     # a message with no properties section, an empty annotations map and a long session
     # id: the rebuild adds a header, a map section and a properties section
     sid = "中" * 128
-    aliases = {"x-ms-path": "q", "x-ms-sessionid": sid, "x-ms-timetolive": 10**7,
-               "x-ms-scheduledenqueuetimeutc": timestamp(1)}  # fmt: skip
+    aliases = {
+        "x-ms-path": "q",
+        "x-ms-sessionid": sid,
+        "x-ms-timetolive": 10**7,
+        "x-ms-scheduledenqueuetimeutc": timestamp(1),
+    }
     message = Message(body=b"x", properties=aliases)
     message.inferred = True
-    encoded = b"".join(s.raw for s in ab.sections(bytes(message.encode()))
-                       if s.code != ab.PROPERTIES)  # fmt: skip
-    replayed = rebuild(encoded, session_id=sid, time_to_live_ms=MAX_TTL_MS,
-                       scheduled_enqueue_time=T0 + timedelta(days=1))  # fmt: skip
+    encoded = b"".join(
+        s.raw for s in ab.sections(bytes(message.encode())) if s.code != ab.PROPERTIES
+    )
+    replayed = rebuild(
+        encoded,
+        session_id=sid,
+        time_to_live_ms=MAX_TTL_MS,
+        scheduled_enqueue_time=T0 + timedelta(days=1),
+    )
     bound = message_bytes_bound(len(encoded), sid, True, True)
     # over by the aliases the rebuild drops, the emptied sections' descriptors and headers
     # (the backlog copy's header 4, the application properties' 12) and a few bytes more

@@ -18,7 +18,8 @@ from syphon.job.report import (
     left_for_next_run,
     outage_timeline,
 )
-from syphon.job.settle import settle_actions, settle_queues
+from syphon.job.settle import settle_queues
+from syphon.job.settle_actions import settle_actions
 from syphon.servicebus.access import Access
 from syphon.store import queries
 
@@ -35,24 +36,41 @@ def audit_rows(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
 
 
 def plan_row(seq: int, verdict: str | None, queue: str = Q0, **more: Any) -> dict[str, Any]:
-    return {"run_id": "r1", "stage": "plan", "backlog_queue": queue, "sequence_number": seq,
-            "verdict": verdict, "outcome": "planned", **more}  # fmt: skip
+    return {
+        "run_id": "r1",
+        "stage": "plan",
+        "backlog_queue": queue,
+        "sequence_number": seq,
+        "verdict": verdict,
+        "outcome": "planned",
+        **more,
+    }
 
 
 def places(df: DataFrame, *extra: str) -> list[tuple[Any, ...]]:
-    return sorted(tuple(r[c] for c in ("backlog_queue", "sequence_number", *extra))
-                  for r in df.collect())  # fmt: skip
+    return sorted(
+        tuple(r[c] for c in ("backlog_queue", "sequence_number", *extra)) for r in df.collect()
+    )
 
 
 def test_settle_completes_what_was_replayed_or_needs_nothing_and_dead_letters_the_bad(
     spark: SparkSession,
 ) -> None:
-    plan = audit_rows(spark, [
-        plan_row(1, "replay"), plan_row(2, "replay"), plan_row(3, "duplicate"),
-        plan_row(4, "expired"), plan_row(5, "ping"), plan_row(6, "invalid", reason="path_missing"),
-        plan_row(7, "conflict", reason="message_id_reused_in_snapshot"),
-        plan_row(8, "invalid"), plan_row(9, None), plan_row(10, "replay"),
-    ])  # fmt: skip
+    plan = audit_rows(
+        spark,
+        [
+            plan_row(1, "replay"),
+            plan_row(2, "replay"),
+            plan_row(3, "duplicate"),
+            plan_row(4, "expired"),
+            plan_row(5, "ping"),
+            plan_row(6, "invalid", reason="path_missing"),
+            plan_row(7, "conflict", reason="message_id_reused_in_snapshot"),
+            plan_row(8, "invalid"),
+            plan_row(9, None),
+            plan_row(10, "replay"),
+        ],
+    )
     outcomes = [(1, "sent"), (1, "sent"), (2, "failed"), (8, "sent"), (10, "skipped")]
     results = spark.createDataFrame(
         [(Q0, seq, outcome) for seq, outcome in outcomes],
@@ -78,25 +96,38 @@ def test_settle_completes_what_was_replayed_or_needs_nothing_and_dead_letters_th
 
 def test_nothing_to_settle_is_no_task(spark: SparkSession) -> None:
     """No action, no queue: no task runs (none could reach this namespace)."""
-    nowhere = Access("absent", "secondary", "localhost",
-                     connection_string="Endpoint=sb://127.0.0.1:9/;SharedAccessKeyName=k;"
-                     "SharedAccessKey=k")  # fmt: skip
+    nowhere = Access(
+        "absent",
+        "secondary",
+        "localhost",
+        connection_string="Endpoint=sb://127.0.0.1:9/;SharedAccessKeyName=k;SharedAccessKey=k",
+    )
     none = settle_actions(audit_rows(spark, []), None)
     assert settle_queues(none, nowhere, "r").collect() == []
 
 
 def test_a_resumed_run_sends_only_what_no_earlier_attempt_sent(spark: SparkSession) -> None:
-    plan = audit_rows(spark, [plan_row(1, "replay"), plan_row(2, "replay"),
-                              plan_row(3, "duplicate"), plan_row(4, "replay"),
-                              plan_row(5, "replay")])  # fmt: skip
+    plan = audit_rows(
+        spark,
+        [
+            plan_row(1, "replay"),
+            plan_row(2, "replay"),
+            plan_row(3, "duplicate"),
+            plan_row(4, "replay"),
+            plan_row(5, "replay"),
+        ],
+    )
     # only "sent" is done: an outcome in doubt, none, or one that sorts after "sent"
     # (skipped) is sent again
-    earlier = audit_rows(spark, [
-        {"backlog_queue": Q0, "sequence_number": 1, "stage": "replay", "outcome": "sent"},
-        {"backlog_queue": Q0, "sequence_number": 2, "stage": "replay", "outcome": "in_doubt"},
-        {"backlog_queue": Q0, "sequence_number": 4, "stage": "replay", "outcome": None},
-        {"backlog_queue": Q0, "sequence_number": 5, "stage": "replay", "outcome": "skipped"},
-    ])  # fmt: skip
+    earlier = audit_rows(
+        spark,
+        [
+            {"backlog_queue": Q0, "sequence_number": 1, "stage": "replay", "outcome": "sent"},
+            {"backlog_queue": Q0, "sequence_number": 2, "stage": "replay", "outcome": "in_doubt"},
+            {"backlog_queue": Q0, "sequence_number": 4, "stage": "replay", "outcome": None},
+            {"backlog_queue": Q0, "sequence_number": 5, "stage": "replay", "outcome": "skipped"},
+        ],
+    )
     assert places(still_to_send(plan, None)) == [(Q0, 1), (Q0, 2), (Q0, 4), (Q0, 5)]
     assert places(still_to_send(plan, earlier)) == [(Q0, 2), (Q0, 4), (Q0, 5)]
 
@@ -111,33 +142,58 @@ def test_what_a_wave_left_behind_is_its_unsent_keys_and_failed_destinations(
     from pyspark.sql import Row
 
     lane = {"primary": "p", "destination": "orders"}
-    rows = spark.createDataFrame([
-        Row(backlog_queue=Q0, sequence_number=s, partition_key_effective=k, **lane)
-        for s, k in [(1, "failed"), (2, "sent"), (3, "changed"), (4, None), (5, "doubt"),
-                     (6, "skipped")]
-    ] + [Row(backlog_queue=Q0, sequence_number=7, partition_key_effective=None,
-             primary="p", destination="gone")])  # fmt: skip
-    results = spark.createDataFrame([
-        Row(backlog_queue=Q0, sequence_number=s, outcome=o, detail=d)
-        for s, o, d in [(1, "failed", "ServiceBusError"), (2, "sent", None),
-                        (3, "skipped", "backlog_changed"), (4, "failed", "ServiceBusError"),
-                        (5, "in_doubt", "OperationTimeoutError"),
-                        (6, "skipped", "earlier_batch_failed"),
-                        (7, "failed", "destination_missing")]
-    ])  # fmt: skip
+    rows = spark.createDataFrame(
+        [
+            Row(backlog_queue=Q0, sequence_number=s, partition_key_effective=k, **lane)
+            for s, k in [
+                (1, "failed"),
+                (2, "sent"),
+                (3, "changed"),
+                (4, None),
+                (5, "doubt"),
+                (6, "skipped"),
+            ]
+        ]
+        + [
+            Row(
+                backlog_queue=Q0,
+                sequence_number=7,
+                partition_key_effective=None,
+                primary="p",
+                destination="gone",
+            )
+        ]
+    )
+    results = spark.createDataFrame(
+        [
+            Row(backlog_queue=Q0, sequence_number=s, outcome=o, detail=d)
+            for s, o, d in [
+                (1, "failed", "ServiceBusError"),
+                (2, "sent", None),
+                (3, "skipped", "backlog_changed"),
+                (4, "failed", "ServiceBusError"),
+                (5, "in_doubt", "OperationTimeoutError"),
+                (6, "skipped", "earlier_batch_failed"),
+                (7, "failed", "destination_missing"),
+            ]
+        ]
+    )
     left = left_behind(results, rows)
     assert left.lanes == {("p", "orders", k) for k in ("failed", "doubt", "skipped")}
     assert dict(left.destinations) == {("p", "gone"): "destination_missing"}
 
 
 def test_the_replay_input_flags_changed_bodies_and_messages_in_doubt(spark: SparkSession) -> None:
-    todo = audit_rows(spark, [
-        plan_row(1, "replay", body_sha256="a", primary="contoso", destination="orders"),
-        plan_row(2, "replay", body_sha256="b", primary="contoso", destination="orders"),
-        plan_row(3, "replay", body_sha256="c", primary="contoso", destination="orders"),
-        plan_row(4, "duplicate", body_sha256="d"),
-        plan_row(5, "replay", body_sha256="e", primary="contoso", destination="orders"),
-    ])  # fmt: skip
+    todo = audit_rows(
+        spark,
+        [
+            plan_row(1, "replay", body_sha256="a", primary="contoso", destination="orders"),
+            plan_row(2, "replay", body_sha256="b", primary="contoso", destination="orders"),
+            plan_row(3, "replay", body_sha256="c", primary="contoso", destination="orders"),
+            plan_row(4, "duplicate", body_sha256="d"),
+            plan_row(5, "replay", body_sha256="e", primary="contoso", destination="orders"),
+        ],
+    )
     # 2's and 5's bodies changed, to digests that sort before and after the planned ones
     restored = spark.createDataFrame(
         [(Q0, 1, b"x", "a"), (Q0, 2, b"y", "a"), (Q0, 4, b"z", "d"), (Q0, 5, b"w", "f")],
@@ -155,21 +211,32 @@ def test_the_replay_input_flags_changed_bodies_and_messages_in_doubt(spark: Spar
         "reply_to_session_id",
     ):
         restored = restored.withColumn(name, restored["body_sha256"].substr(0, 0))
-    restored = (restored.withColumn("original_time_to_live_ticks", restored["sequence_number"])
-                .withColumn("original_scheduled_enqueue_time", restored["sequence_number"]
-                            .cast("timestamp"))
-                .withColumn("original_enqueued_time", restored["sequence_number"]
-                            .cast("timestamp")))  # fmt: skip
-    doubt = spark.createDataFrame([(Q0, 3), (Q0, 3), (Q1, 9)], "backlog_queue string, "
-                                  "sequence_number long")  # fmt: skip
+    restored = (
+        restored.withColumn("original_time_to_live_ticks", restored["sequence_number"])
+        .withColumn(
+            "original_scheduled_enqueue_time", restored["sequence_number"].cast("timestamp")
+        )
+        .withColumn("original_enqueued_time", restored["sequence_number"].cast("timestamp"))
+    )
+    doubt = spark.createDataFrame(
+        [(Q0, 3), (Q0, 3), (Q1, 9)], "backlog_queue string, sequence_number long"
+    )
     rows = replay_input(restored, todo, doubt)
     got = places(rows, "snapshot_matches", "in_doubt")
     # 2's and 5's bodies changed, 3 is gone from the snapshot; 3 was left in doubt; 4 is
     # no replay
-    assert got == [(Q0, 1, True, False), (Q0, 2, False, False), (Q0, 3, False, True),
-                   (Q0, 5, False, False)]  # fmt: skip
+    assert got == [
+        (Q0, 1, True, False),
+        (Q0, 2, False, False),
+        (Q0, 3, False, True),
+        (Q0, 5, False, False),
+    ]
     assert places(replay_input(restored, todo, None), "in_doubt") == [
-        (Q0, 1, False), (Q0, 2, False), (Q0, 3, False), (Q0, 5, False)]  # fmt: skip
+        (Q0, 1, False),
+        (Q0, 2, False),
+        (Q0, 3, False),
+        (Q0, 5, False),
+    ]
 
 
 def test_in_doubt_are_in_doubt_sends_and_the_unrecorded_sends_of_interrupted_runs(
@@ -189,18 +256,31 @@ def test_in_doubt_are_in_doubt_sends_and_the_unrecorded_sends_of_interrupted_run
     ]
     assert queries.interrupted_runs(records) == ["crashed", "waves"]
     records = records[:-5]
-    audit = audit_rows(spark, [
-        {**plan_row(1, "replay"), "run_id": "done"},
-        {"run_id": "done", "stage": "replay", "backlog_queue": Q0, "sequence_number": 1,
-         "outcome": "in_doubt"},
-        {**plan_row(2, "replay"), "run_id": "crashed"},
-        {**plan_row(3, "replay"), "run_id": "crashed"},
-        {**plan_row(4, "duplicate"), "run_id": "crashed"},
-        {"run_id": "crashed", "stage": "replay", "backlog_queue": Q0, "sequence_number": 3,
-         "outcome": "sent"},
-        {**plan_row(5, "replay"), "run_id": "planned-only"},
-        {**plan_row(6, None), "run_id": "crashed"},
-    ])  # fmt: skip
+    audit = audit_rows(
+        spark,
+        [
+            {**plan_row(1, "replay"), "run_id": "done"},
+            {
+                "run_id": "done",
+                "stage": "replay",
+                "backlog_queue": Q0,
+                "sequence_number": 1,
+                "outcome": "in_doubt",
+            },
+            {**plan_row(2, "replay"), "run_id": "crashed"},
+            {**plan_row(3, "replay"), "run_id": "crashed"},
+            {**plan_row(4, "duplicate"), "run_id": "crashed"},
+            {
+                "run_id": "crashed",
+                "stage": "replay",
+                "backlog_queue": Q0,
+                "sequence_number": 3,
+                "outcome": "sent",
+            },
+            {**plan_row(5, "replay"), "run_id": "planned-only"},
+            {**plan_row(6, None), "run_id": "crashed"},
+        ],
+    )
     doubt = queries.in_doubt_messages(audit, queries.interrupted_runs(records))
     # 1 was recorded in doubt; 2 was planned by a run that crashed before recording it;
     # 3 that run recorded; 4 was no replay; 5's run never reached its replay
@@ -222,16 +302,23 @@ def test_the_audit_rows_of_a_plan_have_exactly_the_audit_schema(spark: SparkSess
         planned = planned.selectExpr("*", f"null as `{col}`")
     rows = queries.plan_audit_rows(planned, "r1", T0)
     assert [(f.name, f.dataType) for f in rows.schema] == [
-        (f.name, f.dataType) for f in spark_schema(AUDIT)]  # fmt: skip
+        (f.name, f.dataType) for f in spark_schema(AUDIT)
+    ]
     (row,) = rows.collect()
     assert (row["run_id"], row["stage"], row["outcome"], row["session_id"]) == (
-        "r1", "plan", "planned", "s1")  # fmt: skip
-    results = spark.createDataFrame([(Q0, 1, "sent", None), (Q1, 5, "left", "new")],
-                                    "backlog_queue string, sequence_number long, "
-                                    "outcome string, detail string")  # fmt: skip
+        "r1",
+        "plan",
+        "planned",
+        "s1",
+    )
+    results = spark.createDataFrame(
+        [(Q0, 1, "sent", None), (Q1, 5, "left", "new")],
+        "backlog_queue string, sequence_number long, outcome string, detail string",
+    )
     outcomes = queries.outcome_audit_rows(results, rows, "r1", "settle", T0)
     assert [(f.name, f.dataType) for f in outcomes.schema] == [
-        (f.name, f.dataType) for f in spark_schema(AUDIT)]  # fmt: skip
+        (f.name, f.dataType) for f in spark_schema(AUDIT)
+    ]
     got = {
         (r["sequence_number"], r["verdict"], r["stage"], r["outcome"]) for r in outcomes.collect()
     }
@@ -243,13 +330,22 @@ def test_the_audit_rows_of_a_plan_have_exactly_the_audit_schema(spark: SparkSess
 def test_what_earlier_runs_replayed_is_what_they_sent_with_a_message_id(
     spark: SparkSession,
 ) -> None:
-    audit = audit_rows(spark, [
-        {"stage": "replay", "outcome": "sent", "primary": "p", "destination": "d",
-         "message_id": "m1", "body_sha256": "h"},
-        {"stage": "replay", "outcome": "in_doubt", "message_id": "m2"},
-        {"stage": "replay", "outcome": "sent", "message_id": None},
-        {"stage": "plan", "outcome": "planned", "message_id": "m3"},
-    ])  # fmt: skip
+    audit = audit_rows(
+        spark,
+        [
+            {
+                "stage": "replay",
+                "outcome": "sent",
+                "primary": "p",
+                "destination": "d",
+                "message_id": "m1",
+                "body_sha256": "h",
+            },
+            {"stage": "replay", "outcome": "in_doubt", "message_id": "m2"},
+            {"stage": "replay", "outcome": "sent", "message_id": None},
+            {"stage": "plan", "outcome": "planned", "message_id": "m3"},
+        ],
+    )
     got = [tuple(r) for r in queries.replayed_messages(audit).collect()]
     assert got == [("p", "d", "m1", "h")]
 
@@ -257,19 +353,37 @@ def test_what_earlier_runs_replayed_is_what_they_sent_with_a_message_id(
 def test_spread_groups_are_replay_groups_over_several_queues_most_spread_first(
     spark: SparkSession,
 ) -> None:
-    def g(seq: int, queue: str, key: str | None, spread: bool | None,
-          verdict: str = "replay") -> dict[str, Any]:  # fmt: skip
-        return plan_row(seq, verdict, queue, primary="p", destination="d",
-                        partition_key_effective=key, group_spread=spread,
-                        group_span_seconds=float(seq))  # fmt: skip
+    def g(
+        seq: int, queue: str, key: str | None, spread: bool | None, verdict: str = "replay"
+    ) -> dict[str, Any]:
+        return plan_row(
+            seq,
+            verdict,
+            queue,
+            primary="p",
+            destination="d",
+            partition_key_effective=key,
+            group_spread=spread,
+            group_span_seconds=float(seq),
+        )
 
-    plan = audit_rows(spark, [
-        g(1, Q0, "a", True), g(2, Q1, "a", True), g(3, "c/x-servicebus-transfer/2", "a", True),
-        g(4, Q0, "b", True), g(5, Q1, "b", True), g(6, Q0, "c", False),
-        g(7, Q0, None, None), g(8, Q1, "d", True, verdict="duplicate"),
-    ])  # fmt: skip
-    got = [(r["partition_key_effective"], r["messages"], r["backlog_queues"], r["span_seconds"])
-           for r in queries.spread_groups(plan).collect()]  # fmt: skip
+    plan = audit_rows(
+        spark,
+        [
+            g(1, Q0, "a", True),
+            g(2, Q1, "a", True),
+            g(3, "c/x-servicebus-transfer/2", "a", True),
+            g(4, Q0, "b", True),
+            g(5, Q1, "b", True),
+            g(6, Q0, "c", False),
+            g(7, Q0, None, None),
+            g(8, Q1, "d", True, verdict="duplicate"),
+        ],
+    )
+    got = [
+        (r["partition_key_effective"], r["messages"], r["backlog_queues"], r["span_seconds"])
+        for r in queries.spread_groups(plan).collect()
+    ]
     assert got == [("a", 3, 3, 3.0), ("b", 2, 2, 5.0)]
 
 
@@ -277,26 +391,42 @@ def test_the_reports_figures(spark: SparkSession) -> None:
     def at(minutes: float) -> datetime:
         return T0 + timedelta(minutes=minutes)
 
-    rows = audit_rows(spark, [
-        plan_row(1, "replay", primary="p", destination="orders", backlog_enqueued_time=at(0)),
-        plan_row(2, "replay", primary="p", destination="orders", backlog_enqueued_time=at(10)),
-        plan_row(3, "invalid", primary="p", destination="orders", backlog_enqueued_time=at(5)),
-        plan_row(4, "invalid", primary=None, destination=None, backlog_enqueued_time=None),
-        {"stage": "replay", "outcome": "sent", "backlog_queue": Q0, "sequence_number": 1},
-        {"stage": "replay", "outcome": "skipped", "detail": "destination_missing",
-         "backlog_queue": Q0, "sequence_number": 2},
-        {"stage": "settle", "outcome": "left", "detail": None, "backlog_queue": Q0,
-         "sequence_number": 2},
-        {"stage": "settle", "outcome": "completed", "backlog_queue": Q0, "sequence_number": 1},
-    ])  # fmt: skip
+    rows = audit_rows(
+        spark,
+        [
+            plan_row(1, "replay", primary="p", destination="orders", backlog_enqueued_time=at(0)),
+            plan_row(2, "replay", primary="p", destination="orders", backlog_enqueued_time=at(10)),
+            plan_row(3, "invalid", primary="p", destination="orders", backlog_enqueued_time=at(5)),
+            plan_row(4, "invalid", primary=None, destination=None, backlog_enqueued_time=None),
+            {"stage": "replay", "outcome": "sent", "backlog_queue": Q0, "sequence_number": 1},
+            {
+                "stage": "replay",
+                "outcome": "skipped",
+                "detail": "destination_missing",
+                "backlog_queue": Q0,
+                "sequence_number": 2,
+            },
+            {
+                "stage": "settle",
+                "outcome": "left",
+                "detail": None,
+                "backlog_queue": Q0,
+                "sequence_number": 2,
+            },
+            {"stage": "settle", "outcome": "completed", "backlog_queue": Q0, "sequence_number": 1},
+        ],
+    )
     plan = rows.where("stage = 'plan'")
-    by_place = {(r["primary"], r["destination"], r["verdict"]):
-                (r["messages"], r["first"], r["last"])
-                for r in queries.verdicts_per_destination(plan).collect()}  # fmt: skip
+    by_place = {
+        (r["primary"], r["destination"], r["verdict"]): (r["messages"], r["first"], r["last"])
+        for r in queries.verdicts_per_destination(plan).collect()
+    }
     naive = {m: at(m).replace(tzinfo=None) for m in (0, 5, 10)}
-    assert by_place == {("p", "orders", "replay"): (2, naive[0], naive[10]),
-                        ("p", "orders", "invalid"): (1, naive[5], naive[5]),
-                        (None, None, "invalid"): (1, None, None)}  # fmt: skip
+    assert by_place == {
+        ("p", "orders", "replay"): (2, naive[0], naive[10]),
+        ("p", "orders", "invalid"): (1, naive[5], naive[5]),
+        (None, None, "invalid"): (1, None, None),
+    }
     timeline = {r["at"]: r["count"] for r in outage_timeline(plan, at(0), at(10), 2).collect()}
     assert timeline == {naive[0]: 1, naive[5]: 2}
     left = sorted(tuple(r) for r in left_for_next_run(rows).collect())
@@ -305,20 +435,38 @@ def test_the_reports_figures(spark: SparkSession) -> None:
 
 def test_the_reports_figures_per_source_entity(spark: SparkSession) -> None:
     dlq = "orders/$DeadLetterQueue"
-    rows = audit_rows(spark, [
-        plan_row(1, "replay", backlog_queue=dlq, source_entity="orders"),
-        plan_row(2, "invalid", reason="too_large", backlog_queue=dlq, source_entity="orders"),
-        plan_row(3, "replay"),  # recorded before sources: its backlog queue is its entity
-        {"stage": "replay", "outcome": "sent", "source_entity": "orders", "backlog_queue": dlq},
-        {"stage": "settle", "outcome": "completed", "source_entity": "orders",
-         "backlog_queue": dlq},
-        {"stage": "settle", "outcome": "left", "detail": "too_large", "source_entity": "orders",
-         "backlog_queue": dlq},
-        {"stage": "replay", "outcome": "skipped", "detail": "destination_missing",
-         "backlog_queue": Q0},
-    ])  # fmt: skip
-    got = sorted((r["entity"], r["stage"], r["outcome"], r["why"] or "-", r["count"])
-                 for r in by_source_entity(rows).collect())  # fmt: skip
+    rows = audit_rows(
+        spark,
+        [
+            plan_row(1, "replay", backlog_queue=dlq, source_entity="orders"),
+            plan_row(2, "invalid", reason="too_large", backlog_queue=dlq, source_entity="orders"),
+            plan_row(3, "replay"),  # recorded before sources: its backlog queue is its entity
+            {"stage": "replay", "outcome": "sent", "source_entity": "orders", "backlog_queue": dlq},
+            {
+                "stage": "settle",
+                "outcome": "completed",
+                "source_entity": "orders",
+                "backlog_queue": dlq,
+            },
+            {
+                "stage": "settle",
+                "outcome": "left",
+                "detail": "too_large",
+                "source_entity": "orders",
+                "backlog_queue": dlq,
+            },
+            {
+                "stage": "replay",
+                "outcome": "skipped",
+                "detail": "destination_missing",
+                "backlog_queue": Q0,
+            },
+        ],
+    )
+    got = sorted(
+        (r["entity"], r["stage"], r["outcome"], r["why"] or "-", r["count"])
+        for r in by_source_entity(rows).collect()
+    )
     assert got == [
         (Q0, "plan", "planned", "-", 1),
         (Q0, "replay", "skipped", "skipped: destination_missing", 1),
@@ -331,23 +479,38 @@ def test_the_reports_figures_per_source_entity(spark: SparkSession) -> None:
 
 
 def test_the_reports_count_of_spread_groups_counts_each_group_once(spark: SparkSession) -> None:
-    plan = audit_rows(spark, [
-        plan_row(i, "replay", primary="p", destination="orders", partition_key_effective=k,
-                 group_spread=spread, replay_order=order)
-        for i, (k, spread, order) in enumerate([("a", True, 1), ("a", True, 2), ("b", False, 1),
-                                                ("c", True, 1)])
-    ])  # fmt: skip
+    plan = audit_rows(
+        spark,
+        [
+            plan_row(
+                i,
+                "replay",
+                primary="p",
+                destination="orders",
+                partition_key_effective=k,
+                group_spread=spread,
+                replay_order=order,
+            )
+            for i, (k, spread, order) in enumerate(
+                [("a", True, 1), ("a", True, 2), ("b", False, 1), ("c", True, 1)]
+            )
+        ],
+    )
     (row,) = queries.verdicts_per_destination(plan).collect()
     assert (row["messages"], row["spread_groups"]) == (4, 2)
 
 
 def test_the_plans_summary_per_destination(spark: SparkSession) -> None:
     planned = spark.createDataFrame(
-        [("p", "orders", "replay", True, 1, T0), ("p", "orders", "replay", True, 2, T0),
-         ("p", "orders", "ping", None, None, T0), ("p", None, "invalid", None, None, None)],
+        [
+            ("p", "orders", "replay", True, 1, T0),
+            ("p", "orders", "replay", True, 2, T0),
+            ("p", "orders", "ping", None, None, T0),
+            ("p", None, "invalid", None, None, None),
+        ],
         "primary string, destination string, verdict string, group_spread boolean, "
         "replay_order int, original_enqueued_time timestamp",
-    )  # fmt: skip
+    )
     got = {
         r["destination"]: (r["messages"], r["replay"], r["ping"], r["invalid"], r["spread_groups"])
         for r in per_destination(planned)
@@ -363,11 +526,14 @@ DLQ = "orders/$DeadLetterQueue"
 def test_a_discarded_message_is_completed_with_the_operators_reason_in_any_queue(
     spark: SparkSession,
 ) -> None:
-    plan = audit_rows(spark, [
-        plan_row(1, "discarded", reason="already_replayed", detail="copies"),
-        plan_row(2, "discarded", queue=DLQ, reason="operator_selected", detail="poison"),
-        plan_row(3, "duplicate", queue=DLQ, reason="already_replayed"),
-    ])  # fmt: skip
+    plan = audit_rows(
+        spark,
+        [
+            plan_row(1, "discarded", reason="already_replayed", detail="copies"),
+            plan_row(2, "discarded", queue=DLQ, reason="operator_selected", detail="poison"),
+            plan_row(3, "duplicate", queue=DLQ, reason="already_replayed"),
+        ],
+    )
     actions = settle_actions(plan, None)
     assert places(actions, "action", "reason") == [
         (Q0, 1, "discard", "copies"),
@@ -383,18 +549,24 @@ def test_a_discard_turns_what_it_takes_into_discarded_with_the_operators_reason(
     from syphon.job.reconcile import with_discards
 
     classified = spark.createDataFrame(
-        [(1, "replay", None), (2, "duplicate", "already_replayed"),
-         (3, "duplicate", "duplicate_in_snapshot"), (4, "invalid", "path_missing"),
-         (5, "unselected", "not_selected"), (6, "conflict", "message_id_reused_after_replay")],
+        [
+            (1, "replay", None),
+            (2, "duplicate", "already_replayed"),
+            (3, "duplicate", "duplicate_in_snapshot"),
+            (4, "invalid", "path_missing"),
+            (5, "unselected", "not_selected"),
+            (6, "conflict", "message_id_reused_after_replay"),
+        ],
         "sequence_number long, verdict string, reason string",
-    )  # fmt: skip
+    )
 
     def judged(discard: Discard | None) -> dict[int, tuple[str, str | None, str | None]]:
         out = with_discards(classified, discard).collect()
         return {r["sequence_number"]: (r["verdict"], r["reason"], r["detail"]) for r in out}
 
-    untouched = {r["sequence_number"]: (r["verdict"], r["reason"], None)
-                 for r in classified.collect()}  # fmt: skip
+    untouched = {
+        r["sequence_number"]: (r["verdict"], r["reason"], None) for r in classified.collect()
+    }
     assert judged(None) == untouched
     assert judged(Discard(DUPLICATES, "copies")) == {
         **untouched,
@@ -410,25 +582,55 @@ def test_a_discard_turns_what_it_takes_into_discarded_with_the_operators_reason(
 def test_dead_letters_left_waiting_are_found_and_so_are_those_an_earlier_run_left(
     spark: SparkSession,
 ) -> None:
-    planned = audit_rows(spark, [
-        plan_row(1, "duplicate", queue=DLQ), plan_row(2, "invalid", queue=DLQ),
-        plan_row(3, "replay", queue=DLQ), plan_row(4, "unselected", queue=DLQ),
-        plan_row(5, "duplicate"), plan_row(6, "conflict", queue=DLQ),
-    ])  # fmt: skip
+    planned = audit_rows(
+        spark,
+        [
+            plan_row(1, "duplicate", queue=DLQ),
+            plan_row(2, "invalid", queue=DLQ),
+            plan_row(3, "replay", queue=DLQ),
+            plan_row(4, "unselected", queue=DLQ),
+            plan_row(5, "duplicate"),
+            plan_row(6, "conflict", queue=DLQ),
+        ],
+    )
     settled = spark.createDataFrame(
-        [(DLQ, 1, "left"), (DLQ, 2, "left"), (DLQ, 3, "left"), (DLQ, 4, "left"),
-         (Q0, 5, "left"), (DLQ, 6, "dead_lettered")],
+        [
+            (DLQ, 1, "left"),
+            (DLQ, 2, "left"),
+            (DLQ, 3, "left"),
+            (DLQ, 4, "left"),
+            (Q0, 5, "left"),
+            (DLQ, 6, "dead_lettered"),
+        ],
         "backlog_queue string, sequence_number long, outcome string",
-    )  # fmt: skip
+    )
     held = queries.held_dead_letters(settled, planned)
     # 3 failed to send (the next run sends it), 4 the selection left, 5 is no dead letter
     assert places(held) == [(DLQ, 1), (DLQ, 2)]
-    audit = audit_rows(spark, [
-        {"run_id": "earlier", "stage": "settle", "backlog_queue": DLQ, "sequence_number": 1,
-         "outcome": "left"},
-        {"run_id": "earlier", "stage": "settle", "backlog_queue": DLQ, "sequence_number": 2,
-         "outcome": "completed"},
-        {"run_id": "r1", "stage": "settle", "backlog_queue": DLQ, "sequence_number": 2,
-         "outcome": "left"},  # this run's own row is no earlier run's
-    ])  # fmt: skip
+    audit = audit_rows(
+        spark,
+        [
+            {
+                "run_id": "earlier",
+                "stage": "settle",
+                "backlog_queue": DLQ,
+                "sequence_number": 1,
+                "outcome": "left",
+            },
+            {
+                "run_id": "earlier",
+                "stage": "settle",
+                "backlog_queue": DLQ,
+                "sequence_number": 2,
+                "outcome": "completed",
+            },
+            {
+                "run_id": "r1",
+                "stage": "settle",
+                "backlog_queue": DLQ,
+                "sequence_number": 2,
+                "outcome": "left",
+            },  # this run's own row is no earlier run's
+        ],
+    )
     assert places(queries.held_before(audit, held, "r1")) == [(DLQ, 1)]

@@ -82,8 +82,9 @@ def test_runs_asking_at_once_on_abfss_get_exactly_one_holder(blob_audit: BlobAud
     versions and every reader replays the same history."""
     root = configured(blob_audit, "abfss")
     Lease(root, "creator", timedelta(seconds=1)).release()  # the table exists
-    leases = [Lease(configured(blob_audit, "abfss"), f"run-{i}", timedelta(minutes=5))
-              for i in range(6)]  # fmt: skip
+    leases = [
+        Lease(configured(blob_audit, "abfss"), f"run-{i}", timedelta(minutes=5)) for i in range(6)
+    ]
     won = race(leases)
     assert len(won) == 1
     assert {lease.state().holder for lease in leases} == {won[0]}

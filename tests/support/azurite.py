@@ -132,11 +132,22 @@ def start_azurite() -> Azurite:
     key = base64.b64encode(secrets.token_bytes(64)).decode()
     port = free_port()
     process = subprocess.Popen(
-        [str(BINARY), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
-         "--silent", "--skipApiVersionCheck", "--disableProductStyleUrl"],
+        [
+            str(BINARY),
+            "--blobHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(port),
+            "--inMemoryPersistence",
+            "--silent",
+            "--skipApiVersionCheck",
+            "--disableProductStyleUrl",
+        ],
         env={**os.environ, "AZURITE_ACCOUNTS": f"{ACCOUNT}:{key}"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,
+    )
     azurite = Azurite(process, port, key)
     deadline = time.monotonic() + 60
     while True:

@@ -70,14 +70,21 @@ def add_round(pair: Any, r: int, sent: dict[str, str]) -> None:
             for dest in ("orders", "dd"):
                 mid = f"{dest}-r{r}-q{q}-{i}"
                 key = f"k{(q + i) % 3}"
-                batch.append(to_backlog_message(
-                    ServiceBusMessage(f"body {mid}".encode() + bytes(PADDING), message_id=mid,
-                                      partition_key=key),
-                    dest))  # fmt: skip
+                batch.append(
+                    to_backlog_message(
+                        ServiceBusMessage(
+                            f"body {mid}".encode() + bytes(PADDING),
+                            message_id=mid,
+                            partition_key=key,
+                        ),
+                        dest,
+                    )
+                )
                 sent[mid] = dest
         if q == 0:
-            batch.append(to_backlog_message(ServiceBusMessage(b"?", message_id=f"bad-r{r}"),
-                                            "nowhere"))  # fmt: skip
+            batch.append(
+                to_backlog_message(ServiceBusMessage(b"?", message_id=f"bad-r{r}"), "nowhere")
+            )
         send_raw(pair, q, batch)
 
 
@@ -147,11 +154,14 @@ def settled_safely(root: Path | Location) -> set[str]:
     verdict settled without a send, or a recorded ``sent``."""
     rows = read_table(as_location(root).child(AUDIT_TABLE)).to_pylist()
     return {
-        r["message_id"] for r in rows
-        if (r["stage"] == "plan" and r["verdict"] in ("duplicate", "expired", "ping", "invalid",
-                                                       "conflict"))
+        r["message_id"]
+        for r in rows
+        if (
+            r["stage"] == "plan"
+            and r["verdict"] in ("duplicate", "expired", "ping", "invalid", "conflict")
+        )
         or (r["stage"] == "replay" and r["outcome"] == "sent")
-    }  # fmt: skip
+    }
 
 
 def free_the_killed_runs_lease(root: Path | Location) -> None:
@@ -174,8 +184,9 @@ def killed_run_id(root: Path | Location) -> str:
     return str(max(runs, key=lambda r: r["recorded_at"])["run_id"])
 
 
-def resume_the_killed_run(config: Any, spark: Any, pair: Any, point: str,
-                          before: dict[str, Counter[str]]) -> None:  # fmt: skip
+def resume_the_killed_run(
+    config: Any, spark: Any, pair: Any, point: str, before: dict[str, Counter[str]]
+) -> None:
     """``syphon replay --run-id`` on the run just killed at ``point``: nothing whose send
     was committed is sent again, and every message the killed attempt may have sent is
     marked ``resent_in_doubt`` when it is sent again. ``before``: the destinations'
@@ -193,8 +204,11 @@ def resume_the_killed_run(config: Any, spark: Any, pair: Any, point: str,
     # sent again) and which started without an outcome (in doubt: sent again, marked).
     # Every mark is a message that did arrive before: the doubt is precise
     rows = read_table(root / AUDIT_TABLE).to_pylist()
-    marked = {r["message_id"] for r in rows if r["run_id"] == run_id
-              and r["stage"] == "replay" and r["detail"] == "resent_in_doubt"}  # fmt: skip
+    marked = {
+        r["message_id"]
+        for r in rows
+        if r["run_id"] == run_id and r["stage"] == "replay" and r["detail"] == "resent_in_doubt"
+    }
     sent_by_the_killed = {m for d in after_kill for m in after_kill[d] - before[d]}
     assert sent_by_the_killed, point  # the fail point waits for three batches
     assert marked, point  # the kill cut a transfer off before its outcome was journaled
@@ -264,7 +278,8 @@ def kill_at_each_then_finish(
     dead = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").dlq
     assert dead is not None
     assert sorted(str(m.message_id) for m in dead.messages.values()) == sorted(
-        f"bad-r{i}" for i in range(len(points) + 1))  # fmt: skip
+        f"bad-r{i}" for i in range(len(points) + 1)
+    )
 
     # a second copy only where the audit says the send was resent in doubt
     audit = read_table(root / AUDIT_TABLE).to_pylist()

@@ -43,8 +43,11 @@ def notebook_of(source: str) -> Any:
     import nbformat
 
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}  # fmt: skip
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.metadata["language_info"] = {"name": "python"}
     for i, (kind, text) in enumerate(cells_of(source)):
         if kind == "markdown":

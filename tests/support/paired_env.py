@@ -121,8 +121,10 @@ def job_config(
     def auth(emulator: Emulator, env: str) -> str:
         if azure_ad is None:
             return f"connection_string: {{env: {env}}}"
-        return (f"credential: {azure_ad}\n    fully_qualified_namespace: "
-                f'"{emulator.host}:{emulator.port}"')  # fmt: skip
+        return (
+            f"credential: {azure_ad}\n    fully_qualified_namespace: "
+            f'"{emulator.host}:{emulator.port}"'
+        )
 
     path = tmp_path / "syphon.yaml"
     secondary_block = f"""
@@ -154,8 +156,14 @@ spark:
     return load_config(path, environ={})
 
 
-def command_config(pair: Pair, spark: Any, tmp_path: Path, monkeypatch: Any,
-                   extra: str = "", secondary: bool = True) -> str:  # fmt: skip
+def command_config(
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: Any,
+    extra: str = "",
+    secondary: bool = True,
+) -> str:
     """Writes :func:`job_config`'s file (with ``extra``) for the ``syphon`` command and makes
     the command use the tests' Spark session; returns the file's path for ``--config``."""
     job_config(pair, tmp_path, monkeypatch, extra=extra, secondary=secondary)
@@ -177,8 +185,14 @@ def park_orders(pair: Pair, prefix: str, queues: int, per_queue: int) -> list[st
     ids = []
     for q in range(queues):
         batch = [f"{prefix}-{q}-{i}" for i in range(per_queue)]
-        send_raw(pair, q, [to_backlog_message(ServiceBusMessage(mid.encode(), message_id=mid),
-                                              "orders") for mid in batch])  # fmt: skip
+        send_raw(
+            pair,
+            q,
+            [
+                to_backlog_message(ServiceBusMessage(mid.encode(), message_id=mid), "orders")
+                for mid in batch
+            ],
+        )
         ids += batch
     return ids
 
@@ -205,8 +219,9 @@ def context(config: SyphonConfig, spark: Any) -> RunContext:
     return build_context(config, spark_factory=factory)
 
 
-def run_job(config: SyphonConfig, spark: Any, run_id: str | None = None,
-            resume: bool = False) -> RunResult:  # fmt: skip
+def run_job(
+    config: SyphonConfig, spark: Any, run_id: str | None = None, resume: bool = False
+) -> RunResult:
     """``syphon run`` (or ``syphon replay`` with ``resume``) as the command runs it, report
     included, on the tests' shared Spark session."""
     from syphon.job.request import run_request
@@ -243,8 +258,9 @@ def backlog_state(pair: Pair) -> dict[str, list[str]]:
     return out
 
 
-def dead_letter(pair: Pair, entity: str, messages: list[ServiceBusMessage],
-                session: str | None = None) -> None:  # fmt: skip
+def dead_letter(
+    pair: Pair, entity: str, messages: list[ServiceBusMessage], session: str | None = None
+) -> None:
     """Sends ``messages`` to ``entity``, then receives and dead-letters each in order."""
     with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
         with client.get_queue_sender(entity) as sender:
@@ -267,5 +283,6 @@ def dead_letters(pair: Pair, entity: str) -> list[str]:
 
 def secondary_access(sb: Emulator) -> Access:
     """syphon's access to ``sb`` as the secondary namespace (its connection string)."""
-    return Access("contoso-secondary", "secondary", "localhost",
-                  connection_string=sb.connection_string)  # fmt: skip
+    return Access(
+        "contoso-secondary", "secondary", "localhost", connection_string=sb.connection_string
+    )

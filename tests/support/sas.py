@@ -35,9 +35,13 @@ def root_key(sb: Emulator) -> tuple[str, str]:
     return parts["SharedAccessKeyName"], parts["SharedAccessKey"]
 
 
-def put_token(conn: BlockingConnection, sb: Emulator, entity: str,
-              key: tuple[str, str] | None = None,
-              lifetime_s: int = 600) -> tuple[int, str]:  # fmt: skip
+def put_token(
+    conn: BlockingConnection,
+    sb: Emulator,
+    entity: str,
+    key: tuple[str, str] | None = None,
+    lifetime_s: int = 600,
+) -> tuple[int, str]:
     """Claims-based authorization for ``entity`` on ``conn``, as every Service Bus client
     does before it attaches: a ``put-token`` request on ``$cbs`` with a token valid for
     ``lifetime_s``; the status code and description of the answer."""
@@ -46,10 +50,14 @@ def put_token(conn: BlockingConnection, sb: Emulator, entity: str,
     sender = conn.create_sender("$cbs", name=f"cbs-tx-{entity}")
     receiver = conn.create_receiver("$cbs", credit=1, name=f"cbs-rx-{entity}")
     token = sas_token(audience, key_name, secret, lifetime_s)
-    sender.send(Message(
-        id="put-token", reply_to=f"cbs-rx-{entity}", body=token,
-        properties={"operation": "put-token", "type": SAS_TOKEN_TYPE, "name": audience},
-    ))  # fmt: skip
+    sender.send(
+        Message(
+            id="put-token",
+            reply_to=f"cbs-rx-{entity}",
+            body=token,
+            properties={"operation": "put-token", "type": SAS_TOKEN_TYPE, "name": audience},
+        )
+    )
     reply = receiver.receive(timeout=10)
     sender.close()
     receiver.close()

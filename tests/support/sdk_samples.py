@@ -53,11 +53,25 @@ def fetch() -> Path:
         pins = " ".join(f"--hash=sha256:{h}" for h in hashes)
         requirement.write_text(f"{PACKAGE}=={version} {pins}\n", encoding="utf-8")
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-             "--no-binary", ":all:", "--no-deps", "--require-hashes", "-r", str(requirement),
-             "-d", scratch],
-            check=True, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--disable-pip-version-check",
+                "--no-binary",
+                ":all:",
+                "--no-deps",
+                "--require-hashes",
+                "-r",
+                str(requirement),
+                "-d",
+                scratch,
+            ],
+            check=True,
+            timeout=300,
+        )
         (archive,) = Path(scratch).glob("azure_servicebus-*.tar.gz")
         with tarfile.open(archive) as tar:
             members = [m for m in tar.getmembers() if "/samples/" in m.name]

@@ -111,12 +111,22 @@ def row(
     if ttl is not None:
         props.append(("x-ms-timetolive", timedelta_to_ticks(ttl)))
     props.extend(extra.items() if isinstance(extra, dict) else extra or [])
-    encoded = encode_message(props, body=body, body_type=body_type, message_id=message_id,
-                             partition_key=partition_key, content_type=content_type)  # fmt: skip
+    encoded = encode_message(
+        props,
+        body=body,
+        body_type=body_type,
+        message_id=message_id,
+        partition_key=partition_key,
+        content_type=content_type,
+    )
     out = snapshot_row(encoded, seq, queue)
-    out.update(enqueued_time=T0 + timedelta(minutes=minutes), delivery_count=0,
-               message_id=message_id, partition_key=partition_key,
-               content_type=content_type)  # fmt: skip
+    out.update(
+        enqueued_time=T0 + timedelta(minutes=minutes),
+        delivery_count=0,
+        message_id=message_id,
+        partition_key=partition_key,
+        content_type=content_type,
+    )
     return out
 
 
@@ -124,6 +134,10 @@ def snapshot_row(encoded: bytes, seq: int, queue: int = 0) -> dict[str, Any]:
     """A snapshot row of an encoded message, read by the snapshot's own reader (system
     properties left empty: what only the bytes decide is under test)."""
     values: dict[str, Any] = dict.fromkeys(SNAPSHOT_COLUMNS)
-    values.update(backlog_queue=f"contoso-primary/x-servicebus-transfer/{queue}",
-                  sequence_number=seq, enqueued_time=T0, **content_columns(encoded))  # fmt: skip
+    values.update(
+        backlog_queue=f"contoso-primary/x-servicebus-transfer/{queue}",
+        sequence_number=seq,
+        enqueued_time=T0,
+        **content_columns(encoded),
+    )
     return values

@@ -18,14 +18,32 @@ from syphon.core import amqp_bytes as ab
 
 #: proton's type codes and the AMQP type names syphon reads from format codes
 TYPES = {
-    Data.NULL: "null", Data.BOOL: "boolean", Data.UBYTE: "ubyte", Data.BYTE: "byte",
-    Data.USHORT: "ushort", Data.SHORT: "short", Data.UINT: "uint", Data.INT: "int",
-    Data.CHAR: "char", Data.ULONG: "ulong", Data.LONG: "long", Data.TIMESTAMP: "timestamp",
-    Data.FLOAT: "float", Data.DOUBLE: "double", Data.DECIMAL32: "decimal32",
-    Data.DECIMAL64: "decimal64", Data.DECIMAL128: "decimal128", Data.UUID: "uuid",
-    Data.BINARY: "binary", Data.STRING: "string", Data.SYMBOL: "symbol", Data.LIST: "list",
-    Data.MAP: "map", Data.ARRAY: "array", Data.DESCRIBED: "described",
-}  # fmt: skip
+    Data.NULL: "null",
+    Data.BOOL: "boolean",
+    Data.UBYTE: "ubyte",
+    Data.BYTE: "byte",
+    Data.USHORT: "ushort",
+    Data.SHORT: "short",
+    Data.UINT: "uint",
+    Data.INT: "int",
+    Data.CHAR: "char",
+    Data.ULONG: "ulong",
+    Data.LONG: "long",
+    Data.TIMESTAMP: "timestamp",
+    Data.FLOAT: "float",
+    Data.DOUBLE: "double",
+    Data.DECIMAL32: "decimal32",
+    Data.DECIMAL64: "decimal64",
+    Data.DECIMAL128: "decimal128",
+    Data.UUID: "uuid",
+    Data.BINARY: "binary",
+    Data.STRING: "string",
+    Data.SYMBOL: "symbol",
+    Data.LIST: "list",
+    Data.MAP: "map",
+    Data.ARRAY: "array",
+    Data.DESCRIBED: "described",
+}
 
 
 def _put(kind: str, value: Any) -> Any:
@@ -128,29 +146,54 @@ def _encoded_alone(kind: str, value: Any) -> bytes:
 @pytest.mark.parametrize(
     ("kind", "value", "expected"),
     [
-        ("null", None, None), ("bool", True, True), ("ubyte", 200, 200), ("byte", -3, -3),
-        ("ushort", 65535, 65535), ("short", -2, -2), ("uint", 7, 7), ("int", -7, -7),
-        ("ulong", 2**64 - 1, 2**64 - 1), ("long", 7, 7), ("long", -(2**63), -(2**63)),
-        ("double", 1.5, 1.5), ("char", "é", "é"), ("binary", b"\xff\x00", b"\xff\x00"),
-        ("string", "x" * 300, "x" * 300), ("symbol", "com.microsoft:uri", "com.microsoft:uri"),
+        ("null", None, None),
+        ("bool", True, True),
+        ("ubyte", 200, 200),
+        ("byte", -3, -3),
+        ("ushort", 65535, 65535),
+        ("short", -2, -2),
+        ("uint", 7, 7),
+        ("int", -7, -7),
+        ("ulong", 2**64 - 1, 2**64 - 1),
+        ("long", 7, 7),
+        ("long", -(2**63), -(2**63)),
+        ("double", 1.5, 1.5),
+        ("char", "é", "é"),
+        ("binary", b"\xff\x00", b"\xff\x00"),
+        ("string", "x" * 300, "x" * 300),
+        ("symbol", "com.microsoft:uri", "com.microsoft:uri"),
         ("uuid", uuid.UUID(int=5), uuid.UUID(int=5)),
-        ("timestamp", 1_700_000_000_123,
-         datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=timezone.utc)),
+        (
+            "timestamp",
+            1_700_000_000_123,
+            datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=timezone.utc),
+        ),
         ("described", 10_000_000, 10_000_000),
     ],
-)  # fmt: skip
+)
 def test_decode_reads_each_primitive(kind: str, value: Any, expected: Any) -> None:
     assert ab.decode(_encoded_alone(kind, value)) == expected
 
 
 def test_a_message_splits_into_its_sections_and_descriptors_are_read() -> None:
-    message = Message(id="m1", subject="s", properties={"k": 1}, body=b"payload",
-                      annotations={"x-opt-partition-key": "p"}, ttl=5)  # fmt: skip
+    message = Message(
+        id="m1",
+        subject="s",
+        properties={"k": 1},
+        body=b"payload",
+        annotations={"x-opt-partition-key": "p"},
+        ttl=5,
+    )
     message.inferred = True  # a bytes body goes in a data section
     encoded = bytes(message.encode())
     parts = ab.sections(encoded)
-    assert [p.code for p in parts] == [ab.HEADER, ab.MESSAGE_ANNOTATIONS, ab.PROPERTIES,
-                                       ab.APPLICATION_PROPERTIES, ab.DATA]  # fmt: skip
+    assert [p.code for p in parts] == [
+        ab.HEADER,
+        ab.MESSAGE_ANNOTATIONS,
+        ab.PROPERTIES,
+        ab.APPLICATION_PROPERTIES,
+        ab.DATA,
+    ]
     assert b"".join(p.raw for p in parts) == encoded
     props = ab.compound_items(parts[2].value)
     assert (ab.decode(props[0]), ab.decode(props[3])) == ("m1", "s")

@@ -134,8 +134,11 @@ def test_there_is_no_import_cycle_anywhere() -> None:
 
 def test_the_product_has_no_cycle_even_through_annotations() -> None:
     edges = graph(with_annotations=True)
-    product = {m: {t for t in ts if t.startswith("syphon.")}
-               for m, ts in edges.items() if m.startswith("syphon.")}  # fmt: skip
+    product = {
+        m: {t for t in ts if t.startswith("syphon.")}
+        for m, ts in edges.items()
+        if m.startswith("syphon.")
+    }
     assert find_cycle(product) is None
 
 
@@ -212,7 +215,8 @@ def test_no_product_module_is_over_about_400_lines() -> None:
     long = {
         name: n
         for name, path in modules().items()
-        if name.startswith("syphon") and not name.startswith("syphon_demo")
+        if name.startswith("syphon")
+        and not name.startswith("syphon_demo")
         and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
-    }  # fmt: skip
+    }
     assert long == {}

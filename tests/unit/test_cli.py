@@ -141,9 +141,12 @@ primaries:
     ],
 )
 def test_a_malformed_connection_string_is_a_config_error_naming_the_variable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    value: str, problem: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    value: str,
+    problem: str,
+) -> None:
     conf = tmp_path / "bad.yaml"
     conf.write_text(BARE, encoding="utf-8")
     monkeypatch.setenv("CLI_TEST_SECONDARY", value)
@@ -168,13 +171,17 @@ def test_a_malformed_connection_string_is_a_config_error_naming_the_variable(
     ],
 )
 def test_a_literal_secret_in_spark_conf_is_refused_and_never_printed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    setting: str, value: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    setting: str,
+    value: str,
+) -> None:
     conf = tmp_path / "spark.yaml"
     conf.write_text(BARE + f'spark:\n  conf:\n    {setting}: "{value}"\n', encoding="utf-8")
-    monkeypatch.setenv("CLI_TEST_SECONDARY", "Endpoint=sb://x/;SharedAccessKeyName=n;"
-                       "SharedAccessKey=k")  # fmt: skip
+    monkeypatch.setenv(
+        "CLI_TEST_SECONDARY", "Endpoint=sb://x/;SharedAccessKeyName=n;SharedAccessKey=k"
+    )
     for command in ("config", "run"):
         assert main([command, "--config", str(conf)]) == 2
         out, err = capsys.readouterr()
@@ -183,15 +190,20 @@ def test_a_literal_secret_in_spark_conf_is_refused_and_never_printed(
 
 
 def test_a_spark_setting_can_reference_its_secret(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from syphon.app.spark import spark_settings
     from syphon.core.configfile import load_config
 
     conf = tmp_path / "ref.yaml"
     setting = "fs.azure.account.key.acct.dfs.core.windows.net"
-    conf.write_text(BARE + f"spark:\n  conf:\n    {setting}: {{env: STORAGE_KEY}}\n"
-                    "    spark.sql.shuffle.partitions: 8\n", encoding="utf-8")  # fmt: skip
+    conf.write_text(
+        BARE + f"spark:\n  conf:\n    {setting}: {{env: STORAGE_KEY}}\n"
+        "    spark.sql.shuffle.partitions: 8\n",
+        encoding="utf-8",
+    )
     assert main(["config", "--config", str(conf)]) == 0
     assert "STORAGE_KEY" in capsys.readouterr().out
     config = load_config(conf, environ={})
@@ -223,7 +235,7 @@ def test_wave_bounds_are_read_before_anything_starts(
     and --max-waves below 1 exit 2 before the config is read."""
     from datetime import datetime, timedelta, timezone
 
-    from syphon.app.cli import _until
+    from syphon.app.cliargs import until as _until
 
     now = datetime(2026, 11, 26, 8, 0, tzinfo=timezone.utc)
     assert _until(None, now) is None

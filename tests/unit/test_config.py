@@ -78,8 +78,9 @@ def test_a_credit_budget_is_one_number_for_every_primary_or_one_per_primary(
     two = MINIMAL + "  - namespace: fabrikam\n    connection_string: {env: FABRIKAM_CS}\n"
     every = load_config(write(tmp_path, two + "replay: {credits_per_second: 500}\n"), environ={})
     assert every.replay.credits_per_second == {"contoso": 500.0, "fabrikam": 500.0}
-    one = load_config(write(tmp_path, two + "replay: {credits_per_second: {fabrikam: 250.5}}\n"),
-                      environ={})  # fmt: skip
+    one = load_config(
+        write(tmp_path, two + "replay: {credits_per_second: {fabrikam: 250.5}}\n"), environ={}
+    )
     assert one.replay.credits_per_second == {"fabrikam": 250.5}
     assert load_config(write(tmp_path, two), environ={}).replay.credits_per_second == {}
 
@@ -214,8 +215,12 @@ def test_a_namespace_can_use_an_azure_ad_credential(tmp_path: Path) -> None:
     assert primary.host == "contoso.example.net:5671"
     assert config.secondary.credential is None
     # without a fully-qualified namespace, the public cloud's
-    plain = load_config(write(tmp_path, AAD.replace(
-        "\n    fully_qualified_namespace: contoso.example.net:5671", "")), environ={})  # fmt: skip
+    plain = load_config(
+        write(
+            tmp_path, AAD.replace("\n    fully_qualified_namespace: contoso.example.net:5671", "")
+        ),
+        environ={},
+    )
     assert plain.primaries[0].host == "contoso.servicebus.windows.net"
     # the credential's type can be overridden like any key
     env = {"SYPHON__PRIMARIES__0__CREDENTIAL__TYPE": "default"}
@@ -225,23 +230,40 @@ def test_a_namespace_can_use_an_azure_ad_credential(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ("credential: {type: managed_identity, client_id: mi-1}",
-         "credential: {type: managed_identity}\n    connection_string: {env: X}",
-         "exactly one"),
-        ("credential: {type: managed_identity, client_id: mi-1}", "tier: standard",
-         "give a connection_string or an Azure AD credential"),
+        (
+            "credential: {type: managed_identity, client_id: mi-1}",
+            "credential: {type: managed_identity}\n    connection_string: {env: X}",
+            "exactly one",
+        ),
+        (
+            "credential: {type: managed_identity, client_id: mi-1}",
+            "tier: standard",
+            "give a connection_string or an Azure AD credential",
+        ),
         ("type: managed_identity", "type: password", r"credential\.type: must be one of"),
-        ("type: managed_identity", "type: service_principal",
-         r"credential\.tenant_id: is required"),
-        ("client_id: mi-1", "client_id: mi-1, tenant_id: t",
-         r"credential\.tenant_id: is for type service_principal only"),
-        ("client_id: mi-1", "client_id: mi-1, client_secret: {env: S}",
-         r"credential\.client_secret: is for type service_principal only"),
+        (
+            "type: managed_identity",
+            "type: service_principal",
+            r"credential\.tenant_id: is required",
+        ),
+        (
+            "client_id: mi-1",
+            "client_id: mi-1, tenant_id: t",
+            r"credential\.tenant_id: is for type service_principal only",
+        ),
+        (
+            "client_id: mi-1",
+            "client_id: mi-1, client_secret: {env: S}",
+            r"credential\.client_secret: is for type service_principal only",
+        ),
         ("client_id: mi-1", "client_id: mi-1, colour: red", r"credential\.colour: unknown key"),
-        ("contoso.example.net:5671", "https://contoso.example.net/",
-         r"fully_qualified_namespace: must be host or host:port"),
+        (
+            "contoso.example.net:5671",
+            "https://contoso.example.net/",
+            r"fully_qualified_namespace: must be host or host:port",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_azure_ad_credential_is_refused_with_a_reason(
     tmp_path: Path, old: str, new: str, message: str
 ) -> None:
@@ -411,7 +433,11 @@ def test_a_namespace_source_drains_another_namespace_into_a_primary(tmp_path: Pa
     config = load_config(write(tmp_path, text), environ={})
     source = config.source_named("old-west")
     assert (source.kind, source.namespace, source.dead_letters, source.entities) == (
-        "namespace", "contoso", True, ())  # fmt: skip
+        "namespace",
+        "contoso",
+        True,
+        (),
+    )
     assert source.from_namespace is not None
     assert source.from_namespace.namespace == "contoso-west"
     assert source.target("events/Subscriptions/audit") == "audit-replay"

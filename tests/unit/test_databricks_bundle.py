@@ -58,11 +58,11 @@ def test_every_job_loads_in_the_job_model_and_runs_the_console_entry_point() -> 
             assert wheel.package_name == installed.metadata["Name"]
             assert wheel.entry_point in scripts
             # the task's arguments are the syphon command's own
-            args = [re.sub(r"\{\{job\.parameters\.(\w+)\}\}", r"<\1>", str(a))
-                    for a in wheel.parameters]  # fmt: skip
+            args = [
+                re.sub(r"\{\{job\.parameters\.(\w+)\}\}", r"<\1>", str(a)) for a in wheel.parameters
+            ]
             parsed = build_parser().parse_args(args)
-            assert (parsed.command, parsed.config, parsed.run_id) == ("run", "<config>",
-                                                                       "<run_id>")  # fmt: skip
+            assert (parsed.command, parsed.config, parsed.run_id) == ("run", "<config>", "<run_id>")
             assert [lib.whl for lib in task.libraries] == ["../dist/*.whl"]
         # every ${var.X} the job uses is declared by the bundle
         used = set(re.findall(r"\$\{var\.(\w+)\}", yaml.safe_dump(raw)))

@@ -76,15 +76,30 @@ WHEN = datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=timezone.utc)
         (b"\xff\x00", "binary", "bytes", "bytes", b"\xff\x00"),
         ("é" * 200, "string", "string", "string", "é" * 200),
         (symbol("sym"), "symbol", "string", "string", "sym"),
-        (Described(symbol("com.microsoft:timespan"), 10**7), "com.microsoft:timespan", "int",
-         "int", 10**7),
-        (Described(symbol("com.microsoft:uri"), "http://x/"), "com.microsoft:uri", "string",
-         "string", "http://x/"),
-        (Described(symbol("com.microsoft:datetime-offset"), [1, 2]),
-         "com.microsoft:datetime-offset", "other", None, None),
+        (
+            Described(symbol("com.microsoft:timespan"), 10**7),
+            "com.microsoft:timespan",
+            "int",
+            "int",
+            10**7,
+        ),
+        (
+            Described(symbol("com.microsoft:uri"), "http://x/"),
+            "com.microsoft:uri",
+            "string",
+            "string",
+            "http://x/",
+        ),
+        (
+            Described(symbol("com.microsoft:datetime-offset"), [1, 2]),
+            "com.microsoft:datetime-offset",
+            "other",
+            None,
+            None,
+        ),
         ([1, "a"], "list", "other", None, None),
     ],
-)  # fmt: skip
+)
 def test_each_value_keeps_its_amqp_type_beside_the_kind_syphon_reads(
     value: Any, amqp_type: str, kind: str, slot: str | None, stored: Any
 ) -> None:
@@ -105,13 +120,14 @@ def raw_map(entries: list[tuple[bytes, bytes]]) -> bytes:
 
 def test_keys_are_text_once_and_bad_keys_are_reported() -> None:
     one = b"\x81" + (1).to_bytes(8, "big")
-    typed, problem = encoded_properties(raw_map([(ab.encode_string("a"), one),
-                                                 (ab.encode_symbol("b"), one),
-                                                 (b"\xa0\x01c", one)]))  # fmt: skip
+    typed, problem = encoded_properties(
+        raw_map([(ab.encode_string("a"), one), (ab.encode_symbol("b"), one), (b"\xa0\x01c", one)])
+    )
     assert (sorted(typed), problem) == (["a", "b", "c"], None)
     assert encoded_properties(raw_map([(b"\xa1\x01\xff", one)]))[1] == KEY_NOT_UTF8
-    typed, problem = encoded_properties(raw_map([(ab.encode_string("a"), one),
-                                                 (ab.encode_string("a"), b"\x40")]))  # fmt: skip
+    typed, problem = encoded_properties(
+        raw_map([(ab.encode_string("a"), one), (ab.encode_string("a"), b"\x40")])
+    )
     assert (problem, typed["a"]["int"]) == (KEY_DUPLICATE, 1)
     typed, problem = encoded_properties(raw_map([(one, one)]))
     assert (problem, list(typed)) == (KEY_WRONG_TYPE, ["<long key 0>"])
@@ -152,24 +168,56 @@ def test_a_row_reads_its_place_and_system_properties_from_the_bytes() -> None:
 
     when = timestamp(1_900_000_000_000)
     encoded = peeked(
-        {symbol("x-opt-sequence-number"): 41, symbol("x-opt-enqueued-time"): timestamp(5000),
-         symbol("x-opt-partition-key"): "pk", symbol("x-opt-scheduled-enqueue-time"): when,
-         symbol("x-mine"): decimal64(1)},
-        id=ulong(7), correlation_id=uuid.UUID(int=1), subject="s", group_id="g",
-        content_type=symbol("ct"), reply_to_group_id="rg", ttl=2.5, address="to-x",
-        reply_to="reply-x", delivery_count=3,
-    )  # fmt: skip
+        {
+            symbol("x-opt-sequence-number"): 41,
+            symbol("x-opt-enqueued-time"): timestamp(5000),
+            symbol("x-opt-partition-key"): "pk",
+            symbol("x-opt-scheduled-enqueue-time"): when,
+            symbol("x-mine"): decimal64(1),
+        },
+        id=ulong(7),
+        correlation_id=uuid.UUID(int=1),
+        subject="s",
+        group_id="g",
+        content_type=symbol("ct"),
+        reply_to_group_id="rg",
+        ttl=2.5,
+        address="to-x",
+        reply_to="reply-x",
+        delivery_count=3,
+    )
     row = snapshot_row(encoded, "ns/x-servicebus-transfer/0")
-    got = {c: row[c] for c in ("sequence_number", "message_id", "correlation_id", "subject",
-                               "session_id", "content_type", "partition_key",
-                               "reply_to_session_id", "time_to_live_ms", "to", "reply_to",
-                               "delivery_count")}  # fmt: skip
+    got = {
+        c: row[c]
+        for c in (
+            "sequence_number",
+            "message_id",
+            "correlation_id",
+            "subject",
+            "session_id",
+            "content_type",
+            "partition_key",
+            "reply_to_session_id",
+            "time_to_live_ms",
+            "to",
+            "reply_to",
+            "delivery_count",
+        )
+    }
     assert got == {
-        "sequence_number": 41, "message_id": "7", "correlation_id": str(uuid.UUID(int=1)),
-        "subject": "s", "session_id": "g", "content_type": "ct", "partition_key": "pk",
-        "reply_to_session_id": "rg", "time_to_live_ms": 2500, "to": "to-x",
-        "reply_to": "reply-x", "delivery_count": 3,
-    }  # fmt: skip
+        "sequence_number": 41,
+        "message_id": "7",
+        "correlation_id": str(uuid.UUID(int=1)),
+        "subject": "s",
+        "session_id": "g",
+        "content_type": "ct",
+        "partition_key": "pk",
+        "reply_to_session_id": "rg",
+        "time_to_live_ms": 2500,
+        "to": "to-x",
+        "reply_to": "reply-x",
+        "delivery_count": 3,
+    }
     assert row["enqueued_time"] == datetime(1970, 1, 1, 0, 0, 5, tzinfo=timezone.utc)
     assert row["scheduled_enqueue_time"] == datetime(2030, 3, 17, 17, 46, 40, tzinfo=timezone.utc)
     assert (row["property_problem"], row["encoded"]) == (None, encoded)
@@ -180,10 +228,12 @@ def test_what_a_message_does_not_carry_is_empty_not_guessed() -> None:
 
     # no header, no application properties; a string-keyed annotation is a sender's
     # own, not the service's partition key
-    annotations = ab.encode_map([
-        (ab.encode_symbol("x-opt-sequence-number"), b"\x55\x01"),
-        (ab.encode_string("x-opt-partition-key"), ab.encode_string("not-the-service's")),
-    ])  # fmt: skip
+    annotations = ab.encode_map(
+        [
+            (ab.encode_symbol("x-opt-sequence-number"), b"\x55\x01"),
+            (ab.encode_string("x-opt-partition-key"), ab.encode_string("not-the-service's")),
+        ]
+    )
     encoded = ab.section(ab.MESSAGE_ANNOTATIONS, annotations) + ab.section(ab.DATA, b"\xa0\x01x")
     row = snapshot_row(encoded, "q")
     assert (row["delivery_count"], row["time_to_live_ms"], row["partition_key"]) == (0, None, None)

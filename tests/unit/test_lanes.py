@@ -20,8 +20,9 @@ NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
 ORDERS = ("contoso", "orders")
 
 
-def rec(seq: int, batch: str, key: str | None = "k1", dest: tuple[str, str] = ORDERS,
-        **changes: Any) -> dict[str, Any]:  # fmt: skip
+def rec(
+    seq: int, batch: str, key: str | None = "k1", dest: tuple[str, str] = ORDERS, **changes: Any
+) -> dict[str, Any]:
     row: dict[str, Any] = {
         "backlog_queue": "contoso/x-servicebus-transfer/0",
         "sequence_number": seq,
@@ -62,11 +63,22 @@ def build(rec: Any, ttl: timedelta | None, now: datetime) -> Any:
     return {"sequence_number": rec["sequence_number"], "ttl": ttl}
 
 
-def replayer(service: FakeService, skip: dict[tuple[str, str], str | None] | None = None,
-             settings: ReplaySettings | None = None, **kwargs: Any) -> Replayer:  # fmt: skip
+def replayer(
+    service: FakeService,
+    skip: dict[tuple[str, str], str | None] | None = None,
+    settings: ReplaySettings | None = None,
+    **kwargs: Any,
+) -> Replayer:
     sleeps: list[float] = []
-    r = Replayer(settings or ReplaySettings(), skip or {}, service.send, build,
-                 now=lambda: NOW, sleep=sleeps.append, **kwargs)  # fmt: skip
+    r = Replayer(
+        settings or ReplaySettings(),
+        skip or {},
+        service.send,
+        build,
+        now=lambda: NOW,
+        sleep=sleeps.append,
+        **kwargs,
+    )
     r.sleeps = sleeps  # type: ignore[attr-defined]
     return r
 
@@ -87,8 +99,9 @@ def test_batches_are_sent_in_order_and_counted_once() -> None:
 
 
 def test_after_a_failed_batch_the_lanes_later_batches_are_skipped_and_other_lanes_go_on() -> None:
-    service = FakeService({ORDERS: [Sent("sent"), Sent("failed", "MessageSizeExceededError"),
-                                    Sent("sent")]})  # fmt: skip
+    service = FakeService(
+        {ORDERS: [Sent("sent"), Sent("failed", "MessageSizeExceededError"), Sent("sent")]}
+    )
     r = replayer(service)
     results = [
         *r.replay([rec(1, "k1#0")]),
@@ -125,8 +138,12 @@ def test_a_many_key_batch_that_fails_breaks_each_of_its_keys_and_no_other() -> N
     service = FakeService({ORDERS: [Sent("failed", "ServiceBusError"), Sent("sent")]})
     r = replayer(service)
     first = [rec(1, "o##0", key="a"), rec(2, "o##0", key="b")]  # fails
-    second = [rec(3, "o##1", key="a"), rec(4, "o##1", key="c"), rec(5, "o##1", key="b"),
-              rec(6, "o##1", key=None)]  # fmt: skip
+    second = [
+        rec(3, "o##1", key="a"),
+        rec(4, "o##1", key="c"),
+        rec(5, "o##1", key="b"),
+        rec(6, "o##1", key=None),
+    ]
     results = [*r.replay(first), *r.replay(second)]
     assert sorted(outcomes(results)) == [
         (1, "failed", "ServiceBusError"),
@@ -144,20 +161,29 @@ def test_a_many_key_batch_whose_keys_all_broke_sends_nothing() -> None:
     r = replayer(service)
     r.replay([rec(1, "o##0", key="a"), rec(2, "o##0", key="b")])
     later = r.replay([rec(3, "o##1", key="b"), rec(4, "o##1", key="a")])
-    assert outcomes(later) == [(3, "skipped", "earlier_batch_failed"),
-                               (4, "skipped", "earlier_batch_failed")]  # fmt: skip
+    assert outcomes(later) == [
+        (3, "skipped", "earlier_batch_failed"),
+        (4, "skipped", "earlier_batch_failed"),
+    ]
     assert service.attempts == 1
 
 
 def test_an_unbuildable_message_breaks_every_key_of_its_many_key_batch() -> None:
     service = FakeService()
     r = replayer(service)
-    first = r.replay([rec(1, "o##0", key="a"), rec(2, "o##0", key="b", unbuildable=True),
-                      rec(3, "o##0", key="c")])  # fmt: skip
+    first = r.replay(
+        [
+            rec(1, "o##0", key="a"),
+            rec(2, "o##0", key="b", unbuildable=True),
+            rec(3, "o##0", key="c"),
+        ]
+    )
     later = r.replay([rec(4, "o##1", key="c"), rec(5, "o##1", key="d")])
-    assert outcomes(first) == [(1, "skipped", "batch_not_sendable"),
-                               (2, "skipped", "not_sendable"),
-                               (3, "skipped", "batch_not_sendable")]  # fmt: skip
+    assert outcomes(first) == [
+        (1, "skipped", "batch_not_sendable"),
+        (2, "skipped", "not_sendable"),
+        (3, "skipped", "batch_not_sendable"),
+    ]
     assert outcomes(later) == [(4, "skipped", "earlier_batch_failed"), (5, "sent", None)]
 
 
@@ -187,10 +213,13 @@ def test_a_destination_that_keeps_failing_is_skipped_after_the_threshold() -> No
     assert service.attempts == 3
 
 
-@pytest.mark.parametrize(("error", "reason"), [
-    ("MessagingEntityNotFoundError", "destination_missing"),
-    ("MessagingEntityDisabledError", "destination_unavailable"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        ("MessagingEntityNotFoundError", "destination_missing"),
+        ("MessagingEntityDisabledError", "destination_unavailable"),
+    ],
+)
 def test_a_destination_a_send_finds_missing_or_disabled_is_skipped_from_then_on(
     error: str, reason: str
 ) -> None:
@@ -222,9 +251,13 @@ def test_a_changed_or_expired_message_is_skipped_and_the_rest_of_its_batch_is_se
     r = replayer(service)
     expired = {"original_time_to_live_ticks": timedelta_to_ticks(timedelta(minutes=1))}
     alive = {"original_time_to_live_ticks": timedelta_to_ticks(timedelta(hours=1))}
-    results = r.replay([
-        rec(1, "b", snapshot_matches=False), rec(2, "b", **expired), rec(3, "b", **alive),
-    ])  # fmt: skip
+    results = r.replay(
+        [
+            rec(1, "b", snapshot_matches=False),
+            rec(2, "b", **expired),
+            rec(3, "b", **alive),
+        ]
+    )
     assert outcomes(results) == [
         (1, "skipped", "backlog_changed"),
         (2, "skipped", "expired_before_send"),
@@ -235,13 +268,19 @@ def test_a_changed_or_expired_message_is_skipped_and_the_rest_of_its_batch_is_se
 
 def test_the_ttl_sent_is_what_is_left_of_the_original() -> None:
     ticks = timedelta_to_ticks(timedelta(hours=1))
-    left = ttl_left({"original_time_to_live_ticks": ticks,
-                     "original_enqueued_time": NOW - timedelta(minutes=20)}, NOW)  # fmt: skip
+    left = ttl_left(
+        {
+            "original_time_to_live_ticks": ticks,
+            "original_enqueued_time": NOW - timedelta(minutes=20),
+        },
+        NOW,
+    )
     assert left == timedelta(minutes=40)
     assert ttl_left({"original_time_to_live_ticks": None}, NOW) is None
     naive = (NOW - timedelta(minutes=20)).replace(tzinfo=None)
-    assert ttl_left({"original_time_to_live_ticks": ticks,
-                     "original_enqueued_time": naive}, NOW) == timedelta(minutes=40)  # fmt: skip
+    assert ttl_left(
+        {"original_time_to_live_ticks": ticks, "original_enqueued_time": naive}, NOW
+    ) == timedelta(minutes=40)
 
 
 def test_a_message_the_sdk_refuses_stops_its_batch_and_breaks_its_lane() -> None:
@@ -355,8 +394,11 @@ def test_a_key_breaks_only_its_own_primarys_lane_where_two_primaries_share_names
     other = ("fabrikam", "orders")  # the same entity name and key on another primary
     service = FakeService({ORDERS: [Sent("failed", "X")]})
     r = replayer(service)
-    results = [*r.replay([rec(1, "a#0")]), *r.replay([rec(2, "f#0", dest=other)]),
-               *r.replay([rec(3, "f#1", dest=other)])]  # fmt: skip
+    results = [
+        *r.replay([rec(1, "a#0")]),
+        *r.replay([rec(2, "f#0", dest=other)]),
+        *r.replay([rec(3, "f#1", dest=other)]),
+    ]
     assert outcomes(results) == [(1, "failed", "X"), (2, "sent", None), (3, "sent", None)]
 
 
@@ -385,7 +427,8 @@ def test_by_default_a_destination_is_given_up_after_three_failed_batches() -> No
     r = replayer(service)
     results = [x for k in range(5) for x in r.replay([rec(k, f"b{k}", key=f"k{k}")])]
     assert [d for _, _, d in outcomes(results)] == ["MessageSizeExceededError"] * 3 + [
-        "destination_failing"] * 2  # fmt: skip
+        "destination_failing"
+    ] * 2
 
 
 def test_a_message_with_no_ttl_left_is_not_sent() -> None:
@@ -412,12 +455,18 @@ def test_an_unbuildable_first_message_skips_its_batch_once_per_message() -> None
 
 def test_a_retried_task_marks_only_what_it_sent_as_resent() -> None:
     ledger = ("contoso", "ledger")
-    service = FakeService({ORDERS: [Sent("failed", "MessagingEntityDisabledError")],
-                           ledger: [Sent("in_doubt", "OperationTimeoutError")]})  # fmt: skip
+    service = FakeService(
+        {
+            ORDERS: [Sent("failed", "MessagingEntityDisabledError")],
+            ledger: [Sent("in_doubt", "OperationTimeoutError")],
+        }
+    )
     r = replayer(service, retried=True)
     results = [*r.replay([rec(1, "b0")]), *r.replay([rec(2, "b1", dest=ledger)])]
-    assert outcomes(results) == [(1, "failed", "MessagingEntityDisabledError"),
-                                 (2, "in_doubt", "OperationTimeoutError")]  # fmt: skip
+    assert outcomes(results) == [
+        (1, "failed", "MessagingEntityDisabledError"),
+        (2, "in_doubt", "OperationTimeoutError"),
+    ]
 
 
 class FakeClock:
@@ -473,8 +522,7 @@ def test_the_replay_paces_each_transfer_within_its_tasks_share_of_the_budget() -
     share = settings.split(2)  # two tasks: four credits a second each
     assert share.credits_per_second == {"contoso": 4.0}
     assert settings.credits_per_second == {"contoso": 8.0}
-    r = Replayer(share, {}, service.send, build, now=lambda: NOW, sleep=clock.sleep,
-                 clock=clock)  # fmt: skip
+    r = Replayer(share, {}, service.send, build, now=lambda: NOW, sleep=clock.sleep, clock=clock)
     r.replay([rec(1, "a"), rec(2, "a")])  # refused busy, then sent: two transfers
     r.replay([rec(3, "b", key="b")])
     r.replay([rec(4, "p", key="p", dest=("fabrikam", "orders"))])  # no budget there

@@ -72,12 +72,16 @@ def test_the_heartbeat_keeps_a_short_lease(tmp_path: Path) -> None:
 T0 = 1_800_000_000_000  # ms: 2027-01-15T08:00:00Z
 
 
-def _commit(version: int, second: int, holder: str, action: str,
-            until: int) -> dict[str, object]:  # fmt: skip
+def _commit(version: int, second: int, holder: str, action: str, until: int) -> dict[str, object]:
     """A lease commit at ``T0 + second`` whose expiry is ``T0 + until`` (seconds)."""
     expires = datetime.fromtimestamp(T0 / 1000 + until, tz=timezone.utc).isoformat()
-    return {"version": version, "timestamp": T0 + 1000 * second, "syphon.lease.holder": holder,
-            "syphon.lease.action": action, "syphon.lease.expires": expires}  # fmt: skip
+    return {
+        "version": version,
+        "timestamp": T0 + 1000 * second,
+        "syphon.lease.holder": holder,
+        "syphon.lease.action": action,
+        "syphon.lease.expires": expires,
+    }
 
 
 def _at(second: float) -> datetime:

@@ -37,8 +37,13 @@ def test_json_records_carry_the_run_id_from_any_thread(stream: io.StringIO) -> N
             log.exception("failed")
     log.info("after")
     records = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert [r["message"] for r in records] == ["before", "inside 1", "from a thread", "failed",
-                                               "after"]  # fmt: skip
+    assert [r["message"] for r in records] == [
+        "before",
+        "inside 1",
+        "from a thread",
+        "failed",
+        "after",
+    ]
     assert [r["run_id"] for r in records] == [None] + ["20261123T000000Z-abcd"] * 3 + [None]
     assert (records[2]["level"], records[2]["logger"]) == ("WARNING", "syphon.test")
     assert "ValueError: boom" in records[3]["error"]

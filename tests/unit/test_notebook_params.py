@@ -31,8 +31,9 @@ class DbUtils:
 
 
 def test_values_are_taken_as_they_are_off_databricks() -> None:
-    got = parameters(config="c.yaml", run_id=" r1 ", destinations="p/orders, p/events",
-                     replay="YES")  # fmt: skip
+    got = parameters(
+        config="c.yaml", run_id=" r1 ", destinations="p/orders, p/events", replay="YES"
+    )
     assert got == Parameters("c.yaml", "r1", (("p", "orders"), ("p", "events")), "", True)
 
 
@@ -62,15 +63,20 @@ def test_bad_parameters_are_refused_with_the_reason(changes: dict[str, str], mes
 
 
 def test_the_selection_widgets_make_the_plans_selection() -> None:
-    got = parameters(select_destinations="orders, billing", select_message_ids="a,b",
-                     select_enqueued_from="2026-11-01T08:00:00Z",
-                     select_dead_letter_reasons="TTLExpiredException, poison",
-                     select_where=" true ")  # fmt: skip
+    got = parameters(
+        select_destinations="orders, billing",
+        select_message_ids="a,b",
+        select_enqueued_from="2026-11-01T08:00:00Z",
+        select_dead_letter_reasons="TTLExpiredException, poison",
+        select_where=" true ",
+    )
     assert got.selection == Selection(
-        destinations=("orders", "billing"), message_ids=("a", "b"),
+        destinations=("orders", "billing"),
+        message_ids=("a", "b"),
         enqueued_from=datetime(2026, 11, 1, 8, tzinfo=timezone.utc),
-        dead_letter_reasons=("TTLExpiredException", "poison"), where="true",
-    )  # fmt: skip
+        dead_letter_reasons=("TTLExpiredException", "poison"),
+        where="true",
+    )
     assert parameters().selection is None  # empty widgets: every message
     with pytest.raises(SelectionError, match="select_enqueued_until"):
         parameters(select_enqueued_until="soon")

@@ -81,8 +81,9 @@ def test_an_unset_of_the_message_id_is_refused_and_a_property_changed_twice_too(
         (b"\x00\x01", "binary", "binary", b"\x00\x01"),
     ],
 )
-def test_a_value_is_encoded_as_its_type(value: object, kind: str, name: str,
-                                        decoded: object) -> None:  # fmt: skip
+def test_a_value_is_encoded_as_its_type(
+    value: object, kind: str, name: str, decoded: object
+) -> None:
     encoded = encode_value(value, kind)
     assert ab.type_name(encoded) == name
     assert ab.decode(encoded) == decoded
@@ -117,18 +118,24 @@ def test_a_value_its_type_cannot_hold_says_why(value: object, kind: str, why: st
 def test_without_a_type_a_value_takes_its_expressions_and_an_ambiguous_one_is_refused() -> None:
     plain = parse_set("n=1")
     assert [amqp_type(plain, t) for t in ("int", "bigint", "string", "timestamp")] == [
-        "int", "long", "string", "timestamp"]  # fmt: skip
+        "int",
+        "long",
+        "string",
+        "timestamp",
+    ]
     assert amqp_type(parse_set("n:long=1"), "int") == "long"  # the type named wins
     with pytest.raises(RepairError, match=r"decimal\(10,2\).*n:TYPE"):
         amqp_type(plain, "decimal(10,2)")
 
 
 def test_the_application_properties_change_only_where_told() -> None:
-    original = ab.encode_map([
-        (ab.encode_string("keep"), b"\x71" + (7).to_bytes(4, "big")),  # an int stays an int
-        (ab.encode_string("fix"), ab.encode_string("wrong")),
-        (ab.encode_string("drop"), ab.encode_string("x")),
-    ])  # fmt: skip
+    original = ab.encode_map(
+        [
+            (ab.encode_string("keep"), b"\x71" + (7).to_bytes(4, "big")),  # an int stays an int
+            (ab.encode_string("fix"), ab.encode_string("wrong")),
+            (ab.encode_string("drop"), ab.encode_string("x")),
+        ]
+    )
     changed = set_application_properties(
         original, {"fix": encode_value(3, "long"), "drop": None, "new": ab.encode_string("n")}
     )
@@ -137,4 +144,5 @@ def test_the_application_properties_change_only_where_told() -> None:
     # nothing asked, nothing changed, byte for byte
     assert set_application_properties(original, {}) == original
     assert ab.map_entries(set_application_properties(None, {"a": b"\x41"})) == [
-        (ab.encode_string("a"), b"\x41")]  # fmt: skip
+        (ab.encode_string("a"), b"\x41")
+    ]

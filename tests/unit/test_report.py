@@ -105,9 +105,13 @@ def test_the_page_has_every_section_with_the_figures_it_was_given() -> None:
     assert summary["messages planned"]["messages"] == "10"
     entities = table_dict(page.sections["entities"][0])
     assert entities["orders"] == {
-        "planned": "10", "sent": "6", "completed": "8", "dead-lettered": "1", "left": "1",
+        "planned": "10",
+        "sent": "6",
+        "completed": "8",
+        "dead-lettered": "1",
+        "left": "1",
         "why": "duplicate: already_replayed (2); left: too_large (1)",
-    }  # fmt: skip
+    }
     assert "source orders-dlq" in page.text["entities"]
 
 
@@ -172,13 +176,17 @@ def busy_run(destinations: int, entities: int) -> ReportData:
     places = [("contoso", f"destination-{i:04d}") for i in range(destinations)]
     return figures(
         by_destination={p: {"replay": 100 + i, "invalid": 1} for i, p in enumerate(places)},
-        windows={p: (T0 + timedelta(seconds=i), T0 + timedelta(hours=3))
-                 for i, p in enumerate(places)},
-        timeline={(*p, T0 + timedelta(minutes=3 * b)): 1 + (i * b) % 97
-                  for i, p in enumerate(places) for b in range(60)},
+        windows={
+            p: (T0 + timedelta(seconds=i), T0 + timedelta(hours=3)) for i, p in enumerate(places)
+        },
+        timeline={
+            (*p, T0 + timedelta(minutes=3 * b)): 1 + (i * b) % 97
+            for i, p in enumerate(places)
+            for b in range(60)
+        },
         by_entity={f"queue-{i:04d}": {"planned": 10 + i, "left": i % 3} for i in range(entities)},
         entity_reasons={f"queue-{i:04d}": {"left: not_received": i % 3} for i in range(entities)},
-    )  # fmt: skip
+    )
 
 
 def test_a_large_run_lists_the_largest_rows_and_counts_the_rest() -> None:
@@ -250,26 +258,43 @@ def test_a_run_of_several_waves_shows_each_wave_and_messages_home_over_time() ->
 
     def row(status: str, wave: int | None, at: int, sent: int = 0, planned: int = 0) -> RunRecord:
         return RunRecord(
-            "r-1", status, T0, counts={"replay": planned} if planned else {},
+            "r-1",
+            status,
+            T0,
+            counts={"replay": planned} if planned else {},
             operations=Operations(replay_messages_sent=sent),
-            recorded_at=T0 + timedelta(seconds=at), wave=wave,
+            recorded_at=T0 + timedelta(seconds=at),
+            wave=wave,
             watermark=T0 - timedelta(hours=1, minutes=-wave) if wave else None,
-        )  # fmt: skip
+        )
 
     records = [
-        row("planned", 1, 5, planned=4), row("replaying", 1, 6), row("replayed", 1, 9, sent=4),
-        row("planned", 2, 12, planned=3), row("replaying", 2, 13), row("replayed", 2, 20, sent=6),
-        row("planned", 3, 22, planned=2), row("replaying", 3, 23), row("done", None, 30),
-    ]  # fmt: skip
+        row("planned", 1, 5, planned=4),
+        row("replaying", 1, 6),
+        row("replayed", 1, 9, sent=4),
+        row("planned", 2, 12, planned=3),
+        row("replaying", 2, 13),
+        row("replayed", 2, 20, sent=6),
+        row("planned", 3, 22, planned=2),
+        row("replaying", 3, 23),
+        row("done", None, 30),
+    ]
     waves = waves_of(records)
     assert [(w.number, w.planned, w.home, w.seconds) for w in waves] == [
-        (1, 4, 4, 9.0), (2, 3, 6, 20.0), (3, 2, None, None)]  # fmt: skip
+        (1, 4, 4, 9.0),
+        (2, 3, 6, 20.0),
+        (3, 2, None, None),
+    ]
     assert waves_of([row("planned", None, 5, planned=4), row("done", None, 9)]) == []
 
     page = parse_report(render_html(figures(waves=waves)))
     table = table_dict(page.sections["waves"][0])
-    assert table["1"] == {"watermark (UTC)": "2026-11-20 07:01:00.000", "planned": "4",
-                          "home so far": "4", "replayed at (s)": "9"}  # fmt: skip
+    assert table["1"] == {
+        "watermark (UTC)": "2026-11-20 07:01:00.000",
+        "planned": "4",
+        "home so far": "4",
+        "replayed at (s)": "9",
+    }
     assert table["3"]["replayed at (s)"] == "not replayed"
     assert page.svgs["waves"] == 1
     assert "waves" not in parse_report(render_html(figures())).sections

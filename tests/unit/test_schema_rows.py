@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from syphon.core.schema import DESTINATIONS, names, row_of
+from syphon.core.schema import DESTINATIONS, names
+from syphon.servicebus.entities import row_of
 
 
 def test_a_row_follows_the_schemas_order_whatever_the_order_given() -> None:

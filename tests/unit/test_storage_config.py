@@ -41,17 +41,23 @@ def audit(tmp_path: Path, lines: str) -> AuditConfig:
 @pytest.mark.parametrize(
     ("path", "uri", "account"),
     [
-        ("abfss://audit@contoso.dfs.core.windows.net/syphon/",
-         "abfss://audit@contoso.dfs.core.windows.net/syphon", "contoso"),
-        ("abfs://audit@contoso.dfs.core.windows.net",
-         "abfs://audit@contoso.dfs.core.windows.net", "contoso"),
+        (
+            "abfss://audit@contoso.dfs.core.windows.net/syphon/",
+            "abfss://audit@contoso.dfs.core.windows.net/syphon",
+            "contoso",
+        ),
+        (
+            "abfs://audit@contoso.dfs.core.windows.net",
+            "abfs://audit@contoso.dfs.core.windows.net",
+            "contoso",
+        ),
         ("wasbs://audit@contoso.blob.core.windows.net/a/b", "az://audit/a/b", "contoso"),
         ("wasb://audit@contoso.blob.core.windows.net/a", "az://audit/a", "contoso"),
         ("az://audit/syphon", "az://audit/syphon", None),
         ("s3://bucket/syphon", "s3://bucket/syphon", None),
         ("gs://bucket/syphon", "gs://bucket/syphon", None),
     ],
-)  # fmt: skip
+)
 def test_object_store_uris(path: str, uri: str, account: str | None) -> None:
     parsed = parse_storage_path(path)
     assert (parsed.uri, parsed.account, parsed.local) == (uri, account, False)
@@ -114,23 +120,37 @@ def test_the_storage_section_reads_references(tmp_path: Path) -> None:
     ("lines", "message"),
     [
         ("  path: hdfs://x/y\n", "audit.path: scheme hdfs://"),
-        ("  path: az://c/p\n  storage: {account_key: abc123==}\n",
-         "audit.storage.account_key: secrets are references"),
-        ("  path: az://c/p\n  storage: {account_key: {env: K}, sas_token: {env: S}}\n",
-         "give one of account_key, sas_token or credential"),
-        ("  path: s3://b/p\n  storage: {account_key: {env: K}}\n",
-         "audit.storage.account_key: is for Azure storage"),
-        ("  path: .syphon/delta\n  storage: {account_key: {env: K}}\n",
-         "audit.storage: is for an audit.path on object storage"),
-        ("  path: az://c/p\n  storage: {endpoint: 127.0.0.1:10000}\n",
-         "audit.storage.endpoint: must be an http(s):// URL"),
-        ("  path: s3://b/p\n  storage: {options: {aws_secret_access_key: abc}}\n",
-         "audit.storage.options.aws_secret_access_key: looks like a literal secret"),
-        ("  path: az://c/p\n  storage: {options: {x: 'sv=2021-08-06&ss=b&sig=abc'}}\n",
-         "audit.storage.options.x: looks like a literal secret"),
+        (
+            "  path: az://c/p\n  storage: {account_key: abc123==}\n",
+            "audit.storage.account_key: secrets are references",
+        ),
+        (
+            "  path: az://c/p\n  storage: {account_key: {env: K}, sas_token: {env: S}}\n",
+            "give one of account_key, sas_token or credential",
+        ),
+        (
+            "  path: s3://b/p\n  storage: {account_key: {env: K}}\n",
+            "audit.storage.account_key: is for Azure storage",
+        ),
+        (
+            "  path: .syphon/delta\n  storage: {account_key: {env: K}}\n",
+            "audit.storage: is for an audit.path on object storage",
+        ),
+        (
+            "  path: az://c/p\n  storage: {endpoint: 127.0.0.1:10000}\n",
+            "audit.storage.endpoint: must be an http(s):// URL",
+        ),
+        (
+            "  path: s3://b/p\n  storage: {options: {aws_secret_access_key: abc}}\n",
+            "audit.storage.options.aws_secret_access_key: looks like a literal secret",
+        ),
+        (
+            "  path: az://c/p\n  storage: {options: {x: 'sv=2021-08-06&ss=b&sig=abc'}}\n",
+            "audit.storage.options.x: looks like a literal secret",
+        ),
         ("  path: az://c/p\n  storage: {bucket: b}\n", "audit.storage.bucket: unknown key"),
     ],
-)  # fmt: skip
+)
 def test_storage_settings_syphon_cannot_use_are_refused(
     tmp_path: Path, lines: str, message: str
 ) -> None:
@@ -147,10 +167,11 @@ def test_secrets_are_read_at_the_entry_point_and_never_shown() -> None:
     config = AuditConfig(
         path="wasbs://audit@contoso.blob.core.windows.net/syphon",
         storage=StorageConfig(
-            sas_token=SecretRef(env="SAS"), endpoint="http://127.0.0.1:1/contoso",
+            sas_token=SecretRef(env="SAS"),
+            endpoint="http://127.0.0.1:1/contoso",
             options={"azure_storage_client_secret": SecretRef(env="OTHER"), "timeout": "9s"},
         ),
-    )  # fmt: skip
+    )
     environ = {"SAS": "?sv=2021-08-06&sig=c2VjcmV0", "OTHER": "other-secret"}
     location = resolve_location(config, environ=environ)
     assert location.uri == "az://audit/syphon"
@@ -181,8 +202,9 @@ class FakeCredential:
         import time
 
         self.scopes.append(scope)
-        return SimpleNamespace(token=f"token-{len(self.scopes)}",
-                               expires_on=int(time.time() + self.lifetime))  # fmt: skip
+        return SimpleNamespace(
+            token=f"token-{len(self.scopes)}", expires_on=int(time.time() + self.lifetime)
+        )
 
 
 @pytest.mark.parametrize(
@@ -199,8 +221,9 @@ def test_azure_ad_asks_the_credential_for_a_storage_token_again_near_its_expiry(
         return fake
 
     spec = CredentialConfig("service_principal", "app", "tenant", SecretRef(env="CLIENT_SECRET"))
-    config = AuditConfig(path="abfss://a@contoso.dfs.core.windows.net/s",
-                         storage=StorageConfig(credential=spec))  # fmt: skip
+    config = AuditConfig(
+        path="abfss://a@contoso.dfs.core.windows.net/s", storage=StorageConfig(credential=spec)
+    )
     location = resolve_location(config, environ={"CLIENT_SECRET": "cs"}, credential_factory=factory)
     assert made == [(spec, "cs")]
     seen = [location.storage_options()["bearer_token"] for _ in range(2)]
@@ -216,8 +239,9 @@ def test_azure_ad_asks_the_credential_for_a_storage_token_again_near_its_expiry(
 def test_a_plain_path_given_as_text_becomes_a_location(tmp_path: Path) -> None:
     local = as_location(tmp_path / "audit")
     assert (local.uri, local.shown, local.local) == ((str(tmp_path / "audit"),) * 2 + (True,))
-    assert local.child("reports", "r.html").uri == os.path.join(str(tmp_path), "audit",
-                                                                 "reports", "r.html")  # fmt: skip
+    assert local.child("reports", "r.html").uri == os.path.join(
+        str(tmp_path), "audit", "reports", "r.html"
+    )
     blob = as_location("wasbs://c@acct.blob.core.windows.net/x")
     assert (blob.uri, blob.shown) == ("az://c/x", "wasbs://c@acct.blob.core.windows.net/x")
     assert blob.child("leases").shown == "wasbs://c@acct.blob.core.windows.net/x/leases"

@@ -23,9 +23,14 @@ def parse(text: str) -> ET.Element:
 
 @pytest.mark.parametrize(
     ("top", "expected"),
-    [(0, [0.0, 1.0]), (5, [0, 1, 2, 3, 4, 5]), (103, [0, 20, 40, 60, 80, 100, 120]),
-     (1, [0, 0.2, 0.4, 0.6, 0.8, 1.0]), (2500, [0, 500, 1000, 1500, 2000, 2500])],
-)  # fmt: skip
+    [
+        (0, [0.0, 1.0]),
+        (5, [0, 1, 2, 3, 4, 5]),
+        (103, [0, 20, 40, 60, 80, 100, 120]),
+        (1, [0, 0.2, 0.4, 0.6, 0.8, 1.0]),
+        (2500, [0, 500, 1000, 1500, 2000, 2500]),
+    ],
+)
 def test_ticks_are_round_and_reach_the_largest_value(top: float, expected: list[float]) -> None:
     assert svg.nice_ticks(top) == pytest.approx(expected)
 
@@ -60,8 +65,10 @@ def test_bars_are_as_long_as_their_values_and_stacked_in_order() -> None:
     bars = root.findall(f"{NS}rect[@height]")
     bars = [b for b in bars if b.find(f"{NS}title") is not None]
     assert [b.find(f"{NS}title").text for b in bars] == [  # type: ignore[union-attr]
-        "p/orders: replay 60", "p/orders: duplicate 40", "p/empty: duplicate 20",
-    ]  # fmt: skip
+        "p/orders: replay 60",
+        "p/orders: duplicate 40",
+        "p/empty: duplicate 20",
+    ]
     x = [float(b.get("x", "")) for b in bars]
     w = [float(b.get("width", "")) for b in bars]
     assert x[1] == pytest.approx(x[0] + w[0], abs=0.1)  # stacked
@@ -86,11 +93,16 @@ def test_labels_are_text_never_markup() -> None:
 def test_the_timeline_puts_each_dot_on_its_row_at_its_time_and_sizes_it_by_class() -> None:
     ten = T0 + timedelta(minutes=10)
     windows = [(T0, ten), (T0 + timedelta(minutes=5), ten)]
-    dots = [svg.Dot(0, T0, 0), svg.Dot(0, T0 + timedelta(minutes=10), 4),
-            svg.Dot(1, T0 + timedelta(minutes=5), 2)]  # fmt: skip
+    dots = [
+        svg.Dot(0, T0, 0),
+        svg.Dot(0, T0 + timedelta(minutes=10), 4),
+        svg.Dot(1, T0 + timedelta(minutes=5), 2),
+    ]
     root = parse(svg.timeline(["a", "b"], windows, dots, 5, "first sent (UTC)", "timeline"))
-    circles = {(float(c.get("cx", "")), float(c.get("cy", ""))): float(c.get("r", ""))
-               for c in root.iter(f"{NS}circle")}  # fmt: skip
+    circles = {
+        (float(c.get("cx", "")), float(c.get("cy", ""))): float(c.get("r", ""))
+        for c in root.iter(f"{NS}circle")
+    }
     assert len(circles) == 3
     start, middle, end = sorted(circles)  # by time
     assert middle[1] > start[1] == end[1]  # the second row is below the first

@@ -85,8 +85,9 @@ def test_a_wave_is_a_time_cut_and_a_prefix_of_every_queue(
             (s, ms) for s, ms in rest if mark is None or T0 + timedelta(milliseconds=ms) < mark
         ]
         assert taken == before  # every message enqueued before the watermark, none after
-    fronts = [ms for name, q in queues.items() for s, ms in enumerate(q, start=1)
-              if s >= cursors[name]]  # fmt: skip
+    fronts = [
+        ms for name, q in queues.items() for s, ms in enumerate(q, start=1) if s >= cursors[name]
+    ]
     if fronts and mark is not None:
         earliest = min(fronts)
         if at(earliest) < mark:

@@ -86,9 +86,15 @@ def parameters(dbutils: Any = None, **values: str) -> Parameters:
     replay = got["replay"].strip().lower()
     if replay not in ("yes", "no"):
         raise ValueError(f"replay: {got['replay']!r} is not yes or no")
-    return Parameters(got["config"].strip(), got["run_id"].strip(), tuple(places),
-                      got["message_id"].strip(), replay == "yes", _selection(got),
-                      got["source"].strip() or None)  # fmt: skip
+    return Parameters(
+        got["config"].strip(),
+        got["run_id"].strip(),
+        tuple(places),
+        got["message_id"].strip(),
+        replay == "yes",
+        _selection(got),
+        got["source"].strip() or None,
+    )
 
 
 def _selection(got: dict[str, str]) -> Selection | None:
@@ -149,8 +155,9 @@ def verdicts(ctx: RunContext, params: Parameters, run_id: str) -> pd.DataFrame:
     )
 
 
-def spread_groups(ctx: RunContext, params: Parameters, run_id: str,
-                  limit: int = 100) -> pd.DataFrame:  # fmt: skip
+def spread_groups(
+    ctx: RunContext, params: Parameters, run_id: str, limit: int = 100
+) -> pd.DataFrame:
     """The run's replay groups (destination and partition key) that sit in several backlog
     queues, the most spread first: messages, queues, time span."""
     rows = _only(_plan_rows(ctx, run_id), params)
@@ -159,10 +166,24 @@ def spread_groups(ctx: RunContext, params: Parameters, run_id: str,
 
 #: The audit columns shown for one message.
 MESSAGE_COLUMNS = (
-    "message_id", "run_id", "stage", "recorded_at", "backlog_queue", "sequence_number", "primary",
-    "destination", "session_id", "partition_key_effective", "verdict", "reason",
-    "batch_id", "batch_position", "outcome", "detail", "body_sha256",
-)  # fmt: skip
+    "message_id",
+    "run_id",
+    "stage",
+    "recorded_at",
+    "backlog_queue",
+    "sequence_number",
+    "primary",
+    "destination",
+    "session_id",
+    "partition_key_effective",
+    "verdict",
+    "reason",
+    "batch_id",
+    "batch_position",
+    "outcome",
+    "detail",
+    "body_sha256",
+)
 
 
 def audit_for(ctx: RunContext, params: Parameters) -> pd.DataFrame:
@@ -176,8 +197,9 @@ def audit_for(ctx: RunContext, params: Parameters) -> pd.DataFrame:
 
         return pd.DataFrame(columns=list(MESSAGE_COLUMNS))
     rows = _only(audit.where(F.col("message_id") == params.message_id), params)
-    order = (F.when(F.col("stage") == Stage.PLAN, 0).when(F.col("stage") == Stage.REPLAY, 1)
-             .otherwise(2))  # fmt: skip
+    order = (
+        F.when(F.col("stage") == Stage.PLAN, 0).when(F.col("stage") == Stage.REPLAY, 1).otherwise(2)
+    )
     return (
         rows.orderBy("recorded_at", order, "backlog_queue", "sequence_number")
         .select(*MESSAGE_COLUMNS)
@@ -196,8 +218,9 @@ def plan(ctx: RunContext, params: Parameters) -> tuple[str, str]:
         if planned:
             latest = rows[-1]
             counts = ", ".join(f"{k} {v}" for k, v in sorted(planned[0].counts.items()))
-            return params.run_id, (f"run {params.run_id}: planned earlier, now "
-                                   f"{latest.status}; verdicts: {counts}")  # fmt: skip
+            return params.run_id, (
+                f"run {params.run_id}: planned earlier, now {latest.status}; verdicts: {counts}"
+            )
     request = run_request(ctx, params.run_id, params.source, params.selection)
     result = plan_run(ctx, request)
     return result.run_id, format_summary(result)

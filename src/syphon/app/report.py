@@ -74,8 +74,15 @@ def _entity_row(d: ReportData, entity: str) -> list[Any]:
     c = d.by_entity[entity]
     reasons = sorted(d.entity_reasons.get(entity, {}).items(), key=lambda kv: (-kv[1], kv[0]))
     why = "; ".join(f"{r} ({n})" for r, n in reasons)
-    return [entity, c.get("planned", 0), c.get("replay_sent", 0), c.get("completed", 0),
-            c.get("dead_lettered", 0), c.get("left", 0), why]  # fmt: skip
+    return [
+        entity,
+        c.get("planned", 0),
+        c.get("replay_sent", 0),
+        c.get("completed", 0),
+        c.get("dead_lettered", 0),
+        c.get("left", 0),
+        why,
+    ]
 
 
 def render_html(data: ReportData) -> str:
@@ -163,8 +170,9 @@ def _waves_chart(d: ReportData) -> str:
     for w in d.waves:
         at = f" at {w.seconds:.0f} s" if w.seconds is not None else ""
         rows.append((f"wave {w.number}{at}", [svg.Segment("home", w.home or 0, "#2b8a3e")]))
-    return svg.stacked_bars(rows, "messages home (sent to their primaries)",
-                            "messages home over the run's waves")  # fmt: skip
+    return svg.stacked_bars(
+        rows, "messages home (sent to their primaries)", "messages home over the run's waves"
+    )
 
 
 def _entity_rank(counts: dict[str, int], entity: str) -> tuple[int, int, str]:
@@ -190,14 +198,23 @@ def _verdict_row(d: ReportData, place: tuple[str, str], verdicts: list[str]) -> 
 
 def _window_row(d: ReportData, place: tuple[str, str]) -> list[Any]:
     first, last = d.windows[place]
-    return [_place(*place), f"{first:%Y-%m-%d %H:%M:%S}", f"{last:%Y-%m-%d %H:%M:%S}",
-            f"{(last - first).total_seconds():.0f}"]  # fmt: skip
+    return [
+        _place(*place),
+        f"{first:%Y-%m-%d %H:%M:%S}",
+        f"{last:%Y-%m-%d %H:%M:%S}",
+        f"{(last - first).total_seconds():.0f}",
+    ]
 
 
 def _spread_row(g: dict[str, Any]) -> list[Any]:
     span = "" if g["span_seconds"] is None else f"{g['span_seconds']:.1f}"
-    return [_place(g["primary"], g["destination"]), g["partition_key_effective"] or "(no key)",
-            g["messages"], g["backlog_queues"], span]  # fmt: skip
+    return [
+        _place(g["primary"], g["destination"]),
+        g["partition_key_effective"] or "(no key)",
+        g["messages"],
+        g["backlog_queues"],
+        span,
+    ]
 
 
 def _place(primary: str, destination: str) -> str:
@@ -226,10 +243,15 @@ _CSS = (
 
 def _verdict_chart(d: ReportData, places: list[tuple[str, str]], verdicts: list[str]) -> str:
     rows = [
-        (_place(*p), [svg.Segment(v, d.by_destination[p].get(v, 0),
-                                  VERDICT_COLOURS.get(v, "#adb5bd")) for v in verdicts])
+        (
+            _place(*p),
+            [
+                svg.Segment(v, d.by_destination[p].get(v, 0), VERDICT_COLOURS.get(v, "#adb5bd"))
+                for v in verdicts
+            ],
+        )
         for p in places
-    ]  # fmt: skip
+    ]
     return svg.stacked_bars(rows, "messages", "messages per destination and verdict")
 
 
@@ -237,10 +259,19 @@ def _timeline_chart(d: ReportData, places: list[tuple[str, str]]) -> str:
     rows = {p: i for i, p in enumerate(places)}
     peak = max(d.timeline.values(), default=1)
     dots = [
-        svg.Dot(rows[(primary, destination)], at,
-                min(DOT_CLASSES - 1, (DOT_CLASSES * count - 1) // peak))
+        svg.Dot(
+            rows[(primary, destination)],
+            at,
+            min(DOT_CLASSES - 1, (DOT_CLASSES * count - 1) // peak),
+        )
         for (primary, destination, at), count in sorted(d.timeline.items())
         if (primary, destination) in rows
-    ]  # fmt: skip
-    return svg.timeline([_place(*p) for p in places], [d.windows[p] for p in places], dots,
-                        DOT_CLASSES, "first sent (UTC)", "messages parked over time")  # fmt: skip
+    ]
+    return svg.timeline(
+        [_place(*p) for p in places],
+        [d.windows[p] for p in places],
+        dots,
+        DOT_CLASSES,
+        "first sent (UTC)",
+        "messages parked over time",
+    )

@@ -261,8 +261,7 @@ def build_spark_session(
         for name, value in LOCAL_ENVIRONMENT.items():
             os.environ.setdefault(name, value)
 
-    settings = spark_settings(config, dbutils_get, expected_messages=expected_messages,
-                              waves=waves)  # fmt: skip
+    settings = spark_settings(config, dbutils_get, expected_messages=expected_messages, waves=waves)
     if local:  # the JVM's own log: errors only (its start-up lines come before any setting)
         quiet = f"-Dlog4j2.configurationFile={resources.files('syphon.app') / 'log4j2.properties'}"
         options = settings.get("spark.driver.extraJavaOptions", "")

@@ -77,8 +77,7 @@ def nice_ticks(top: float, most: int = 6) -> list[float]:
     return [i * step for i in range(count + 1)]
 
 
-def stacked_bars(rows: Sequence[tuple[str, Sequence[Segment]]], axis_label: str,
-                 title: str) -> str:  # fmt: skip
+def stacked_bars(rows: Sequence[tuple[str, Sequence[Segment]]], axis_label: str, title: str) -> str:
     """Horizontal stacked bars, one row per ``(label, segments)`` from the top, an axis of
     round values below and a legend of the series (in their first appearance's order)."""
     ticks = nice_ticks(max((sum(s.value for s in segs) for _, segs in rows), default=0))
@@ -115,8 +114,9 @@ def _axis(y: float, ticks: list[tuple[float, str]]) -> str:
     """A horizontal axis at ``y`` with its ticks (position, label) and their grid lines."""
     parts = [f'<line x1="{LABELS}" y1="{y}" x2="{WIDTH - 20}" y2="{y}" stroke="{INK}"/>']
     for x, label in ticks:
-        parts.append(f'<line x1="{_num(x)}" y1="{TOP}" x2="{_num(x)}" y2="{y + 4}" '
-                     f'stroke="{GRID}"/>')  # fmt: skip
+        parts.append(
+            f'<line x1="{_num(x)}" y1="{TOP}" x2="{_num(x)}" y2="{y + 4}" stroke="{GRID}"/>'
+        )
         parts.append(_text(x, y + 16, label, "middle"))
     return "".join(parts)
 
@@ -125,17 +125,43 @@ def time_ticks(first: datetime, last: datetime, most: int = 6) -> list[datetime]
     """Round times from ``first`` to ``last`` (whole seconds, minutes, hours or days
     apart), at most ``most`` + 1 of them."""
     span = (last - first).total_seconds()
-    steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
-             43200, 86400]  # fmt: skip
+    steps = [
+        1,
+        2,
+        5,
+        10,
+        15,
+        30,
+        60,
+        120,
+        300,
+        600,
+        900,
+        1800,
+        3600,
+        7200,
+        10800,
+        21600,
+        43200,
+        86400,
+    ]
     step = next((s for s in steps if span / s <= most), 86400 * math.ceil(span / 86400 / most))
     epoch = first.timestamp()
     start = math.ceil(epoch / step) * step
-    return [first + timedelta(seconds=t - epoch) for t in range(int(start), int(epoch + span) + 1,
-                                                                int(step))]  # fmt: skip
+    return [
+        first + timedelta(seconds=t - epoch)
+        for t in range(int(start), int(epoch + span) + 1, int(step))
+    ]
 
 
-def timeline(labels: Sequence[str], windows: Sequence[tuple[datetime, datetime]],
-             dots: Sequence[Dot], classes: int, axis_label: str, title: str) -> str:  # fmt: skip
+def timeline(
+    labels: Sequence[str],
+    windows: Sequence[tuple[datetime, datetime]],
+    dots: Sequence[Dot],
+    classes: int,
+    axis_label: str,
+    title: str,
+) -> str:
     """One row per label (from the top): a grey line over its window (first, last) and its
     dots, their area by size class (``classes`` of them); a time axis below."""
     first = min((w[0] for w in windows), default=datetime.min)
@@ -153,8 +179,10 @@ def timeline(labels: Sequence[str], windows: Sequence[tuple[datetime, datetime]]
     for i, (label, (start, end)) in enumerate(zip(labels, windows, strict=True)):
         y = TOP + i * ROW + ROW / 2
         parts.append(_text(LABELS - 8, y + 4, label, "end"))
-        parts.append(f'<line x1="{_num(x_of(start))}" y1="{_num(y)}" x2="{_num(x_of(end))}" '
-                     f'y2="{_num(y)}" stroke="#adb5bd"/>')  # fmt: skip
+        parts.append(
+            f'<line x1="{_num(x_of(start))}" y1="{_num(y)}" x2="{_num(x_of(end))}" '
+            f'y2="{_num(y)}" stroke="#adb5bd"/>'
+        )
     for size in range(classes):
         radius = math.sqrt((12 + 140 * (size + 1) / classes) / math.pi)
         circles = [

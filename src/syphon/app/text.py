@@ -56,11 +56,13 @@ def format_summary(result: PlanResult) -> str:
     for path, why in sorted(unread(result.queues).items()):
         lines.append(f"not read: {path} ({why}; its messages stay where they are)")
     if result.selection is not None:
-        lines.append(f"selection: {result.selection.describe()} "
-                     f"(the rest: unselected, left where it is)")  # fmt: skip
+        lines.append(
+            f"selection: {result.selection.describe()} (the rest: unselected, left where it is)"
+        )
     if result.discard is not None:
-        lines.append(f"{result.discard.describe()}: the disc column; a run removes them "
-                     "without sending them")  # fmt: skip
+        lines.append(
+            f"{result.discard.describe()}: the disc column; a run removes them without sending them"
+        )
     lines.append(
         f"{'primary':<20} {'destination':<28} {'replay':>7} {'dup':>5} {'confl':>5} "
         f"{'exp':>5} {'ping':>5} {'inval':>5} {'unsel':>5} {'disc':>5} {'spread':>6}"

@@ -351,13 +351,15 @@ class SyphonConfig:
             elif len(names) == 1:
                 name = names[0]
             else:
-                raise ConfigError(f"{self.source}: several sources ({', '.join(names)}): "
-                                  "name one with --source")  # fmt: skip
+                raise ConfigError(
+                    f"{self.source}: several sources ({', '.join(names)}): name one with --source"
+                )
         for s in self.sources:
             if s.name == name:
                 return s
-        raise ConfigError(f"{self.source}: no source {name!r} in sources "
-                          f"(configured: {', '.join(names)})")  # fmt: skip
+        raise ConfigError(
+            f"{self.source}: no source {name!r} in sources (configured: {', '.join(names)})"
+        )
 
     def primary(self, namespace: str) -> NamespaceConfig:
         """The primary namespace of that name.

@@ -128,9 +128,18 @@ class _Builder(NamespaceReader):
         top = self.section(
             raw,
             "",
-            ("secondary", "primaries", "backlog", "spark", "audit", "run", "replay", "logging",
-             "sources"),
-        )  # fmt: skip
+            (
+                "secondary",
+                "primaries",
+                "backlog",
+                "spark",
+                "audit",
+                "run",
+                "replay",
+                "logging",
+                "sources",
+            ),
+        )
         raw_secondary = top.get("secondary")
         secondary = None if raw_secondary is None else self.namespace(raw_secondary, "secondary")
         primaries_raw = self.required(top, "", "primaries")
@@ -144,14 +153,20 @@ class _Builder(NamespaceReader):
             raise self.fail("secondary.namespace", "must differ from every primary namespace")
         sources = self.sources(top.get("sources"), names)
         if secondary is None and any(s.kind == "backlog" for s in sources):
-            raise self.fail("secondary", "is required by a backlog source (the default when "
-                                         "sources is not given): the namespace that holds "
-                                         "the backlog queues")  # fmt: skip
+            raise self.fail(
+                "secondary",
+                "is required by a backlog source (the default when "
+                "sources is not given): the namespace that holds "
+                "the backlog queues",
+            )
         drained = [s.from_namespace.namespace for s in sources if s.from_namespace]
         clash = [n for n in drained if n in names or (secondary and n == secondary.namespace)]
         if clash:
-            raise self.fail("sources", f"{clash[0]!r} is drained by a namespace source: it "
-                                       "cannot also be the secondary or a primary")  # fmt: skip
+            raise self.fail(
+                "sources",
+                f"{clash[0]!r} is drained by a namespace source: it "
+                "cannot also be the secondary or a primary",
+            )
         return SyphonConfig(
             source=self.source,
             secondary=secondary,
@@ -235,19 +250,23 @@ class _Builder(NamespaceReader):
         endpoint = self.optional_str(s, key, "endpoint")
         if endpoint is not None and not _URL.match(endpoint):
             raise self.fail(f"{key}.endpoint", f"must be an http(s):// URL (got {endpoint!r})")
-        options = self.settings(s.get("options"), f"{key}.options", "storage options",
-                                SECRET_OPTION)  # fmt: skip
+        options = self.settings(
+            s.get("options"), f"{key}.options", "storage options", SECRET_OPTION
+        )
         return StorageConfig(
             account_key=self.secret(s["account_key"], f"{key}.account_key")
-            if s.get("account_key") is not None else None,
+            if s.get("account_key") is not None
+            else None,
             sas_token=self.secret(s["sas_token"], f"{key}.sas_token")
-            if s.get("sas_token") is not None else None,
+            if s.get("sas_token") is not None
+            else None,
             credential=self.credential(s["credential"], f"{key}.credential")
-            if s.get("credential") is not None else None,
+            if s.get("credential") is not None
+            else None,
             account=self.optional_str(s, key, "account"),
             endpoint=endpoint,
             options=options,
-        )  # fmt: skip
+        )
 
     def run(self, raw: Any) -> RunConfig:
         r = self.section(raw, "run", ("lease_seconds", "wave_messages"))
@@ -279,8 +298,9 @@ class _Builder(NamespaceReader):
         for name, budget in budgets.items():
             where = key if not isinstance(value, dict) else f"{key}.{name}"
             if name not in primaries:
-                raise self.fail(where, f"is not a configured primary (one of "
-                                       f"{', '.join(primaries)})")  # fmt: skip
+                raise self.fail(
+                    where, f"is not a configured primary (one of {', '.join(primaries)})"
+                )
             if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0:
                 raise self.fail(where, f"must be a positive number (got {budget!r})")
             out[name] = float(budget)

@@ -30,9 +30,16 @@ class NamespaceReader(ConfigReader):
         ns = self.section(
             raw,
             key,
-            ("namespace", "connection_string", "credential", "fully_qualified_namespace",
-             "tier", "management_endpoint", "ca_bundle"),
-        )  # fmt: skip
+            (
+                "namespace",
+                "connection_string",
+                "credential",
+                "fully_qualified_namespace",
+                "tier",
+                "management_endpoint",
+                "ca_bundle",
+            ),
+        )
         name = self.required(ns, key, "namespace")
         if not isinstance(name, str) or not is_namespace_name(name):
             raise self.fail(
@@ -46,8 +53,10 @@ class NamespaceReader(ConfigReader):
             raise self.fail(key, "give a connection_string or an Azure AD credential (exactly one)")
         fqns = self.optional_str(ns, key, "fully_qualified_namespace")
         if fqns is not None and not _HOST.match(fqns):
-            raise self.fail(f"{key}.fully_qualified_namespace",
-                            f"must be host or host:port, no scheme (got {fqns!r})")  # fmt: skip
+            raise self.fail(
+                f"{key}.fully_qualified_namespace",
+                f"must be host or host:port, no scheme (got {fqns!r})",
+            )
         if fqns is not None and has_string:
             raise self.fail(
                 f"{key}.fully_qualified_namespace",
@@ -57,15 +66,17 @@ class NamespaceReader(ConfigReader):
             namespace=name,
             connection_string=(
                 self.secret(ns["connection_string"], f"{key}.connection_string")
-                if has_string else None
+                if has_string
+                else None
             ),
             tier=self.choice(ns, key, "tier", TIERS, "standard"),
             management_endpoint=self.endpoint(ns, key),
             ca_bundle=self.optional_str(ns, key, "ca_bundle"),
             credential=self.credential(ns["credential"], f"{key}.credential")
-            if has_credential else None,
+            if has_credential
+            else None,
             fully_qualified_namespace=fqns,
-        )  # fmt: skip
+        )
 
     def credential(self, raw: Any, key: str) -> CredentialConfig:
         c = self.section(raw, key, ("type", "client_id", "tenant_id", "client_secret"))
@@ -76,8 +87,9 @@ class NamespaceReader(ConfigReader):
         if kind == "service_principal":
             for name in ("client_id", "tenant_id", "client_secret"):
                 self.required(c, key, name)
-            return CredentialConfig(kind, client_id, tenant_id,
-                                    self.secret(secret, f"{key}.client_secret"))  # fmt: skip
+            return CredentialConfig(
+                kind, client_id, tenant_id, self.secret(secret, f"{key}.client_secret")
+            )
         for name in ("tenant_id", "client_secret"):
             if c.get(name) is not None:
                 raise self.fail(f"{key}.{name}", "is for type service_principal only")
@@ -104,35 +116,66 @@ class NamespaceReader(ConfigReader):
         return tuple(out)
 
     def one_source(self, raw: Any, key: str, primaries: list[str]) -> SourceConfig:
-        s = self.section(raw, key, ("name", "kind", "namespace", "entities", "targets",
-                                    "from_namespace", "dead_letters",
-                                    "transfer_dead_letters"))  # fmt: skip
+        s = self.section(
+            raw,
+            key,
+            (
+                "name",
+                "kind",
+                "namespace",
+                "entities",
+                "targets",
+                "from_namespace",
+                "dead_letters",
+                "transfer_dead_letters",
+            ),
+        )
         name = self.required(s, key, "name")
         if not isinstance(name, str) or not _SOURCE_NAME.match(name):
-            raise self.fail(f"{key}.name", f"{name!r} is not a source name (letters, digits, "
-                                           "- and _, up to 50)")  # fmt: skip
+            raise self.fail(
+                f"{key}.name", f"{name!r} is not a source name (letters, digits, - and _, up to 50)"
+            )
         kind = self.choice(s, key, "kind", SOURCE_KINDS, "backlog")
-        only = {"from_namespace": "namespace", "dead_letters": "namespace",
-                "transfer_dead_letters": "dead_letter"}  # fmt: skip
-        for extra in ("namespace", "entities", "targets", "from_namespace", "dead_letters",
-                      "transfer_dead_letters"):  # fmt: skip
+        only = {
+            "from_namespace": "namespace",
+            "dead_letters": "namespace",
+            "transfer_dead_letters": "dead_letter",
+        }
+        for extra in (
+            "namespace",
+            "entities",
+            "targets",
+            "from_namespace",
+            "dead_letters",
+            "transfer_dead_letters",
+        ):
             allowed = only.get(extra, "dead_letter or namespace")
             if s.get(extra) is not None and kind not in allowed.split(" or "):
-                raise self.fail(f"{key}.{extra}", f"is for kind {allowed} only (a backlog "
-                                                  "source is the backlog section)")  # fmt: skip
+                raise self.fail(
+                    f"{key}.{extra}",
+                    f"is for kind {allowed} only (a backlog source is the backlog section)",
+                )
         if kind == "backlog":
             return SourceConfig(name, kind)
         namespace = self.required(s, key, "namespace")
         if namespace not in primaries:
-            raise self.fail(f"{key}.namespace", f"{namespace!r} is not a configured primary "
-                                                f"(one of {', '.join(primaries)})")  # fmt: skip
+            raise self.fail(
+                f"{key}.namespace",
+                f"{namespace!r} is not a configured primary (one of {', '.join(primaries)})",
+            )
         entities = s.get("entities")
         if entities is None:
             entities = []
-        elif (not isinstance(entities, list) or not entities
-                or not all(isinstance(e, str) and e.strip() for e in entities)):  # fmt: skip
-            raise self.fail(f"{key}.entities", "must be a non-empty list of queue or subscription "
-                                               "paths (or left out: every queue)")  # fmt: skip
+        elif (
+            not isinstance(entities, list)
+            or not entities
+            or not all(isinstance(e, str) and e.strip() for e in entities)
+        ):
+            raise self.fail(
+                f"{key}.entities",
+                "must be a non-empty list of queue or subscription "
+                "paths (or left out: every queue)",
+            )
         for e in entities:
             problem = _entity_problem(e)
             if problem:
@@ -153,8 +196,9 @@ class NamespaceReader(ConfigReader):
                 or _entity_problem(target)
                 or is_subscription_path(target)
             ):
-                raise self.fail(f"{key}.targets.{entity}",
-                                f"{target!r} is not a queue or topic name")  # fmt: skip
+                raise self.fail(
+                    f"{key}.targets.{entity}", f"{target!r} is not a queue or topic name"
+                )
         untargeted = [e for e in entities if is_subscription_path(e) and e not in targets]
         if untargeted:
             raise self.fail(
@@ -165,16 +209,25 @@ class NamespaceReader(ConfigReader):
             )
         from_namespace = None
         if kind == "namespace":
-            from_namespace = self.namespace(self.required(s, key, "from_namespace"),
-                                            f"{key}.from_namespace")  # fmt: skip
+            from_namespace = self.namespace(
+                self.required(s, key, "from_namespace"), f"{key}.from_namespace"
+            )
             if from_namespace.namespace == namespace:
-                raise self.fail(f"{key}.from_namespace", "must differ from the namespace the "
-                                                         "messages go to")  # fmt: skip
+                raise self.fail(
+                    f"{key}.from_namespace", "must differ from the namespace the messages go to"
+                )
         dead_letters = self.typed(s, key, "dead_letters", bool, False)
         transfer = self.typed(s, key, "transfer_dead_letters", bool, True)
-        return SourceConfig(name, kind, namespace, tuple(entities),
-                            {str(k): str(v) for k, v in targets.items()},
-                            from_namespace, dead_letters, transfer)  # fmt: skip
+        return SourceConfig(
+            name,
+            kind,
+            namespace,
+            tuple(entities),
+            {str(k): str(v) for k, v in targets.items()},
+            from_namespace,
+            dead_letters,
+            transfer,
+        )
 
 
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,50}$")

@@ -122,8 +122,9 @@ class ConfigReader:
             raise self.fail(dotted(key, name), "must not be empty")
         return value
 
-    def settings(self, raw: Any, key: str, what: str,
-                 secret_name: re.Pattern[str]) -> dict[str, str | SecretRef]:  # fmt: skip
+    def settings(
+        self, raw: Any, key: str, what: str, secret_name: re.Pattern[str]
+    ) -> dict[str, str | SecretRef]:
         """A mapping of settings whose values are scalars or secret references; a value
         that looks like a literal secret (by its text or its setting's name) is refused."""
         raw = raw or {}

@@ -93,9 +93,13 @@ class Operations(_Metrics):
         if settled is None:
             settled = (self.settle_completes or 0) + (self.settle_dead_letters or 0)
         billed = (
-            self.snapshot_messages_peeked, self.replay_messages_sent, self.settle_receives,
-            settled, self.replay_pings, self.discover_peeks,
-        )  # fmt: skip
+            self.snapshot_messages_peeked,
+            self.replay_messages_sent,
+            self.settle_receives,
+            settled,
+            self.replay_pings,
+            self.discover_peeks,
+        )
         return sum(v or 0 for v in billed)
 
     def credits_per_replayed_message(self) -> float | None:
@@ -108,8 +112,9 @@ class Operations(_Metrics):
     @classmethod
     def from_map(cls, stored: Mapping[str, Any] | None) -> Operations:
         ops = super().from_map(stored)
-        ops.credit_rates = {k: int(v) for k, v in dict(stored or {}).items()
-                            if k.startswith(CREDIT_KEYS)}  # fmt: skip
+        ops.credit_rates = {
+            k: int(v) for k, v in dict(stored or {}).items() if k.startswith(CREDIT_KEYS)
+        }
         return ops
 
     def as_map(self) -> dict[str, Any]:

@@ -23,9 +23,15 @@ _COLUMNS = names(SNAPSHOT)
 _BODY_KINDS = {ab.DATA: "data", ab.AMQP_VALUE: "value", ab.AMQP_SEQUENCE: "sequence"}
 # the properties list (AMQP 1.0, part 3, 3.2.4) and the header list (3.2.1), by position
 _PROPERTY_COLUMNS = {
-    "message_id": 0, "to": 2, "subject": 3, "reply_to": 4, "correlation_id": 5,
-    "content_type": 6, "session_id": 10, "reply_to_session_id": 12,
-}  # fmt: skip
+    "message_id": 0,
+    "to": 2,
+    "subject": 3,
+    "reply_to": 4,
+    "correlation_id": 5,
+    "content_type": 6,
+    "session_id": 10,
+    "reply_to_session_id": 12,
+}
 _HEADER_TTL, _HEADER_DELIVERY_COUNT = 2, 4
 SEQUENCE_NUMBER = "x-opt-sequence-number"
 ENQUEUED_TIME = "x-opt-enqueued-time"
@@ -87,8 +93,13 @@ def _annotations(parts: dict[int, ab.Section]) -> dict[Any, Any]:
     type must not make the message unreadable)."""
     if ab.MESSAGE_ANNOTATIONS not in parts:
         return {}
-    wanted = (SEQUENCE_NUMBER, ENQUEUED_TIME, PARTITION_KEY, SCHEDULED_ENQUEUE_TIME,
-              DEAD_LETTER_SOURCE)  # fmt: skip
+    wanted = (
+        SEQUENCE_NUMBER,
+        ENQUEUED_TIME,
+        PARTITION_KEY,
+        SCHEDULED_ENQUEUE_TIME,
+        DEAD_LETTER_SOURCE,
+    )
     out: dict[Any, Any] = {}
     for key, value in ab.map_entries(parts[ab.MESSAGE_ANNOTATIONS].value):
         if ab.type_name(key) == "symbol" and (name := ab.decode(key)) in wanted:
@@ -156,9 +167,14 @@ def snapshot_row(encoded: bytes, backlog_queue: str) -> dict[str, Any]:
         system = _system(encoded)
     except ab.AmqpFormatError:
         system = {c: None for c in _PROPERTY_COLUMNS}
-        system.update(enqueued_time=None, delivery_count=0, partition_key=None,
-                      time_to_live_ms=None, scheduled_enqueue_time=None,
-                      dead_letter_source=None)  # fmt: skip
+        system.update(
+            enqueued_time=None,
+            delivery_count=0,
+            partition_key=None,
+            time_to_live_ms=None,
+            scheduled_enqueue_time=None,
+            dead_letter_source=None,
+        )
         content["property_problem"] = MESSAGE_MALFORMED
     row = {"backlog_queue": backlog_queue, **system, "sequence_number": number, **content}
     return {c: row[c] for c in _COLUMNS}

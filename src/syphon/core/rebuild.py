@@ -39,11 +39,18 @@ def dropped_properties(source_path: str | None) -> Collection[str]:
 
 #: Message annotations the service writes on every message it holds (a replay sends
 #: none of them: the destination writes its own).
-SERVICE_ANNOTATIONS = frozenset({
-    "x-opt-sequence-number", "x-opt-enqueued-time", "x-opt-locked-until",
-    "x-opt-enqueue-sequence-number", "x-opt-message-state", "x-opt-deadletter-source",
-    "x-opt-partition-id", "x-opt-lock-token",
-})  # fmt: skip
+SERVICE_ANNOTATIONS = frozenset(
+    {
+        "x-opt-sequence-number",
+        "x-opt-enqueued-time",
+        "x-opt-locked-until",
+        "x-opt-enqueue-sequence-number",
+        "x-opt-message-state",
+        "x-opt-deadletter-source",
+        "x-opt-partition-id",
+        "x-opt-lock-token",
+    }
+)
 SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
 #: The longest TTL a message can carry: the header holds it as an unsigned 32-bit count
 #: of milliseconds (about 49.7 days). A longer one is sent as this; the entity's default
@@ -86,8 +93,9 @@ def rebuild(
         if str(ab.decode(key)) not in SERVICE_ANNOTATIONS | {SCHEDULED_ENQUEUE_TIME}
     ]
     if scheduled_enqueue_time is not None:
-        kept.append((ab.encode_symbol(SCHEDULED_ENQUEUE_TIME),
-                     ab.encode_timestamp(scheduled_enqueue_time)))  # fmt: skip
+        kept.append(
+            (ab.encode_symbol(SCHEDULED_ENQUEUE_TIME), ab.encode_timestamp(scheduled_enqueue_time))
+        )
     if kept:
         out.append(ab.section(ab.MESSAGE_ANNOTATIONS, ab.encode_map(kept)))
     has_properties = any(p.code == ab.PROPERTIES for p in parts)
@@ -97,8 +105,7 @@ def rebuild(
         if part.code == ab.PROPERTIES:
             out.append(_properties(part.value, session_id))
         elif part.code == ab.APPLICATION_PROPERTIES:
-            entries = [(k, v) for k, v in ab.map_entries(part.value)
-                       if ab.decode(k) not in dropped]  # fmt: skip
+            entries = [(k, v) for k, v in ab.map_entries(part.value) if ab.decode(k) not in dropped]
             if entries:
                 out.append(ab.section(ab.APPLICATION_PROPERTIES, ab.encode_map(entries)))
         elif part.code >= ab.DATA:  # the body and the footer, as they are

@@ -49,9 +49,22 @@ REFUSED = {
 
 #: The AMQP types a value can be set as (the names the audit uses for a value's type).
 TYPES = (
-    "string", "boolean", "byte", "short", "int", "long", "ubyte", "ushort", "uint",
-    "ulong", "float", "double", "timestamp", "uuid", "binary",
-)  # fmt: skip
+    "string",
+    "boolean",
+    "byte",
+    "short",
+    "int",
+    "long",
+    "ubyte",
+    "ushort",
+    "uint",
+    "ulong",
+    "float",
+    "double",
+    "timestamp",
+    "uuid",
+    "binary",
+)
 
 #: The longest application property name the service takes (its limit on a key).
 MAX_NAME_CHARS = 128

@@ -37,19 +37,6 @@ def names(fields: Iterable[Field]) -> tuple[str, ...]:
     return tuple(f.name for f in fields)
 
 
-def row_of(fields: Iterable[Field], **values: Any) -> tuple[Any, ...]:
-    """A row of the schema ``fields``, its values given by column name.
-
-    Raises:
-        ValueError: a column without a value, or a value for no column.
-    """
-    columns = names(fields)
-    missing, unknown = set(columns) - set(values), set(values) - set(columns)
-    if missing or unknown:
-        raise ValueError(f"row: no value for {sorted(missing)}; no column {sorted(unknown)}")
-    return tuple(values[c] for c in columns)
-
-
 # --- vocabularies -----------------------------------------------------------------------
 
 
@@ -339,9 +326,13 @@ PLACE: Final = ("backlog_queue", "sequence_number")
 #: the backlog holds it, what the envelope restores, and what the batch's envelope
 #: carries (the replay builds from them, the batch plan measures with them).
 MESSAGE_COLUMNS: Final = (
-    "encoded", "message_id", "partition_key", "original_session_id",
-    "original_time_to_live_ticks", "original_scheduled_enqueue_time",
-)  # fmt: skip
+    "encoded",
+    "message_id",
+    "partition_key",
+    "original_session_id",
+    "original_time_to_live_ticks",
+    "original_scheduled_enqueue_time",
+)
 #: The order of messages within a (destination, partition key) group.
 ORDER_COLUMNS: Final = ("original_enqueued_time", "backlog_queue", "sequence_number")
 

@@ -67,8 +67,11 @@ class Selection:
             value = getattr(self, name)
             if value is not None and value.tzinfo is None:
                 object.__setattr__(self, name, value.replace(tzinfo=timezone.utc))
-        if (self.enqueued_from is not None and self.enqueued_until is not None
-                and self.enqueued_from >= self.enqueued_until):  # fmt: skip
+        if (
+            self.enqueued_from is not None
+            and self.enqueued_until is not None
+            and self.enqueued_from >= self.enqueued_until
+        ):
             raise SelectionError(
                 "the enqueue window is empty: --enqueued-from must be before --enqueued-until"
             )

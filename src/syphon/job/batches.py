@@ -42,9 +42,14 @@ def _exact_size(measure_input: Mapping[str, Any]) -> int | None:
 
 
 _PACK_COLUMNS = (
-    "replay_order", "backlog_queue", "sequence_number", "message_bytes", "_limit",
-    "_measure_input", "_pack_key",
-)  # fmt: skip
+    "replay_order",
+    "backlog_queue",
+    "sequence_number",
+    "message_bytes",
+    "_limit",
+    "_measure_input",
+    "_pack_key",
+)
 
 
 def _pack(chunks: Any) -> Any:
@@ -68,8 +73,13 @@ def _pack(chunks: Any) -> Any:
         numbers: list[int | None] = []
         positions: list[int | None] = []
         rejected: list[str | None] = []
-        rows = zip(keys, pdf["message_bytes"].tolist(), pdf["_limit"].tolist(),
-                   pdf["_measure_input"].tolist(), strict=True)  # fmt: skip
+        rows = zip(
+            keys,
+            pdf["message_bytes"].tolist(),
+            pdf["_limit"].tolist(),
+            pdf["_measure_input"].tolist(),
+            strict=True,
+        )
         for key, bound, limit, measure_input in rows:
             if key != group:
                 group, batch, used, position = key, 0, 0, 0

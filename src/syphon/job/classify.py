@@ -328,6 +328,8 @@ def message_bytes_col() -> Column:
     from syphon.core.sizing import message_bytes_bound_col
 
     return message_bytes_bound_col(
-        F.col("encoded"), F.col("original_session_id"), F.col("original_time_to_live_ticks"),
+        F.col("encoded"),
+        F.col("original_session_id"),
+        F.col("original_time_to_live_ticks"),
         F.col("original_scheduled_enqueue_time"),
-    )  # fmt: skip
+    )

@@ -99,9 +99,15 @@ def refused_primaries(
     Azure AD gave no token) exits 3 with the fix for each such primary: its messages
     wait in the backlog, and no later run does better until the credentials change.
     ``skipped``: the probes' verdicts by (primary, destination)."""
-    refused = sorted({primary for (primary, _), reason in skipped.items()
-                      if reason is not None and reason.startswith(Detail.PROBE_FAILED)
-                      and reason.removeprefix(Detail.PROBE_FAILED) in DENIED})  # fmt: skip
+    refused = sorted(
+        {
+            primary
+            for (primary, _), reason in skipped.items()
+            if reason is not None
+            and reason.startswith(Detail.PROBE_FAILED)
+            and reason.removeprefix(Detail.PROBE_FAILED) in DENIED
+        }
+    )
     if not refused:
         return None
     fix = "; ".join(denied_fix(primaries[name]) for name in refused)

@@ -52,10 +52,13 @@ def unknown_destinations(planned: DataFrame) -> set[Destination]:
     """The (primary, destination) pairs the plan found no entity for."""
     from pyspark.sql import functions as F
 
-    unknown = planned.where((F.col("verdict") == Verdict.INVALID)
-                            & (F.col("reason") == "destination_unknown"))  # fmt: skip
-    return {(r["primary"], r["destination"]) for r in
-            unknown.select("primary", "destination").distinct().collect()}  # fmt: skip
+    unknown = planned.where(
+        (F.col("verdict") == Verdict.INVALID) & (F.col("reason") == "destination_unknown")
+    )
+    return {
+        (r["primary"], r["destination"])
+        for r in unknown.select("primary", "destination").distinct().collect()
+    }
 
 
 @dataclass
@@ -92,8 +95,9 @@ class Drained:
     left_destinations: dict[Destination, str] = field(default_factory=dict)
     in_doubt: DataFrame | None = None
 
-    def add_wave(self, sent: Tally, settled: Tally, left: LeftBehind, held: Held,
-                 unknown: set[Destination]) -> None:  # fmt: skip
+    def add_wave(
+        self, sent: Tally, settled: Tally, left: LeftBehind, held: Held, unknown: set[Destination]
+    ) -> None:
         """Adds a wave's tallies and what it left behind."""
         self.waves += 1
         self.sent.append(sent)
@@ -130,13 +134,17 @@ def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> 
     exit of a run whose primaries refused the credentials (before missing destinations:
     it blocks more)."""
     replayed, settle = drained.replayed, drained.settle
-    outcomes = {**{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
-                **{f"settle_{k}": v for k, v in settle.by_outcome().items()}}  # fmt: skip
-    sides = [side for side, t in (("primary", replayed), ("secondary", settle))
-             if t.any_detail(_FAULTS)]  # fmt: skip
+    outcomes = {
+        **{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
+        **{f"settle_{k}": v for k, v in settle.by_outcome().items()},
+    }
+    sides = [
+        side for side, t in (("primary", replayed), ("secondary", settle)) if t.any_detail(_FAULTS)
+    ]
     if sides:  # a namespace failed mid-run: its clients were closed, the rest waits
-        return ledger.result(Status.FAILED, f"{Detail.NAMESPACE_FAULT}: " + ", ".join(sides),
-                             outcomes)  # fmt: skip
+        return ledger.result(
+            Status.FAILED, f"{Detail.NAMESPACE_FAULT}: " + ", ".join(sides), outcomes
+        )
     not_left_over = [Detail.ARRIVED_AFTER_SNAPSHOT, Detail.NOT_SELECTED]
     left = settle.count(Outcome.LEFT, except_details=not_left_over) - drained.held.kept
     notes = []

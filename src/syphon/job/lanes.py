@@ -91,8 +91,12 @@ class CreditPacer:
     the budget allows, else waits; it then holds the budget for ``n / rate`` seconds, so
     over any stretch of time the task spends at most its rate, plus one batch."""
 
-    def __init__(self, rates: Mapping[str, float], clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+    def __init__(
+        self,
+        rates: Mapping[str, float],
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.rates = {k: v for k, v in rates.items() if v > 0}
         self._clock = clock
         self._sleep = sleep
@@ -112,8 +116,9 @@ class CreditPacer:
         self._free_at[primary] = start + credits / rate
 
 
-def result(rec: Record, outcome: str, detail: str | None, transfers: int = 0,
-           busy: int = 0) -> Result:  # fmt: skip
+def result(
+    rec: Record, outcome: str, detail: str | None, transfers: int = 0, busy: int = 0
+) -> Result:
     """One row of :data:`syphon.core.schema.REPLAY_RESULT`."""
     return {
         "backlog_queue": rec["backlog_queue"],
@@ -238,9 +243,11 @@ class Replayer:
                     *results,
                     *(result(r, Outcome.SKIPPED, Detail.BATCH_NOT_SENDABLE) for r in sending),
                     result(rec, Outcome.SKIPPED, Detail.NOT_SENDABLE),
-                    *(result(r, Outcome.SKIPPED, Detail.BATCH_NOT_SENDABLE)
-                      for r in batch[i + 1 :]),
-                ]  # fmt: skip
+                    *(
+                        result(r, Outcome.SKIPPED, Detail.BATCH_NOT_SENDABLE)
+                        for r in batch[i + 1 :]
+                    ),
+                ]
             sending.append(rec)
         if not messages:
             return results
@@ -264,8 +271,9 @@ class Replayer:
             detail = sent.error
             if outcome == Outcome.SENT and (rec["in_doubt"] or self.retried):
                 detail = Detail.RESENT_IN_DOUBT
-            results.append(result(rec, outcome, detail, transfers if i == 0 else 0,
-                                  busy if i == 0 else 0))  # fmt: skip
+            results.append(
+                result(rec, outcome, detail, transfers if i == 0 else 0, busy if i == 0 else 0)
+            )
         if self.journal is not None:
             self.journal.finished(
                 ((r["backlog_queue"], r["sequence_number"]), r["outcome"], r["detail"])

@@ -59,8 +59,9 @@ class Ledger:
     """Appends a run's status rows, carrying its counts, operations and timings
     forward."""
 
-    def __init__(self, ctx: RunContext, run_id: str, started: datetime,
-                 source: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, ctx: RunContext, run_id: str, started: datetime, source: str | None = None
+    ) -> None:
         self.ctx = ctx
         self.run_id = run_id
         self.started = started
@@ -97,12 +98,20 @@ class Ledger:
             )
         )
 
-    def result(self, status: str, detail: str | None = None,
-               outcomes: dict[str, int] | None = None) -> RunResult:  # fmt: skip
+    def result(
+        self, status: str, detail: str | None = None, outcomes: dict[str, int] | None = None
+    ) -> RunResult:
         """Records the final row and returns the result."""
         self.record(status, detail=detail, final=True)
-        return RunResult(self.run_id, status, dict(self.counts), outcomes or {},
-                         self.operations, self.timings, detail)  # fmt: skip
+        return RunResult(
+            self.run_id,
+            status,
+            dict(self.counts),
+            outcomes or {},
+            self.operations,
+            self.timings,
+            detail,
+        )
 
     def busy(self, held: LeaseState, lease_seconds: int) -> RunResult:
         """Ends a run that found the lease ``held`` by another: ``busy``, with a fix line
@@ -126,8 +135,20 @@ class Ledger:
         try:
             self.record(Status.FAILED, detail=failure.detail, final=True)
         except Exception as again:
-            log.error("run %s: the failure could not be recorded in the ledger (%s)",
-                      self.run_id, explain(again).detail)  # fmt: skip
-        return RunResult(self.run_id, Status.FAILED, dict(self.counts), {}, self.operations,
-                         self.timings, failure.detail, failure.fix, failure.code,
-                         why=failure.why)  # fmt: skip
+            log.error(
+                "run %s: the failure could not be recorded in the ledger (%s)",
+                self.run_id,
+                explain(again).detail,
+            )
+        return RunResult(
+            self.run_id,
+            Status.FAILED,
+            dict(self.counts),
+            {},
+            self.operations,
+            self.timings,
+            failure.detail,
+            failure.fix,
+            failure.code,
+            why=failure.why,
+        )

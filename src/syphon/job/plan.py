@@ -62,25 +62,32 @@ class PlanResult(StageResult):
     discard: Discard | None = None
 
 
-def discovery_operations(ctx: RunContext, queues: list[DiscoveredQueue],
-                         source: RunSource) -> Operations:  # fmt: skip
+def discovery_operations(
+    ctx: RunContext, queues: list[DiscoveredQueue], source: RunSource
+) -> Operations:
     """What a discovery cost: one listing, or a peek per probed index (a dead-letter or
     namespace source: a peek per queue of its named entities, or the listings of its
     namespace's queues and subscriptions)."""
     if source.kind != "backlog":
         if source.config.entities:
-            return Operations(discover_management_calls=0, discover_peeks=len(queues),
-                              discover_backlog_queues=len(queues))  # fmt: skip
+            return Operations(
+                discover_management_calls=0,
+                discover_peeks=len(queues),
+                discover_backlog_queues=len(queues),
+            )
         calls = source.listings[-1] if source.listings else 0
-        return Operations(discover_management_calls=calls, discover_peeks=0,
-                          discover_backlog_queues=len(queues))  # fmt: skip
+        return Operations(
+            discover_management_calls=calls, discover_peeks=0, discover_backlog_queues=len(queues)
+        )
     backlog = ctx.config.backlog
     if backlog.discovery == "management":
-        return Operations(discover_management_calls=1, discover_peeks=0,
-                          discover_backlog_queues=len(queues))  # fmt: skip
+        return Operations(
+            discover_management_calls=1, discover_peeks=0, discover_backlog_queues=len(queues)
+        )
     probes = backlog.probe_limit * len(ctx.config.primaries)
-    return Operations(discover_management_calls=0, discover_peeks=probes,
-                      discover_backlog_queues=len(queues))  # fmt: skip
+    return Operations(
+        discover_management_calls=0, discover_peeks=probes, discover_backlog_queues=len(queues)
+    )
 
 
 def destination_settings(ctx: RunContext) -> tuple[DataFrame | None, tuple[str, ...]]:
@@ -99,8 +106,10 @@ def destination_settings(ctx: RunContext) -> tuple[DataFrame | None, tuple[str, 
                 raise
             log.warning(
                 "the management API of %s did not answer (%s): its destinations' settings "
-                "are unknown", name, type(exc).__name__,
-            )  # fmt: skip
+                "are unknown",
+                name,
+                type(exc).__name__,
+            )
             continue
         listed.append(name)
     if not listed:
@@ -115,10 +124,18 @@ def per_destination(planned: DataFrame) -> list[dict[str, Any]]:
     out: dict[tuple[Any, Any], dict[str, Any]] = {}
     for r in queries.verdicts_per_destination(planned, time="original_enqueued_time").collect():
         place = (r["primary"], r["destination"])
-        d = out.setdefault(place, {
-            "primary": place[0], "destination": place[1], "messages": 0,
-            **dict.fromkeys(Verdict.ALL, 0), "spread_groups": 0, "first": None, "last": None,
-        })  # fmt: skip
+        d = out.setdefault(
+            place,
+            {
+                "primary": place[0],
+                "destination": place[1],
+                "messages": 0,
+                **dict.fromkeys(Verdict.ALL, 0),
+                "spread_groups": 0,
+                "first": None,
+                "last": None,
+            },
+        )
         d["messages"] += r["messages"]
         d[r["verdict"]] += r["messages"]
         d["spread_groups"] += r["spread_groups"]
@@ -293,8 +310,9 @@ def with_source(planned: DataFrame, source: RunSource) -> DataFrame:
     )
 
 
-def check_selection(spark: SparkSession, selection: Selection | None,
-                    redrive: Redrive | None = None) -> None:  # fmt: skip
+def check_selection(
+    spark: SparkSession, selection: Selection | None, redrive: Redrive | None = None
+) -> None:
     """Judges the selection on an empty snapshot, so that a predicate that does not parse,
     names a column that does not exist or is not true or false fails before anything is
     peeked.

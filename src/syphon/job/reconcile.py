@@ -76,8 +76,9 @@ def order_groups(classified: DataFrame) -> DataFrame:
     def only_replay(value: Column) -> Column:
         return F.when(F.col("_in_replay"), value)
 
-    span = (F.max("original_enqueued_time").over(whole).cast("double")
-            - F.min("original_enqueued_time").over(whole).cast("double"))  # fmt: skip
+    span = F.max("original_enqueued_time").over(whole).cast("double") - F.min(
+        "original_enqueued_time"
+    ).over(whole).cast("double")
     return (
         classified.withColumn("_in_replay", replay)
         .withColumns(

@@ -56,10 +56,18 @@ if TYPE_CHECKING:
 
 #: Columns the replay reads (restored snapshot columns plus the plan's).
 INPUT_COLUMNS = (
-    *PLACE, "primary", "destination", "partition_key_effective", "replay_order", "batch_id",
-    "batch_position", *MESSAGE_COLUMNS, "original_enqueued_time", "in_doubt",
+    *PLACE,
+    "primary",
+    "destination",
+    "partition_key_effective",
+    "replay_order",
+    "batch_id",
+    "batch_position",
+    *MESSAGE_COLUMNS,
+    "original_enqueued_time",
+    "in_doubt",
     "snapshot_matches",
-)  # fmt: skip
+)
 
 #: Snapshot columns that rebuild a message.
 _MESSAGE_COLUMNS = ("body_sha256", *MESSAGE_COLUMNS, "original_enqueued_time")
@@ -84,9 +92,15 @@ def replay_input(restored: DataFrame, todo: DataFrame, in_doubt: DataFrame | Non
     from pyspark.sql import functions as F
 
     plan = todo.where(F.col("verdict") == Verdict.REPLAY).select(
-        *PLACE, "primary", "destination", "partition_key_effective", "replay_order",
-        "batch_id", "batch_position", F.col("body_sha256").alias("_planned_sha"),
-    )  # fmt: skip
+        *PLACE,
+        "primary",
+        "destination",
+        "partition_key_effective",
+        "replay_order",
+        "batch_id",
+        "batch_position",
+        F.col("body_sha256").alias("_planned_sha"),
+    )
     message = restored.select(*PLACE, *_MESSAGE_COLUMNS)
     df = plan.join(message, list(PLACE), "left")
     matches = F.coalesce(F.col("body_sha256") == F.col("_planned_sha"), F.lit(False))
@@ -139,8 +153,9 @@ def replay_messages(
     return laid_out.mapInPandas(_ReplayTask(plan), spark_schema(REPLAY_RESULT))
 
 
-def credit_rates(results: DataFrame, planned: DataFrame, budgets: Mapping[str, float],
-                 seconds: float) -> dict[str, int]:  # fmt: skip
+def credit_rates(
+    results: DataFrame, planned: DataFrame, budgets: Mapping[str, float], seconds: float
+) -> dict[str, int]:
     """The ledger's credit figures for the primaries with a budget: the budget and the
     rate reached (messages sent there per second of the replay's sending), whole credits.
     One Spark job, and none without a budget."""
@@ -149,9 +164,13 @@ def credit_rates(results: DataFrame, planned: DataFrame, budgets: Mapping[str, f
     if not budgets:
         return {}
     sent = results.where(F.col("outcome") == Outcome.SENT).select(*PLACE)
-    per_primary = {r["primary"]: int(r["count"]) for r in
-                   sent.join(planned.select(*PLACE, "primary"), list(PLACE))
-                   .groupBy("primary").count().collect()}  # fmt: skip
+    per_primary = {
+        r["primary"]: int(r["count"])
+        for r in sent.join(planned.select(*PLACE, "primary"), list(PLACE))
+        .groupBy("primary")
+        .count()
+        .collect()
+    }
     out: dict[str, int] = {}
     for primary, budget in sorted(budgets.items()):
         out[f"replay.credit_budget.{primary}"] = int(budget)
@@ -183,8 +202,9 @@ def build_message(rec: Mapping[str, Any], ttl: timedelta | None, now: datetime) 
         scheduled_enqueue_time=scheduled,
         dropped=dropped_properties(rec.get("backlog_queue")),
     )
-    return EncodedMessage(encoded, rec["message_id"], rec["original_session_id"],
-                          rec["partition_key"])  # fmt: skip
+    return EncodedMessage(
+        encoded, rec["message_id"], rec["original_session_id"], rec["partition_key"]
+    )
 
 
 @dataclass(frozen=True)
@@ -236,8 +256,9 @@ class _ReplayTask:
             batch: list[dict[str, Any]] = []
             for pdf in frames:
                 wanted = zip(pdf["primary"], pdf["destination"], strict=True)
-                pool.open(d for d in wanted
-                          if d not in replayer.skip and d[0] not in replayer.faulted)  # fmt: skip
+                pool.open(
+                    d for d in wanted if d not in replayer.skip and d[0] not in replayer.faulted
+                )
                 out: list[dict[str, Any]] = []
                 for raw in pdf.to_dict("records"):
                     rec = {k: plain_cell(v) for k, v in raw.items()}

@@ -125,8 +125,9 @@ def outage_timeline(
     width = max((hi - lo) / buckets, 1e-3)
     bucket = F.least(F.floor((seconds - F.lit(lo)) / F.lit(width)), F.lit(buckets - 1))
     start = (F.lit(lo) + bucket * F.lit(width)).cast("timestamp")
-    return timed.select(*_place(), start.alias("at")).groupBy("primary", "destination",
-                                                              "at").count()  # fmt: skip
+    return (
+        timed.select(*_place(), start.alias("at")).groupBy("primary", "destination", "at").count()
+    )
 
 
 def left_for_next_run(rows: DataFrame) -> DataFrame:
@@ -150,13 +151,19 @@ def by_source_entity(rows: DataFrame) -> DataFrame:
 
     entity = F.coalesce(F.col("source_entity"), F.col("backlog_queue"), F.lit("?"))
     why = (
-        F.when((F.col("stage") == Stage.REPLAY) & (F.col("outcome") != Outcome.SENT),
-               F.concat_ws(": ", F.col("outcome"), F.col("detail")))
-        .when((F.col("stage") == Stage.SETTLE) & (F.col("outcome") == Outcome.LEFT),
-              F.concat_ws(": ", F.lit("left"), F.col("detail")))
-        .when((F.col("stage") == Stage.PLAN) & (F.col("verdict") != "replay"),
-              F.concat_ws(": ", F.col("verdict"), F.col("reason")))
-    )  # fmt: skip
+        F.when(
+            (F.col("stage") == Stage.REPLAY) & (F.col("outcome") != Outcome.SENT),
+            F.concat_ws(": ", F.col("outcome"), F.col("detail")),
+        )
+        .when(
+            (F.col("stage") == Stage.SETTLE) & (F.col("outcome") == Outcome.LEFT),
+            F.concat_ws(": ", F.lit("left"), F.col("detail")),
+        )
+        .when(
+            (F.col("stage") == Stage.PLAN) & (F.col("verdict") != "replay"),
+            F.concat_ws(": ", F.col("verdict"), F.col("reason")),
+        )
+    )
     return (
         rows.select(entity.alias("entity"), "stage", "outcome", why.alias("why"))
         .groupBy("entity", "stage", "outcome", "why")

@@ -84,8 +84,17 @@ def run_request(
     started = datetime.now(timezone.utc)
     if not isinstance(source, RunSource):
         source = run_source(ctx, source)
-    return RunRequest(run_id or new_run_id(started), started, source, selection,
-                      tuple(allow_resend), discard, resume, max_waves, until)  # fmt: skip
+    return RunRequest(
+        run_id or new_run_id(started),
+        started,
+        source,
+        selection,
+        tuple(allow_resend),
+        discard,
+        resume,
+        max_waves,
+        until,
+    )
 
 
 @dataclass

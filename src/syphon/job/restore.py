@@ -53,22 +53,24 @@ def restore(snapshot: DataFrame, redrive: Redrive | None = None) -> DataFrame:
     # a second of every wave's planning)
     return (
         snapshot.withColumn("_env", env)
-        .withColumns({
-            "primary": backlog_primary_col(F.col("backlog_queue")),
-            "destination": F.col("_env.destination"),
-            "original_session_id": F.col("_env.session_id"),
-            "original_time_to_live_ticks": F.col("_env.time_to_live_ticks"),
-            "original_scheduled_enqueue_time": F.col("_env.scheduled_enqueue_time_utc"),
-            "original_application_properties": F.col("_env.application_properties"),
-            "envelope_reason": F.col("_env.reason"),
-            "original_enqueued_time": F.col("enqueued_time"),
-            "source_entity": F.col("backlog_queue"),
-            "dead_letter_reason": none,
-            "dead_letter_description": none,
-            "dead_letter_error_source": none,
-        })
+        .withColumns(
+            {
+                "primary": backlog_primary_col(F.col("backlog_queue")),
+                "destination": F.col("_env.destination"),
+                "original_session_id": F.col("_env.session_id"),
+                "original_time_to_live_ticks": F.col("_env.time_to_live_ticks"),
+                "original_scheduled_enqueue_time": F.col("_env.scheduled_enqueue_time_utc"),
+                "original_application_properties": F.col("_env.application_properties"),
+                "envelope_reason": F.col("_env.reason"),
+                "original_enqueued_time": F.col("enqueued_time"),
+                "source_entity": F.col("backlog_queue"),
+                "dead_letter_reason": none,
+                "dead_letter_description": none,
+                "dead_letter_error_source": none,
+            }
+        )
         .drop("_env")
-    )  # fmt: skip
+    )
 
 
 def restore_redriven(snapshot: DataFrame, redrive: Redrive) -> DataFrame:
@@ -100,19 +102,21 @@ def restore_redriven(snapshot: DataFrame, redrive: Redrive) -> DataFrame:
 
     ttl_ticks = F.col("time_to_live_ms") * (TICKS_PER_SECOND // 1000)
     scheduled = F.when(~in_dlq, F.col("scheduled_enqueue_time")).cast("timestamp")
-    return snapshot.withColumns({
-        "primary": F.lit(redrive.namespace),
-        "destination": destination,
-        "original_session_id": F.col("session_id"),
-        "original_time_to_live_ticks": F.when(~in_dlq, ttl_ticks).cast("long"),
-        "original_scheduled_enqueue_time": scheduled,
-        # a dead letter's reason and description stay for selections (--where); the
-        # replay leaves them out (syphon.core.rebuild.dropped_properties)
-        "original_application_properties": F.col("application_properties"),
-        "envelope_reason": F.col("property_problem"),
-        "original_enqueued_time": F.col("enqueued_time"),
-        "source_entity": entity,
-        "dead_letter_reason": dead_letter_property("DeadLetterReason"),
-        "dead_letter_description": dead_letter_property("DeadLetterErrorDescription"),
-        "dead_letter_error_source": F.when(in_dlq, F.col("dead_letter_source")),
-    })  # fmt: skip
+    return snapshot.withColumns(
+        {
+            "primary": F.lit(redrive.namespace),
+            "destination": destination,
+            "original_session_id": F.col("session_id"),
+            "original_time_to_live_ticks": F.when(~in_dlq, ttl_ticks).cast("long"),
+            "original_scheduled_enqueue_time": scheduled,
+            # a dead letter's reason and description stay for selections (--where); the
+            # replay leaves them out (syphon.core.rebuild.dropped_properties)
+            "original_application_properties": F.col("application_properties"),
+            "envelope_reason": F.col("property_problem"),
+            "original_enqueued_time": F.col("enqueued_time"),
+            "source_entity": entity,
+            "dead_letter_reason": dead_letter_property("DeadLetterReason"),
+            "dead_letter_description": dead_letter_property("DeadLetterErrorDescription"),
+            "dead_letter_error_source": F.when(in_dlq, F.col("dead_letter_source")),
+        }
+    )

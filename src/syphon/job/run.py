@@ -89,8 +89,9 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
                 return ledger.failed(*refused)
             wave_messages = _wave_messages(ctx, request, discovered.queues)
             if discovered.messages is not None:  # a local session is fitted to a wave
-                ctx.spark.expected_messages = min(discovered.messages,
-                                                  wave_messages or discovered.messages)  # fmt: skip
+                ctx.spark.expected_messages = min(
+                    discovered.messages, wave_messages or discovered.messages
+                )
             ctx.spark.waves = wave_messages is not None
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, LeaseState):
@@ -100,22 +101,28 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
             return ledger.failed(exc, request.source.access)
 
 
-def _wave_messages(ctx: RunContext, request: RunRequest,
-                   queues: list[DiscoveredQueue]) -> int | None:  # fmt: skip
+def _wave_messages(
+    ctx: RunContext, request: RunRequest, queues: list[DiscoveredQueue]
+) -> int | None:
     """The messages a wave of the run takes at most; None: one wave (logged, with why)."""
     readable = [q for q in queues if not q.empty and q.unreadable is None]
     size = ctx.config.run.wave_messages
     why = one_wave(size, request.source.kind, readable, request.source.access)
     if why is None:
-        log.info("run %s drains its source in waves of at most %d messages",
-                 request.run_id, size)  # fmt: skip
+        log.info("run %s drains its source in waves of at most %d messages", request.run_id, size)
         return size
     log.info("run %s drains its source in one wave: %s", request.run_id, why)
     return None
 
 
-def _drain(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease,
-           queues: list[DiscoveredQueue], wave_messages: int | None) -> RunResult:  # fmt: skip
+def _drain(
+    ctx: RunContext,
+    request: RunRequest,
+    ledger: Ledger,
+    lease: Lease,
+    queues: list[DiscoveredQueue],
+    wave_messages: int | None,
+) -> RunResult:
     """The waves of a run, each planned, replayed and settled before the next is planned
     (the next is peeked meanwhile); stops at a wave's end when the request bounds the
     run."""
@@ -128,9 +135,15 @@ def _drain(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease,
     drained = Drained(in_doubt=_in_doubt(ctx))
     counts = [q.message_count for q in queues if q.unreadable is None]
     expected = None if None in counts else sum(c or 0 for c in counts)
-    waves = read_waves(spark, request.source.access, queues, wave_messages,
-                       ctx.config.backlog.split_messages, request.started,
-                       request.max_waves)  # fmt: skip
+    waves = read_waves(
+        spark,
+        request.source.access,
+        queues,
+        wave_messages,
+        ctx.config.backlog.split_messages,
+        request.started,
+        request.max_waves,
+    )
     for wave in waves:
         _wave(ctx, request, ledger, lease, wave, listed, drained, many=wave_messages is not None)
         _progress(request, wave, drained, expected)
@@ -144,8 +157,16 @@ def _drain(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease,
     return finish(ledger, drained, refused)
 
 
-def _wave(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease, wave: Wave,
-          listed: Listed, drained: Drained, many: bool) -> None:  # fmt: skip
+def _wave(
+    ctx: RunContext,
+    request: RunRequest,
+    ledger: Ledger,
+    lease: Lease,
+    wave: Wave,
+    listed: Listed,
+    drained: Drained,
+    many: bool,
+) -> None:
     """One wave: plan, probe, replay and settle (``many``: one of several waves, its
     rows in the ledger name it)."""
     if wave.number > 1:
@@ -161,8 +182,17 @@ def _wave(ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease, wa
         ledger.counts[verdict] = ledger.counts.get(verdict, 0) + n
     drained.planned += sum(planned.counts.values())
     failpoints.check("after_plan")
-    _replay_and_settle(ctx, request, ledger, lease, planned.rows, planned.snapshot, None, drained,
-                       more=not wave.last)  # fmt: skip
+    _replay_and_settle(
+        ctx,
+        request,
+        ledger,
+        lease,
+        planned.rows,
+        planned.snapshot,
+        None,
+        drained,
+        more=not wave.last,
+    )
 
 
 def _release_earlier_waves(ctx: RunContext) -> None:
@@ -184,32 +214,41 @@ def _stop(request: RunRequest, waves: int) -> str | None:
     if request.max_waves is not None and waves >= request.max_waves:
         return f"stopped after {waves} waves (--max-waves): the rest is the next run's"
     if request.until is not None and datetime.now(timezone.utc) >= request.until:
-        return (f"stopped after {waves} waves at {request.until:%Y-%m-%d %H:%M:%S} UTC "
-                "(--until): the rest is the next run's")  # fmt: skip
+        return (
+            f"stopped after {waves} waves at {request.until:%Y-%m-%d %H:%M:%S} UTC "
+            "(--until): the rest is the next run's"
+        )
     return None
 
 
-def _progress(request: RunRequest, wave: Wave, drained: Drained,
-              expected: int | None) -> None:  # fmt: skip
+def _progress(request: RunRequest, wave: Wave, drained: Drained, expected: int | None) -> None:
     """One line per wave on the terminal and in the log (the JSON log: one record with
     the figures). ``expected``: the messages the discovery counted (None: unknown, a
     discovery by probing)."""
     left = None if expected is None else max(0, expected - drained.planned)
     cut = f"{wave.watermark:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC" if wave.watermark else "end"
     rest = "what is left is unknown" if left is None else f"about {left} left"
-    line = (f"wave {wave.number}: watermark {cut}; {drained.planned} messages planned, "
-            f"{drained.home} home so far; {rest}")  # fmt: skip
+    line = (
+        f"wave {wave.number}: watermark {cut}; {drained.planned} messages planned, "
+        f"{drained.home} home so far; {rest}"
+    )
     progress.step(line)
     log.info(
-        "run %s %s", request.run_id, line,
-        extra={"fields": {"wave": {
-            "number": wave.number,
-            "watermark": wave.watermark.isoformat() if wave.watermark else None,
-            "planned": drained.planned,
-            "home": drained.home,
-            "left_estimate": left,
-        }}},
-    )  # fmt: skip
+        "run %s %s",
+        request.run_id,
+        line,
+        extra={
+            "fields": {
+                "wave": {
+                    "number": wave.number,
+                    "watermark": wave.watermark.isoformat() if wave.watermark else None,
+                    "planned": drained.planned,
+                    "home": drained.home,
+                    "left_estimate": left,
+                }
+            }
+        },
+    )
 
 
 def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
@@ -232,8 +271,16 @@ def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
                 resumed = resumed_plan(ctx, request)
                 ledger.counts = resumed.counts
                 drained = Drained(in_doubt=_in_doubt(ctx))
-                _replay_and_settle(ctx, request, ledger, lease, resumed.rows, resumed.snapshot,
-                                   resumed.earlier, drained)  # fmt: skip
+                _replay_and_settle(
+                    ctx,
+                    request,
+                    ledger,
+                    lease,
+                    resumed.rows,
+                    resumed.snapshot,
+                    resumed.earlier,
+                    drained,
+                )
                 return finish(
                     ledger, drained, refused_primaries(drained.skipped, ctx.namespaces.primaries)
                 )
@@ -298,8 +345,17 @@ def _replay_and_settle(
     lease.check()
     ledger.record(Status.REPLAYING, detail=JOURNAL_PREFIX + journal_id)
     failpoints.check("after_replaying")
-    sent = send(ctx, request, rows, snapshot, probed.todo, drained.skipped, drained.broken,
-                drained.in_doubt, journal)  # fmt: skip
+    sent = send(
+        ctx,
+        request,
+        rows,
+        snapshot,
+        probed.todo,
+        drained.skipped,
+        drained.broken,
+        drained.in_doubt,
+        journal,
+    )
     ledger.add(sent)
     failpoints.check("after_replay_commit")
     ledger.record(Status.REPLAYED)
@@ -315,5 +371,10 @@ def _replay_and_settle(
     ledger.add(settled)
     failpoints.check("after_settle_commit")
     left = left_behind(sent.results, rows) if more else LeftBehind()
-    drained.add_wave(sent.tally, settled.tally, left, held(ctx, request, settled.results, rows),
-                     unknown_destinations(rows))  # fmt: skip
+    drained.add_wave(
+        sent.tally,
+        settled.tally,
+        left,
+        held(ctx, request, settled.results, rows),
+        unknown_destinations(rows),
+    )

@@ -41,17 +41,15 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.naming import PARTITIONED_SEQUENCE, is_dead_letter_col
+from syphon.core.naming import PARTITIONED_SEQUENCE
 from syphon.core.schema import (
-    PLACE,
-    SETTLE_ACTION,
     SETTLE_RESULT,
     Detail,
     Outcome,
-    Verdict,
     names,
     spark_schema,
 )
+from syphon.job.settle_actions import COMPLETE, DEAD_LETTER, DISCARD, LEAVE, Action
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access
 from syphon.servicebus.errors import NAMESPACE_FAULTS
@@ -78,65 +76,6 @@ RECEIVE_WAIT_SECONDS = 2.0
 #: Empty receives in a row that end a pass while messages remain to settle (one may be a
 #: busy namespace; after these, what is not received is locked elsewhere or gone).
 EMPTY_RECEIVES = 3
-
-
-#: What the settle does with a message (``discard``: complete it, recorded as discarded).
-COMPLETE, DEAD_LETTER, DISCARD, LEAVE = "complete", "dead_letter", "discard", "leave"
-
-#: A message's settle action, reason and verdict.
-Action = tuple[str, "str | None", str]
-
-
-def settle_actions(plan_rows: DataFrame, replay_results: DataFrame | None) -> DataFrame:
-    """What to do with each snapshot message (:data:`syphon.core.schema.SETTLE_ACTION`):
-    ``complete`` what was replayed (an outcome ``sent`` in ``replay_results``),
-    duplicated, expired or a ping; ``dead_letter`` what is invalid or a conflict, with
-    the verdict's reason; ``discard`` what the operator discards, with their reason (the
-    plan row's detail); ``leave`` everything else (an unselected message with the
-    reason ``not_selected``, which its settle row's detail carries). In a dead-letter
-    queue only what was sent or discarded is removed; the rest is left with its
-    verdict's reason."""
-    from pyspark.sql import functions as F
-
-    plan = plan_rows.select(*PLACE, "verdict", "reason", "detail")
-    if replay_results is not None:
-        sent = (
-            replay_results.where(F.col("outcome") == Outcome.SENT)
-            .select(*PLACE, F.lit(True).alias("_sent"))
-            .distinct()
-        )
-        plan = plan.join(sent, list(PLACE), "left")
-    else:
-        plan = plan.withColumn("_sent", F.lit(None).cast("boolean"))
-    verdict = F.col("verdict")
-    replayed = (verdict == Verdict.REPLAY) & F.coalesce(F.col("_sent"), F.lit(False))
-    # a dead-letter queue's message is removed only once sent: it cannot be dead-lettered
-    # again, and nothing else may remove the only copy of a message that failed
-    dead_letter_queue = is_dead_letter_col(F.col("backlog_queue"))
-    action = (
-        F.when(verdict == Verdict.DISCARDED, F.lit(DISCARD))
-        .when(dead_letter_queue & replayed, F.lit(COMPLETE))
-        .when(dead_letter_queue, F.lit(LEAVE))
-        .when(verdict.isin(*Verdict.COMPLETED_AS_IS), F.lit(COMPLETE))
-        .when(verdict.isin(*Verdict.DEAD_LETTERED), F.lit(DEAD_LETTER))
-        .when(replayed, F.lit(COMPLETE))
-        .otherwise(F.lit(LEAVE))
-    )
-    reason = (
-        # the operator's reason
-        F.when(verdict == Verdict.DISCARDED, F.col("detail"))
-        # why a dead letter stays where it is: its verdict's reason (or the verdict)
-        .when(
-            dead_letter_queue & ~replayed & (verdict != Verdict.REPLAY),
-            F.coalesce(F.col("reason"), verdict),
-        )
-        .when(verdict.isin(*Verdict.DEAD_LETTERED), F.coalesce(F.col("reason"), verdict))
-        # left for a later run on purpose: its settle row says so (not work left over)
-        .when(verdict == Verdict.UNSELECTED, F.lit(Detail.NOT_SELECTED))
-    )
-    return plan.select(
-        *PLACE, action.alias("action"), reason.alias("reason"), verdict.alias("verdict")
-    ).select(*names(SETTLE_ACTION))
 
 
 def settle_queues(
@@ -193,20 +132,27 @@ class _SettleTask:
         todo: dict[str, dict[int, Action]] = {}
         for pdf in frames:
             for queue, seq, action, reason, verdict in zip(
-                pdf["backlog_queue"], pdf["sequence_number"], pdf["action"], pdf["reason"],
-                pdf["verdict"], strict=True,
-            ):  # fmt: skip
+                pdf["backlog_queue"],
+                pdf["sequence_number"],
+                pdf["action"],
+                pdf["reason"],
+                pdf["verdict"],
+                strict=True,
+            ):
                 todo.setdefault(str(queue), {})[int(seq)] = (
-                    str(action), None if reason is None else str(reason), str(verdict)
-                )  # fmt: skip
+                    str(action),
+                    None if reason is None else str(reason),
+                    str(verdict),
+                )
         if not todo:
             return
         complete_decoder()  # a message of a type the SDK cannot decode would stop the pass
         counter = _Counter(self.failpoint)
         with ThreadPoolExecutor(max_workers=min(SETTLE_THREADS, len(todo))) as pool:
-            passes = [pool.submit(_QueuePass(self.__access, self.run_id, queue, rows,
-                                             counter).run)
-                      for queue, rows in sorted(todo.items())]  # fmt: skip
+            passes = [
+                pool.submit(_QueuePass(self.__access, self.run_id, queue, rows, counter).run)
+                for queue, rows in sorted(todo.items())
+            ]
             for done in as_completed(passes):
                 yield done.result()
 
@@ -232,8 +178,9 @@ class _QueuePass:
     """One backlog queue's pass: receive in peek-lock, settle page by page, give back what
     is held."""
 
-    def __init__(self, access: Access, run_id: str, queue: str, todo: dict[int, Action],
-                 counter: _Counter) -> None:  # fmt: skip
+    def __init__(
+        self, access: Access, run_id: str, queue: str, todo: dict[int, Action], counter: _Counter
+    ) -> None:
         self.__access = access
         self.run_id = run_id
         self.queue = queue
@@ -256,8 +203,11 @@ class _QueuePass:
                 self._drain(receiver, queue, todo, out)
         except Exception as exc:  # the namespace or the queue failed: the rest waits
             name = type(exc).__name__
-            stopped = (Detail.NAMESPACE_FAULT if name in NAMESPACE_FAULTS
-                       else f"{Detail.RECEIVE_FAILED}{name}")  # fmt: skip
+            stopped = (
+                Detail.NAMESPACE_FAULT
+                if name in NAMESPACE_FAULTS
+                else f"{Detail.RECEIVE_FAILED}{name}"
+            )
             log.warning("settling %s stopped: %s", queue, name)
         for seq, (action, reason, _) in todo.items():
             if seq not in out:
@@ -313,8 +263,12 @@ class _QueuePass:
                     elif action == DISCARD:  # completed; the row keeps the operator's reason
                         key = _Settlement(COMPLETED, Outcome.DISCARDED, detail=reason)
                     else:
-                        key = _Settlement(SUSPENDED, Outcome.DEAD_LETTERED, reason,
-                                          f"syphon run {self.run_id}: {verdict}")  # fmt: skip
+                        key = _Settlement(
+                            SUSPENDED,
+                            Outcome.DEAD_LETTERED,
+                            reason,
+                            f"syphon run {self.run_id}: {verdict}",
+                        )
                     groups.setdefault(key, []).append(m)
                 for settlement, group in groups.items():
                     self._settle_page(receiver, queue, group, settlement, out)
@@ -324,8 +278,14 @@ class _QueuePass:
         finally:
             self._give_back(receiver, queue, held, out)
 
-    def _settle_page(self, receiver: Any, queue: str, group: list[Any], settlement: _Settlement,
-                     out: dict[int, dict[str, Any]]) -> None:  # fmt: skip
+    def _settle_page(
+        self,
+        receiver: Any,
+        queue: str,
+        group: list[Any],
+        settlement: _Settlement,
+        out: dict[int, dict[str, Any]],
+    ) -> None:
         """Settles one page's messages of one outcome in one request; when it fails,
         one by one (a request that failed may have settled some: each is found out)."""
         status, outcome, reason = settlement.status, settlement.outcome, settlement.reason
@@ -349,24 +309,32 @@ class _QueuePass:
             out[seq] = _row(queue, seq, outcome, detail, 1, requests=int(i == 0))
         self._count(len(group))
 
-    def _settle_one(self, receiver: Any, queue: str, m: Any, settlement: _Settlement,
-                    out: dict[int, dict[str, Any]]) -> None:  # fmt: skip
+    def _settle_one(
+        self,
+        receiver: Any,
+        queue: str,
+        m: Any,
+        settlement: _Settlement,
+        out: dict[int, dict[str, Any]],
+    ) -> None:
         seq = int(m.sequence_number or 0)
         outcome, detail = settlement.outcome, settlement.recorded
         try:
             if settlement.status == COMPLETED:
                 receiver.complete_message(m)
             else:
-                receiver.dead_letter_message(m, reason=settlement.reason,
-                                             error_description=settlement.description)  # fmt: skip
+                receiver.dead_letter_message(
+                    m, reason=settlement.reason, error_description=settlement.description
+                )
         except Exception as exc:  # a lapsed lock, or settled by the failed request
             name = type(exc).__name__
             if name not in NAMESPACE_FAULTS and _gone(receiver, seq):
                 out[seq] = _row(queue, seq, outcome, detail, 1, requests=1)
                 self._count(1)
                 return
-            out[seq] = _row(queue, seq, Outcome.LEFT, f"{Detail.SETTLE_FAILED}{name}", 1,
-                            requests=1)  # fmt: skip
+            out[seq] = _row(
+                queue, seq, Outcome.LEFT, f"{Detail.SETTLE_FAILED}{name}", 1, requests=1
+            )
             if name in NAMESPACE_FAULTS:
                 raise
             return
@@ -376,8 +344,9 @@ class _QueuePass:
     def _count(self, settled: int) -> None:
         self.counter.add(settled)
 
-    def _give_back(self, receiver: Any, queue: str, held: list[Any],
-                   out: dict[int, dict[str, Any]]) -> None:  # fmt: skip
+    def _give_back(
+        self, receiver: Any, queue: str, held: list[Any], out: dict[int, dict[str, Any]]
+    ) -> None:
         """Abandons the held messages, a page per request (one by one where a request
         fails; a lapsed lock needs no abandon: the message is available anyway)."""
         for start in range(0, len(held), RECEIVE_PAGE):
@@ -407,8 +376,9 @@ def _gone(receiver: Any, seq: int) -> bool:
     return not peeked or int(peeked[0].sequence_number or 0) != seq
 
 
-def _row(queue: str, seq: int, outcome: str, detail: str | None, received: int,
-         requests: int = 0) -> dict[str, Any]:  # fmt: skip
+def _row(
+    queue: str, seq: int, outcome: str, detail: str | None, received: int, requests: int = 0
+) -> dict[str, Any]:
     return {
         "backlog_queue": queue,
         "sequence_number": seq,

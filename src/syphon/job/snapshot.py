@@ -49,8 +49,9 @@ def split_ranges(queue: str, first: int, count: int, size: int) -> list[QueueRan
     if size < 1:
         raise ValueError("size must be positive")
     parts = max(1, -(-count // size))
-    ranges = [QueueRange(queue, first + i * size, first + (i + 1) * size - 1) for i in
-              range(parts - 1)]  # fmt: skip
+    ranges = [
+        QueueRange(queue, first + i * size, first + (i + 1) * size - 1) for i in range(parts - 1)
+    ]
     ranges.append(QueueRange(queue, first + (parts - 1) * size, None))
     return ranges
 
@@ -70,8 +71,9 @@ _BUFFERED_ROWS = 2_000
 _DONE = object()
 
 
-def side_by_side(producers: list[Callable[[], Iterator[Any]]],
-                 threads: int = PEEK_THREADS) -> Iterator[Any]:  # fmt: skip
+def side_by_side(
+    producers: list[Callable[[], Iterator[Any]]], threads: int = PEEK_THREADS
+) -> Iterator[Any]:
     """The items of every producer, each producer run in a thread of its own (at most
     ``threads`` at once), in the order they come. An error in a producer is raised here;
     closing the iterator early stops the producers at their next item."""
@@ -132,8 +134,9 @@ class _PeekTask:
     reaches the executors in the pickled task, never in a query plan, log or the Spark UI.
     """
 
-    def __init__(self, access: Access, groups: list[list[QueueRange]], page: int,
-                 schema: Any) -> None:  # fmt: skip
+    def __init__(
+        self, access: Access, groups: list[list[QueueRange]], page: int, schema: Any
+    ) -> None:
         self.__access = access
         self.groups = groups
         self.page = page
@@ -165,9 +168,12 @@ class _PeekTask:
 
 
 def peek_frame(
-    spark: SparkSession, access: Access, ranges: list[QueueRange], tasks: int = 0,
+    spark: SparkSession,
+    access: Access,
+    ranges: list[QueueRange],
+    tasks: int = 0,
     page: int = PEEK_PAGE,
-) -> DataFrame:  # fmt: skip
+) -> DataFrame:
     """The messages of ``ranges`` as a DataFrame of the snapshot schema (lazy: every
     action peeks again).
 

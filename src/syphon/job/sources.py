@@ -13,7 +13,7 @@ are found, and how their messages are restored.
 
 Both of the last restore a message from the message itself
 (:func:`syphon.job.restore.restore_redriven`). The settle decides by the queue a
-message was read from (:func:`syphon.job.settle.settle_actions`): in a dead-letter queue
+message was read from (:func:`syphon.job.settle_actions.settle_actions`): in a dead-letter queue
 it completes what was sent and leaves everything else (a dead letter cannot be
 dead-lettered again, and one that is not sent is never removed); an active queue is
 settled as a backlog queue is.
@@ -119,9 +119,14 @@ class RunSource:
         if missing:
             message = f"{what}'s entity {missing[0]!r} does not exist in {self.access.namespace}"
             raise ConfigError(message, fix=f"{message}: correct the source's targets")
-        return listed_queues(listed, self.reads_active, self.reads_dead_letters,
-                             self.access.namespace, set(self.config.targets),
-                             self.reads_transfer_dead_letters)  # fmt: skip
+        return listed_queues(
+            listed,
+            self.reads_active,
+            self.reads_dead_letters,
+            self.access.namespace,
+            set(self.config.targets),
+            self.reads_transfer_dead_letters,
+        )
 
 
 def run_source(ctx: RunContext, name: str | None = None) -> RunSource:

@@ -34,7 +34,8 @@ from syphon.job.plan import discovery_operations, unread
 from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
 from syphon.job.request import RunRequest, StageResult, timed
 from syphon.job.restore import restore
-from syphon.job.settle import settle_actions, settle_queues
+from syphon.job.settle import settle_queues
+from syphon.job.settle_actions import settle_actions
 from syphon.job.snapshot import read_snapshot
 from syphon.job.tally import Tally, tally
 from syphon.obs import failpoints, progress
@@ -131,8 +132,12 @@ def recover(ctx: RunContext, request: RunRequest) -> Recovered:
         result.runs[run_id] = (len(journal.outcomes), len(doubt))
         log.info(
             "run %s: the journal of interrupted run %s recorded %d outcomes and left %d "
-            "messages in doubt", request.run_id, run_id, len(journal.outcomes), len(doubt),
-        )  # fmt: skip
+            "messages in doubt",
+            request.run_id,
+            run_id,
+            len(journal.outcomes),
+            len(doubt),
+        )
     return result
 
 
@@ -231,8 +236,11 @@ def probe(
     result = Probed(todo=still_to_send(rows, earlier), skipped={})
     with timed(result.timings, "replay", "replay_probes"):
         pairs = result.todo.select("primary", "destination").distinct().collect()
-        destinations = sorted((r["primary"], r["destination"]) for r in pairs
-                              if (r["primary"], r["destination"]) not in (known or {}))  # fmt: skip
+        destinations = sorted(
+            (r["primary"], r["destination"])
+            for r in pairs
+            if (r["primary"], r["destination"]) not in (known or {})
+        )
         progress.step(f"replay: probing {len(destinations)} destinations")
         result.skipped = probe_destinations(ctx.namespaces.primaries, destinations)
     result.operations.replay_probes = len(destinations)

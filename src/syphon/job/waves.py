@@ -315,8 +315,14 @@ def read_waves(
         timings = Timings()
         with timed(timings, "snapshot"):
             snapshot = read_snapshot(spark, access, readable, split_messages)
-        yield Wave(number=1, snapshot=snapshot, watermark=None, last=True,
-                   queues=len(readable), timings=timings)  # fmt: skip
+        yield Wave(
+            number=1,
+            snapshot=snapshot,
+            watermark=None,
+            last=True,
+            queues=len(readable),
+            timings=timings,
+        )
         return
     paths = [q.path for q in readable]
     limit = max(1, -(-wave_messages // max(1, len(paths))))
@@ -342,8 +348,14 @@ def read_waves(
             # the wave's snapshot time: what the caller waited for (the first wave: all
             # of its read)
             timings = Timings(snapshot=spent if number == 1 else waited)
-            yield Wave(number=number, snapshot=got.rows, watermark=got.watermark,
-                       last=got.last, queues=len(paths), messages=got.cut.taken,
-                       timings=timings)  # fmt: skip
+            yield Wave(
+                number=number,
+                snapshot=got.rows,
+                watermark=got.watermark,
+                last=got.last,
+                queues=len(paths),
+                messages=got.cut.taken,
+                timings=timings,
+            )
             if not more:
                 return

@@ -84,8 +84,14 @@ class _JsonFormatter(logging.Formatter):
 
 #: The libraries' loggers: their INFO lines narrate every AMQP link state, HTTP request
 #: and py4j call, which buries what syphon says.
-LIBRARY_LOGGERS = ("azure", "uamqp", "py4j", "proton", "urllib3", "msal",
-)  # fmt: skip
+LIBRARY_LOGGERS = (
+    "azure",
+    "uamqp",
+    "py4j",
+    "proton",
+    "urllib3",
+    "msal",
+)
 
 
 def configure_logging(
@@ -116,8 +122,10 @@ def configure_logging(
     handler.setFormatter(_JsonFormatter() if fmt == "json" else _TextFormatter())
     root.addHandler(handler)
     root.setLevel(level.upper())
-    libraries = logging.DEBUG if root.level <= logging.DEBUG else max(
-        logging.getLevelName(sdk_level.upper()), root.level
-    )  # fmt: skip
+    libraries = (
+        logging.DEBUG
+        if root.level <= logging.DEBUG
+        else max(logging.getLevelName(sdk_level.upper()), root.level)
+    )
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(libraries)

@@ -159,8 +159,9 @@ class PairedNamespaceClient:
             interval = self.options.failover_interval.total_seconds()
             if state.first_failure is None:
                 state.first_failure = now
-                log.warning("send to %s failed (%s); failover timer started", entity,
-                            type(exc).__name__)  # fmt: skip
+                log.warning(
+                    "send to %s failed (%s); failover timer started", entity, type(exc).__name__
+                )
                 # the timer fails the entity over at expiry even if nobody sends again
                 timer = self._timer(interval, self._timer_expired, (entity, state, now))
                 timer.daemon = True

@@ -121,8 +121,9 @@ class Namespaces:
             ConfigError: the config has none.
         """
         if self.secondary is None:
-            raise ConfigError("no secondary namespace is configured: give secondary to "
-                              "drain backlog queues")  # fmt: skip
+            raise ConfigError(
+                "no secondary namespace is configured: give secondary to drain backlog queues"
+            )
         return self.secondary
 
     def primary(self, name: str) -> Access:
@@ -183,12 +184,12 @@ def resolve_access(
     if namespace.credential.client_secret is not None:
         name = f"{key}.credential.client_secret"
         try:
-            client_secret = resolve_secret(namespace.credential.client_secret, environ,
-                                           dbutils_get)  # fmt: skip
+            client_secret = resolve_secret(namespace.credential.client_secret, environ, dbutils_get)
         except SecretError as exc:
             raise SecretError(f"{where}{name}: {exc}") from None
-    return Access(host=namespace.host, credential=namespace.credential,
-                  client_secret=client_secret, **common)  # fmt: skip
+    return Access(
+        host=namespace.host, credential=namespace.credential, client_secret=client_secret, **common
+    )
 
 
 def resolve_namespaces(
@@ -203,8 +204,9 @@ def resolve_namespaces(
     """
     secondary = None
     if config.secondary is not None:
-        secondary = resolve_access(config.secondary, "secondary", config.source,
-                                   dbutils_get=dbutils_get, environ=environ)  # fmt: skip
+        secondary = resolve_access(
+            config.secondary, "secondary", config.source, dbutils_get=dbutils_get, environ=environ
+        )
     primaries = {
         p.namespace: resolve_access(
             p, f"primaries.{i}", config.source, dbutils_get=dbutils_get, environ=environ
@@ -216,9 +218,13 @@ def resolve_namespaces(
         if s.from_namespace is None:
             continue
         try:
-            drained[s.name] = resolve_access(s.from_namespace, f"sources.{i}.from_namespace",
-                                             config.source, dbutils_get=dbutils_get,
-                                             environ=environ)  # fmt: skip
+            drained[s.name] = resolve_access(
+                s.from_namespace,
+                f"sources.{i}.from_namespace",
+                config.source,
+                dbutils_get=dbutils_get,
+                environ=environ,
+            )
         except SecretError as exc:
             drained[s.name] = exc
     return Namespaces(secondary, primaries, drained)

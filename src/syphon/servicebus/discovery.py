@@ -184,11 +184,21 @@ def probe_entities(access: Any, paths: Sequence[str], what: str) -> list[Discove
         except ServiceBusError as exc:
             if not requires_session(exc):
                 raise
-            return DiscoveredQueue(primary=access.namespace, index=index, path=path,
-                                   message_count=None, extra=False,
-                                   unreadable=REQUIRES_SESSION)  # fmt: skip
-        return DiscoveredQueue(primary=access.namespace, index=index, path=path,
-                               message_count=None if peeked else 0, extra=False)  # fmt: skip
+            return DiscoveredQueue(
+                primary=access.namespace,
+                index=index,
+                path=path,
+                message_count=None,
+                extra=False,
+                unreadable=REQUIRES_SESSION,
+            )
+        return DiscoveredQueue(
+            primary=access.namespace,
+            index=index,
+            path=path,
+            message_count=None if peeked else 0,
+            extra=False,
+        )
 
     if not paths:
         return []
@@ -235,11 +245,16 @@ def list_entities(access: Any) -> tuple[list[ListedQueue], int]:
             in_sessions = {s.name for s in subs if s.requires_session}
             for sub in admin.list_subscriptions_runtime_properties(topic.name):
                 path = f"{topic.name}/Subscriptions/{sub.name}"
-                listed.append(ListedQueue(
-                    path, sub.active_message_count, sub.dead_letter_message_count,
-                    sub.name in in_sessions, True,
-                    transfer_dead_letters=sub.transfer_dead_letter_message_count or 0,
-                ))  # fmt: skip
+                listed.append(
+                    ListedQueue(
+                        path,
+                        sub.active_message_count,
+                        sub.dead_letter_message_count,
+                        sub.name in in_sessions,
+                        True,
+                        transfer_dead_letters=sub.transfer_dead_letter_message_count or 0,
+                    )
+                )
     return sorted(listed, key=lambda q: q.path), calls
 
 
@@ -249,9 +264,13 @@ NO_TARGET = "no_target"
 
 
 def listed_queues(
-    listed: Sequence[ListedQueue], active: bool, dead_letters: bool, namespace: str,
-    targets: Collection[str] = (), transfer_dead_letters: bool = False,
-) -> list[DiscoveredQueue]:  # fmt: skip
+    listed: Sequence[ListedQueue],
+    active: bool,
+    dead_letters: bool,
+    namespace: str,
+    targets: Collection[str] = (),
+    transfer_dead_letters: bool = False,
+) -> list[DiscoveredQueue]:
     """The queues a listing gives a source: each queue's active messages (``active``) and
     its dead-letter sub-queue (``dead_letters``), with their counts; a subscription's as
     well when it is one of ``targets``' entities, else named as not read (``no_target``)
@@ -265,13 +284,23 @@ def listed_queues(
             paths.append((q.path, q.active, why))
         if dead_letters and not (untargeted and not q.dead_letters):
             # a dead-letter queue never requires sessions
-            paths.append((dead_letter_path(q.path), q.dead_letters,
-                          NO_TARGET if untargeted else None))  # fmt: skip
+            paths.append(
+                (dead_letter_path(q.path), q.dead_letters, NO_TARGET if untargeted else None)
+            )
         if dead_letters and transfer_dead_letters and q.transfer_dead_letters:
-            paths.append((transfer_dead_letter_path(q.path), q.transfer_dead_letters,
-                          NO_TARGET if untargeted else None))  # fmt: skip
-    return [DiscoveredQueue(primary=namespace, index=i, path=p, message_count=n, extra=False,
-                            unreadable=why) for i, (p, n, why) in enumerate(paths)]  # fmt: skip
+            paths.append(
+                (
+                    transfer_dead_letter_path(q.path),
+                    q.transfer_dead_letters,
+                    NO_TARGET if untargeted else None,
+                )
+            )
+    return [
+        DiscoveredQueue(
+            primary=namespace, index=i, path=p, message_count=n, extra=False, unreadable=why
+        )
+        for i, (p, n, why) in enumerate(paths)
+    ]
 
 
 #: Why an entity's active messages are not read: only a session receiver sees them.

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from syphon.core.schema import DESTINATIONS, row_of
+from syphon.core.schema import DESTINATIONS, Field, names
 from syphon.servicebus.access import Access
 
 
@@ -40,3 +41,16 @@ def listing_failed(exc: BaseException) -> bool:
     from azure.core.exceptions import AzureError
 
     return isinstance(exc, (AzureError, OSError))
+
+
+def row_of(fields: Iterable[Field], **values: Any) -> tuple[Any, ...]:
+    """A row of the schema ``fields``, its values given by column name.
+
+    Raises:
+        ValueError: a column without a value, or a value for no column.
+    """
+    columns = names(fields)
+    missing, unknown = set(columns) - set(values), set(values) - set(columns)
+    if missing or unknown:
+        raise ValueError(f"row: no value for {sorted(missing)}; no column {sorted(unknown)}")
+    return tuple(values[c] for c in columns)

@@ -9,31 +9,54 @@ from __future__ import annotations
 import re
 
 #: The namespace cannot be reached (DNS, network, a closed port, a timeout).
-UNREACHABLE = frozenset({
-    "ServiceRequestError", "ServiceBusConnectionError", "ServiceBusCommunicationError",
-    "ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "gaierror",
-    "TimeoutError", "OperationTimeoutError", "AMQPConnectionError",
-})  # fmt: skip
+UNREACHABLE = frozenset(
+    {
+        "ServiceRequestError",
+        "ServiceBusConnectionError",
+        "ServiceBusCommunicationError",
+        "ConnectionError",
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+        "gaierror",
+        "TimeoutError",
+        "OperationTimeoutError",
+        "AMQPConnectionError",
+    }
+)
 
 #: The namespace refused the credentials, or azure-identity got no token.
-DENIED = frozenset({
-    "ClientAuthenticationError", "CredentialUnavailableError",
-    "ServiceBusAuthenticationError", "ServiceBusAuthorizationError",
-})  # fmt: skip
+DENIED = frozenset(
+    {
+        "ClientAuthenticationError",
+        "CredentialUnavailableError",
+        "ServiceBusAuthenticationError",
+        "ServiceBusAuthorizationError",
+    }
+)
 
 #: After these a batch may have arrived although the send failed: the transfer started
 #: and the answer was lost.
-IN_DOUBT = frozenset({
-    "OperationTimeoutError", "ServiceBusConnectionError", "ServiceBusCommunicationError",
-    "AMQPConnectionError", "ConnectionError", "TimeoutError",
-})  # fmt: skip
+IN_DOUBT = frozenset(
+    {
+        "OperationTimeoutError",
+        "ServiceBusConnectionError",
+        "ServiceBusCommunicationError",
+        "AMQPConnectionError",
+        "ConnectionError",
+        "TimeoutError",
+    }
+)
 
 #: The namespace itself failed (not one entity): every client of it is closed at once
 #: and the rest of the work there waits for the next run.
-NAMESPACE_FAULTS = frozenset({
-    "ServiceBusConnectionError", "ServiceBusCommunicationError",
-    "ServiceBusAuthenticationError", "ServiceBusAuthorizationError",
-})  # fmt: skip
+NAMESPACE_FAULTS = frozenset(
+    {
+        "ServiceBusConnectionError",
+        "ServiceBusCommunicationError",
+        "ServiceBusAuthenticationError",
+        "ServiceBusAuthorizationError",
+    }
+)
 
 #: The service is throttling: back off and send the same batch again.
 BUSY = frozenset({"ServiceBusServerBusyError"})
@@ -43,8 +66,9 @@ ENTITY_MISSING = frozenset({"MessagingEntityNotFoundError"})
 ENTITY_DISABLED = frozenset({"MessagingEntityDisabledError"})
 
 # the last "module.Class: message" line of a Python traceback inside a task's failure
-_TRACEBACK_ERROR = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception|gaierror))\b",
-                              re.M)  # fmt: skip
+_TRACEBACK_ERROR = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception|gaierror))\b", re.M
+)
 
 
 def error_name(exc: BaseException) -> str:

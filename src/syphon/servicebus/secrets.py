@@ -105,6 +105,10 @@ def with_endpoint(connection_string: str, endpoint: str) -> str:
         if not item.strip():
             continue
         key, _, value = item.partition("=")
-        items.append((key.strip(), f"sb://{endpoint}/" if key.strip().lower() == "endpoint"
-                      else value.strip()))  # fmt: skip
+        items.append(
+            (
+                key.strip(),
+                f"sb://{endpoint}/" if key.strip().lower() == "endpoint" else value.strip(),
+            )
+        )
     return "".join(f"{k}={v};" for k, v in items)

@@ -53,8 +53,9 @@ class AuditStore(Protocol):
         """Appends a planned snapshot's audit rows in one commit; returns how many."""
         ...
 
-    def append_outcomes(self, results: DataFrame, planned: DataFrame, run_id: str,
-                        stage: str, recorded_at: datetime) -> int:  # fmt: skip
+    def append_outcomes(
+        self, results: DataFrame, planned: DataFrame, run_id: str, stage: str, recorded_at: datetime
+    ) -> int:
         """Appends a stage's results (keys from ``planned``) in one commit; returns how
         many rows."""
         ...
@@ -140,8 +141,9 @@ class TableStore(abc.ABC):
         frame = queries.plan_audit_rows(planned, run_id, recorded_at)
         return self._append(frame, AUDIT_TABLE, f"{Stage.PLAN}-{run_id}")
 
-    def append_outcomes(self, results: DataFrame, planned: DataFrame, run_id: str,
-                        stage: str, recorded_at: datetime) -> int:  # fmt: skip
+    def append_outcomes(
+        self, results: DataFrame, planned: DataFrame, run_id: str, stage: str, recorded_at: datetime
+    ) -> int:
         frame = queries.outcome_audit_rows(results, planned, run_id, stage, recorded_at)
         return self._append(frame, AUDIT_TABLE, f"{stage}-{run_id}")
 

@@ -58,8 +58,7 @@ class CatalogStore(TableStore):
         missing = [f for f in frame.schema.fields if f.name.lower() not in have]
         if missing:
             columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
-            log.info("the table %s gains the columns %s", name,
-                     ", ".join(f.name for f in missing))  # fmt: skip
+            log.info("the table %s gains the columns %s", name, ", ".join(f.name for f in missing))
             spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
 
     def append_run(self, record: RunRecord) -> None:

@@ -75,8 +75,11 @@ def _is_storage_error(exc: BaseException) -> bool:
         return True
     module = type(exc).__module__ or ""
     return module.startswith(("deltalake", "_internal")) or type(exc).__name__ in (
-        "DeltaError", "DeltaProtocolError", "TableNotFoundError", "CommitFailedError",
-    )  # fmt: skip
+        "DeltaError",
+        "DeltaProtocolError",
+        "TableNotFoundError",
+        "CommitFailedError",
+    )
 
 
 def _short(exc: BaseException) -> str:
@@ -148,8 +151,11 @@ def add_missing_columns(delta: Any, schema: pa.Schema) -> list[str]:
     have = {f.name for f in delta.schema().fields}
     missing = [f for f in Schema.from_arrow(schema).fields if f.name not in have]
     if missing:
-        log.info("the table at %s gains the columns %s", delta.table_uri,
-                 ", ".join(f.name for f in missing))  # fmt: skip
+        log.info(
+            "the table at %s gains the columns %s",
+            delta.table_uri,
+            ", ".join(f.name for f in missing),
+        )
         delta.alter.add_columns(missing)
     return [f.name for f in missing]
 
@@ -247,15 +253,15 @@ class _ReadFiles:
         import pyarrow as pa
 
         arrays = [
-            part.column(f.name) if f.name in part.schema.names
-            else pa.nulls(part.num_rows, f.type)
+            part.column(f.name) if f.name in part.schema.names else pa.nulls(part.num_rows, f.type)
             for f in self.schema
-        ]  # fmt: skip
+        ]
         return pa.RecordBatch.from_arrays(arrays, names=self.schema.names).cast(self.schema)
 
 
-def append_arrow(table: pa.Table, where: Where, properties: Any = None,
-                 merge_schema: bool = False) -> None:  # fmt: skip
+def append_arrow(
+    table: pa.Table, where: Where, properties: Any = None, merge_schema: bool = False
+) -> None:
     """Appends a small Arrow table (written from the driver), with ``properties`` (delta-rs
     CommitProperties) on its commit; with ``merge_schema``, a table with fewer columns
     gains the ones it lacks (its other rows read them as null)."""
@@ -264,9 +270,14 @@ def append_arrow(table: pa.Table, where: Where, properties: Any = None,
     location = as_location(where)
     if location.local:
         os.makedirs(location.uri, exist_ok=True)
-    write_deltalake(location.uri, table, mode="append", commit_properties=properties,
-                    schema_mode="merge" if merge_schema else None,
-                    storage_options=location.storage_options())  # fmt: skip
+    write_deltalake(
+        location.uri,
+        table,
+        mode="append",
+        commit_properties=properties,
+        schema_mode="merge" if merge_schema else None,
+        storage_options=location.storage_options(),
+    )
 
 
 def read_table(where: Where) -> Any:

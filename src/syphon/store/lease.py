@@ -99,8 +99,9 @@ class Lease:
         ttl: how long an acquire or renew holds without another renew.
     """
 
-    def __init__(self, root: Location | str | os.PathLike[str], holder: str,
-                 ttl: timedelta) -> None:  # fmt: skip
+    def __init__(
+        self, root: Location | str | os.PathLike[str], holder: str, ttl: timedelta
+    ) -> None:
         location = as_location(root)
         self.root = location.shown
         self.table = location.child(LEASES_TABLE)

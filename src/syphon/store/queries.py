@@ -46,10 +46,14 @@ def plan_audit_rows(planned: DataFrame, run_id: str, recorded_at: datetime) -> D
         # a discarded message's plan row keeps the operator's reason
         "detail": F.col("detail") if "detail" in planned.columns else F.lit(None),
     }
-    return planned.select(*[
-        (run[c] if c in run else F.col(AUDIT_FROM_PLANNED.get(c, c))).cast(spark_type(_typed(c)))
-        .alias(c) for c in names(AUDIT)
-    ])  # fmt: skip
+    return planned.select(
+        *[
+            (run[c] if c in run else F.col(AUDIT_FROM_PLANNED.get(c, c)))
+            .cast(spark_type(_typed(c)))
+            .alias(c)
+            for c in names(AUDIT)
+        ]
+    )
 
 
 def outcome_audit_rows(
@@ -73,10 +77,12 @@ def outcome_audit_rows(
         "stage": F.lit(stage),
         "recorded_at": F.lit(recorded_at).cast("timestamp"),
     }
-    return joined.select(*[
-        (run[c] if c in run else F.col(c)).cast(spark_type(_typed(c))).alias(c)
-        for c in names(AUDIT)
-    ])  # fmt: skip
+    return joined.select(
+        *[
+            (run[c] if c in run else F.col(c)).cast(spark_type(_typed(c))).alias(c)
+            for c in names(AUDIT)
+        ]
+    )
 
 
 def run_rows(audit: DataFrame, run_id: str, stage: str | None = None) -> DataFrame:
