@@ -147,10 +147,7 @@ class Namespace:
             entity = self.entity(spec.name)
             _keep_partitioning(entity.spec.enable_partitioning, spec.enable_partitioning)
             spec = replace(spec, name=entity.path)
-            entity.spec = spec
-            for sub_queue in (entity.dlq, entity.transfer_dlq):
-                if sub_queue is not None:
-                    sub_queue.spec = spec
+            entity.respec(spec)
             entity.updated_ms = self.clock.now_ms()
             return entity
 
@@ -177,10 +174,7 @@ class Namespace:
     @staticmethod
     def _respec_subscription(topic: Topic, sub: Entity, spec: SubscriptionSpec) -> None:
         sub.subscription = replace(spec, rules=())
-        sub.spec = subscription_queue_spec(topic.spec, sub.subscription)
-        for sub_queue in (sub.dlq, sub.transfer_dlq):
-            if sub_queue is not None:
-                sub_queue.spec = sub.spec
+        sub.respec(subscription_queue_spec(topic.spec, sub.subscription))
 
     def delete_queue(self, name: str) -> None:
         with self.lock:

@@ -24,7 +24,7 @@ from servicebus_emulator.model import (
     unavailable,
 )
 from servicebus_emulator.namespace import Namespace
-from servicebus_emulator.store import Entity, Topic, with_properties
+from servicebus_emulator.store import Entity, Topic, dead_lettered, with_properties
 
 
 class Sending(Namespace):
@@ -302,9 +302,7 @@ class Sending(Namespace):
         touched: set[str],
     ) -> int:
         assert entity.transfer_dlq is not None
-        props = dict(parsed.get_application_properties())
-        props["DeadLetterReason"], props["DeadLetterErrorDescription"] = why
-        moved = with_properties(parsed, props)
+        moved = dead_lettered(parsed, *why)
         msg = entity.transfer_dlq.add(moved, len(moved.bare), now, scheduled_ms=None, ttl_ms=None)
         touched.add(entity.transfer_dlq.path)
         return msg.seq

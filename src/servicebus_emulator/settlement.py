@@ -21,7 +21,7 @@ from servicebus_emulator.model import (
     partition_of,
 )
 from servicebus_emulator.sending import Sending
-from servicebus_emulator.store import Entity, with_properties
+from servicebus_emulator.store import Entity, dead_lettered, with_properties
 
 
 class Settlement(Sending):
@@ -78,13 +78,7 @@ class Settlement(Sending):
         entity.remove(msg)
         if entity.dlq is None:  # already a dead-letter queue: a completed move
             return
-        props = dict(msg.parsed.get_application_properties())
-        if reason is not None:
-            props["DeadLetterReason"] = reason
-        if description is not None:
-            props["DeadLetterErrorDescription"] = description
-        props.update(extra or {})
-        parsed = with_properties(msg.parsed, props)
+        parsed = dead_lettered(msg.parsed, reason, description, extra)
         forward = entity.spec.forward_dead_lettered_messages_to
         target = self._resolve_forward(forward) if forward else None
         if target is not None:

@@ -98,6 +98,14 @@ class Entity:
     def partitioned(self) -> bool:
         return self.sequence.partitioned
 
+    def respec(self, spec: QueueSpec) -> None:
+        """New settings for the entity and its dead-letter and transfer dead-letter
+        queues."""
+        self.spec = spec
+        for sub_queue in (self.dlq, self.transfer_dlq):
+            if sub_queue is not None:
+                sub_queue.spec = spec
+
     def partition_quota_bytes(self) -> int:
         """Each partition of a partitioned entity holds up to the entity's declared size."""
         return self.spec.max_size_in_megabytes * 1024 * 1024
@@ -256,3 +264,21 @@ def with_properties(parsed: ParsedMessage, props: dict[Any, Any]) -> ParsedMessa
         application_properties=props,
         body_size=parsed.body_size,
     )
+
+
+def dead_lettered(
+    parsed: ParsedMessage,
+    reason: str | None,
+    description: str | None,
+    extra: dict[Any, Any] | None = None,
+) -> ParsedMessage:
+    """The message as a dead-letter queue holds it: ``DeadLetterReason`` and
+    ``DeadLetterErrorDescription`` (when given) and ``extra`` among its application
+    properties."""
+    props = dict(parsed.get_application_properties())
+    if reason is not None:
+        props["DeadLetterReason"] = reason
+    if description is not None:
+        props["DeadLetterErrorDescription"] = description
+    props.update(extra or {})
+    return with_properties(parsed, props)

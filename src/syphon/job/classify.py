@@ -34,7 +34,7 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from syphon.core.envelope import PING_CONTENT_TYPE
 from syphon.core.partitioning import effective_partition_key_col
@@ -282,12 +282,10 @@ def with_verdicts(df: DataFrame, against: Against) -> DataFrame:
     and its source; the steps' own columns dropped."""
     from pyspark.sql import functions as F
 
-    rules = verdict_rules(df)
-    verdict: Any = F
-    reason: Any = F
-    for holds, name, why in rules:
-        verdict = verdict.when(holds, F.lit(name))
-        reason = reason.when(holds, why)
+    (holds, name, why), *rest = verdict_rules(df)
+    verdict, reason = F.when(holds, F.lit(name)), F.when(holds, why)
+    for holds, name, why in rest:
+        verdict, reason = verdict.when(holds, F.lit(name)), reason.when(holds, why)
     verdict = verdict.otherwise(F.lit(Verdict.REPLAY))
     reason = reason.otherwise(F.when(F.col("_resend"), F.lit(RESEND_ALLOWED)))
     done = df.withColumns(

@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from syphon.core.discard import Discard
 from syphon.core.ledger import Operations, RunRecord, Timings
-from syphon.core.schema import DESTINATIONS, SNAPSHOT, Status, Verdict, spark_schema
+from syphon.core.schema import DESTINATIONS, Status, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
 from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.reconcile import reconcile_snapshot
 from syphon.job.request import RunRequest, StageResult, timed
-from syphon.job.restore import Redrive, restore
-from syphon.job.selection import with_views
+from syphon.job.restore import Redrive, expression_type
 from syphon.job.snapshot import read_snapshot
 from syphon.job.sources import RunSource
 from syphon.obs import progress
@@ -322,15 +321,12 @@ def check_selection(
     """
     if selection is None or selection.where is None:
         return
-    from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
 
-    empty = with_views(restore(spark.createDataFrame([], spark_schema(SNAPSHOT)), redrive))
     try:
-        where_kind = empty.select(F.expr(selection.where)).schema[0].dataType
-    except Exception as exc:  # Spark's parse and analysis errors
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SelectionError(f"--where {selection.where!r}: {first}") from None
+        where_kind = expression_type(spark, selection.where, redrive)
+    except ValueError as exc:
+        raise SelectionError(f"--where {selection.where!r}: {exc}") from None
     if not isinstance(where_kind, BooleanType):
         raise SelectionError(
             f"--where {selection.where!r}: is {where_kind.simpleString()}, not true or false"

@@ -13,9 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from syphon.core.repair import Repair, RepairError, amqp_type
-from syphon.core.schema import SNAPSHOT, spark_schema
-from syphon.job.restore import Redrive, restore
-from syphon.job.selection import with_views
+from syphon.job.restore import Redrive, expression_type
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,18 +32,13 @@ def check_repair(
     """
     if repair is None:
         return {}
-    from pyspark.sql import functions as F
-
-    empty = with_views(restore(spark.createDataFrame([], spark_schema(SNAPSHOT)), redrive))
     types: dict[str, str] = {}
     for change in repair.changes:
         if change.expression is None:
             continue
         try:
-            kind = empty.select(F.expr(change.expression)).schema[0].dataType
-        except Exception as exc:  # Spark's parse and analysis errors
-            words = str(exc).strip()
-            first = words.splitlines()[0] if words else type(exc).__name__
-            raise RepairError(f"--set {change.name}={change.expression}: {first}") from None
+            kind = expression_type(spark, change.expression, redrive)
+        except ValueError as exc:
+            raise RepairError(f"--set {change.name}={change.expression}: {exc}") from None
         types[change.name] = amqp_type(change, kind.simpleString())
     return types

@@ -22,11 +22,13 @@ from syphon.core.naming import (
     entity_of_dead_letter_col,
     is_dead_letter_col,
 )
+from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.core.timespan import TICKS_PER_SECOND
-from syphon.job.selection import property_text
+from syphon.job.selection import property_text, with_views
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
 
 
 @dataclass(frozen=True)
@@ -120,3 +122,24 @@ def restore_redriven(snapshot: DataFrame, redrive: Redrive) -> DataFrame:
             "dead_letter_error_source": F.when(in_dlq, F.col("dead_letter_source")),
         }
     )
+
+
+def expression_type(
+    spark: SparkSession, expression: str, redrive: Redrive | None = None
+) -> DataType:
+    """The Spark type an operator's expression (a ``--where``, a ``--set``) gives over
+    restored rows with the views they see (:func:`syphon.job.selection.with_views`),
+    judged on an empty snapshot: nothing is read.
+
+    Raises:
+        ValueError: it does not parse, or names a column that does not exist (Spark's
+            own words, their first line).
+    """
+    from pyspark.sql import functions as F
+
+    empty = with_views(restore(spark.createDataFrame([], spark_schema(SNAPSHOT)), redrive))
+    try:
+        return empty.select(F.expr(expression)).schema[0].dataType
+    except Exception as exc:  # Spark's parse and analysis errors
+        words = str(exc).strip()
+        raise ValueError(words.splitlines()[0] if words else type(exc).__name__) from None
