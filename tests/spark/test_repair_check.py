@@ -18,7 +18,7 @@ def repair(*sets: str) -> Repair:
 
 
 def test_each_set_gets_the_type_its_expression_gives_or_the_one_it_names(spark: Any) -> None:
-    got = check_repair(
+    checked = check_repair(
         spark,
         repair(
             "tenant=upper(properties['tenant'])",
@@ -27,19 +27,22 @@ def test_each_set_gets_the_type_its_expression_gives_or_the_one_it_names(spark: 
             "subject=concat(subject, '-fixed')",
             "seen=original_enqueued_time",
             "flag=typed_properties['x'].bool",
+            "time_to_live=INTERVAL 2 HOURS",
         ),
     )
-    assert got == {
+    assert checked is not None
+    assert {c.name: c.kind for c in checked.changes} == {
         "tenant": "string",
         "retries": "long",
         "attempt": "int",
         "subject": "string",
         "seen": "timestamp",
         "flag": "boolean",
+        "time_to_live": "milliseconds",
     }
-    assert check_repair(spark, None) == {}
+    assert check_repair(spark, None) is None
     unset_only = Repair.from_options([], ["tenant"])
-    assert check_repair(spark, unset_only) == {}  # an unset has nothing to judge
+    assert check_repair(spark, unset_only) == unset_only  # an unset has nothing to judge
 
 
 @pytest.mark.parametrize(
@@ -49,6 +52,7 @@ def test_each_set_gets_the_type_its_expression_gives_or_the_one_it_names(spark: 
         ("n=no_such_column", "no_such_column"),
         ("n=cast(1 as decimal(10,2))", "decimal(10,2)"),
         ("n=map('a', 1)", "map<string,int>"),
+        ("scheduled_enqueue_time='tomorrow'", "takes a timestamp"),
     ],
 )
 def test_an_expression_that_cannot_be_set_exits_2_before_anything_is_read(

@@ -260,3 +260,60 @@ def test_a_dead_lettered_message_loses_only_the_dead_letter_properties() -> None
         "n": ("ulong", 7),
     }
     assert rebuilt[ab.PROPERTIES].raw == by_code(encoded)[ab.PROPERTIES].raw
+
+
+def test_a_repair_changes_what_it_names_and_nothing_else() -> None:
+    message = original(b"\x00\x01binary")
+    encoded = backlog_form(message)
+    plain = by_code(
+        rebuild(encoded, session_id="session-1", time_to_live_ms=None, scheduled_enqueue_time=None)
+    )
+    repaired = by_code(
+        rebuild(
+            encoded,
+            session_id="session-1",
+            time_to_live_ms=None,
+            scheduled_enqueue_time=None,
+            application={"retries": b"\x81" + (2).to_bytes(8, "big"), "int": None},
+            system={"subject": ab.encode_string("fixed"), "reply_to": None},
+        )
+    )
+    # every section but the two changed keeps its bytes
+    changed = (ab.PROPERTIES, ab.APPLICATION_PROPERTIES)
+    assert {c: s.raw for c, s in repaired.items() if c not in changed} == {
+        c: s.raw for c, s in plain.items() if c not in changed
+    }
+    before = ab.compound_items(plain[ab.PROPERTIES].value)
+    after = ab.compound_items(repaired[ab.PROPERTIES].value)
+    assert ab.decode(after[3]) == "fixed" and after[4] == b"\x40"
+    assert [a for i, a in enumerate(after) if i not in (3, 4)] == [
+        b for i, b in enumerate(before) if i not in (3, 4)
+    ]
+    old = dict(ab.map_entries(plain[ab.APPLICATION_PROPERTIES].value))
+    new = dict(ab.map_entries(repaired[ab.APPLICATION_PROPERTIES].value))
+    name = ab.encode_string
+    assert name("int") in old and name("int") not in new
+    assert (ab.type_name(new[name("retries")]), ab.decode(new[name("retries")])) == ("long", 2)
+    assert {k: v for k, v in new.items() if k != name("retries")} == {
+        k: v for k, v in old.items() if k != name("int")
+    }
+
+
+def test_a_repair_adds_the_sections_a_bare_message_lacks() -> None:
+    bare = Message(body=b"x")
+    bare.inferred = True
+    rebuilt = rebuild(
+        bytes(bare.encode()),
+        session_id=None,
+        time_to_live_ms=None,
+        scheduled_enqueue_time=None,
+        application={"tenant": ab.encode_string("t1")},
+        system={"content_type": ab.encode_symbol("application/json")},
+    )
+    back = Message()
+    back.decode(rebuilt)
+    assert (back.properties, back.content_type, back.body) == (
+        {"tenant": "t1"},
+        "application/json",
+        b"x",
+    )

@@ -14,9 +14,13 @@ from syphon.core.repair import (
     Repair,
     RepairError,
     amqp_type,
-    encode_value,
     parse_set,
     parse_unset,
+)
+from syphon.core.repaired import (
+    decode_changes,
+    encode_value,
+    repair_message,
     set_application_properties,
 )
 
@@ -31,7 +35,7 @@ def test_a_set_names_a_property_an_optional_type_and_an_expression() -> None:
     assert parse_set("Subject=concat('x', ':', 'y')") == Change(
         "subject", True, "concat('x', ':', 'y')", None
     )
-    assert parse_set("time_to_live:long=3600").system
+    assert parse_set("time_to_live=3600").system
     assert parse_unset("Tenant") == Change("Tenant", False)
     assert parse_unset("content-type") == Change("content_type", True)
     assert parse_unset("ContentType") == Change("content_type", True)  # the .NET spelling
@@ -146,3 +150,42 @@ def test_the_application_properties_change_only_where_told() -> None:
     assert ab.map_entries(set_application_properties(None, {"a": b"\x41"})) == [
         (ab.encode_string("a"), b"\x41")
     ]
+
+
+def test_a_system_property_takes_the_type_the_service_gives_it() -> None:
+    assert amqp_type(parse_set("subject=upper(subject)"), "string") == "string"
+    assert amqp_type(parse_set("content-type='application/json'"), "string") == "symbol"
+    assert amqp_type(parse_set("TimeToLive=INTERVAL 2 HOURS"), "interval hour") == (
+        "milliseconds"
+    )
+    assert amqp_type(parse_set("time_to_live=3600"), "int") == "milliseconds"
+    with pytest.raises(RepairError, match="subject takes a string"):
+        amqp_type(parse_set("subject=1"), "int")
+    with pytest.raises(RepairError, match="system property"):
+        parse_set("subject:long=1")
+    assert ab.type_name(encode_value("a/b", "symbol")) == "symbol"
+    assert ab.decode(encode_value(3600, "milliseconds")) == 3_600_000
+    with pytest.raises(ValueError, match="time to live"):
+        encode_value(0, "milliseconds")
+
+
+def test_a_repair_changes_only_what_each_message_needs_and_says_so_by_name() -> None:
+    repair = Repair.from_options(["retries:long=x", "subject=y"], ["Legacy"])
+    assert repair is not None
+    changes = repair.resolved({"retries": "long", "subject": "string"}).changes
+    done = repair_message(changes, (3, None, True))  # subject null: left as it is
+    assert done.error is None and done.names == ["set retries", "unset Legacy"]
+    assert decode_changes(done.application) == {"retries": encode_value(3, "long"), "Legacy": None}
+    assert done.system is None and done.added > len(encode_value(3, "long"))
+    untouched = repair_message(changes, (None, None, False))  # nothing to change
+    assert untouched.names == [] and untouched.application is None and untouched.added == 0
+    bad = repair_message(changes, ("abc", "s", True))
+    assert bad.error == "--set retries: a str is not a whole number for long"
+    assert "abc" not in bad.error  # a reason never carries the value
+
+
+def test_the_ledger_s_words_give_the_same_repair_back() -> None:
+    repair = Repair.from_options(["retries:long=0", "subject=upper(subject)"], ["Legacy"])
+    assert repair is not None
+    assert Repair.from_described(repair.describe()) == repair
+    assert Repair.from_described(None) is None

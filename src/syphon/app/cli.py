@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import yaml
 
-from syphon.app.cliargs import build_parser, discard_of, selection_of, until
+from syphon.app.cliargs import build_parser, discard_of, repair_of, selection_of, until
 from syphon.app.services import build_context, run_with_report
 from syphon.app.text import format_run, format_status, format_summary
 from syphon.core.config import SyphonConfig
@@ -59,6 +59,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     with run_context(run_id):  # every record, the config's included, names the run
         # a malformed selection is refused before anything is read or started
         selection = selection_of(args) if args.command in ("plan", "run", "discard") else None
+        repair = repair_of(args)  # and so is a repair that cannot be
         if getattr(args, "max_waves", None) is not None and args.max_waves < 1:
             raise SelectionError(f"--max-waves: at least 1 (got {args.max_waves})")
         stop_at = until(getattr(args, "until", None), datetime.now(timezone.utc))
@@ -85,6 +86,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             resume=args.command == "replay",
             max_waves=getattr(args, "max_waves", None),
             until=stop_at,
+            repair=repair,
         )
         if args.command == "plan":
             return _plan(ctx, request)

@@ -20,6 +20,7 @@ from syphon.core.discard import (
     DiscardError,
 )
 from syphon.core.errors import EXIT_CODES
+from syphon.core.repair import Repair
 from syphon.core.selection import Selection, SelectionError, parse_time, selection_from_text
 from syphon.obs.logs import LOG_FORMATS
 
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_option(planned)
     _add_selection_options(planned)
     _add_discard_options(planned, dry_run=True)
+    _add_repair_options(planned, dry_run=True)
 
     provision = sub.add_parser(
         "provision",
@@ -83,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_option(ran)
     _add_selection_options(ran)
     _add_discard_options(ran)
+    _add_repair_options(ran)
     _add_wave_options(ran)
 
     discard = sub.add_parser(
@@ -248,6 +251,43 @@ def _add_discard_options(cmd: argparse.ArgumentParser, dry_run: bool = False) ->
         help="why they are discarded (kept in the audit; default for "
         f"--discard-duplicates: {DEFAULT_DUPLICATES_REASON!r})",
     )
+
+
+def _add_repair_options(cmd: argparse.ArgumentParser, dry_run: bool = False) -> None:
+    group = cmd.add_argument_group(
+        "repair",
+        "change what is sent: each --set is a Spark SQL expression over the snapshot's "
+        "columns and properties['name'], as --where sees them (null for a message: "
+        "its property stays as it is); the session id, partition key and MessageId "
+        "cannot be changed"
+        + (" (here: the dry run; the summary counts what each change alters)" if dry_run else ""),
+    )
+    group.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME[:TYPE]=SQL",
+        help="set an application property (or subject, to, reply_to, content_type, "
+        "correlation_id, time_to_live, scheduled_enqueue_time) to the expression's "
+        "value; TYPE (long, int, string, ...) where the expression's is ambiguous "
+        "(repeatable)",
+    )
+    group.add_argument(
+        "--unset",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="remove an application property or one of those system properties (repeatable)",
+    )
+
+
+def repair_of(args: argparse.Namespace) -> Repair | None:
+    """The command's repair, or None when it asks for none.
+
+    Raises:
+        RepairError: a change that cannot be (see :mod:`syphon.core.repair`).
+    """
+    return Repair.from_options(getattr(args, "set", []), getattr(args, "unset", []))
 
 
 def discard_of(args: argparse.Namespace, selection: Selection | None) -> Discard | None:

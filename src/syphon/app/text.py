@@ -63,6 +63,11 @@ def format_summary(result: PlanResult) -> str:
         lines.append(
             f"{result.discard.describe()}: the disc column; a run removes them without sending them"
         )
+    if result.repair is not None:
+        lines.append(
+            f"repair: {'; '.join(result.repair.describe())} (under each destination: how "
+            "many of its replays each change alters)"
+        )
     lines.append(
         f"{'primary':<20} {'destination':<28} {'replay':>7} {'dup':>5} {'confl':>5} "
         f"{'exp':>5} {'ping':>5} {'inval':>5} {'unsel':>5} {'disc':>5} {'spread':>6}"
@@ -78,4 +83,9 @@ def format_summary(result: PlanResult) -> str:
             f"{d['ping']:>5} {d['invalid']:>5} {d['unselected']:>5} {d['discarded']:>5}"
             f" {d['spread_groups']:>6}  {span}"
         )
+        if d.get("repaired"):
+            changed = ", ".join(f"{c} {n}" for c, n in sorted(d["repaired"].items()))
+            lines.append(f"{'':<20} repaired: {changed}")
+        elif "repaired" in d:
+            lines.append(f"{'':<20} repaired: none")
     return "\n".join(lines)

@@ -9,6 +9,7 @@ whose fields say what a run counts. :meth:`Operations.as_map` and
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -155,6 +156,8 @@ class RunRecord:
             run of one wave, or the run's final row).
         watermark: that wave's cut: it took the messages enqueued before it (None: it
             took every queue to its end).
+        repair: the run's repair in the operator's words (``set NAME=SQL``,
+            ``unset NAME``; :meth:`syphon.core.repair.Repair.describe`); empty: none.
     """
 
     run_id: str
@@ -170,6 +173,7 @@ class RunRecord:
     source: str | None = None
     wave: int | None = None
     watermark: datetime | None = None
+    repair: tuple[str, ...] = ()
 
     def as_row(self, recorded_at: datetime) -> dict[str, Any]:
         """The row as the ledger table stores it (see :data:`syphon.core.schema.RUNS`)."""
@@ -188,6 +192,7 @@ class RunRecord:
             "source": self.source,
             "wave": self.wave,
             "watermark": self.watermark,
+            "repair": json.dumps(list(self.repair)) if self.repair else None,
         }
 
     @classmethod
@@ -207,6 +212,7 @@ class RunRecord:
             source=row.get("source"),
             wave=row.get("wave"),
             watermark=row.get("watermark"),
+            repair=tuple(json.loads(row.get("repair") or "[]")),
         )
 
 

@@ -12,17 +12,21 @@ changed (see :mod:`syphon.core.envelope`) and what the service owns:
   sender sets (``x-opt-partition-key``, ``x-opt-via-partition-key``, any of its own) stay;
 - every other section (properties, the application properties that are not aliases,
   the body whatever its kind — data, value, sequence — and the footer) keeps its bytes,
-  and with them every value's AMQP type.
+  and with them every value's AMQP type;
+- except what a repair changes (:mod:`syphon.core.repair`): the application properties
+  it sets or removes, and the system properties of the properties list it sets or
+  removes (the TTL and the scheduled time come in as the arguments above).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime
 
 from syphon.core import amqp_bytes as ab
 from syphon.core.envelope import ALIASES
 from syphon.core.naming import is_dead_letter_path
+from syphon.core.repaired import set_application_properties
 
 #: The application properties the service adds to a message it dead-letters (its
 #: reason and description); a re-driven message is live again and is sent without them
@@ -57,6 +61,8 @@ SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
 #: TTL caps it anyway when that is shorter.
 MAX_TTL_MS = 2**32 - 1
 _GROUP_ID = 10  # the properties list's group-id: the session id
+#: The system properties a repair may change in the properties list, by their place.
+PROPERTY_PLACES = {"to": 2, "subject": 3, "reply_to": 4, "correlation_id": 5, "content_type": 6}
 
 
 def rebuild(
@@ -66,6 +72,8 @@ def rebuild(
     time_to_live_ms: int | None,
     scheduled_enqueue_time: datetime | None,
     dropped: Collection[str] = ALIASES,
+    application: Mapping[str, bytes | None] | None = None,
+    system: Mapping[str, bytes | None] | None = None,
 ) -> bytes:
     """The message to send for the backlog message ``encoded`` (as a peek returns it).
 
@@ -76,6 +84,9 @@ def rebuild(
         scheduled_enqueue_time: when the destination is to enqueue it, or None for now.
         dropped: the application properties left out (a backlog message's aliases; a
             dead-lettered message's :data:`DEAD_LETTER_PROPERTIES`).
+        application: a repair's application properties: name to encoded value, or None
+            to remove it.
+        system: a repair's system properties of :data:`PROPERTY_PLACES`, the same way.
 
     Raises:
         AmqpFormatError: ``encoded`` is not an AMQP message.
@@ -98,25 +109,54 @@ def rebuild(
         )
     if kept:
         out.append(ab.section(ab.MESSAGE_ANNOTATIONS, ab.encode_map(kept)))
+    system = {k: v for k, v in (system or {}).items() if k in PROPERTY_PLACES}
     has_properties = any(p.code == ab.PROPERTIES for p in parts)
-    if not has_properties and session_id is not None:
-        out.append(_properties(b"\x45", session_id))
+    if not has_properties and (session_id is not None or system):
+        out.append(_properties(b"\x45", session_id, system))
+    has_application = any(p.code == ab.APPLICATION_PROPERTIES for p in parts)
     for part in parts:
         if part.code == ab.PROPERTIES:
-            out.append(_properties(part.value, session_id))
-        elif part.code == ab.APPLICATION_PROPERTIES:
-            entries = [(k, v) for k, v in ab.map_entries(part.value) if ab.decode(k) not in dropped]
-            if entries:
-                out.append(ab.section(ab.APPLICATION_PROPERTIES, ab.encode_map(entries)))
+            out.append(_properties(part.value, session_id, system))
+        elif part.code >= ab.DATA and not has_application and application:
+            out.append(_application(None, dropped, application))
+            has_application = True
+        if part.code == ab.APPLICATION_PROPERTIES:
+            out.append(_application(part.value, dropped, application))
         elif part.code >= ab.DATA:  # the body and the footer, as they are
             out.append(part.raw)
     return b"".join(out)
 
 
-def _properties(encoded_list: bytes, session_id: str | None) -> bytes:
-    """The properties section with the session id in its group-id (the rest as is)."""
+def _application(
+    encoded_map: bytes | None,
+    dropped: Collection[str],
+    application: Mapping[str, bytes | None] | None,
+) -> bytes:
+    """The application-properties section without ``dropped``, with the repair's
+    changes; nothing when no entry is left."""
+    entries = [
+        (k, v)
+        for k, v in (ab.map_entries(encoded_map) if encoded_map else [])
+        if ab.decode(k) not in dropped
+    ]
+    if application:
+        entries = ab.map_entries(
+            set_application_properties(ab.encode_map(entries), dict(application))
+        )
+    return ab.section(ab.APPLICATION_PROPERTIES, ab.encode_map(entries)) if entries else b""
+
+
+def _properties(
+    encoded_list: bytes, session_id: str | None, system: Mapping[str, bytes | None]
+) -> bytes:
+    """The properties section with the session id in its group-id and a repair's
+    system properties in their places (the rest as is)."""
     items = ab.compound_items(encoded_list)
+    changes = dict(system)
     if session_id is not None:
-        items += [b"\x40"] * (_GROUP_ID + 1 - len(items))
-        items[_GROUP_ID] = ab.encode_string(session_id)
+        changes["group_id"] = ab.encode_string(session_id)
+    for name, value in changes.items():
+        place = _GROUP_ID if name == "group_id" else PROPERTY_PLACES[name]
+        items += [b"\x40"] * (place + 1 - len(items))
+        items[place] = b"\x40" if value is None else value
     return ab.section(ab.PROPERTIES, ab.encode_compound(items, is_map=False))

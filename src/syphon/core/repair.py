@@ -8,23 +8,19 @@ is an application property, or one of the system properties an operator legitima
 fixes (:data:`SYSTEM_PROPERTIES`). The session id, the partition key and the MessageId
 decide order and duplicate detection and are refused (:data:`REFUSED`).
 
-This module parses and checks what the operator typed (before anything is read), and
-encodes one value as the AMQP type it is set with; the values themselves are computed
-per message by Spark. An expression is the operator's words, recorded in the run's
+A value null for a message leaves its property as it is (``CASE WHEN ... END`` repairs
+only the messages that need it); a message without the property an unset names is not
+changed. This module parses and checks what the operator typed (before anything is
+read); the values are computed per message by Spark and encoded by
+:mod:`syphon.core.repaired`. An expression is the operator's words, recorded in the run's
 ledger: one that embeds a literal that looks like a secret is refused, as in the config.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import struct
-import uuid
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from dataclasses import dataclass, replace
 
-from syphon.core import amqp_bytes as ab
 from syphon.core.configreader import looks_like_a_secret
 from syphon.core.errors import ExitCode, SyphonError
 
@@ -88,13 +84,16 @@ class Change:
         name: the property, as typed (an application property's name keeps its case).
         system: whether it is a system property (:data:`SYSTEM_PROPERTIES`).
         expression: the Spark SQL expression its value comes from; None: remove it.
-        type: the AMQP type its value is sent as; None: the expression's own.
+        type: the AMQP type the operator named; None: the expression's own.
+        kind: what its value is encoded as, once the run has judged the expression
+            (:func:`amqp_type`); None until then, and for an unset.
     """
 
     name: str
     system: bool
     expression: str | None = None
     type: str | None = None
+    kind: str | None = None
 
     def describe(self) -> str:
         """The change as the ledger records it: the operator's words."""
@@ -138,6 +137,11 @@ def parse_set(text: str) -> Change:
     if not sql:
         raise RepairError(f"--set {name}: the expression after = is empty")
     kind = match["type"]
+    if kind is not None and system:
+        raise RepairError(
+            f"--set {name}:{kind}: {name} is a system property, sent as the service types it",
+            fix=f"write --set {name}=SQL",
+        )
     if kind is not None and kind not in TYPES:
         raise RepairError(f"--set {name}:{kind}: not an AMQP type (one of {', '.join(TYPES)})")
     if looks_like_a_secret(sql):
@@ -184,73 +188,19 @@ class Repair:
         return tuple(c.name for c in self.changes)
 
     def describe(self) -> list[str]:
+        """The changes in the operator's words, as the run's ledger records them."""
         return [c.describe() for c in self.changes]
 
+    @classmethod
+    def from_described(cls, lines: list[str] | None) -> Repair | None:
+        """The repair a ledger recorded (:meth:`describe`), checked again; None: none."""
+        sets = [line[4:] for line in lines or () if line.startswith("set ")]
+        unsets = [line[6:] for line in lines or () if line.startswith("unset ")]
+        return cls.from_options(sets, unsets)
 
-_RANGES = {
-    "byte": (-(2**7), 2**7 - 1, ">b", 0x51),
-    "short": (-(2**15), 2**15 - 1, ">h", 0x61),
-    "int": (-(2**31), 2**31 - 1, ">i", 0x71),
-    "long": (-(2**63), 2**63 - 1, ">q", 0x81),
-    "ubyte": (0, 2**8 - 1, ">B", 0x50),
-    "ushort": (0, 2**16 - 1, ">H", 0x60),
-    "uint": (0, 2**32 - 1, ">I", 0x70),
-    "ulong": (0, 2**64 - 1, ">Q", 0x80),
-}
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def encode_value(value: Any, kind: str) -> bytes:
-    """``value`` (what Spark computed) encoded as the AMQP type ``kind``.
-
-    Raises:
-        ValueError: the value cannot be that type (its message is the reason recorded
-            for the message, which is then ``invalid``).
-    """
-    if value is None:
-        return b"\x40"
-    if kind == "string":
-        if not isinstance(value, str):
-            raise ValueError(f"a {type(value).__name__} is not a string")
-        return ab.encode_string(value)
-    if kind == "boolean":
-        if not isinstance(value, bool):
-            raise ValueError(f"a {type(value).__name__} is not a boolean")
-        return b"\x41" if value else b"\x42"
-    if kind in _RANGES:
-        low, high, fmt, code = _RANGES[kind]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"a {type(value).__name__} is not a whole number for {kind}")
-        if not low <= value <= high:
-            raise ValueError(f"{value} is outside {kind}'s range")
-        return bytes([code]) + struct.pack(fmt, value)
-    if kind in ("float", "double"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"a {type(value).__name__} is not a number for {kind}")
-        if kind == "float" and math.isfinite(value) and abs(value) > 3.4028234663852886e38:
-            raise ValueError(f"{value} is outside float's range")
-        if kind == "float":
-            return b"\x72" + struct.pack(">f", value)
-        return b"\x82" + struct.pack(">d", value)
-    if kind == "timestamp":
-        if not isinstance(value, datetime):
-            raise ValueError(f"a {type(value).__name__} is not a timestamp")
-        aware = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return b"\x83" + struct.pack(">q", (aware - _EPOCH) // timedelta(milliseconds=1))
-    if kind == "uuid":
-        try:
-            parsed = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-        except ValueError:
-            raise ValueError(f"{value!r} is not a uuid") from None
-        return b"\x98" + parsed.bytes
-    if kind == "binary":
-        if not isinstance(value, (bytes, bytearray)):
-            raise ValueError(f"a {type(value).__name__} is not binary")
-        raw = bytes(value)
-        if len(raw) <= 255:
-            return bytes([0xA0, len(raw)]) + raw
-        return b"\xb0" + struct.pack(">I", len(raw)) + raw
-    raise ValueError(f"{kind} is not a type a property is set as")
+    def resolved(self, kinds: dict[str, str]) -> Repair:
+        """These changes with what each value is encoded as (by property name)."""
+        return Repair(tuple(replace(c, kind=kinds.get(c.name)) for c in self.changes))
 
 
 #: The AMQP type a value is sent as when ``--set`` names none, by the Spark type of its
@@ -272,42 +222,44 @@ SPARK_TYPES = {
 }
 
 
+#: What a system property's value is encoded as, and the Spark types its expression
+#: may give (``interval``: any day-time interval; whole numbers are seconds).
+SYSTEM_KINDS = {
+    "subject": ("string", ("string",)),
+    "to": ("string", ("string",)),
+    "reply_to": ("string", ("string",)),
+    "correlation_id": ("string", ("string",)),
+    "content_type": ("symbol", ("string",)),
+    "time_to_live": ("milliseconds", ("interval", "tinyint", "smallint", "int", "bigint")),
+    "scheduled_enqueue_time": ("timestamp", ("timestamp", "timestamp_ntz")),
+}
+
+
 def amqp_type(change: Change, spark_type: str) -> str:
-    """The AMQP type ``change`` sets its property as: the one it names, else the one its
-    expression's Spark type maps to (checked once per run, before anything is read).
+    """What ``change`` encodes its value as: for an application property the AMQP type
+    it names, else the one its expression's Spark type maps to; for a system property
+    the service's type, when the expression gives what that property holds (checked once
+    per run, before anything is read).
 
     Raises:
-        RepairError: no type named and the expression's type maps to none.
+        RepairError: no type named and the expression's type maps to none; a system
+            property's expression of the wrong type.
     """
+    if change.system:
+        kind, takes = SYSTEM_KINDS[change.name]
+        if spark_type != "void" and not spark_type.startswith(takes):
+            raise RepairError(
+                f"--set {change.name}: the expression gives a {spark_type}; "
+                f"{change.name} takes a {' or '.join(takes)}"
+            )
+        return kind
     if change.type is not None:
         return change.type
-    kind = SPARK_TYPES.get(spark_type)
-    if kind is None:
+    mapped = SPARK_TYPES.get(spark_type)
+    if mapped is None:
         raise RepairError(
             f"--set {change.name}: the expression gives a {spark_type}, which no property "
             f"type matches on its own; name one: {change.name}:TYPE=... "
             f"(one of {', '.join(TYPES)})"
         )
-    return kind
-
-
-def set_application_properties(encoded_map: bytes | None, values: dict[str, bytes | None]) -> bytes:
-    """An application-properties map with ``values`` applied: each name set to its
-    encoded value (replacing one of the same name in place, else added at the end), or
-    removed (``None``); every other entry keeps its bytes."""
-    entries = ab.map_entries(encoded_map) if encoded_map else []
-    out: list[tuple[bytes, bytes]] = []
-    done: set[str] = set()
-    for key, value in entries:
-        name = ab.decode(key)
-        if isinstance(name, str) and name in values:
-            done.add(name)
-            new = values[name]
-            if new is not None:
-                out.append((key, new))
-            continue
-        out.append((key, value))
-    for name, added in values.items():
-        if name not in done and added is not None:
-            out.append((ab.encode_string(name), added))
-    return ab.encode_map(out)
+    return mapped

@@ -214,6 +214,8 @@ AUDIT: Final = (
     Field("dead_letter_reason", "string"),
     Field("dead_letter_description", "string"),
     Field("dead_letter_error_source", "string"),
+    # what a repair changed in the message: "set NAME; unset NAME" (names, never values)
+    Field("repaired", "string"),
 )
 
 #: Audit columns taken from a planned row under another name (the rest keep theirs).
@@ -242,6 +244,8 @@ RUNS: Final = (
     # and its watermark (null: the wave took every queue to its end)
     Field("wave", "long"),
     Field("watermark", "timestamp"),
+    # the run's repair, the operator's words as a JSON list (null: none)
+    Field("repair", "string"),
 )
 
 #: The lease table's rows (the lease itself lives in its commits' metadata).

@@ -26,15 +26,21 @@ def _exact_size(measure_input: Mapping[str, Any]) -> int | None:
     (at its longest: the widest TTL, the schedule kept), from its ``_measure_input``; None
     when it cannot be rebuilt."""
     from syphon.core.rebuild import MAX_TTL_MS, rebuild
+    from syphon.core.repaired import decode_changes, repaired_timing
     from syphon.servicebus.raw import encoded_batch_cost
 
     rec = {k: plain_cell(v) for k, v in measure_input.items()}
     try:
+        system = decode_changes(rec.get("repair_system"))
+        ttl = None if rec["original_time_to_live_ticks"] is None else MAX_TTL_MS
+        ttl, scheduled = repaired_timing(system, ttl, rec["original_scheduled_enqueue_time"])
         encoded = rebuild(
             bytes(rec["encoded"]),
             session_id=rec["original_session_id"],
-            time_to_live_ms=None if rec["original_time_to_live_ticks"] is None else MAX_TTL_MS,
-            scheduled_enqueue_time=rec["original_scheduled_enqueue_time"],
+            time_to_live_ms=None if ttl is None else MAX_TTL_MS,
+            scheduled_enqueue_time=scheduled,
+            application=decode_changes(rec.get("repair_application")),
+            system=system,
         )
     except Exception:
         return None

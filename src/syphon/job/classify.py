@@ -9,10 +9,13 @@ precedence:
    ``message_id_too_long`` and ``reply_to_session_id_too_long`` (over the service's 128
    characters), ``destination_unknown`` (the destination does not exist, when known),
    ``partition_key_differs_from_session_id`` and the other partition-key reasons,
-   ``too_large`` (the replayed message exceeds the destination's limit),
+   ``repair_invalid`` (a value the operator's repair gives cannot be sent; the row's
+   ``detail`` says why), ``too_large`` (the replayed message exceeds the destination's
+   limit, a repair's added bytes counted),
    ``not_sendable`` (the message cannot be rebuilt from its bytes);
 3. ``expired`` — the original TTL has passed, counted from the original enqueue time
-   (the backlog copy's enqueue time: the sender wrote it when the original was sent);
+   (the backlog copy's enqueue time: the sender wrote it when the original was sent),
+   unless a repair gives the message a TTL of its own, counted from its re-drive;
 4. ``duplicate`` — the same destination and MessageId with the same body hash was seen
    earlier in this snapshot (``duplicate_in_snapshot``) or replayed by an earlier run
    (``already_replayed``);
@@ -48,6 +51,7 @@ from syphon.core.schema import (
 from syphon.core.selection import NOT_SELECTED
 from syphon.core.sizing import ENVELOPE_RESERVE
 from syphon.core.timespan import TICKS_PER_SECOND
+from syphon.job.repair import REPAIR
 from syphon.job.selection import SELECTED
 
 if TYPE_CHECKING:
@@ -55,6 +59,9 @@ if TYPE_CHECKING:
 
 #: The reason of a replay the operator asked for although an earlier run replayed it.
 RESEND_ALLOWED = "resend_allowed"
+
+#: The reason of a message whose repaired value cannot be sent (``detail``: why).
+REPAIR_INVALID = "repair_invalid"
 
 #: The service refuses a MessageId or a ReplyToSessionId longer than 128 characters.
 _ID_LENGTH = 128
@@ -149,6 +156,7 @@ def with_checks(df: DataFrame, against: Against) -> DataFrame:
     after this step carry metadata only."""
     from pyspark.sql import functions as F
 
+    repaired = REPAIR in df.columns
     # the room a batch has for messages: the service measures the whole batch, the
     # envelope the SDK copies from the first message included
     limit = F.coalesce(
@@ -163,11 +171,22 @@ def with_checks(df: DataFrame, against: Against) -> DataFrame:
         ),
         F.when(F.col("exists") == F.lit(False), F.lit("destination_unknown")),
         F.col("_key.reason"),
+        *(
+            [F.when(F.col(f"{REPAIR}.error").isNotNull(), F.lit(REPAIR_INVALID))]
+            if repaired
+            else []
+        ),
         F.when(F.col("body_size") > limit, F.lit("too_large")),
     )
     ttl_seconds = F.col("original_time_to_live_ticks") / F.lit(TICKS_PER_SECOND)
     expires = F.col("original_enqueued_time") + F.make_dt_interval(secs=ttl_seconds)
     expired = F.col("original_time_to_live_ticks").isNotNull() & (expires <= against.now)
+    if repaired:  # a TTL the repair sets or removes counts from the re-drive
+        names = F.col(f"{REPAIR}.names")
+        own_ttl = F.array_contains(names, "set time_to_live") | F.array_contains(
+            names, "unset time_to_live"
+        )
+        expired = expired & ~F.coalesce(own_ttl, F.lit(False))
     df = df.withColumns(
         {
             "_is_ping": F.coalesce(F.col("content_type") == PING_CONTENT_TYPE, F.lit(False)),
@@ -187,13 +206,17 @@ def with_checks(df: DataFrame, against: Against) -> DataFrame:
     # duplicates are judged among the messages that could be replayed (a copy the
     # selection leaves for later must not make the one taken now a duplicate)
     candidate = _selected(df) & sendable & ~F.col("_expired") & F.col("message_id").isNotNull()
-    df = df.withColumns(
-        {"message_bytes": F.when(sendable, message_bytes_col()), "_candidate": candidate}
-    )
+    bound = message_bytes_col()
+    rebuilt_from = [F.col(c) for c in MESSAGE_COLUMNS]
+    if repaired:  # the bytes a repair adds, and what it changes for the exact measure
+        bound = bound + F.coalesce(F.col(f"{REPAIR}.added"), F.lit(0))
+        rebuilt_from += [
+            F.col(f"{REPAIR}.application").alias("repair_application"),
+            F.col(f"{REPAIR}.system").alias("repair_system"),
+        ]
+    df = df.withColumns({"message_bytes": F.when(sendable, bound), "_candidate": candidate})
     over = sendable & (F.col("message_bytes") > F.col("_limit"))
-    return df.withColumn(
-        "_measure_input", F.when(over, F.struct(*[F.col(c) for c in MESSAGE_COLUMNS]))
-    ).drop("encoded")
+    return df.withColumn("_measure_input", F.when(over, F.struct(*rebuilt_from))).drop("encoded")
 
 
 def with_replayed(df: DataFrame, against: Against) -> DataFrame:

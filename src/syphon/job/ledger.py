@@ -60,12 +60,18 @@ class Ledger:
     forward."""
 
     def __init__(
-        self, ctx: RunContext, run_id: str, started: datetime, source: str | None = None
+        self,
+        ctx: RunContext,
+        run_id: str,
+        started: datetime,
+        source: str | None = None,
+        repair: tuple[str, ...] = (),
     ) -> None:
         self.ctx = ctx
         self.run_id = run_id
         self.started = started
         self.source = source
+        self.repair = repair
         self.counts: dict[str, int] = {}
         self.operations = Operations()
         self.timings = Timings()
@@ -95,6 +101,7 @@ class Ledger:
                 source=self.source,
                 wave=None if final else self.wave,
                 watermark=None if final else self.watermark,
+                repair=self.repair,
             )
         )
 

@@ -13,16 +13,19 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.discard import Discard
 from syphon.core.ledger import Operations, RunRecord, Timings
+from syphon.core.repair import Repair
 from syphon.core.schema import DESTINATIONS, Status, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
+from syphon.job.classify import REPAIR_INVALID
 from syphon.job.context import RunContext, fit_shuffle_partitions
-from syphon.job.reconcile import reconcile_snapshot
+from syphon.job.reconcile import REPAIRED_NAMES, reconcile_snapshot
+from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest, StageResult, timed
 from syphon.job.restore import Redrive, expression_type
 from syphon.job.snapshot import read_snapshot
@@ -47,6 +50,7 @@ class PlanResult(StageResult):
         snapshot: the checkpointed snapshot (bodies included) for the replay.
         selection: what the run takes (None: every message).
         discard: what it removes without sending (None: nothing).
+        repair: what it changes in the messages it sends (None: nothing).
         rows: the plan's audit rows, as appended (a projection of the checkpointed
             plan), for the replay: it need not read them back.
     """
@@ -59,6 +63,7 @@ class PlanResult(StageResult):
     per_destination: list[dict[str, Any]] = field(default_factory=list)
     selection: Selection | None = None
     discard: Discard | None = None
+    repair: Repair | None = None
 
 
 def discovery_operations(
@@ -116,10 +121,12 @@ def destination_settings(ctx: RunContext) -> tuple[DataFrame | None, tuple[str, 
     return ctx.spark().createDataFrame(rows, spark_schema(DESTINATIONS)), tuple(listed)
 
 
-def per_destination(planned: DataFrame) -> list[dict[str, Any]]:
+def per_destination(planned: DataFrame, repair: Repair | None = None) -> list[dict[str, Any]]:
     """Per (primary, destination), sorted: messages, a count per verdict, the groups
     spread over several backlog queues, and the first and last original enqueue times
-    (from :func:`syphon.store.queries.verdicts_per_destination`)."""
+    (from :func:`syphon.store.queries.verdicts_per_destination`); with a ``repair``,
+    ``repaired``: how many messages to send each of its changes alters
+    (``set NAME``/``unset NAME``: count)."""
     out: dict[tuple[Any, Any], dict[str, Any]] = {}
     for r in queries.verdicts_per_destination(planned, time="original_enqueued_time").collect():
         place = (r["primary"], r["destination"])
@@ -142,7 +149,28 @@ def per_destination(planned: DataFrame) -> list[dict[str, Any]]:
         if first is not None:
             d["first"] = first if d["first"] is None else min(d["first"], first)
             d["last"] = last if d["last"] is None else max(d["last"], last)
+    if repair is not None:
+        for d in out.values():
+            d["repaired"] = {}
+        for r in _repairs_per_destination(planned).collect():
+            out[(r["primary"], r["destination"])]["repaired"][r["change"]] = int(r["count"])
     return [out[k] for k in sorted(out, key=lambda k: (k[0] or "", k[1] or ""))]
+
+
+def _repairs_per_destination(planned: DataFrame) -> DataFrame:
+    """(primary, destination, change, count): the messages each change alters, and as
+    the change :data:`CANNOT_BE_SENT` the messages a repaired value made ``invalid``."""
+    from pyspark.sql import functions as F
+
+    changes = planned.select("primary", "destination", F.explode(REPAIRED_NAMES).alias("change"))
+    refused = planned.where(F.col("reason") == REPAIR_INVALID).select(
+        "primary", "destination", F.lit(CANNOT_BE_SENT).alias("change")
+    )
+    return changes.unionByName(refused).groupBy("primary", "destination", "change").count()
+
+
+#: How the plan's summary counts the messages whose repaired value cannot be sent.
+CANNOT_BE_SENT = "invalid: repair_invalid"
 
 
 @dataclass(kw_only=True)
@@ -183,6 +211,7 @@ def plan(
     spark = ctx.spark()  # its start is no stage's time
     progress.watch(spark)
     check_selection(spark, request.selection, source.redrive)
+    request = replace(request, repair=check_repair(spark, request.repair, source.redrive))
     timings = Timings()
     with timed(timings, "discover"):
         if queues is None:
@@ -254,6 +283,7 @@ def plan_snapshot(
             redrive=source.redrive,
             allow_resend=request.allow_resend,
             discard=request.discard,
+            repair=request.repair,
         )
         # checkpointed: the audit, the counts and the summary read it
         planned = with_source(planned, source).localCheckpoint(eager=True)
@@ -263,7 +293,7 @@ def plan_snapshot(
         rows = ctx.store.append_plan(planned, request.run_id, planned_at)
     if rows != peeked:  # pragma: no cover - a broken invariant, not an input
         raise RuntimeError(f"the audit has {rows} rows for {peeked} peeked messages")
-    destinations = per_destination(planned)
+    destinations = per_destination(planned, request.repair)
     counts = {v: n for v in Verdict.ALL if (n := sum(int(d[v]) for d in destinations))}
     operations.snapshot_messages_peeked = rows
     ctx.store.append_run(
@@ -279,6 +309,7 @@ def plan_snapshot(
             source=source.name,
             wave=None if wave is None else wave.number,
             watermark=None if wave is None else wave.watermark,
+            repair=tuple(request.repair.describe()) if request.repair else (),
         )
     )
     return PlanResult(
@@ -291,6 +322,7 @@ def plan_snapshot(
         snapshot=snapshot,
         selection=request.selection,
         discard=request.discard,
+        repair=request.repair,
         rows=queries.plan_audit_rows(planned, request.run_id, planned_at),
     )
 

@@ -6,6 +6,10 @@ the operator's selection (:mod:`syphon.job.selection`), gives every row its verd
 discard (:func:`with_discards`), orders each replay group (:func:`order_groups`) and
 plans the batches (:mod:`syphon.job.batches`).
 
+A run that repairs (:mod:`syphon.job.repair`) computes each message's changes before the
+classify, which judges the repaired message; a ``replay`` row's ``repaired`` names what
+the repair changes in it (:func:`with_repaired`).
+
 A run that discards (:mod:`syphon.core.discard`) turns what it takes into
 ``discarded``: the duplicates (keeping their reason), or every selected message (reason
 ``operator_selected``); the operator's reason is the row's ``detail``.
@@ -16,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from syphon.core.discard import DUPLICATES, OPERATOR_SELECTED, Discard
+from syphon.core.repair import Repair
 from syphon.core.schema import (
     DESTINATION_KEY,
     ORDER_COLUMNS,
@@ -23,7 +28,8 @@ from syphon.core.schema import (
 )
 from syphon.core.selection import Selection
 from syphon.job.batches import plan_batches
-from syphon.job.classify import Against, classify
+from syphon.job.classify import REPAIR_INVALID, Against, classify
+from syphon.job.repair import REPAIR, with_repair
 from syphon.job.restore import Redrive, restore
 from syphon.job.selection import select
 
@@ -106,15 +112,17 @@ def reconcile_snapshot(
     redrive: Redrive | None = None,
     allow_resend: tuple[str, ...] = (),
     discard: Discard | None = None,
+    repair: Repair | None = None,
 ) -> DataFrame:
     """The whole reconcile of a snapshot: :func:`restore` (of dead letters with
-    ``redrive``), the ``selection``
+    ``redrive``), the ``selection``, the ``repair`` (:func:`with_repaired`)
     (:mod:`syphon.job.selection`; a message it leaves out is ``unselected``),
     :func:`classify`, the ``discard`` (:func:`with_discards`), :func:`order_groups` and
     :func:`plan_batches` (the other arguments as :func:`classify`'s). The messages'
     bytes are dropped by the classify once measured, the property maps after it, so the
     shuffles carry the audit's columns only."""
-    restored = select(restore(snapshot, redrive), selection).drop("application_properties")
+    restored = with_repair(select(restore(snapshot, redrive), selection), repair)
+    restored = restored.drop("application_properties")
     against = Against(
         now, destinations, replayed, default_max_message_bytes, listed_primaries, allow_resend
     )
@@ -122,4 +130,36 @@ def reconcile_snapshot(
     classified = with_discards(classified, discard)
     # materialized once: the batch plan reads it twice (its groups, and the join back)
     ordered = order_groups(classified).localCheckpoint(eager=True)
-    return plan_batches(ordered)
+    return with_repaired(plan_batches(ordered))
+
+
+#: What a repair changed in each planned row (``set NAME`` / ``unset NAME``), kept
+#: beside the audit's columns for the plan's summary.
+REPAIRED_NAMES = "_repaired_names"
+
+
+def with_repaired(planned: DataFrame) -> DataFrame:
+    """Planned rows with ``repaired``: on a ``replay`` row, what the repair changes in
+    the message (names, never values; null: nothing), and :data:`REPAIRED_NAMES`; on a
+    ``repair_invalid`` row, ``detail`` says why. Without a repair ``repaired`` is null."""
+    from pyspark.sql import functions as F
+
+    if REPAIR not in planned.columns:
+        return planned.withColumns(
+            {
+                "repaired": F.lit(None).cast("string"),
+                REPAIRED_NAMES: F.lit(None).cast("array<string>"),
+            }
+        )
+    names = F.when(
+        (F.col("verdict") == Verdict.REPLAY) & (F.size(f"{REPAIR}.names") > 0),
+        F.col(f"{REPAIR}.names"),
+    )
+    why = F.when(F.col("reason") == REPAIR_INVALID, F.col(f"{REPAIR}.error"))
+    return planned.withColumns(
+        {
+            REPAIRED_NAMES: names,
+            "repaired": F.array_join(names, "; "),
+            "detail": F.coalesce(F.col("detail"), why),
+        }
+    ).drop(REPAIR)

@@ -32,6 +32,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.rebuild import dropped_properties, rebuild
+from syphon.core.repaired import decode_changes, repaired_timing
 from syphon.core.schema import (
     MESSAGE_COLUMNS,
     PLACE,
@@ -44,6 +45,7 @@ from syphon.core.schema import (
 )
 from syphon.job.journal import TaskJournal
 from syphon.job.lanes import Replayer, ReplaySettings
+from syphon.job.repair import REPAIR
 from syphon.job.rows import plain_cell
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access
@@ -67,6 +69,8 @@ INPUT_COLUMNS = (
     "original_enqueued_time",
     "in_doubt",
     "snapshot_matches",
+    "repair_application",
+    "repair_system",
 )
 
 #: Snapshot columns that rebuild a message.
@@ -88,7 +92,8 @@ def still_to_send(planned: DataFrame, earlier: DataFrame | None) -> DataFrame:
 def replay_input(restored: DataFrame, todo: DataFrame, in_doubt: DataFrame | None) -> DataFrame:
     """The messages to send: plan rows (``todo``) joined with the restored snapshot on
     their place, flagged when an earlier run left them in doubt and when the snapshot's
-    body differs from the planned one (or the message is gone)."""
+    body differs from the planned one (or the message is gone), with what a repair
+    changes (``restored`` with :func:`syphon.job.repair.with_repair`)."""
     from pyspark.sql import functions as F
 
     plan = todo.where(F.col("verdict") == Verdict.REPLAY).select(
@@ -101,7 +106,17 @@ def replay_input(restored: DataFrame, todo: DataFrame, in_doubt: DataFrame | Non
         "batch_position",
         F.col("body_sha256").alias("_planned_sha"),
     )
-    message = restored.select(*PLACE, *_MESSAGE_COLUMNS)
+    if REPAIR in restored.columns:
+        repair = [
+            F.col(f"{REPAIR}.application").alias("repair_application"),
+            F.col(f"{REPAIR}.system").alias("repair_system"),
+        ]
+    else:
+        repair = [
+            F.lit(None).cast("binary").alias("repair_application"),
+            F.lit(None).cast("binary").alias("repair_system"),
+        ]
+    message = restored.select(*PLACE, *_MESSAGE_COLUMNS, *repair)
     df = plan.join(message, list(PLACE), "left")
     matches = F.coalesce(F.col("body_sha256") == F.col("_planned_sha"), F.lit(False))
     df = df.withColumn("snapshot_matches", matches)
@@ -182,25 +197,28 @@ def credit_rates(
 
 def build_message(rec: Mapping[str, Any], ttl: timedelta | None, now: datetime) -> EncodedMessage:
     """The message a record restores (:func:`syphon.core.rebuild.rebuild` of its backlog
-    bytes), with the TTL left; a scheduled time already past is sent at once
-    (unscheduled).
+    bytes), with the TTL left and what a repair changes (a TTL it sets counts from
+    now); a scheduled time already past is sent at once (unscheduled).
 
     Raises:
         AmqpFormatError: the record's bytes are not an AMQP message.
     """
-    scheduled = rec["original_scheduled_enqueue_time"]
+    system = decode_changes(rec.get("repair_system"))
+    ttl_ms = None if ttl is None else max(1, ttl // timedelta(milliseconds=1))
+    ttl_ms, scheduled = repaired_timing(system, ttl_ms, rec["original_scheduled_enqueue_time"])
     if scheduled is not None:
         if scheduled.tzinfo is None:
             scheduled = scheduled.replace(tzinfo=timezone.utc)
         if scheduled <= now:
             scheduled = None
-    ttl_ms = None if ttl is None else max(1, ttl // timedelta(milliseconds=1))
     encoded = rebuild(
         bytes(rec["encoded"]),
         session_id=rec["original_session_id"],
         time_to_live_ms=ttl_ms,
         scheduled_enqueue_time=scheduled,
         dropped=dropped_properties(rec.get("backlog_queue")),
+        application=decode_changes(rec.get("repair_application")),
+        system=system,
     )
     return EncodedMessage(
         encoded, rec["message_id"], rec["original_session_id"], rec["partition_key"]

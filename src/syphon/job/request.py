@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 
 from syphon.core.discard import Discard
 from syphon.core.ledger import Operations, Timings
+from syphon.core.repair import Repair
 from syphon.core.selection import Selection
 from syphon.job.context import RunContext
 from syphon.job.sources import RunSource, run_source
@@ -41,6 +42,8 @@ class RunRequest:
         max_waves: how many waves it takes at most (None: until the source's end); the
             rest is the next run's (status ``partial``).
         until: when it stops taking waves (None: never); checked at each wave's end.
+        repair: what it changes in the messages it sends (None: nothing); a resumed
+            run's is the one its plan recorded.
     """
 
     run_id: str
@@ -52,6 +55,7 @@ class RunRequest:
     resume: bool = False
     max_waves: int | None = None
     until: datetime | None = None
+    repair: Repair | None = None
 
 
 def new_run_id(now: datetime) -> str:
@@ -69,6 +73,7 @@ def run_request(
     resume: bool = False,
     max_waves: int | None = None,
     until: datetime | None = None,
+    repair: Repair | None = None,
 ) -> RunRequest:
     """The request of a run (a new id when ``run_id`` is None) of ``source`` (a source,
     its name, or None: the config's default).
@@ -94,6 +99,7 @@ def run_request(
         resume,
         max_waves,
         until,
+        repair,
     )
 
 

@@ -34,10 +34,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from syphon.core.errors import SyphonError
+from syphon.core.repair import Repair
 from syphon.core.schema import Status
 from syphon.job.context import RunContext
 from syphon.job.failures import refused_primaries
@@ -45,6 +47,7 @@ from syphon.job.finish import Drained, finish, held, unknown_destinations
 from syphon.job.journal import new_journal_id, open_journal, remove_journal
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.plan import Listed, WaveMark, check_selection, list_primaries, plan_snapshot
+from syphon.job.repair import check_repair
 from syphon.job.replay import LeftBehind, left_behind
 from syphon.job.request import RunRequest
 from syphon.job.sources import RunSource
@@ -74,8 +77,14 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
     if request.resume:
         return _resume(ctx, request)
     with run_context(request.run_id):  # every record of the run carries its id
-        ledger = Ledger(ctx, request.run_id, request.started, request.source.name)
+        repair = tuple(request.repair.describe()) if request.repair else ()
+        ledger = Ledger(ctx, request.run_id, request.started, request.source.name, repair)
         try:
+            if request.repair is not None:  # judged before any peek: a bad --set exits 2
+                redrive = request.source.redrive
+                request = replace(
+                    request, repair=check_repair(ctx.spark(), request.repair, redrive)
+                )
             discovered = discover(ctx, request)
         except Exception as exc:
             return ledger.failed(exc, request.source.access)
@@ -259,7 +268,9 @@ def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
         raise SyphonError(f"run {request.run_id} was never planned in {ctx.store.where}")
     with run_context(request.run_id):
         started = min(r.started_at for r in mine)
-        ledger = Ledger(ctx, request.run_id, started, request.source.name)
+        # the repair its plan recorded, judged again: the replay computes it anew
+        repair = next((r.repair for r in mine if r.status == Status.PLANNED), ())
+        ledger = Ledger(ctx, request.run_id, started, request.source.name, repair)
         try:
             refused = _refused_primary(ctx, request.source)
             if refused is not None:
@@ -268,6 +279,9 @@ def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
                 if isinstance(lease, LeaseState):
                     return ledger.busy(lease, ctx.config.run.lease_seconds)
                 ledger.add(recover(ctx, request))
+                recorded = Repair.from_described(list(repair))
+                redrive = request.source.redrive
+                request = replace(request, repair=check_repair(ctx.spark(), recorded, redrive))
                 resumed = resumed_plan(ctx, request)
                 ledger.counts = resumed.counts
                 drained = Drained(in_doubt=_in_doubt(ctx))

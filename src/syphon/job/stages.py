@@ -31,6 +31,7 @@ from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.journal import read_journal, remove_journal
 from syphon.job.lanes import ReplaySettings
 from syphon.job.plan import discovery_operations, unread
+from syphon.job.repair import with_repair
 from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
 from syphon.job.request import RunRequest, StageResult, timed
 from syphon.job.restore import restore
@@ -278,7 +279,11 @@ def send(
     with timed(timings, "replay", "replay_sends"):
         progress.step("replay: sending")
         results = replay_messages(
-            replay_input(restore(snapshot, request.source.redrive), todo, in_doubt),
+            replay_input(
+                with_repair(restore(snapshot, request.source.redrive), request.repair),
+                todo,
+                in_doubt,
+            ),
             ctx.namespaces.primaries,
             skipped,
             ReplaySettings(credits_per_second=budgets),
