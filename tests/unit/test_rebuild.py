@@ -285,14 +285,16 @@ def test_a_repair_changes_what_it_names_and_nothing_else() -> None:
     }
     before = ab.compound_items(plain[ab.PROPERTIES].value)
     after = ab.compound_items(repaired[ab.PROPERTIES].value)
-    assert ab.decode(after[3]) == "fixed" and after[4] == b"\x40"
+    assert ab.decode(after[3]) == "fixed"
+    assert after[4] == b"\x40"
     assert [a for i, a in enumerate(after) if i not in (3, 4)] == [
         b for i, b in enumerate(before) if i not in (3, 4)
     ]
     old = dict(ab.map_entries(plain[ab.APPLICATION_PROPERTIES].value))
     new = dict(ab.map_entries(repaired[ab.APPLICATION_PROPERTIES].value))
     name = ab.encode_string
-    assert name("int") in old and name("int") not in new
+    assert name("int") in old
+    assert name("int") not in new
     assert (ab.type_name(new[name("retries")]), ab.decode(new[name("retries")])) == ("long", 2)
     assert {k: v for k, v in new.items() if k != name("retries")} == {
         k: v for k, v in old.items() if k != name("int")

@@ -155,9 +155,7 @@ def test_the_application_properties_change_only_where_told() -> None:
 def test_a_system_property_takes_the_type_the_service_gives_it() -> None:
     assert amqp_type(parse_set("subject=upper(subject)"), "string") == "string"
     assert amqp_type(parse_set("content-type='application/json'"), "string") == "symbol"
-    assert amqp_type(parse_set("TimeToLive=INTERVAL 2 HOURS"), "interval hour") == (
-        "milliseconds"
-    )
+    assert amqp_type(parse_set("TimeToLive=INTERVAL 2 HOURS"), "interval hour") == ("milliseconds")
     assert amqp_type(parse_set("time_to_live=3600"), "int") == "milliseconds"
     with pytest.raises(RepairError, match="subject takes a string"):
         amqp_type(parse_set("subject=1"), "int")
@@ -174,11 +172,15 @@ def test_a_repair_changes_only_what_each_message_needs_and_says_so_by_name() -> 
     assert repair is not None
     changes = repair.resolved({"retries": "long", "subject": "string"}).changes
     done = repair_message(changes, (3, None, True))  # subject null: left as it is
-    assert done.error is None and done.names == ["set retries", "unset Legacy"]
+    assert done.error is None
+    assert done.names == ["set retries", "unset Legacy"]
     assert decode_changes(done.application) == {"retries": encode_value(3, "long"), "Legacy": None}
-    assert done.system is None and done.added > len(encode_value(3, "long"))
+    assert done.system is None
+    assert done.added > len(encode_value(3, "long"))
     untouched = repair_message(changes, (None, None, False))  # nothing to change
-    assert untouched.names == [] and untouched.application is None and untouched.added == 0
+    assert untouched.names == []
+    assert untouched.application is None
+    assert untouched.added == 0
     bad = repair_message(changes, ("abc", "s", True))
     assert bad.error == "--set retries: a str is not a whole number for long"
     assert "abc" not in bad.error  # a reason never carries the value
