@@ -21,6 +21,10 @@
 # MAGIC   (a Spark SQL predicate, e.g. `properties['tenant'] = 'contoso'`): what a new plan
 # MAGIC   takes, as `syphon plan`'s options; the rest is recorded `unselected` and stays in
 # MAGIC   the backlog. Empty: every message.
+# MAGIC - `repair_set_1` .. `repair_set_3` (`NAME=SQL` or `NAME:TYPE=SQL`, e.g.
+# MAGIC   `retries:long=0`) and `repair_unset` (names, comma-separated): what a new plan
+# MAGIC   changes in the messages it sends, as `syphon plan --set/--unset`; the plan's summary
+# MAGIC   counts what each change alters, and the replay cell sends them so. Empty: nothing.
 
 # COMMAND ----------
 
@@ -37,6 +41,10 @@ select_enqueued_from = ""
 select_enqueued_until = ""
 select_dead_letter_reasons = ""
 select_where = ""
+repair_set_1 = ""
+repair_set_2 = ""
+repair_set_3 = ""
+repair_unset = ""
 
 # COMMAND ----------
 
@@ -56,6 +64,10 @@ params = nb.parameters(
     select_enqueued_until=select_enqueued_until,
     select_dead_letter_reasons=select_dead_letter_reasons,
     select_where=select_where,
+    repair_set_1=repair_set_1,
+    repair_set_2=repair_set_2,
+    repair_set_3=repair_set_3,
+    repair_unset=repair_unset,
 )
 ctx = nb.open_context(params)
 

@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 import pytest
 
 from syphon.app.notebook import WIDGETS, Parameters, parameters
+from syphon.core.repair import Repair, RepairError
 from syphon.core.selection import Selection, SelectionError
 
 
@@ -93,3 +94,21 @@ def test_a_blank_where_is_refused_under_the_name_the_operator_typed() -> None:
     with pytest.raises(SelectionError, match="select_where is empty"):
         parameters(select_where="   ")
     assert parameters(select_where="").selection is None  # an empty widget: no condition
+
+
+def test_the_repair_widgets_make_the_plans_repair() -> None:
+    got = parameters(
+        repair_set_1="retries:long=0", repair_set_3="subject=upper(subject)", repair_unset="a, b"
+    )
+    assert got.repair is not None
+    assert got.repair.describe() == [
+        "set retries:long=0",
+        "set subject=upper(subject)",
+        "unset a",
+        "unset b",
+    ]
+    assert parameters().repair is None  # empty widgets: nothing changed
+    with pytest.raises(RepairError, match="not changeable"):
+        parameters(repair_unset="MessageId")
+    dbutils = DbUtils({"repair_set_2": "n=1"})
+    assert parameters(dbutils).repair == Repair.from_options(["n=1"], [])

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from syphon.app.services import build_context, run_with_report
 from syphon.app.text import format_run, format_status, format_summary
 from syphon.core.configfile import load_config
+from syphon.core.repair import Repair
 from syphon.core.schema import Stage
 from syphon.core.selection import Selection, selection_from_text
 from syphon.job.context import RunContext
@@ -29,6 +30,9 @@ from syphon.store import queries
 if TYPE_CHECKING:
     import pandas as pd  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame
+
+#: How many ``--set`` the notebook's widgets hold (the command takes any number).
+REPAIR_SETS = 3
 
 #: The notebook's widgets: name -> (default, label).
 WIDGETS = {
@@ -45,6 +49,12 @@ WIDGETS = {
     "select_enqueued_until": ("", "Select: enqueued until (ISO 8601, UTC)"),
     "select_dead_letter_reasons": ("", "Select: dead-letter reasons (comma-separated)"),
     "select_where": ("", "Select: Spark SQL predicate"),
+    # the repair of a new plan, replayed with it (syphon plan's --set and --unset)
+    **{
+        f"repair_set_{n}": ("", f"Repair: set #{n} (NAME=SQL or NAME:TYPE=SQL)")
+        for n in range(1, REPAIR_SETS + 1)
+    },
+    "repair_unset": ("", "Repair: unset (property names, comma-separated)"),
 }
 
 
@@ -59,6 +69,7 @@ class Parameters:
     replay: bool
     selection: Selection | None = None
     source: str | None = None
+    repair: Repair | None = None
 
 
 def parameters(dbutils: Any = None, **values: str) -> Parameters:
@@ -69,6 +80,7 @@ def parameters(dbutils: Any = None, **values: str) -> Parameters:
         ValueError: a destination is not ``primary/destination``, or ``replay`` is not
             yes or no.
         SelectionError: a selection widget holds a malformed time.
+        RepairError: a repair widget holds a change that cannot be.
     """
     got = {name: str(values.get(name, default)) for name, (default, _) in WIDGETS.items()}
     if dbutils is not None:
@@ -94,6 +106,10 @@ def parameters(dbutils: Any = None, **values: str) -> Parameters:
         replay == "yes",
         _selection(got),
         got["source"].strip() or None,
+        Repair.from_options(
+            [s for n in range(1, REPAIR_SETS + 1) if (s := got[f"repair_set_{n}"]).strip()],
+            [name.strip() for name in got["repair_unset"].split(",") if name.strip()],
+        ),
     )
 
 
@@ -221,7 +237,7 @@ def plan(ctx: RunContext, params: Parameters) -> tuple[str, str]:
             return params.run_id, (
                 f"run {params.run_id}: planned earlier, now {latest.status}; verdicts: {counts}"
             )
-    request = run_request(ctx, params.run_id, params.source, params.selection)
+    request = run_request(ctx, params.run_id, params.source, params.selection, repair=params.repair)
     result = plan_run(ctx, request)
     return result.run_id, format_summary(result)
 
