@@ -161,10 +161,15 @@ def new_scratch(root: Path) -> Path:
     for handle in _held:
         return Path(handle.name).parent
     root.mkdir(parents=True, exist_ok=True)
-    folder = root / f"session-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    folder.mkdir(mode=0o700)
-    handle = open(folder / _LOCK, "a+")  # noqa: SIM115 - held for the process's life
+    name = f"session-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    # made and locked under a name no clean-up looks at, then renamed (the lock goes
+    # with the open file): a session starting at the same moment never finds it unlocked
+    starting = root / f".starting-{name}"
+    starting.mkdir(mode=0o700)
+    handle = open(starting / _LOCK, "a+")  # noqa: SIM115 - held for the process's life
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    folder = root / name
+    starting.rename(folder)
     _held.append(handle)
     atexit.register(_remove_scratch, folder, handle)
     return folder
