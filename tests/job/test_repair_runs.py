@@ -3,7 +3,8 @@ local Service Bus: the dry run (``plan --set``) counts what each change alters a
 nothing; the run sends the selected dead letters with the two properties set (one with
 the type it names) and one removed, every other section and property as it was, each
 key's order kept; the audit names what was changed, the ledger keeps the expressions. A
-bad expression exits 2 before anything is peeked; the session id cannot be changed."""
+bad expression exits 2 before anything is peeked; the session id cannot be changed; a
+planned run resumed with `syphon replay` sends with the repair its plan recorded."""
 
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ def test_a_repair_is_counted_by_its_dry_run_then_sends_only_what_it_names(
     }
 
 
-def test_a_value_that_cannot_be_sent_makes_its_message_invalid_with_why(
+def test_a_value_that_cannot_be_sent_makes_its_message_invalid_and_a_resumed_run_repairs_too(
     pair: Pair,
     spark: Any,
     tmp_path: Path,
@@ -153,8 +154,10 @@ def test_a_value_that_cannot_be_sent_makes_its_message_invalid_with_why(
     conf = command_config(pair, spark, tmp_path, monkeypatch, extra=SOURCES)
     # a byte holds 100, not 700
     repair = ["--set", "weight:byte=typed_properties['n'].int * 100"]
-    argv = ["run", "--config", conf, "--source", "redrive", "--run-id", "typed", *repair]
-    assert main(argv) == 5  # partial: one stays
+    # planned, then resumed: the replay sends with the repair its plan recorded
+    argv = ["plan", "--config", conf, "--source", "redrive", "--run-id", "typed", *repair]
+    assert main(argv) == 0
+    assert main(["replay", "--config", conf, "--source", "redrive", "--run-id", "typed"]) == 5
     assert [(str(m.message_id), application(m)["weight"]) for m in stored(pair, "orders")] == [
         ("v-2", ("byte", 100))
     ]
