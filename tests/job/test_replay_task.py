@@ -334,6 +334,26 @@ def test_build_message_sets_the_ttl_left_and_only_a_schedule_still_ahead() -> No
     assert "body" not in repr(message)
 
 
+def test_a_repaired_ttl_counts_from_the_send_and_a_repaired_schedule_replaces_the_old() -> None:
+    from syphon.core.repaired import encode_changes, encode_value
+
+    later = (NOW + timedelta(hours=3)).replace(microsecond=0)  # AMQP keeps milliseconds
+    system = encode_changes(
+        {
+            "time_to_live": encode_value(7200, "milliseconds"),
+            "scheduled_enqueue_time": encode_value(later, "timestamp"),
+        }
+    )
+    repaired = row(1, "b1", original_scheduled_enqueue_time=NOW, repair_system=system)
+    assert _header_and_schedule(build_message(repaired, timedelta(minutes=5), NOW)) == (
+        7_200_000,
+        later,
+    )
+    # removed: no TTL (the destination's default), no schedule
+    removed = row(1, "b1", repair_system=encode_changes({"time_to_live": None}))
+    assert _header_and_schedule(build_message(removed, timedelta(minutes=5), NOW)) == (None, None)
+
+
 def test_the_task_shows_no_secret_and_its_plan_cannot_change(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
@@ -367,6 +387,8 @@ INPUT = (
     Field("original_enqueued_time", "timestamp"),
     Field("in_doubt", "boolean"),
     Field("snapshot_matches", "boolean"),
+    Field("repair_application", "binary"),
+    Field("repair_system", "binary"),
 )
 
 
