@@ -342,3 +342,42 @@ def test_batches_fit_the_sdk_measure_and_keep_keys_apart(spark: Any) -> None:
     assert (by_id["huge"]["verdict"], by_id["huge"]["reason"]) == ("invalid", "too_large")
     assert by_id["huge"]["batch_id"] is None
     assert all(r["message_bytes"] > 0 for r in keyed + keyless)
+
+
+def test_a_repair_is_judged_with_its_added_bytes_and_its_bad_values(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from syphon.core.repair import Repair
+    from syphon.job.reconcile import reconcile_snapshot
+    from syphon.job.repair import check_repair
+
+    rows = [
+        row(0, 1, message_id="fits", body=b"x" * 200_000, extra={"n": 1}),
+        row(0, 2, message_id="near", body=b"x" * 250_000, extra={"n": 2}),
+        row(0, 3, message_id="bad", body=b"x", extra={"n": 300}),
+        row(0, 4, message_id="kept", body=b"x"),  # no n: null, left as it is
+    ]
+    asked = Repair.from_options(
+        ["pad=repeat('p', 20000)", "small:byte=typed_properties['n'].int"], []
+    )
+    repair = check_repair(spark, asked)
+    snapshot = spark.createDataFrame(rows, spark_schema(SNAPSHOT))
+    planned = reconcile_snapshot(snapshot, F.current_timestamp(), repair=repair)
+    got = {
+        r["message_id"]: (r["verdict"], r["reason"], r["detail"], r["repaired"])
+        for r in planned.collect()
+    }
+    assert got == {
+        "fits": ("replay", None, None, "set pad; set small"),
+        # under the limit as it was, over it with 20,000 more bytes: measured exactly
+        "near": ("invalid", "too_large", None, None),
+        "bad": (
+            "invalid",
+            "repair_invalid",
+            "--set small: the value is outside byte's range",
+            None,
+        ),
+        "kept": ("replay", None, None, "set pad"),
+    }
+    plain = reconcile_snapshot(snapshot, F.current_timestamp())  # the same without a repair
+    assert {r["message_id"]: r["verdict"] for r in plain.collect()}["near"] == "replay"
