@@ -116,7 +116,8 @@ def reconcile_snapshot(
 ) -> DataFrame:
     """The whole reconcile of a snapshot: :func:`restore` (of dead letters with
     ``redrive``), the ``selection`` (:mod:`syphon.job.selection`; a message it leaves
-    out is ``unselected``), the ``repair`` (:func:`with_repaired`), :func:`classify`, the ``discard`` (:func:`with_discards`), :func:`order_groups` and
+    out is ``unselected``), the ``repair`` (:func:`with_repaired`), :func:`classify`,
+    the ``discard`` (:func:`with_discards`), :func:`order_groups` and
     :func:`plan_batches` (the other arguments as :func:`classify`'s). The messages'
     bytes are dropped by the classify once measured, the property maps after it, so the
     shuffles carry the audit's columns only."""
