@@ -15,33 +15,24 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQ
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import QueueSpec
-from support.paired_env import PRIMARY, Pair, command_config, dead_letter, dead_letters, stored
+from support.paired_env import (
+    PRIMARY,
+    Pair,
+    application_properties,
+    command_config,
+    dead_letter,
+    dead_letters,
+    redrive_sources,
+    stored,
+)
 from support.report_html import parse_report, table_dict
 from syphon.app.cli import main
-from syphon.core import amqp_bytes as ab
 from syphon.store.audit import AUDIT_TABLE
 from syphon.store.delta import read_table
 
 pytestmark = pytest.mark.timeout(420)
 
-SOURCES = f"""
-sources:
-  - name: backlog
-    kind: backlog
-  - name: redrive
-    kind: dead_letter
-    namespace: {PRIMARY}
-    entities: [orders, sessions]
-"""
-
-
-def properties(stored_message: Any) -> dict[str, tuple[str, Any]]:
-    for part in ab.sections(stored_message.parsed.bare):
-        if part.code == ab.APPLICATION_PROPERTIES:
-            return {
-                ab.decode(k): (ab.type_name(v), ab.decode(v)) for k, v in ab.map_entries(part.value)
-            }
-    return {}
+SOURCES = redrive_sources("orders", "sessions")
 
 
 def test_dead_letters_are_redriven_once_in_order_with_their_properties(
@@ -75,8 +66,11 @@ def test_dead_letters_are_redriven_once_in_order_with_their_properties(
     assert main(["run", "--config", conf, "--source", "redrive", "--run-id", "first"]) == 0
     orders = stored(pair, "orders")
     assert [str(m.message_id) for m in orders] == ["o-1", "o-2"]
-    assert properties(orders[0]) == {"tenant": ("string", "c"), "n": ("int", 1)}  # as sent
-    assert properties(orders[1]) == {}  # the reason and description are the service's
+    assert application_properties(orders[0]) == {
+        "tenant": ("string", "c"),
+        "n": ("int", 1),
+    }  # as sent
+    assert application_properties(orders[1]) == {}  # the reason and description are the service's
     assert [(str(m.message_id), m.session_id) for m in stored(pair, "sessions")] == [
         ("s-0", "s1"),
         ("s-1", "s1"),

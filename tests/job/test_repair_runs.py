@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from support.paired_env import PRIMARY, Pair, command_config, dead_letter, dead_letters, stored
+from support.paired_env import (
+    Pair,
+    application_properties,
+    command_config,
+    dead_letter,
+    dead_letters,
+    redrive_sources,
+    stored,
+)
 from syphon.app.cli import main
 from syphon.core import amqp_bytes as ab
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
@@ -23,15 +31,7 @@ from syphon.store.delta import read_table
 
 pytestmark = pytest.mark.timeout(420)
 
-SOURCES = f"""
-sources:
-  - name: backlog
-    kind: backlog
-  - name: redrive
-    kind: dead_letter
-    namespace: {PRIMARY}
-    entities: [orders]
-"""
+SOURCES = redrive_sources("orders")
 
 REPAIR = [
     "--where",
@@ -47,15 +47,6 @@ REPAIR = [
 
 def sections(stored_message: Any) -> dict[int, bytes]:
     return {s.code: s.raw for s in ab.sections(stored_message.parsed.bare)}
-
-
-def application(stored_message: Any) -> dict[str, tuple[str, Any]]:
-    for part in ab.sections(stored_message.parsed.bare):
-        if part.code == ab.APPLICATION_PROPERTIES:
-            return {
-                ab.decode(k): (ab.type_name(v), ab.decode(v)) for k, v in ab.map_entries(part.value)
-            }
-    return {}
 
 
 def message(mid: str, key: str, tenant: str, n: int = 7) -> ServiceBusMessage:
@@ -110,7 +101,7 @@ def test_a_repair_is_counted_by_its_dry_run_then_sends_only_what_it_names(
     assert [i for i in ids if i.startswith("b")] == ["b-1", "b-2"]
     for m in got:
         # the two set with their types, the one removed gone, the others as they were
-        assert application(m) == {
+        assert application_properties(m) == {
             "tenant": ("string", "CONTOSO"),
             "n": ("int", 7),
             "retries": ("long", 0),
@@ -123,7 +114,7 @@ def test_a_repair_is_counted_by_its_dry_run_then_sends_only_what_it_names(
         assert key == ("k1" if str(m.message_id).startswith("a") else "k2")
     assert dead_letters(pair, "orders") == ["x-1"]
     left = pair.primary.broker.entity("orders").dlq.messages.values()
-    assert [application(m)["legacy"] for m in left] == [("boolean", True)]
+    assert [application_properties(m)["legacy"] for m in left] == [("boolean", True)]
 
     audit = read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
     planned = {r["message_id"]: r["repaired"] for r in audit if r["run_id"] == "fix"}
@@ -158,9 +149,9 @@ def test_a_value_that_cannot_be_sent_makes_its_message_invalid_and_a_resumed_run
     argv = ["plan", "--config", conf, "--source", "redrive", "--run-id", "typed", *repair]
     assert main(argv) == 0
     assert main(["replay", "--config", conf, "--source", "redrive", "--run-id", "typed"]) == 5
-    assert [(str(m.message_id), application(m)["weight"]) for m in stored(pair, "orders")] == [
-        ("v-2", ("byte", 100))
-    ]
+    assert [
+        (str(m.message_id), application_properties(m)["weight"]) for m in stored(pair, "orders")
+    ] == [("v-2", ("byte", 100))]
     assert dead_letters(pair, "orders") == ["v-1"]
     rows = {
         r["message_id"]: (r["verdict"], r["reason"], r["detail"])

@@ -275,6 +275,33 @@ def dead_letter(
                 got += page
 
 
+def redrive_sources(*entities: str) -> str:
+    """The config's ``sources``: the backlog, and ``redrive``, a dead-letter source of
+    the primary's ``entities``."""
+    return f"""
+sources:
+  - name: backlog
+    kind: backlog
+  - name: redrive
+    kind: dead_letter
+    namespace: {PRIMARY}
+    entities: [{", ".join(entities)}]
+"""
+
+
+def application_properties(stored_message: Any) -> dict[str, tuple[str, Any]]:
+    """A stored message's application properties as it holds them: name -> (AMQP type,
+    value)."""
+    from syphon.core import amqp_bytes as ab
+
+    for part in ab.sections(stored_message.parsed.bare):
+        if part.code == ab.APPLICATION_PROPERTIES:
+            return {
+                ab.decode(k): (ab.type_name(v), ab.decode(v)) for k, v in ab.map_entries(part.value)
+            }
+    return {}
+
+
 def dead_letters(pair: Pair, entity: str) -> list[str]:
     dlq = pair.primary.broker.entity(entity).dlq
     assert dlq is not None
