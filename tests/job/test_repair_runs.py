@@ -122,12 +122,11 @@ def test_a_repair_is_counted_by_its_dry_run_then_sends_only_what_it_names(
         **{i: "set retries; set tenant; unset legacy" for i in ids},
         "x-1": None,  # unselected: nothing changed
     }
-    runs = [r for r in read_table(tmp_path / "delta" / RUNS_TABLE).to_pylist()]
-    recorded = {
-        json.loads(r["repair"]) and tuple(json.loads(r["repair"]))
-        for r in runs
-        if r["run_id"] == "fix"
-    }
+    report = (tmp_path / "delta" / "reports" / "fix.html").read_text(encoding="utf-8")
+    said = "set retries:long=0; set tenant=upper(properties[&#39;tenant&#39;]); unset legacy"
+    assert said in report
+    runs = read_table(tmp_path / "delta" / RUNS_TABLE).to_pylist()
+    recorded = {tuple(json.loads(r["repair"])) for r in runs if r["run_id"] == "fix"}
     assert recorded == {
         ("set retries:long=0", "set tenant=upper(properties['tenant'])", "unset legacy")
     }

@@ -65,6 +65,8 @@ class ReportData:
     #: a run of several waves: each wave's number, watermark, messages planned, messages
     #: home when it was replayed (the run's, so far) and seconds from the run's start
     waves: list[WaveFigures] = field(default_factory=list)
+    #: the run's repair in the operator's words (empty: none)
+    repair: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,9 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
         result.operations.as_map(),
         result.timings.as_map(),
     )
-    data.waves = waves_of(r for r in store.runs() if r.run_id == result.run_id)
+    records = [r for r in store.runs() if r.run_id == result.run_id]
+    data.waves = waves_of(records)
+    data.repair = next((r.repair for r in records if r.repair), ())
     rows = store.run_rows(result.run_id) if read_audit else None
     if rows is None:
         return data
