@@ -35,6 +35,19 @@ AMQP_SEQUENCE = 0x76
 AMQP_VALUE = 0x77
 FOOTER = 0x78
 
+#: The fields of the properties list (AMQP 1.0, part 3, 3.2.4) syphon reads or writes, by
+#: position, under the names syphon's columns give them (group-id: the session id).
+PROPERTY_PLACES = {
+    "message_id": 0,
+    "to": 2,
+    "subject": 3,
+    "reply_to": 4,
+    "correlation_id": 5,
+    "content_type": 6,
+    "session_id": 10,
+    "reply_to_session_id": 12,
+}
+
 _SECTION_NAMES = {
     "amqp:header:list": HEADER,
     "amqp:delivery-annotations:map": DELIVERY_ANNOTATIONS,

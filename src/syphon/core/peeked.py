@@ -21,17 +21,9 @@ from syphon.core.schema import SNAPSHOT, names
 
 _COLUMNS = names(SNAPSHOT)
 _BODY_KINDS = {ab.DATA: "data", ab.AMQP_VALUE: "value", ab.AMQP_SEQUENCE: "sequence"}
-# the properties list (AMQP 1.0, part 3, 3.2.4) and the header list (3.2.1), by position
-_PROPERTY_COLUMNS = {
-    "message_id": 0,
-    "to": 2,
-    "subject": 3,
-    "reply_to": 4,
-    "correlation_id": 5,
-    "content_type": 6,
-    "session_id": 10,
-    "reply_to_session_id": 12,
-}
+# the properties list's fields (ab.PROPERTY_PLACES) and the header list's (AMQP 1.0,
+# part 3, 3.2.1), by position
+_PROPERTY_COLUMNS = ab.PROPERTY_PLACES
 _HEADER_TTL, _HEADER_DELIVERY_COUNT = 2, 4
 SEQUENCE_NUMBER = "x-opt-sequence-number"
 ENQUEUED_TIME = "x-opt-enqueued-time"

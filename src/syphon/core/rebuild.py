@@ -60,9 +60,9 @@ SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
 #: of milliseconds (about 49.7 days). A longer one is sent as this; the entity's default
 #: TTL caps it anyway when that is shorter.
 MAX_TTL_MS = 2**32 - 1
-_GROUP_ID = 10  # the properties list's group-id: the session id
-#: The system properties a repair may change in the properties list, by their place.
-PROPERTY_PLACES = {"to": 2, "subject": 3, "reply_to": 4, "correlation_id": 5, "content_type": 6}
+#: The system properties a repair may change in the properties list (their places:
+#: :data:`syphon.core.amqp_bytes.PROPERTY_PLACES`).
+REPAIRABLE = frozenset({"to", "subject", "reply_to", "correlation_id", "content_type"})
 
 
 def rebuild(
@@ -86,7 +86,7 @@ def rebuild(
             dead-lettered message's :data:`DEAD_LETTER_PROPERTIES`).
         application: a repair's application properties: name to encoded value, or None
             to remove it.
-        system: a repair's system properties of :data:`PROPERTY_PLACES`, the same way.
+        system: a repair's system properties of :data:`REPAIRABLE`, the same way.
 
     Raises:
         AmqpFormatError: ``encoded`` is not an AMQP message.
@@ -109,7 +109,7 @@ def rebuild(
         )
     if kept:
         out.append(ab.section(ab.MESSAGE_ANNOTATIONS, ab.encode_map(kept)))
-    system = {k: v for k, v in (system or {}).items() if k in PROPERTY_PLACES}
+    system = {k: v for k, v in (system or {}).items() if k in REPAIRABLE}
     has_properties = any(p.code == ab.PROPERTIES for p in parts)
     if not has_properties and (session_id is not None or system):
         out.append(_properties(b"\x45", session_id, system))
@@ -154,9 +154,9 @@ def _properties(
     items = ab.compound_items(encoded_list)
     changes = dict(system)
     if session_id is not None:
-        changes["group_id"] = ab.encode_string(session_id)
+        changes["session_id"] = ab.encode_string(session_id)
     for name, value in changes.items():
-        place = _GROUP_ID if name == "group_id" else PROPERTY_PLACES[name]
+        place = ab.PROPERTY_PLACES[name]
         items += [b"\x40"] * (place + 1 - len(items))
         items[place] = b"\x40" if value is None else value
     return ab.section(ab.PROPERTIES, ab.encode_compound(items, is_map=False))

@@ -218,7 +218,7 @@ SPARK_TYPES = {
     "timestamp": "timestamp",
     "timestamp_ntz": "timestamp",
     "binary": "binary",
-    "void": "string",  # a bare null literal: the property is set to null
+    "void": "string",  # a bare null literal: null leaves every property as it is
 }
 
 

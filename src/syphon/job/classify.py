@@ -51,7 +51,7 @@ from syphon.core.schema import (
 from syphon.core.selection import NOT_SELECTED
 from syphon.core.sizing import ENVELOPE_RESERVE
 from syphon.core.timespan import TICKS_PER_SECOND
-from syphon.job.repair import REPAIR
+from syphon.job.repair import REPAIR, carried_changes
 from syphon.job.selection import SELECTED
 
 if TYPE_CHECKING:
@@ -207,13 +207,10 @@ def with_checks(df: DataFrame, against: Against) -> DataFrame:
     # selection leaves for later must not make the one taken now a duplicate)
     candidate = _selected(df) & sendable & ~F.col("_expired") & F.col("message_id").isNotNull()
     bound = message_bytes_col()
-    rebuilt_from = [F.col(c) for c in MESSAGE_COLUMNS]
-    if repaired:  # the bytes a repair adds, and what it changes for the exact measure
+    if repaired:  # the bytes a repair adds
         bound = bound + F.coalesce(F.col(f"{REPAIR}.added"), F.lit(0))
-        rebuilt_from += [
-            F.col(f"{REPAIR}.application").alias("repair_application"),
-            F.col(f"{REPAIR}.system").alias("repair_system"),
-        ]
+    # what rebuilds the message for the exact measure, a repair's changes included
+    rebuilt_from = [*[F.col(c) for c in MESSAGE_COLUMNS], *carried_changes(df)]
     df = df.withColumns({"message_bytes": F.when(sendable, bound), "_candidate": candidate})
     over = sendable & (F.col("message_bytes") > F.col("_limit"))
     return df.withColumn("_measure_input", F.when(over, F.struct(*rebuilt_from))).drop("encoded")

@@ -83,6 +83,17 @@ def with_repair(restored: DataFrame, repair: Repair | None) -> DataFrame:
     )
 
 
+def carried_changes(df: DataFrame) -> list[Column]:
+    """What rebuilds a repaired message, as the columns ``repair_application`` and
+    ``repair_system`` (:func:`syphon.core.repaired.encode_changes`; null without a
+    repair): the size measure and the replay read them."""
+    from pyspark.sql import functions as F
+
+    if REPAIR not in df.columns:
+        return [F.lit(None).cast("binary").alias(f"repair_{p}") for p in ("application", "system")]
+    return [F.col(f"{REPAIR}.{p}").alias(f"repair_{p}") for p in ("application", "system")]
+
+
 def _inputs(changes: Iterable[Change]) -> list[Column]:
     """Per change, what :func:`syphon.core.repaired.repair_message` reads: a set's value,
     or whether the message has the property an unset removes."""

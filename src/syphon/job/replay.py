@@ -45,7 +45,7 @@ from syphon.core.schema import (
 )
 from syphon.job.journal import TaskJournal
 from syphon.job.lanes import Replayer, ReplaySettings
-from syphon.job.repair import REPAIR
+from syphon.job.repair import carried_changes
 from syphon.job.rows import plain_cell
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access
@@ -106,17 +106,7 @@ def replay_input(restored: DataFrame, todo: DataFrame, in_doubt: DataFrame | Non
         "batch_position",
         F.col("body_sha256").alias("_planned_sha"),
     )
-    if REPAIR in restored.columns:
-        repair = [
-            F.col(f"{REPAIR}.application").alias("repair_application"),
-            F.col(f"{REPAIR}.system").alias("repair_system"),
-        ]
-    else:
-        repair = [
-            F.lit(None).cast("binary").alias("repair_application"),
-            F.lit(None).cast("binary").alias("repair_system"),
-        ]
-    message = restored.select(*PLACE, *_MESSAGE_COLUMNS, *repair)
+    message = restored.select(*PLACE, *_MESSAGE_COLUMNS, *carried_changes(restored))
     df = plan.join(message, list(PLACE), "left")
     matches = F.coalesce(F.col("body_sha256") == F.col("_planned_sha"), F.lit(False))
     df = df.withColumn("snapshot_matches", matches)
