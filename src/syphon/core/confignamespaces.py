@@ -116,43 +116,17 @@ class NamespaceReader(ConfigReader):
         return tuple(out)
 
     def one_source(self, raw: Any, key: str, primaries: list[str]) -> SourceConfig:
-        s = self.section(
-            raw,
-            key,
-            (
-                "name",
-                "kind",
-                "namespace",
-                "entities",
-                "targets",
-                "from_namespace",
-                "dead_letters",
-                "transfer_dead_letters",
-            ),
-        )
+        s = self.section(raw, key, ("name", "kind", *_SOURCE_OPTIONS))
         name = self.required(s, key, "name")
         if not isinstance(name, str) or not _SOURCE_NAME.match(name):
             raise self.fail(
                 f"{key}.name", f"{name!r} is not a source name (letters, digits, - and _, up to 50)"
             )
         kind = self.choice(s, key, "kind", SOURCE_KINDS, "backlog")
-        only = {
-            "from_namespace": "namespace",
-            "dead_letters": "namespace",
-            "transfer_dead_letters": "dead_letter",
-        }
-        for extra in (
-            "namespace",
-            "entities",
-            "targets",
-            "from_namespace",
-            "dead_letters",
-            "transfer_dead_letters",
-        ):
-            allowed = only.get(extra, "dead_letter or namespace")
-            if s.get(extra) is not None and kind not in allowed.split(" or "):
+        for option, allowed in _SOURCE_OPTIONS.items():
+            if s.get(option) is not None and kind not in allowed.split(" or "):
                 raise self.fail(
-                    f"{key}.{extra}",
+                    f"{key}.{option}",
                     f"is for kind {allowed} only (a backlog source is the backlog section)",
                 )
         if kind == "backlog":
@@ -231,6 +205,16 @@ class NamespaceReader(ConfigReader):
 
 
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
+
+#: A source's options besides its name and kind, with the kinds each is for.
+_SOURCE_OPTIONS = {
+    "namespace": "dead_letter or namespace",
+    "entities": "dead_letter or namespace",
+    "targets": "dead_letter or namespace",
+    "from_namespace": "namespace",
+    "dead_letters": "namespace",
+    "transfer_dead_letters": "dead_letter",
+}
 
 
 def _entity_problem(path: str) -> str | None:
