@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import threading
 
 import pytest
@@ -109,6 +110,30 @@ def test_the_libraries_chatter_stays_below_the_default_level(
     sdk.info("azure INFO")
     sdk.warning("azure WARNING")
     logging.getLogger("py4j.clientserver").info("py4j INFO")
+    lines = [line.split(": ", 1)[1] for line in stream.getvalue().splitlines()]
+    assert lines == shown
+
+
+@pytest.mark.parametrize(
+    ("level", "shown"),
+    [
+        ("INFO", ["py4j ERROR", "an application's INFO"]),
+        ("DEBUG", ["py4j INFO", "py4j ERROR", "an application's INFO"]),
+    ],
+)
+def test_a_library_logging_on_the_root_logger_is_held_to_the_libraries_level(
+    stream: io.StringIO, level: str, shown: list[str]
+) -> None:
+    """py4j logs a connection it retries on the root logger, at INFO, with a traceback."""
+    configure_logging(level, "text", stream)
+    root = logging.getLogger()
+    py4j = os.path.join(os.sep, "venv", "site-packages", "py4j", "java_gateway.py")
+    for path, record_level, text in [
+        (py4j, logging.INFO, "py4j INFO"),
+        (py4j, logging.ERROR, "py4j ERROR"),
+        (os.path.join(os.sep, "notebook", "cell.py"), logging.INFO, "an application's INFO"),
+    ]:
+        root.handle(root.makeRecord("root", record_level, path, 1, text, (), None))
     lines = [line.split(": ", 1)[1] for line in stream.getvalue().splitlines()]
     assert lines == shown
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -51,10 +52,28 @@ def current_run_id() -> str | None:
     return _run_id
 
 
-class _RunIdFilter(logging.Filter):
+class _RecordFilter(logging.Filter):
+    """Names the run in every record, and holds a library's record to the libraries'
+    level when the library logged it on the root logger (py4j logs the connection it
+    retries there, at INFO, with a traceback)."""
+
+    def __init__(self, library_level: int) -> None:
+        super().__init__()
+        self.library_level = library_level
+
     def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            record.name == "root"
+            and record.levelno < self.library_level
+            and _from_library(record.pathname)
+        ):
+            return False
         record.run_id = _run_id or "-"
         return True
+
+
+def _from_library(pathname: str) -> bool:
+    return any(f"{os.sep}{name}{os.sep}" in pathname for name in LIBRARY_LOGGERS)
 
 
 class _TextFormatter(logging.Formatter):
@@ -116,16 +135,16 @@ def configure_logging(
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(old)
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.set_name(_HANDLER_NAME)
-    handler.addFilter(_RunIdFilter())
-    handler.setFormatter(_JsonFormatter() if fmt == "json" else _TextFormatter())
-    root.addHandler(handler)
     root.setLevel(level.upper())
     libraries = (
         logging.DEBUG
         if root.level <= logging.DEBUG
         else max(logging.getLevelName(sdk_level.upper()), root.level)
     )
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.set_name(_HANDLER_NAME)
+    handler.addFilter(_RecordFilter(libraries))
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else _TextFormatter())
+    root.addHandler(handler)
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(libraries)
