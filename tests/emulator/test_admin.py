@@ -28,6 +28,7 @@ from azure.servicebus.management import (
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
 from servicebus_emulator.atom import format_duration, parse_duration
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.quick_client import QuickClient
 from support.sas import root_key, sas_token
 
 pytestmark = pytest.mark.timeout(90)
@@ -40,7 +41,7 @@ def admin_for(sb: Emulator, **kwargs: Any) -> ServiceBusAdministrationClient:
 
 
 def client_for(sb: Emulator) -> ServiceBusClient:
-    return ServiceBusClient.from_connection_string(sb.connection_string, retry_total=0)
+    return QuickClient.from_connection_string(sb.connection_string, retry_total=0)
 
 
 @pytest.fixture

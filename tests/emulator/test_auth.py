@@ -22,6 +22,7 @@ from proton.utils import BlockingConnection, LinkDetached
 
 from servicebus_emulator import Emulator, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.quick_client import QuickClient
 from support.sas import put_token, root_key
 
 pytestmark = pytest.mark.timeout(90)
@@ -41,7 +42,7 @@ def conn(sb: Emulator) -> Iterator[BlockingConnection]:
 
 
 def client(connection_string: str) -> ServiceBusClient:
-    return ServiceBusClient.from_connection_string(connection_string, retry_total=0)
+    return QuickClient.from_connection_string(connection_string, retry_total=0)
 
 
 def stored(sb: Emulator, queue: str = "q") -> int:

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 from azure.servicebus.exceptions import MessagingEntityDisabledError, OperationTimeoutError
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator.model import partition_for_key
+from support.quick_client import QuickClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -58,7 +59,7 @@ def test_the_command_serves_declared_queues_and_takes_faults_from_another_proces
         assert [s.name for s in admin.list_subscriptions("events")] == ["all"]
         assert lines["admin port"] in lines["admin connection string"]
 
-        with ServiceBusClient.from_connection_string(conn, retry_total=0) as client:
+        with QuickClient.from_connection_string(conn, retry_total=0) as client:
             client.get_queue_sender("orders").send_messages(ServiceBusMessage("one"))
             assert fault(control, "unavailable", "orders").returncode == 0
             with pytest.raises(MessagingEntityDisabledError):

@@ -7,11 +7,12 @@ from __future__ import annotations
 import socket
 import threading
 
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 
 from servicebus_emulator import QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from support.latency_proxy import DelayProxy
+from support.quick_client import QuickClient
 
 
 def test_chunks_arrive_whole_and_in_order_both_ways() -> None:
@@ -46,7 +47,7 @@ def test_the_sdk_sends_and_receives_through_it(servicebus_emulator: EmulatorFact
     proxy = DelayProxy("127.0.0.1", sb.port, delay=0.005).start()
     through = sb.connection_string.replace(f":{sb.port};", f":{proxy.port};")
     try:
-        with ServiceBusClient.from_connection_string(through) as client:
+        with QuickClient.from_connection_string(through) as client:
             with client.get_queue_sender("q") as sender:
                 sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(20)])
             with client.get_queue_receiver("q", max_wait_time=5) as receiver:

@@ -17,12 +17,13 @@ from azure.servicebus.exceptions import (
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
 from servicebus_emulator.model import PARTITION_SHIFT, partition_for_key
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.quick_client import QuickClient
 
 pytestmark = pytest.mark.timeout(90)
 
 
 def client_for(sb: Emulator) -> ServiceBusClient:
-    return ServiceBusClient.from_connection_string(sb.connection_string, retry_total=0)
+    return QuickClient.from_connection_string(sb.connection_string, retry_total=0)
 
 
 def partition(seq: int) -> int:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import socket
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusError
 
 from servicebus_emulator import QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.quick_client import QuickClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,13 +25,13 @@ def test_a_failing_handler_closes_only_its_link(
     def explode(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    with ServiceBusClient.from_connection_string(sb.connection_string, retry_total=0) as client:
+    with QuickClient.from_connection_string(sb.connection_string, retry_total=0) as client:
         monkeypatch.setattr(sb.broker, "send", explode)
         with pytest.raises(ServiceBusError):
             client.get_queue_sender("q").send_messages(ServiceBusMessage("x"))
         monkeypatch.undo()
     assert "handler on_delivery failed" in caplog.text
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         client.get_queue_sender("q").send_messages(ServiceBusMessage("after"))
         with client.get_queue_receiver("q") as receiver:
             assert [str(m) for m in receiver.receive_messages(1, max_wait_time=2)] == ["after"]
@@ -43,7 +44,7 @@ def test_garbage_on_the_socket_does_not_stop_the_server(
     with socket.create_connection(("127.0.0.1", sb.port), timeout=5) as raw:
         raw.sendall(b"GET / HTTP/1.1\r\n\r\n" + bytes(range(256)))
         raw.recv(1024)
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         client.get_queue_sender("q").send_messages(ServiceBusMessage("still here"))
         with client.get_queue_receiver("q") as receiver:
             assert [str(m) for m in receiver.receive_messages(1, max_wait_time=2)] == ["still here"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage
 from azure.servicebus.exceptions import (
     OperationTimeoutError,
     ServiceBusError,
@@ -14,6 +14,7 @@ from azure.servicebus.exceptions import (
 
 from servicebus_emulator import ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.quick_client import QuickClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -22,7 +23,7 @@ def test_a_session_queue_refuses_messages_without_a_session_id(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec("s", requires_session=True))
-    with ServiceBusClient.from_connection_string(sb.connection_string, retry_total=0) as client:
+    with QuickClient.from_connection_string(sb.connection_string, retry_total=0) as client:
         with pytest.raises(ServiceBusError, match="SessionId"):
             client.get_queue_sender("s").send_messages(ServiceBusMessage("x"))
 
@@ -31,7 +32,7 @@ def test_a_session_receiver_gets_only_its_session_in_order(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec("s", requires_session=True))
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         client.get_queue_sender("s").send_messages(
             [ServiceBusMessage(f"{sid}{i}", session_id=sid) for i in range(3) for sid in "ab"]
         )
@@ -55,7 +56,7 @@ def test_a_locked_session_cannot_be_taken_by_another_receiver(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec("s", requires_session=True))
-    with ServiceBusClient.from_connection_string(sb.connection_string, retry_total=0) as client:
+    with QuickClient.from_connection_string(sb.connection_string, retry_total=0) as client:
         client.get_queue_sender("s").send_messages(ServiceBusMessage("x", session_id="a"))
         with client.get_queue_receiver("s", session_id="a") as first:
             first.receive_messages(1, max_wait_time=1)
@@ -69,7 +70,7 @@ def test_a_locked_session_cannot_be_taken_by_another_receiver(
 
 def test_next_available_with_no_session_times_out(servicebus_emulator: EmulatorFactory) -> None:
     sb = servicebus_emulator(QueueSpec("s", requires_session=True))
-    with ServiceBusClient.from_connection_string(sb.connection_string, retry_total=0) as client:
+    with QuickClient.from_connection_string(sb.connection_string, retry_total=0) as client:
         with pytest.raises(OperationTimeoutError):
             with client.get_queue_receiver(
                 "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
@@ -82,7 +83,7 @@ def test_session_state_and_lock_renewal(servicebus_emulator: EmulatorFactory) ->
         QueueSpec("s", requires_session=True, lock_duration=timedelta(seconds=2)),
         clock=ManualClock(),
     )
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         client.get_queue_sender("s").send_messages(ServiceBusMessage("x", session_id="a"))
         with client.get_queue_receiver("s", session_id="a") as receiver:
             session = receiver.session
@@ -98,7 +99,7 @@ def test_session_state_and_lock_renewal(servicebus_emulator: EmulatorFactory) ->
 
 def test_a_session_id_is_delivered_with_the_message(servicebus_emulator: EmulatorFactory) -> None:
     sb = servicebus_emulator(QueueSpec("s", requires_session=True))
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         client.get_queue_sender("s").send_messages(ServiceBusMessage("x", session_id="Ünïcode"))
         with client.get_queue_receiver("s", session_id="Ünïcode") as receiver:
             (m,) = receiver.receive_messages(1, max_wait_time=2)
@@ -112,7 +113,7 @@ def test_sessions_are_listed_by_messages_or_by_state_updates(
 
     clock = ManualClock()
     sb = servicebus_emulator(QueueSpec("s", requires_session=True), clock=clock)
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         client.get_queue_sender("s").send_messages(
             [ServiceBusMessage("x", session_id=sid) for sid in ("b", "a", "b")]
         )

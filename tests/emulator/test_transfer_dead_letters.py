@@ -13,6 +13,7 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import QueueSpec, SubscriptionSpec, TopicSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.quick_client import QuickClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,7 +41,7 @@ def test_a_forward_to_a_missing_or_disabled_entity_lands_in_the_transfer_dead_le
         QueueSpec("off", status="Disabled"),
         TopicSpec("t", subscriptions=(SubscriptionSpec("s", forward_to="missing"),)),
     )
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         for queue in ("to-nowhere", "to-disabled"):
             with client.get_queue_sender(queue) as sender:
                 sender.send_messages(ServiceBusMessage(queue, message_id=queue))
@@ -83,7 +84,7 @@ def test_a_message_forwarded_more_than_four_times_stops_at_the_fifth_entity(
         *[QueueSpec(q, forward_to=nxt) for q, nxt in pairwise(chain)],
         QueueSpec("f"),
     )
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         with client.get_queue_sender("a") as sender:
             sender.send_messages(ServiceBusMessage("hop", message_id="m"))
         (stopped,) = transfer_dead_letters(client, queue_name="e")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import QueueSpec
@@ -25,6 +25,7 @@ from support.paired_env import (
     redrive_sources,
     stored,
 )
+from support.quick_client import QuickClient
 from support.report_html import parse_report, table_dict
 from syphon.app.cli import main
 from syphon.store.audit import AUDIT_TABLE
@@ -107,7 +108,7 @@ def test_dead_letters_are_redriven_once_in_order_with_their_properties(
     }
 
     # o-1 fails again: already re-driven, it is not sent a second time and stays
-    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.primary.connection_string) as client:
         with client.get_queue_receiver("orders") as receiver:
             for m in receiver.receive_messages(5, max_wait_time=2):
                 if str(m.message_id) == "o-1":
@@ -188,7 +189,7 @@ def test_every_queue_and_a_subscription_with_a_target_are_redriven(
     ) as admin:
         admin.create_subscription("events", "audit")
     dead_letter(pair, "orders", [ServiceBusMessage(b"o", message_id="o-1")])
-    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.primary.connection_string) as client:
         with client.get_topic_sender("events") as sender:
             sender.send_messages(ServiceBusMessage(b"e", message_id="e-1", subject="created"))
         for name in ("all", "audit"):
@@ -252,7 +253,7 @@ sources:
 def test_the_receivers_sub_queue_is_the_same_path(pair: Pair) -> None:
     # syphon names a dead-letter queue by its path; the SDK's sub_queue reaches the same
     dead_letter(pair, "orders", [ServiceBusMessage(b"x", message_id="p-1")])
-    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.primary.connection_string) as client:
         with client.get_queue_receiver("orders", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as r:
             by_sdk = [str(m.message_id) for m in r.peek_messages(5)]
         with client.get_queue_receiver("orders/$DeadLetterQueue") as r:
@@ -271,7 +272,7 @@ def test_transfer_dead_letters_are_redriven_with_their_own_entity_in_the_audit(
     source that lists every entity reads it (on by default), sends it where its target
     says, in order, and records the queue it came from; with the option off it is left."""
     pair.primary.broker.declare(QueueSpec("relay", forward_to="gone"))
-    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.primary.connection_string) as client:
         with client.get_queue_sender("relay") as sender:
             for i in range(3):
                 sender.send_messages(ServiceBusMessage(f"r{i}".encode(), message_id=f"r-{i}"))

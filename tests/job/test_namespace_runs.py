@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 
 from servicebus_emulator import QueueSpec, SubscriptionSpec, TopicSpec
 from support.crash_scenario import SYPHON, assert_killed, free_the_killed_runs_lease
 from support.paired_env import PRIMARY, Pair, command_config, make_pair, stored
+from support.quick_client import QuickClient
 from syphon.app.cli import main
 from syphon.store.audit import AUDIT_TABLE
 from syphon.store.delta import read_table
@@ -75,7 +76,7 @@ def test_a_failed_over_namespace_is_drained_into_the_same_names(
     pair.primary.broker.declare(QueueSpec("events-replay"))
     old = old_namespace(servicebus_emulator)
     monkeypatch.setenv(OLD_ENV, old.connection_string)
-    with ServiceBusClient.from_connection_string(old.connection_string) as client:
+    with QuickClient.from_connection_string(old.connection_string) as client:
         with client.get_queue_sender("orders") as sender:
             sender.send_messages(
                 [
@@ -189,7 +190,7 @@ def test_a_drain_killed_mid_replay_leaves_each_message_once_where_duplicates_are
     monkeypatch.setenv(OLD_ENV, old.connection_string)
     # 40 KB bodies: several batches, so that the kill falls between two of them
     ids = [f"d-{i}" for i in range(40)]
-    with ServiceBusClient.from_connection_string(old.connection_string) as client:
+    with QuickClient.from_connection_string(old.connection_string) as client:
         with client.get_queue_sender("dd") as sender:
             for chunk in range(0, len(ids), 5):
                 sender.send_messages(

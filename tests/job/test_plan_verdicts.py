@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 from azure.servicebus.amqp import AmqpAnnotatedMessage
 from deltalake import DeltaTable
 from proton import Described, Message, symbol, timestamp
@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from servicebus_emulator import QueueSpec
 from support.paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, park_outage, plan_now
+from support.quick_client import QuickClient
 from support.sas import put_token
 from syphon.app.text import format_summary
 from syphon.core.envelope import PING_CONTENT_TYPE
@@ -182,7 +183,7 @@ def send_proton(pair: Pair, path: str, messages: list[Message]) -> None:
 def backlog_cases(pair: Pair, paths: list[str]) -> dict[tuple[str, int], str | None]:
     """(queue, sequence number) → the ``case`` property (None: a scenario message)."""
     out: dict[tuple[str, int], str | None] = {}
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         for path in paths:
             with client.get_queue_receiver(path) as receiver:
                 seq = 1
@@ -225,7 +226,7 @@ def test_plan_verdicts_for_an_outage_and_every_kind_of_trouble(
     assert sum(c.expect not in (REPLAY, None) for c in table) >= 20
     # one at a time, so that enqueue times follow the table's order; one client and one
     # sender per queue for them all
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         senders: dict[str, Any] = {}
         for case in table:
             path = (

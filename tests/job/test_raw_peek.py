@@ -11,6 +11,7 @@ from proton.utils import BlockingConnection
 
 from servicebus_emulator import Emulator, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support.quick_client import QuickClient
 from support.sas import put_token
 from syphon.core import amqp_bytes as ab
 from syphon.core.peeked import read_encoded, sequence_number
@@ -43,9 +44,8 @@ def test_a_raw_peek_answers_what_peek_messages_does_with_the_stored_bytes(
     sb = servicebus_emulator(QueueSpec("q"))
     park_typed(sb, "q", 5)
     stored = {m.seq: m.parsed.bare for m in sb.broker.entity("q").messages.values()}
-    from azure.servicebus import ServiceBusClient
 
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         with peek_receiver(client, "q") as receiver:
             encoded = peek_raw(receiver, 2, 3)
             public = receiver.peek_messages(3, sequence_number=2)
@@ -68,7 +68,6 @@ def test_a_message_the_sdk_cannot_decode_is_peeked_and_then_the_sdk_decodes_it(
     """The pinned SDK's decoder has no char, decimal32 or decimal64: its own peek (and
     receive) fails on such a message. The raw peek reads it; ``complete_decoder`` makes
     the SDK's receivers take it too. Fails if an upgrade moves the decoder's table."""
-    from azure.servicebus import ServiceBusClient
     from azure.servicebus._pyamqp import _decode
     from azure.servicebus.exceptions import ServiceBusError
 
@@ -88,7 +87,7 @@ def test_a_message_the_sdk_cannot_decode_is_peeked_and_then_the_sdk_decodes_it(
         )
     finally:
         conn.close()
-    with ServiceBusClient.from_connection_string(sb.connection_string, retry_total=0) as client:
+    with QuickClient.from_connection_string(sb.connection_string, retry_total=0) as client:
         with client.get_queue_receiver("q", prefetch_count=1, keep_alive=None) as receiver:
             (encoded,) = peek_raw(receiver, 1, 10)
             with pytest.raises(ServiceBusError):
@@ -107,7 +106,6 @@ def test_encoded_messages_added_to_a_batch_arrive_byte_for_byte(
 ) -> None:
     """``add_encoded`` puts messages on the wire as given: the service stores each bare
     message (properties to footer) exactly, a value body and a ulong id included."""
-    from azure.servicebus import ServiceBusClient
     from azure.servicebus.exceptions import MessageSizeExceededError
 
     from syphon.servicebus.raw import add_encoded
@@ -117,7 +115,7 @@ def test_encoded_messages_added_to_a_batch_arrive_byte_for_byte(
     data = Message(id="m2", body=b"bytes", properties={"s": symbol("x")})
     data.inferred = True
     encoded = [bytes(value.encode()), bytes(data.encode())]
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         with client.get_queue_sender("q") as sender:
             batch = sender.create_message_batch()
             for message in encoded:

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 
 from servicebus_emulator import QueueSpec
 from support.paired_env import PRIMARY, Pair, job_config, run_job, send_raw, stored
+from support.quick_client import QuickClient
 from syphon.core.schema import Detail, Outcome
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE
@@ -41,7 +42,7 @@ def test_a_destination_failing_partway_breaks_no_keys_order_and_the_next_run_sen
 ) -> None:
     pair.primary.broker.declare(QueueSpec("ledger"))
     sent: dict[str, str] = {}
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as sb:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as sb:
         senders = [sb.get_queue_sender(f"{PRIMARY}/x-servicebus-transfer/{q}") for q in (0, 1)]
         for k in range(KEYS):  # a key's messages in one backlog queue, in order
             for j in range(PER_KEY):

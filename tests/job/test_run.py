@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from azure.servicebus import (
-    ServiceBusClient,
     ServiceBusMessage,
     ServiceBusMessageState,
     ServiceBusSubQueue,
@@ -30,6 +29,7 @@ from support.paired_env import (
     send_raw,
     stored,
 )
+from support.quick_client import QuickClient
 from syphon.core.configfile import load_config
 from syphon.core.errors import ExitCode
 from syphon.servicebus.backlog_messages import to_backlog_message
@@ -148,7 +148,7 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     (copy,) = [m for m in stored(pair, "sessions") if str(m.message_id) == sample.message_id]
     assert copy.session_id == sample.session_id
     with (
-        ServiceBusClient.from_connection_string(primary.connection_string) as client,
+        QuickClient.from_connection_string(primary.connection_string) as client,
         client.get_queue_receiver("sessions", session_id=sample.session_id) as receiver,
     ):
         (peeked,) = [m for m in receiver.peek_messages(100) if m.message_id == sample.message_id]
@@ -163,7 +163,7 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     assert 0 < copy.expires_ms - copy.enqueued_ms < 3600 * 1000  # TTL less the time parked
     # every header as the sender set it; a past schedule sent at once, a future one kept
     with (
-        ServiceBusClient.from_connection_string(primary.connection_string) as client,
+        QuickClient.from_connection_string(primary.connection_string) as client,
         client.get_queue_receiver("orders") as receiver,
     ):
         at_orders = {str(m.message_id): m for m in receiver.peek_messages(500)}
@@ -191,7 +191,7 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     assert active == ["paused-1", "paused-2"]
     assert dead == ["bad-1", "twice"]
     with (
-        ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client,
+        QuickClient.from_connection_string(pair.secondary.connection_string) as client,
         client.get_queue_receiver(
             f"{PRIMARY}/x-servicebus-transfer/3", sub_queue=ServiceBusSubQueue.DEAD_LETTER
         ) as receiver,
@@ -493,7 +493,7 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     # a message that arrives after the plan is not part of it: it stays for the next run
     park(0, "late")
     backlog = f"{PRIMARY}/x-servicebus-transfer"
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as sb:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as sb:
         with sb.get_queue_receiver(f"{backlog}/2") as receiver:  # someone takes "gone"
             (gone,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
             receiver.complete_message(gone)

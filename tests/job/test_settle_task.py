@@ -11,11 +11,12 @@ from typing import Any
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 
 from servicebus_emulator import Emulator, ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from support.paired_env import secondary_access
+from support.quick_client import QuickClient
 from syphon.core.schema import Detail, Outcome
 from syphon.job.settle import _SettleTask
 from syphon.job.settle_actions import COMPLETE, DEAD_LETTER, LEAVE
@@ -26,7 +27,7 @@ QUEUE = "contoso-primary/x-servicebus-transfer/0"
 
 def park(sb: Emulator, ids: list[str]) -> dict[str, int]:
     """Sends messages with these MessageIds; returns their sequence numbers."""
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         with client.get_queue_sender(QUEUE) as sender:
             sender.send_messages([ServiceBusMessage(i.encode(), message_id=i) for i in ids])
         with client.get_queue_receiver(QUEUE) as receiver:
@@ -96,7 +97,7 @@ def test_completes_dead_letters_with_the_reason_and_gives_back_what_it_leaves(
     entity = sb.broker.entity(QUEUE)
     # what was left is available again at once: given back, not waiting out its
     # one-minute lock
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         with client.get_queue_receiver(QUEUE, max_wait_time=5) as receiver:
             again = receiver.receive_messages(10, max_wait_time=5)
             assert sorted(str(m.message_id) for m in again) == ["late", "paused"]
@@ -147,7 +148,7 @@ def test_a_message_locked_elsewhere_is_left_not_received(
     sb = servicebus_emulator(QueueSpec(QUEUE))
     seq = park(sb, ["held", "free"])
     with (
-        ServiceBusClient.from_connection_string(sb.connection_string) as client,
+        QuickClient.from_connection_string(sb.connection_string) as client,
         client.get_queue_receiver(QUEUE) as other,
     ):
         (locked,) = other.receive_messages(1, max_wait_time=5)  # another consumer holds it
@@ -181,7 +182,7 @@ def test_a_pass_stops_a_page_beyond_the_plans_last_message(
     seq = park(sb, ids)
     planned = ids[:4]
     with (
-        ServiceBusClient.from_connection_string(sb.connection_string) as client,
+        QuickClient.from_connection_string(sb.connection_string) as client,
         client.get_queue_receiver(QUEUE) as other,
     ):
         (locked,) = other.receive_messages(1, max_wait_time=5)
@@ -215,7 +216,7 @@ def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_
     planned = ids[:5]
     real = settle.settle_by_lock_tokens
     with (
-        ServiceBusClient.from_connection_string(sb.connection_string) as client,
+        QuickClient.from_connection_string(sb.connection_string) as client,
         client.get_queue_receiver(QUEUE) as other,
     ):
         taken = other.receive_messages(4, max_wait_time=5)
@@ -392,7 +393,7 @@ def test_a_tasks_queues_are_settled_side_by_side_each_with_its_own_results(
     other = "contoso-primary/x-servicebus-transfer/1"
     sb = servicebus_emulator(QueueSpec(QUEUE), QueueSpec(other))
     seq = park(sb, ["a1", "a2"])
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         with client.get_queue_sender(other) as sender:
             sender.send_messages([ServiceBusMessage(b"b", message_id="b1")])
     # each queue's first settlement waits until the other queue's has begun too: the

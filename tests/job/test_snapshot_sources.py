@@ -7,11 +7,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import QueueSpec
 from support.paired_env import PRIMARY, Pair, context, job_config
+from support.quick_client import QuickClient
 from syphon.core.schema import SNAPSHOT, names, spark_schema
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.servicebus.discovery import discover_by_management, discover_by_probe
@@ -27,7 +28,7 @@ def queue(i: int, primary: str = PRIMARY) -> str:
 
 
 def fill(pair: Pair, path: str, messages: list[Any]) -> None:
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         with client.get_queue_sender(path) as sender:
             batch = sender.create_message_batch()
             for m in messages:
@@ -71,7 +72,7 @@ def test_management_discovery_finds_extras_and_counts(pair: Pair) -> None:
 def test_probe_discovery(pair: Pair) -> None:
     pair.secondary.broker.declare(QueueSpec(queue(6)))
     fill(pair, queue(2), backlog_messages(1))
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         found = discover_by_probe(client, [PRIMARY], queue_count=4, probe_limit=8)
     assert [(q.index, q.message_count, q.extra) for q in found] == [
         (0, 0, False),
@@ -85,7 +86,7 @@ def test_probe_discovery(pair: Pair) -> None:
 def test_peek_walk_reads_everything_and_changes_nothing(pair: Pair) -> None:
     path = queue(0)
     fill(pair, path, backlog_messages(620))
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         # one message locked by a receiver, as a crashed earlier run could leave it
         with client.get_queue_receiver(path) as receiver:
             (locked,) = receiver.receive_messages(1, max_wait_time=2)
@@ -125,7 +126,7 @@ def test_rows_keep_what_the_replay_needs(pair: Pair, spark: Any) -> None:
         application_properties={"k": "v", "n": 5, b"raw": b"bytes-value"},
     )
     fill(pair, path, [to_backlog_message(original, "sessions")])
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         with client.get_queue_receiver(path) as peeker:
             (row,) = list(peek_rows(peeker, path))
     assert tuple(row) == SNAPSHOT_COLUMNS
@@ -208,7 +209,7 @@ def test_a_large_queue_is_read_in_ranges_exactly_once(
 
     fill(pair, queue(1), backlog_messages(620))
     fill(pair, queue(3), backlog_messages(7))
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         with client.get_queue_receiver(queue(1), receive_mode="receiveanddelete") as r:
             removed = 0
             while removed < 100:  # a settled head: the queue now starts at 101

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 
 from support.paired_env import (
     PRIMARY,
@@ -26,6 +26,7 @@ from support.paired_env import (
     secondary_access,
     stored,
 )
+from support.quick_client import QuickClient
 from support.report_html import parse_report, table_dict
 from syphon.app.services import run_with_report
 from syphon.core.schema import Status
@@ -55,7 +56,7 @@ def park_spread(pair: Pair, prefix: str, messages: int) -> dict[str, list[str]]:
     ``sessions`` (sessions s0..s2), a key's messages in their order on several queues.
     Returns each key's MessageIds in the order they were sent."""
     keys: dict[str, list[str]] = defaultdict(list)
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         senders = [client.get_queue_sender(queue(q)) for q in range(QUEUES)]
         try:
             for i in range(messages):
@@ -208,7 +209,7 @@ def test_partitioned_and_dead_letter_sources_take_one_wave_and_say_why(pair: Pai
 
     partitioned = f"{PRIMARY}/x-servicebus-transfer/9"
     pair.secondary.broker.declare(QueueSpec(partitioned, enable_partitioning=True))
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         with client.get_queue_sender(partitioned) as sender:
             for i in range(40):  # keys over many partitions: some beyond the first
                 message = ServiceBusMessage(b"x", message_id=f"p-{i}", partition_key=f"k{i}")

@@ -10,11 +10,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 from azure.servicebus.exceptions import MessagingEntityDisabledError, ServiceBusServerBusyError
 
 from servicebus_emulator import Emulator
 from support.paired_env import BACKLOG_QUEUES, PRIMARY, Pair
+from support.quick_client import QuickClient
 from support.waiting import wait_until
 from syphon.core.envelope import (
     PATH,
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def receive_all(sb: Emulator, queue: str, **kwargs: Any) -> list[Any]:
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         with client.get_queue_receiver(queue, **kwargs) as receiver:
             got = receiver.receive_messages(100, max_wait_time=1)
             for m in got:
@@ -317,7 +318,7 @@ def largest_body_that_fits(sb: Emulator, queue: str) -> int:
     """The largest body a message to ``queue`` may have, as the SDK measures it."""
     from azure.servicebus.exceptions import MessageSizeExceededError
 
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+    with QuickClient.from_connection_string(sb.connection_string) as client:
         with client.get_queue_sender(queue) as sender:
             size = 256 * 1024
             while True:

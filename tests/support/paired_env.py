@@ -10,11 +10,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
 from support.jvm import SMALL_DATA_CONF, java_options
+from support.quick_client import QuickClient
 from syphon.app.services import build_context, run_with_report
 from syphon.core.config import SyphonConfig
 from syphon.core.configfile import load_config
@@ -41,10 +42,8 @@ class Pair:
         ``timer`` replaces ``threading.Timer`` (the failover timer, the grace-period
         watchdog) and ``clock`` the monotonic clock."""
         return PairedNamespaceClient(
-            ServiceBusClient.from_connection_string(self.primary.connection_string, retry_total=0),
-            ServiceBusClient.from_connection_string(
-                self.secondary.connection_string, retry_total=0
-            ),
+            QuickClient.from_connection_string(self.primary.connection_string, retry_total=0),
+            QuickClient.from_connection_string(self.secondary.connection_string, retry_total=0),
             PRIMARY,
             SendAvailabilityOptions(backlog_queue_count=BACKLOG_QUEUES, **options),
             rng=None if rng_seed is None else random.Random(rng_seed),
@@ -55,7 +54,7 @@ class Pair:
     def backlog(self) -> dict[str, list[Any]]:
         """Every backlog message, peeked through the SDK, by (non-empty) queue."""
         out = {}
-        with ServiceBusClient.from_connection_string(self.secondary.connection_string) as sb:
+        with QuickClient.from_connection_string(self.secondary.connection_string) as sb:
             for i in range(BACKLOG_QUEUES):
                 path = f"{PRIMARY}/x-servicebus-transfer/{i}"
                 if not self.secondary.broker.entity(path).messages:
@@ -174,7 +173,7 @@ def command_config(
 def send_raw(pair: Pair, queue: int | str, messages: list[Any]) -> None:
     """Sends messages as they are to a backlog queue (an index or a full path)."""
     path = queue if isinstance(queue, str) else f"{PRIMARY}/x-servicebus-transfer/{queue}"
-    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         with client.get_queue_sender(path) as sender:
             sender.send_messages(messages)
 
@@ -262,7 +261,7 @@ def dead_letter(
     pair: Pair, entity: str, messages: list[ServiceBusMessage], session: str | None = None
 ) -> None:
     """Sends ``messages`` to ``entity``, then receives and dead-letters each in order."""
-    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as client:
+    with QuickClient.from_connection_string(pair.primary.connection_string) as client:
         with client.get_queue_sender(entity) as sender:
             sender.send_messages(messages)
         with client.get_queue_receiver(entity, session_id=session) as receiver:
