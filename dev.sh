@@ -123,11 +123,12 @@ case "$cmd" in
     ensure_sdk_samples
     ensure_test_services
     # Test files go to parallel workers (pytest-xdist, one file per worker at a time):
-    # most tests wait on the network or a subprocess, not the CPU. Five workers on 2
-    # cores: 553 s against 613 s with four (same tree, 88% against 74% of the CPUs
-    # busy). SYPHON_TEST_WORKERS=0 runs serially. Files go out in collection order (the
-    # slowest first, see tests/conftest.py).
-    exec "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-5}" --dist loadfile \
+    # many tests wait on a subprocess or the network part of the time. Four workers on 2
+    # cores: 469 s and 881 CPU-s against 473 s and 919 CPU-s with five (the same tree,
+    # one invocation after the other; the CPUs are busy either way, and a fifth worker
+    # is a fifth JVM). SYPHON_TEST_WORKERS=0 runs serially. Files go out in collection
+    # order (the slowest first, see tests/conftest.py).
+    exec "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile \
       --no-loadscope-reorder "$@"
     ;;
   demo)

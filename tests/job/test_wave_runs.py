@@ -92,6 +92,10 @@ def planned_waves(ctx: Any, run_id: str) -> list[Any]:
     return [r for r in ctx.store.runs() if r.run_id == run_id and r.status == Status.PLANNED]
 
 
+#: Four waves of six (two messages a queue and wave) at least.
+MESSAGES = 24
+
+
 def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message_once(
     pair: Pair,
     spark: Any,
@@ -99,7 +103,7 @@ def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    keys = park_spread(pair, "w", 36)
+    keys = park_spread(pair, "w", MESSAGES)
     config = waves_config(pair, tmp_path, monkeypatch)  # 2 messages a queue and wave
     with caplog.at_level(logging.INFO, logger="syphon.job.run"):
         result = run_job(config, spark, "waves")
@@ -113,7 +117,7 @@ def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message
     marks = [w.watermark for w in waves]
     assert None not in marks
     assert marks == sorted(marks)
-    assert sum(sum(w.counts.values()) for w in waves) == 36
+    assert sum(sum(w.counts.values()) for w in waves) == MESSAGES
     assert all(sum(w.counts.values()) <= 6 for w in waves)
     # every destination probed once, not once per wave
     assert result.operations.replay_probes == 2
@@ -124,12 +128,12 @@ def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message
     assert list(table) == [str(w.wave) for w in waves]
     home = [int(row["home so far"]) for row in table.values()]
     assert home == sorted(home)
-    assert home[-1] == 36
+    assert home[-1] == MESSAGES
     # one log record per wave, with its figures (the JSON log's fields)
     figures = [r.fields["wave"] for r in caplog.records if hasattr(r, "fields")]
     assert [f["number"] for f in figures] == [w.wave for w in waves]
     assert [f["home"] for f in figures] == home
-    assert figures[-1]["planned"] == 36
+    assert figures[-1]["planned"] == MESSAGES
     assert figures[-1]["left_estimate"] == 0
 
 
