@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from azure.servicebus import ServiceBusMessage
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
@@ -41,9 +41,12 @@ class Pair:
         """A paired client with fresh SDK clients (no retries, so faults show at once);
         ``timer`` replaces ``threading.Timer`` (the failover timer, the grace-period
         watchdog) and ``clock`` the monotonic clock."""
+        # the producer over the SDK's own clients, as its users build it
         return PairedNamespaceClient(
-            QuickClient.from_connection_string(self.primary.connection_string, retry_total=0),
-            QuickClient.from_connection_string(self.secondary.connection_string, retry_total=0),
+            ServiceBusClient.from_connection_string(self.primary.connection_string, retry_total=0),
+            ServiceBusClient.from_connection_string(
+                self.secondary.connection_string, retry_total=0
+            ),
             PRIMARY,
             SendAvailabilityOptions(backlog_queue_count=BACKLOG_QUEUES, **options),
             rng=None if rng_seed is None else random.Random(rng_seed),

@@ -15,7 +15,8 @@ calls).
 Tests of the SDK's own behaviour keep the plain client: the official samples
 (tests/emulator/test_sdk_samples.py) run the SDK unchanged, the async tests use the async
 client, and tests/job/test_lean_links.py and tests/job/test_peek_receiver.py compare the
-plain SDK's links with syphon's.
+plain SDK's links with syphon's. The producer half runs over the plain client too
+(``support.paired_env.Pair.client``), as its users build it.
 """
 
 from __future__ import annotations
