@@ -429,8 +429,11 @@ def test_the_reports_figures(spark: SparkSession) -> None:
     }
     timeline = {r["at"]: r["count"] for r in outage_timeline(plan, at(0), at(10), 2).collect()}
     assert timeline == {naive[0]: 1, naive[5]: 2}
-    left = sorted(tuple(r) for r in left_for_next_run(rows).collect())
-    assert left == [("replay", "skipped", "destination_missing", 1), ("settle", "left", None, 1)]
+    left = left_for_next_run(by_source_entity(rows).collect())
+    assert [tuple(r.values()) for r in left] == [
+        ("replay", "skipped", "destination_missing", 1),
+        ("settle", "left", None, 1),
+    ]
 
 
 def test_the_reports_figures_per_source_entity(spark: SparkSession) -> None:
@@ -438,8 +441,15 @@ def test_the_reports_figures_per_source_entity(spark: SparkSession) -> None:
     rows = audit_rows(
         spark,
         [
-            plan_row(1, "replay", backlog_queue=dlq, source_entity="orders"),
-            plan_row(2, "invalid", reason="too_large", backlog_queue=dlq, source_entity="orders"),
+            plan_row(1, "replay", backlog_queue=dlq, source_entity="orders", source="dlq"),
+            plan_row(
+                2,
+                "invalid",
+                reason="too_large",
+                backlog_queue=dlq,
+                source_entity="orders",
+                source="dlq",
+            ),
             plan_row(3, "replay"),  # recorded before sources: its backlog queue is its entity
             {"stage": "replay", "outcome": "sent", "source_entity": "orders", "backlog_queue": dlq},
             {
@@ -463,9 +473,9 @@ def test_the_reports_figures_per_source_entity(spark: SparkSession) -> None:
             },
         ],
     )
+    figures = by_source_entity(rows).collect()
     got = sorted(
-        (r["entity"], r["stage"], r["outcome"], r["why"] or "-", r["count"])
-        for r in by_source_entity(rows).collect()
+        (r["entity"], r["stage"], r["outcome"], r["why"] or "-", r["count"]) for r in figures
     )
     assert got == [
         (Q0, "plan", "planned", "-", 1),
@@ -475,6 +485,12 @@ def test_the_reports_figures_per_source_entity(spark: SparkSession) -> None:
         ("orders", "replay", "sent", "-", 1),
         ("orders", "settle", "completed", "-", 1),
         ("orders", "settle", "left", "left: too_large", 1),
+    ]
+    # the same rows name the run's sources and what it left
+    assert {r["source"] for r in figures if r["stage"] == "plan"} == {"dlq", None}
+    assert [tuple(r.values()) for r in left_for_next_run(figures)] == [
+        ("replay", "skipped", "destination_missing", 1),
+        ("settle", "left", "too_large", 1),
     ]
 
 

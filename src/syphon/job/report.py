@@ -132,23 +132,13 @@ def outage_timeline(
     )
 
 
-def left_for_next_run(rows: DataFrame) -> DataFrame:
-    """What a run did not finish, per (stage, outcome, detail): replay outcomes other
-    than ``sent`` and settle outcomes ``left``."""
-    from pyspark.sql import functions as F
-
-    unfinished = rows.where(
-        ((F.col("stage") == Stage.REPLAY) & (F.col("outcome") != Outcome.SENT))
-        | ((F.col("stage") == Stage.SETTLE) & (F.col("outcome") == Outcome.LEFT))
-    )
-    return unfinished.groupBy("stage", "outcome", "detail").count()
-
-
 def by_source_entity(rows: DataFrame) -> DataFrame:
     """Per source entity (the queue or subscription read; a row without a source column:
-    its backlog queue), stage, outcome and why (``why``: a replay row's detail unless
-    sent, a settle row's detail when left, a plan row's verdict and reason unless it is
-    to be replayed): ``count`` messages."""
+    its backlog queue), stage, outcome, detail, source and why (``why``: a replay row's
+    detail unless sent, a settle row's detail when left, a plan row's verdict and reason
+    unless it is to be replayed): ``count`` messages. One aggregate, collected once,
+    serves the per-entity table, what is left for the next run (:func:`left_for_next_run`)
+    and the run's sources: one Spark job for the three."""
     from pyspark.sql import functions as F
 
     entity = F.coalesce(F.col("source_entity"), F.col("backlog_queue"), F.lit("?"))
@@ -167,16 +157,40 @@ def by_source_entity(rows: DataFrame) -> DataFrame:
         )
     )
     return (
-        rows.select(entity.alias("entity"), "stage", "outcome", why.alias("why"))
-        .groupBy("entity", "stage", "outcome", "why")
+        rows.select(
+            entity.alias("entity"), "stage", "outcome", "detail", "source", why.alias("why")
+        )
+        .groupBy("entity", "stage", "outcome", "detail", "source", "why")
         .count()
     )
 
 
+def left_for_next_run(figures: Iterable[Any]) -> list[dict[str, Any]]:
+    """What a run did not finish, per (stage, outcome, detail), from the rows of
+    :func:`by_source_entity`: replay outcomes other than ``sent`` and settle outcomes
+    ``left``; in that order."""
+    left: dict[tuple[str, str, str | None], int] = {}
+    for r in figures:
+        stage, outcome = r["stage"], r["outcome"]
+        if outcome is None or not (
+            (stage == Stage.REPLAY and outcome != Outcome.SENT)
+            or (stage == Stage.SETTLE and outcome == Outcome.LEFT)
+        ):
+            continue
+        key = (stage, outcome, r["detail"])
+        left[key] = left.get(key, 0) + int(r["count"])
+    return [
+        {"stage": stage, "outcome": outcome, "detail": detail, "count": count}
+        for (stage, outcome, detail), count in sorted(
+            left.items(), key=lambda item: (item[0][0], item[0][1], item[0][2] or "")
+        )
+    ]
+
+
 def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData:
     """The report's figures: the run's result, and (``read_audit``, when Spark ran) its
-    audit rows. Seven Spark jobs, whatever the run's size: the run's rows are read once,
-    then small aggregations are collected."""
+    audit rows. Four Spark jobs (five when keys spread over queues), whatever the run's
+    size: the run's rows are read once, then small aggregations are collected."""
     data = ReportData(
         result.run_id,
         result.status,
@@ -215,11 +229,11 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
     if data.spread_groups:
         spread = queries.spread_groups(plan).limit(SPREAD_ROWS).collect()
         data.spread = [r.asDict() for r in spread]
-    left = [r.asDict() for r in left_for_next_run(rows).collect()]
-    data.left = sorted(left, key=lambda r: (r["stage"], r["outcome"], r["detail"] or ""))
-    sources = {r["source"] for r in plan.select("source").distinct().collect()} - {None}
+    figures = by_source_entity(rows).collect()
+    data.left = left_for_next_run(figures)
+    sources = {r["source"] for r in figures if r["stage"] == Stage.PLAN} - {None}
     data.source = ", ".join(sorted(sources)) or None
-    for r in by_source_entity(rows).collect():
+    for r in figures:
         counts = data.by_entity.setdefault(r["entity"], {})
         key = r["outcome"] if r["stage"] != Stage.REPLAY else f"replay_{r['outcome']}"
         counts[key] = counts.get(key, 0) + int(r["count"])
