@@ -24,8 +24,9 @@ from azure.servicebus.exceptions import (
 
 from servicebus_emulator import Emulator, ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
+from support import waiting
 from support.quick_client import QuickClient
-from support.waiting import deliverable, wait_until
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,21 +36,10 @@ def client_for(sb: Emulator, **kwargs: object) -> ServiceBusClient:
 
 
 def drain(sb: Emulator, client: ServiceBusClient, queue: str, **kwargs: object) -> list[object]:
-    """Everything the queue (or its sub-queue) delivers. It ends once the local Service Bus
-    holds nothing more it could deliver, instead of waiting out an empty receive; an
-    empty receive still ends it (a message that expires rather than being delivered)."""
+    """Everything the queue (or its sub-queue) delivers (see :func:`waiting.drain`)."""
     path = queue + ("/$DeadLetterQueue" if kwargs.get("sub_queue") else "")
     with client.get_queue_receiver(queue, **kwargs) as receiver:  # type: ignore[arg-type]
-        out = []
-        while deliverable(sb, path):
-            batch = receiver.receive_messages(50, max_wait_time=1)
-            if not batch:
-                break
-            for m in batch:
-                out.append(m)
-                if receiver._receive_mode == ServiceBusReceiveMode.PEEK_LOCK:
-                    receiver.complete_message(m)
-        return out
+        return waiting.drain(sb, path, receiver)
 
 
 def test_every_property_comes_back_as_sent(servicebus_emulator: EmulatorFactory) -> None:

@@ -27,7 +27,7 @@ from servicebus_emulator import (
 )
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from support.quick_client import QuickClient
-from support.waiting import deliverable
+from support.waiting import drain
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,19 +39,10 @@ def client_for(sb: Emulator) -> ServiceBusClient:
 def drain_sub(
     sb: Emulator, client: ServiceBusClient, topic: str, sub: str, **kwargs: Any
 ) -> list[Any]:
-    """Everything the subscription (or its sub-queue) delivers, until the local Service
-    Bus holds nothing more it could deliver there (or a receive comes back empty)."""
+    """Everything the subscription (or its sub-queue) delivers (see :func:`drain`)."""
     path = f"{topic}/Subscriptions/{sub}" + ("/$DeadLetterQueue" if kwargs.get("sub_queue") else "")
     with client.get_subscription_receiver(topic, sub, **kwargs) as receiver:
-        out = []
-        while deliverable(sb, path):
-            batch = receiver.receive_messages(50, max_wait_time=1)
-            if not batch:
-                break
-            for m in batch:
-                out.append(m)
-                receiver.complete_message(m)
-        return out
+        return drain(sb, path, receiver)
 
 
 def colors(messages: list[Any]) -> list[str]:

@@ -167,18 +167,13 @@ def by_source_entity(rows: DataFrame) -> DataFrame:
 
 def left_for_next_run(figures: Iterable[Any]) -> list[dict[str, Any]]:
     """What a run did not finish, per (stage, outcome, detail), from the rows of
-    :func:`by_source_entity`: replay outcomes other than ``sent`` and settle outcomes
-    ``left``; in that order."""
+    :func:`by_source_entity`: those of the replay and the settle with a ``why`` (replay
+    outcomes other than ``sent``, settle outcomes ``left``); in that order."""
     left: dict[tuple[str, str, str | None], int] = {}
     for r in figures:
-        stage, outcome = r["stage"], r["outcome"]
-        if outcome is None or not (
-            (stage == Stage.REPLAY and outcome != Outcome.SENT)
-            or (stage == Stage.SETTLE and outcome == Outcome.LEFT)
-        ):
-            continue
-        key = (stage, outcome, r["detail"])
-        left[key] = left.get(key, 0) + int(r["count"])
+        if r["why"] and r["stage"] != Stage.PLAN:
+            key = (r["stage"], r["outcome"], r["detail"])
+            left[key] = left.get(key, 0) + int(r["count"])
     return [
         {"stage": stage, "outcome": outcome, "detail": detail, "count": count}
         for (stage, outcome, detail), count in sorted(
