@@ -2,7 +2,7 @@
 # The project's set-up and everyday commands, for a fresh Debian machine or a used one:
 #
 #   ./dev.sh test [pytest args]   create/reuse .venv from the lock, then the whole test suite
-#                                 (in SYPHON_TEST_WORKERS parallel workers, default 5)
+#                                 (in SYPHON_TEST_WORKERS parallel workers, default 4)
 #   ./dev.sh demo                 create/reuse .venv, then run syphon on the embedded default
 #   ./dev.sh lint                 ruff and mypy
 #   ./dev.sh lock                 re-resolve pyproject.toml into requirements.lock

@@ -34,6 +34,19 @@ def test_a_local_sessions_jvm_keeps_little_memory_of_finished_work(spark: SparkS
 
 
 @pytest.mark.spark
+def test_pyspark_reads_the_local_session_as_one_without_dataframe_debugging(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PySpark decides once per process, from the active session's settings, whether a
+    column operation records its Python line in the JVM (eight round trips each)."""
+    from pyspark.errors import utils
+
+    monkeypatch.setattr(utils, "_enable_debugging_cache", None)  # as in a fresh process
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    assert utils.is_debugging_enabled() is False
+
+
+@pytest.mark.spark
 def test_a_second_build_joins_the_running_session(spark: SparkSession) -> None:
     again = build_spark_session(SparkConfig(master="local[2]", conf={"spark.app.id.x": "1"}))
     assert again.sparkContext is spark.sparkContext

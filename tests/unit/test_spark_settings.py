@@ -63,6 +63,21 @@ def test_a_session_on_a_cluster_is_never_changed() -> None:
         assert JAVA not in settings
 
 
+def test_a_local_session_builds_its_columns_without_recording_their_python_lines() -> None:
+    """PySpark's DataFrame debugging costs about eight JVM round trips per column
+    operation; a local session is syphon's own and turns it off, a cluster's session is
+    left as its owner set it."""
+    key = "spark.python.sql.dataFrameDebugging.enabled"
+    for messages in (10, None):
+        assert spark_settings(SparkConfig(master="local[2]"), expected_messages=messages)[key] == (
+            "false"
+        )
+    for master in (None, "spark://cluster:7077", "yarn"):
+        assert key not in spark_settings(SparkConfig(master=master), expected_messages=10)
+    own = SparkConfig(master="local[2]", conf={key: "true"})
+    assert spark_settings(own)[key] == "true"  # the config's own setting wins
+
+
 def test_the_configs_own_settings_win_over_a_quick_start() -> None:
     config = SparkConfig(
         master="local[2]",
