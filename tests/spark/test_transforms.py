@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from syphon.core import schema
 from syphon.core.ledger import RunRecord
-from syphon.core.schema import AUDIT, names, spark_schema
+from syphon.core.schema import AUDIT, cast_type, names, spark_schema, spark_type
 from syphon.job.plan import per_destination
 from syphon.job.replay import left_behind, replay_input, still_to_send
 from syphon.job.report import (
@@ -325,6 +326,22 @@ def test_the_audit_rows_of_a_plan_have_exactly_the_audit_schema(spark: SparkSess
     assert got == {(1, "replay", "settle", "sent"), (5, None, "settle", "left")}
     with pytest.raises(ValueError, match="not an outcome stage"):
         queries.outcome_audit_rows(results, rows, "r1", "plan", T0)
+
+
+def test_a_cast_to_any_schema_types_name_gives_that_type(spark: SparkSession) -> None:
+    from pyspark.sql import functions as F
+
+    kinds = {
+        f.type
+        for table in vars(schema).values()
+        if isinstance(table, tuple) and table and all(isinstance(f, schema.Field) for f in table)
+        for f in table
+    }
+    assert {"string", "timestamp", "properties"} <= kinds
+    frame = spark.range(1).select(
+        *[F.lit(None).cast(cast_type(k)).alias(f"c{i}") for i, k in enumerate(sorted(kinds))]
+    )
+    assert [f.dataType for f in frame.schema] == [spark_type(k) for k in sorted(kinds)]
 
 
 def test_what_earlier_runs_replayed_is_what_they_sent_with_a_message_id(

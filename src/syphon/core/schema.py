@@ -368,6 +368,11 @@ def spark_type(name: str) -> DataType:
     raise ValueError(f"not a schema type: {name}")
 
 
+def cast_type(name: str) -> str | DataType:
+    """``Column.cast``'s argument: a simple type's name (one py4j call), else the type."""
+    return name if name in _SPARK_SIMPLE else spark_type(name)
+
+
 def spark_schema(fields: Iterable[Field]) -> StructType:
     """A schema as a Spark ``StructType``."""
     from pyspark.sql import types as T
@@ -411,5 +416,5 @@ def with_columns_of(frame: DataFrame, fields: Iterable[Field]) -> DataFrame:
     have = {c.lower() for c in frame.columns}
     for f in fields:
         if f.name.lower() not in have:
-            frame = frame.withColumn(f.name, F.lit(None).cast(spark_type(f.type)))
+            frame = frame.withColumn(f.name, F.lit(None).cast(cast_type(f.type)))
     return frame

@@ -22,8 +22,8 @@ from syphon.core.schema import (
     Stage,
     Status,
     Verdict,
+    cast_type,
     names,
-    spark_type,
 )
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def plan_audit_rows(planned: DataFrame, run_id: str, recorded_at: datetime) -> D
     return planned.select(
         *[
             (run[c] if c in run else F.col(AUDIT_FROM_PLANNED.get(c, c)))
-            .cast(spark_type(_typed(c)))
+            .cast(cast_type(_typed(c)))
             .alias(c)
             for c in names(AUDIT)
         ]
@@ -79,7 +79,7 @@ def outcome_audit_rows(
     }
     return joined.select(
         *[
-            (run[c] if c in run else F.col(c)).cast(spark_type(_typed(c))).alias(c)
+            (run[c] if c in run else F.col(c)).cast(cast_type(_typed(c))).alias(c)
             for c in names(AUDIT)
         ]
     )
