@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 #: And no DataFrame debugging: with it, PySpark records the Python call site of every
 #: column operation in the JVM (for the "DataFrame" context of an error message) at
 #: about eight py4j round trips each, so building a run's expressions took some 20,000
-#: round trips and about a fifth of a small run's CPU (a warm run of 4 messages, tests'
+#: round trips and about a seventh of a small run's CPU (a warm run of 4 messages, tests'
 #: session: 4.9 CPU-s with it, 4.2 without; the round trips 19,800 against 8,200). An
 #: error raised in a query still names the query; only the Python line is left out.
 #: PySpark reads the setting once per process, at the first column built with a session.
