@@ -536,19 +536,33 @@ def test_the_reports_count_of_spread_groups_counts_each_group_once(spark: SparkS
 def test_the_plans_summary_per_destination(spark: SparkSession) -> None:
     planned = spark.createDataFrame(
         [
-            ("p", "orders", "replay", True, 1, T0),
-            ("p", "orders", "replay", True, 2, T0),
-            ("p", "orders", "ping", None, None, T0),
-            ("p", None, "invalid", None, None, None),
+            ("p", "orders", "replay", None, True, 1, T0),
+            ("p", "orders", "replay", None, True, 2, T0),
+            ("p", "orders", "ping", None, None, None, T0),
+            ("p", None, "invalid", "message_malformed", None, None, None),
+            ("p", "gone", "invalid", "destination_unknown", None, None, T0),
+            ("p", "gone", "invalid", "too_large", None, None, T0),
+            ("p", "gone", "invalid", "destination_unknown", None, None, T0),
         ],
-        "primary string, destination string, verdict string, group_spread boolean, "
-        "replay_order int, original_enqueued_time timestamp",
+        "primary string, destination string, verdict string, reason string, "
+        "group_spread boolean, replay_order int, original_enqueued_time timestamp",
     )
     got = {
-        r["destination"]: (r["messages"], r["replay"], r["ping"], r["invalid"], r["spread_groups"])
+        r["destination"]: (
+            r["messages"],
+            r["replay"],
+            r["ping"],
+            r["invalid"],
+            r["spread_groups"],
+            r["destination_unknown"],
+        )
         for r in per_destination(planned)
     }
-    assert got == {"orders": (3, 2, 1, 0, 1), None: (1, 0, 0, 1, 0)}
+    assert got == {
+        "orders": (3, 2, 1, 0, 1, 0),
+        None: (1, 0, 0, 1, 0, 0),
+        "gone": (3, 0, 0, 3, 0, 2),
+    }
     (orders,) = (d for d in per_destination(planned) if d["destination"] == "orders")
     assert (orders["first"], orders["last"]) == (T0.replace(tzinfo=None),) * 2
 

@@ -62,6 +62,8 @@ RESEND_ALLOWED = "resend_allowed"
 
 #: The reason of a message whose repaired value cannot be sent (``detail``: why).
 REPAIR_INVALID = "repair_invalid"
+#: The reason of an invalid message whose destination the listing did not find.
+DESTINATION_UNKNOWN = "destination_unknown"
 
 #: The service refuses a MessageId or a ReplyToSessionId longer than 128 characters.
 _ID_LENGTH = 128
@@ -169,7 +171,7 @@ def with_checks(df: DataFrame, against: Against) -> DataFrame:
             F.char_length("reply_to_session_id") > _ID_LENGTH,
             F.lit("reply_to_session_id_too_long"),
         ),
-        F.when(F.col("exists") == F.lit(False), F.lit("destination_unknown")),
+        F.when(F.col("exists") == F.lit(False), F.lit(DESTINATION_UNKNOWN)),
         F.col("_key.reason"),
         *(
             [F.when(F.col(f"{REPAIR}.error").isNotNull(), F.lit(REPAIR_INVALID))]

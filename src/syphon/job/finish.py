@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from syphon.core.schema import Detail, Outcome, Status, Verdict
+from syphon.job.classify import DESTINATION_UNKNOWN
 from syphon.job.context import RunContext
 from syphon.job.failures import Failure, missing_destinations
 from syphon.job.ledger import Ledger, RunResult
@@ -49,11 +50,12 @@ def held(ctx: RunContext, request: RunRequest, settled: DataFrame, rows: DataFra
 
 
 def unknown_destinations(planned: DataFrame) -> set[Destination]:
-    """The (primary, destination) pairs the plan found no entity for."""
+    """The (primary, destination) pairs the plan found no entity for (a resumed run's,
+    read from its audit rows; a new plan's come with it: ``PlanResult.unknown``)."""
     from pyspark.sql import functions as F
 
     unknown = planned.where(
-        (F.col("verdict") == Verdict.INVALID) & (F.col("reason") == "destination_unknown")
+        (F.col("verdict") == Verdict.INVALID) & (F.col("reason") == DESTINATION_UNKNOWN)
     )
     return {
         (r["primary"], r["destination"])

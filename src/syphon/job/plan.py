@@ -22,7 +22,7 @@ from syphon.core.ledger import Operations, RunRecord, Timings
 from syphon.core.repair import Repair
 from syphon.core.schema import DESTINATIONS, Status, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
-from syphon.job.classify import REPAIR_INVALID
+from syphon.job.classify import DESTINATION_UNKNOWN, REPAIR_INVALID
 from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.reconcile import REPAIRED_NAMES, reconcile_snapshot
 from syphon.job.repair import check_repair
@@ -33,6 +33,7 @@ from syphon.job.sources import RunSource
 from syphon.obs import progress
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.entities import list_destinations, listing_failed
+from syphon.servicebus.sending import Destination
 from syphon.store import queries
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ class PlanResult(StageResult):
         repair: what it changes in the messages it sends (None: nothing).
         rows: the plan's audit rows, as appended (a projection of the checkpointed
             plan), for the replay: it need not read them back.
+        unknown: the (primary, destination) pairs the plan found no entity for, read
+            from the summary's aggregate.
     """
 
     run_id: str
@@ -64,6 +67,7 @@ class PlanResult(StageResult):
     selection: Selection | None = None
     discard: Discard | None = None
     repair: Repair | None = None
+    unknown: frozenset[Destination] = frozenset()
 
 
 def discovery_operations(
@@ -124,11 +128,13 @@ def destination_settings(ctx: RunContext) -> tuple[DataFrame | None, tuple[str, 
 def per_destination(planned: DataFrame, repair: Repair | None = None) -> list[dict[str, Any]]:
     """Per (primary, destination), sorted: messages, a count per verdict, the groups
     spread over several backlog queues, and the first and last original enqueue times
-    (from :func:`syphon.store.queries.verdicts_per_destination`); with a ``repair``,
+    (from :func:`syphon.store.queries.verdicts_per_destination`), ``destination_unknown``:
+    the invalid messages whose destination the listing did not find; with a ``repair``,
     ``repaired``: how many messages to send each of its changes alters
     (``set NAME``/``unset NAME``: count)."""
     out: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for r in queries.verdicts_per_destination(planned, time="original_enqueued_time").collect():
+    by_reason = queries.verdicts_per_destination(planned, "reason", time="original_enqueued_time")
+    for r in by_reason.collect():
         place = (r["primary"], r["destination"])
         d = out.setdefault(
             place,
@@ -138,12 +144,15 @@ def per_destination(planned: DataFrame, repair: Repair | None = None) -> list[di
                 "messages": 0,
                 **dict.fromkeys(Verdict.ALL, 0),
                 "spread_groups": 0,
+                "destination_unknown": 0,
                 "first": None,
                 "last": None,
             },
         )
         d["messages"] += r["messages"]
         d[r["verdict"]] += r["messages"]
+        if r["verdict"] == Verdict.INVALID and r["reason"] == DESTINATION_UNKNOWN:
+            d["destination_unknown"] += r["messages"]
         d["spread_groups"] += r["spread_groups"]
         first, last = r["first"], r["last"]
         if first is not None:
@@ -324,6 +333,9 @@ def plan_snapshot(
         discard=request.discard,
         repair=request.repair,
         rows=queries.plan_audit_rows(planned, request.run_id, planned_at),
+        unknown=frozenset(
+            (d["primary"], d["destination"]) for d in destinations if d["destination_unknown"]
+        ),
     )
 
 

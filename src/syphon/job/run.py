@@ -57,7 +57,7 @@ from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import DiscoveredQueue
-from syphon.servicebus.sending import refused_credentials
+from syphon.servicebus.sending import Destination, refused_credentials
 from syphon.store.lease import Lease, LeaseState
 
 if TYPE_CHECKING:
@@ -201,6 +201,7 @@ def _wave(
         None,
         drained,
         more=not wave.last,
+        unknown=planned.unknown,
     )
 
 
@@ -345,12 +346,14 @@ def _replay_and_settle(
     earlier: DataFrame | None,
     drained: Drained,
     more: bool = False,
+    unknown: frozenset[Destination] | None = None,
 ) -> None:
     """The replay and the settle of a planned wave: its plan ``rows``, the ``snapshot``
     that holds their bytes, and what an earlier attempt of the run recorded as replayed
     (``earlier``, None: nothing); what it did is added to ``drained``, whose skipped
     destinations and broken lanes it holds back (and, when ``more`` waves may follow,
-    adds to)."""
+    adds to). ``unknown``: the destinations the plan found no entity for (None: read
+    from ``rows``)."""
     probed = probe(ctx, request, rows, earlier, known=drained.skipped)
     ledger.add(probed)
     drained.skipped.update(probed.skipped)
@@ -390,5 +393,5 @@ def _replay_and_settle(
         settled.tally,
         left,
         held(ctx, request, settled.results, rows),
-        unknown_destinations(rows),
+        set(unknown) if unknown is not None else unknown_destinations(rows),
     )
