@@ -277,6 +277,15 @@ def test_plan_verdicts_for_an_outage_and_every_kind_of_trouble(
     assert [(r["run_id"], r["status"]) for r in runs] == [(first.run_id, "planned")]
     assert dict(runs[0]["counts"]) == first.counts
     assert first.counts["replay"] == len(replays)
+    # what a run's wave takes from the plan's summary instead of reading its rows again
+    assert first.sending_to == {(r["primary"], r["destination"]) for r in replays}
+    unknown = {
+        (r["primary"], r["destination"])
+        for r in audit
+        if r["verdict"] == "invalid" and r["reason"] == "destination_unknown"
+    }
+    assert unknown
+    assert first.unknown == unknown
     assert set(dict(runs[0]["timings"])) == {
         "discover",
         "destinations",

@@ -54,8 +54,9 @@ class PlanResult(StageResult):
         repair: what it changes in the messages it sends (None: nothing).
         rows: the plan's audit rows, as appended (a projection of the checkpointed
             plan), for the replay: it need not read them back.
-        unknown: the (primary, destination) pairs the plan found no entity for, read
-            from the summary's aggregate.
+        unknown: the (primary, destination) pairs the plan found no entity for, and
+        sending_to: those it replays messages to; both read from the summary's
+            aggregate.
     """
 
     run_id: str
@@ -68,6 +69,7 @@ class PlanResult(StageResult):
     discard: Discard | None = None
     repair: Repair | None = None
     unknown: frozenset[Destination] = frozenset()
+    sending_to: frozenset[Destination] = frozenset()
 
 
 def discovery_operations(
@@ -336,6 +338,7 @@ def plan_snapshot(
         unknown=frozenset(
             (d["primary"], d["destination"]) for d in destinations if d["destination_unknown"]
         ),
+        sending_to=frozenset((d["primary"], d["destination"]) for d in destinations if d["replay"]),
     )
 
 

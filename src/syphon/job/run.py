@@ -202,6 +202,7 @@ def _wave(
         drained,
         more=not wave.last,
         unknown=planned.unknown,
+        sending_to=planned.sending_to,
     )
 
 
@@ -347,14 +348,15 @@ def _replay_and_settle(
     drained: Drained,
     more: bool = False,
     unknown: frozenset[Destination] | None = None,
+    sending_to: frozenset[Destination] | None = None,
 ) -> None:
     """The replay and the settle of a planned wave: its plan ``rows``, the ``snapshot``
     that holds their bytes, and what an earlier attempt of the run recorded as replayed
     (``earlier``, None: nothing); what it did is added to ``drained``, whose skipped
     destinations and broken lanes it holds back (and, when ``more`` waves may follow,
-    adds to). ``unknown``: the destinations the plan found no entity for (None: read
-    from ``rows``)."""
-    probed = probe(ctx, request, rows, earlier, known=drained.skipped)
+    adds to). ``unknown``, ``sending_to``: the destinations the plan found no entity
+    for and those it replays to (None: read from ``rows``)."""
+    probed = probe(ctx, request, rows, earlier, known=drained.skipped, sending_to=sending_to)
     ledger.add(probed)
     drained.skipped.update(probed.skipped)
     journal_id = new_journal_id()

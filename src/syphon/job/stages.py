@@ -230,18 +230,18 @@ def probe(
     rows: DataFrame,
     earlier: DataFrame | None = None,
     known: Mapping[Destination, str | None] | None = None,
+    sending_to: frozenset[Destination] | None = None,
 ) -> Probed:
     """Probes the destinations of the plan ``rows`` that no earlier attempt of the run
     sent (``earlier``: its replay rows), sending nothing; those an earlier wave judged
-    (``known``) are not probed again."""
+    (``known``) are not probed again. ``sending_to``: the destinations of the rows'
+    replays, when the plan counted them (read from ``rows`` otherwise)."""
     result = Probed(todo=still_to_send(rows, earlier), skipped={})
     with timed(result.timings, "replay", "replay_probes"):
-        pairs = result.todo.select("primary", "destination").distinct().collect()
-        destinations = sorted(
-            (r["primary"], r["destination"])
-            for r in pairs
-            if (r["primary"], r["destination"]) not in (known or {})
-        )
+        if sending_to is None or earlier is not None:
+            pairs = result.todo.select("primary", "destination").distinct().collect()
+            sending_to = frozenset((r["primary"], r["destination"]) for r in pairs)
+        destinations = sorted(d for d in sending_to if d not in (known or {}))
         progress.step(f"replay: probing {len(destinations)} destinations")
         result.skipped = probe_destinations(ctx.namespaces.primaries, destinations)
     result.operations.replay_probes = len(destinations)
