@@ -54,9 +54,9 @@ class PlanResult(StageResult):
         repair: what it changes in the messages it sends (None: nothing).
         rows: the plan's audit rows, as appended (a projection of the checkpointed
             plan), for the replay: it need not read them back.
-        unknown: the (primary, destination) pairs the plan found no entity for, and
-        sending_to: those it replays messages to; both read from the summary's
-            aggregate.
+        unknown: the (primary, destination) pairs the plan found no entity for (from
+            the summary's aggregate, as ``sending_to``).
+        sending_to: the (primary, destination) pairs it replays messages to.
     """
 
     run_id: str
