@@ -9,7 +9,8 @@ finds):
   floor);
 - the skeleton: the floor, then one ``mapInArrow`` job that starts the Python workers
   and passes ``--messages`` rows of ~1 KB through them (the snapshot's shape, checkpointed),
-  then ``--jobs`` small jobs with a shuffle each over those rows (a small run has about 21, its report included).
+  then ``--jobs`` small jobs with a shuffle each over those rows (a small run has about
+  21, its report included).
 
 The skeleton against the floor is the part of syphon's fixed cost that is Spark's
 machinery (the Python workers' start, each job's first time in a fresh JVM) rather
