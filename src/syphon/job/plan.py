@@ -54,9 +54,6 @@ class PlanResult(StageResult):
         repair: what it changes in the messages it sends (None: nothing).
         rows: the plan's audit rows, as appended (a projection of the checkpointed
             plan), for the replay: it need not read them back.
-        unknown: the (primary, destination) pairs the plan found no entity for (from
-            the summary's aggregate, as ``sending_to``).
-        sending_to: the (primary, destination) pairs it replays messages to.
     """
 
     run_id: str
@@ -68,8 +65,22 @@ class PlanResult(StageResult):
     selection: Selection | None = None
     discard: Discard | None = None
     repair: Repair | None = None
-    unknown: frozenset[Destination] = frozenset()
-    sending_to: frozenset[Destination] = frozenset()
+
+    @property
+    def unknown(self) -> frozenset[Destination]:
+        """The (primary, destination) pairs the plan found no entity for."""
+        return frozenset(
+            (d["primary"], d["destination"])
+            for d in self.per_destination
+            if d["destination_unknown"]
+        )
+
+    @property
+    def sending_to(self) -> frozenset[Destination]:
+        """The (primary, destination) pairs the plan replays messages to."""
+        return frozenset(
+            (d["primary"], d["destination"]) for d in self.per_destination if d["replay"]
+        )
 
 
 def discovery_operations(
@@ -335,10 +346,6 @@ def plan_snapshot(
         discard=request.discard,
         repair=request.repair,
         rows=queries.plan_audit_rows(planned, request.run_id, planned_at),
-        unknown=frozenset(
-            (d["primary"], d["destination"]) for d in destinations if d["destination_unknown"]
-        ),
-        sending_to=frozenset((d["primary"], d["destination"]) for d in destinations if d["replay"]),
     )
 
 
