@@ -1,10 +1,12 @@
 """A run's Python workers come from one PySpark daemon: every stage's tasks reuse the
 same warm workers instead of a second daemon forking workers that import pandas,
-pyarrow and the SDK again."""
+pyarrow and the SDK again; and the daemon imports the installed PySpark, not the sources
+of the zip that Spark puts first on the workers' path."""
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,21 +14,25 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from support.paired_env import Pair, job_config, run_job, send_raw
+from syphon.app.spark import LOCAL_CONF
 from syphon.core.schema import Status
 from syphon.servicebus.backlog_messages import to_backlog_message
 
 pytestmark = pytest.mark.timeout(300)
 
+DAEMON = LOCAL_CONF["spark.python.daemon.module"]
+
 
 def daemons_of(jvm_pid: int) -> list[int]:
-    """The PySpark daemons (``python -m pyspark.daemon``) the JVM started."""
+    """The PySpark daemons (``python -m syphon.app.worker_daemon``, see LOCAL_CONF) the
+    JVM started."""
     listing = subprocess.run(
         ["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True, check=True
     ).stdout
     found = []
     for line in listing.splitlines():
         pid, ppid, args = line.split(None, 2)
-        if int(ppid) == jvm_pid and "pyspark.daemon" in args:
+        if int(ppid) == jvm_pid and f"-m {DAEMON}" in args:
             found.append(int(pid))
     return found
 
@@ -54,3 +60,24 @@ def test_every_stage_of_a_run_uses_the_workers_of_one_daemon(
         assert after == before
     else:
         assert len(after) == 1
+
+
+def test_a_worker_imports_the_installed_pyspark_with_its_cached_bytecode(spark: Any) -> None:
+    """Modules imported from a zip are compiled from source in every worker; the installed
+    package's are read from their cached bytecode."""
+    import pandas as pd
+    import pyspark
+
+    def where(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        import pyspark
+        import pyspark.worker
+
+        for _ in frames:
+            yield pd.DataFrame({"module": [pyspark.__file__], "worker": [pyspark.worker.__file__]})
+
+    (row,) = (
+        spark.range(1).repartition(1).mapInPandas(where, "module string, worker string").collect()
+    )
+    assert row.module == pyspark.__file__
+    assert ".zip" not in row.worker
+    assert daemons_of(spark.sparkContext._gateway.proc.pid)

@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 #: session: 4.9 CPU-s with it, 4.2 without; the round trips 19,800 against 8,200). An
 #: error raised in a query still names the query; only the Python line is left out.
 #: PySpark reads the setting once per process, at the first column built with a session.
+#:
+#: And the Python workers' daemon imports the installed PySpark, whose bytecode is cached,
+#: instead of compiling the sources of the zip Spark puts first on its path, again in every
+#: worker (:mod:`syphon.app.worker_daemon`: about 0.4 CPU-s a worker).
 LOCAL_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -61,6 +65,7 @@ LOCAL_CONF: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.io.encryption.enabled": "true",
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    "spark.python.daemon.module": "syphon.app.worker_daemon",
 }
 
 #: A local session of a run that expects at most this many messages starts its JVM with
