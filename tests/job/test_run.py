@@ -560,7 +560,9 @@ def test_the_session_is_told_how_many_messages_the_discovery_counted(
     pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A local session is fitted to the run's size (syphon.app.spark.QUICK_START_MESSAGES):
-    the discovery's counts reach the factory before the session starts."""
+    the discovery's counts reach the factory before the session starts; and the run sizes
+    the session's shuffles to what it read (syphon.job.context.fit_shuffle_partitions),
+    starting from a local session's own two partitions."""
     from syphon.app.services import build_context, run_with_report
 
     for queue, n in ((0, 3), (1, 4)):
@@ -582,6 +584,13 @@ def test_the_session_is_told_how_many_messages_the_discovery_counted(
         told.append(ctx.spark.expected_messages)
         return spark
 
+    from syphon.app.spark import LOCAL_CONF
+    from syphon.job.context import FITTED_SHUFFLE_PARTITIONS
+
+    shuffles = "spark.sql.shuffle.partitions"
+    for key in (shuffles, FITTED_SHUFFLE_PARTITIONS):
+        spark.conf.set(key, LOCAL_CONF[key])  # as a local session starts
     ctx = build_context(config, spark_factory=factory)
     assert run_with_report(ctx).status == "done"
     assert told == [7]
+    assert spark.conf.get(shuffles) == "1"

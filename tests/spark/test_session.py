@@ -18,7 +18,13 @@ from syphon.core.errors import SparkSetupError
 def test_the_session_runs_in_utc_with_microsecond_parquet_timestamps(spark: SparkSession) -> None:
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "TIMESTAMP_MICROS"
-    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    # a local session's own two partitions, or what the last run in it sized them to
+    from syphon.job.context import FITTED_SHUFFLE_PARTITIONS
+
+    assert spark.conf.get("spark.sql.shuffle.partitions") == spark.conf.get(
+        FITTED_SHUFFLE_PARTITIONS
+    )
+    assert spark.conf.get("spark.sql.shuffle.partitions") != "200"
     assert spark.range(3).count() == 3
 
 
@@ -172,18 +178,20 @@ def test_only_a_folder_with_scratch_files_in_it_is_reported_as_ended_uncleanly(
 def test_a_run_sizes_its_shuffles_to_its_backlog_unless_the_operator_chose(
     spark: SparkSession,
 ) -> None:
-    from syphon.job.context import fit_shuffle_partitions
+    from syphon.job.context import FITTED_SHUFFLE_PARTITIONS, fit_shuffle_partitions
 
     key = "spark.sql.shuffle.partitions"
-    kept = spark.conf.get(key)
-    cores = spark.sparkContext.defaultParallelism
+    kept = {k: spark.conf.get(k, None) for k in (key, FITTED_SHUFFLE_PARTITIONS)}
     try:
         spark.conf.set(key, "200")  # Spark's default, as on a cluster nobody tuned
-        assert fit_shuffle_partitions(spark, 6, {}) == cores
-        assert spark.conf.get(key) == str(cores)
-        spark.conf.set(key, "200")
+        # a small backlog: one partition, whatever the cores
+        assert fit_shuffle_partitions(spark, 6, {}) == 1
+        assert spark.conf.get(key) == "1"
+        # the next run in the same session sizes its shuffles again: the value is syphon's
         assert fit_shuffle_partitions(spark, 1_000_001, {}) == 201
         assert spark.conf.get(key) == "201"
+        assert fit_shuffle_partitions(spark, 5_001, {}) == 2
+        assert fit_shuffle_partitions(spark, 5_000, {}) == 1
         # the operator's choice wins: in the config, or in the session's settings
         spark.conf.set(key, "200")
         assert fit_shuffle_partitions(spark, 1_000_001, {key: "200"}) is None
@@ -192,4 +200,8 @@ def test_a_run_sizes_its_shuffles_to_its_backlog_unless_the_operator_chose(
         assert fit_shuffle_partitions(spark, 1_000_001, {}) is None
         assert spark.conf.get(key) == "7"
     finally:
-        spark.conf.set(key, kept)
+        for k, value in kept.items():
+            if value is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, value)

@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING
 from syphon.app.classarchive import class_archive, write_at_exit
 from syphon.core.config import SecretRef, SparkConfig
 from syphon.core.errors import SecretError, SparkSetupError
+from syphon.job.context import FITTED_SHUFFLE_PARTITIONS
 from syphon.servicebus.secrets import resolve_secret
 
 if TYPE_CHECKING:
@@ -59,7 +60,10 @@ LOCAL_CONF: dict[str, str] = {
     "spark.ui.retainedStages": "50",
     "spark.ui.retainedTasks": "1000",
     "spark.sql.ui.retainedExecutions": "10",
+    # until a run sizes its shuffles to its backlog (job.context.fit_shuffle_partitions),
+    # which this value, marked as syphon's own, leaves it free to do
     "spark.sql.shuffle.partitions": "2",
+    FITTED_SHUFFLE_PARTITIONS: "2",
     "spark.default.parallelism": "2",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",

@@ -4,6 +4,7 @@ audit store and the Spark session on demand — built once by the entry point
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -66,25 +67,35 @@ class RunContext:
 MESSAGES_PER_SHUFFLE_PARTITION = 5_000
 _SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 _SPARK_DEFAULT = "200"
+#: Where a session keeps the number of shuffle partitions syphon gave it: the next run in
+#: the same session (a notebook's, a cluster's next job) sizes its shuffles again instead
+#: of taking syphon's earlier value for the operator's choice.
+FITTED_SHUFFLE_PARTITIONS = "spark.syphon.shufflePartitions.fitted"
 
 
 def fit_shuffle_partitions(
     spark: SparkSession, messages: int, spark_conf: Mapping[str, object]
 ) -> int | None:
     """Sizes a run's shuffles to its backlog: one partition per
-    :data:`MESSAGES_PER_SHUFFLE_PARTITION` messages, at least the session's default
-    parallelism (Spark's fixed 200 runs 200 tasks per stage for a backlog of six
-    messages). Left alone when the operator chose a value: in ``spark_conf`` (the
-    config's ``spark.conf``) or in the session (anything but Spark's default). Returns
-    the value set, or None."""
+    :data:`MESSAGES_PER_SHUFFLE_PARTITION` messages, at least one (Spark's fixed 200 runs
+    200 tasks per stage for a backlog of six messages). A small backlog takes one
+    partition whatever the cores: each task of a stage costs Spark its scheduling, the
+    task's deserialization and, in a Python stage, a worker's round of it, far more than
+    a few thousand messages cost to reconcile (a warm run of 8 messages on 2 cores, the
+    tests' session: 4.1 CPU-s with two partitions, 3.3 with one).
+
+    Left alone when the operator chose a value: in ``spark_conf`` (the config's
+    ``spark.conf``) or in the session (anything but Spark's default or the value syphon
+    gave it, :data:`FITTED_SHUFFLE_PARTITIONS`). Returns the value set, or None."""
     if _SHUFFLE_PARTITIONS in spark_conf:
         return None
-    if spark.conf.get(_SHUFFLE_PARTITIONS, _SPARK_DEFAULT) != _SPARK_DEFAULT:
+    current = spark.conf.get(_SHUFFLE_PARTITIONS, _SPARK_DEFAULT)
+    if current not in (_SPARK_DEFAULT, spark.conf.get(FITTED_SHUFFLE_PARTITIONS, None)):
         return None
-    try:
-        cores = int(spark.sparkContext.defaultParallelism)
-    except Exception:  # a session without a reachable SparkContext (shared clusters)
-        return None
-    partitions = max(1, cores, -(-messages // MESSAGES_PER_SHUFFLE_PARTITION))
+    partitions = max(1, -(-messages // MESSAGES_PER_SHUFFLE_PARTITION))
     spark.conf.set(_SHUFFLE_PARTITIONS, str(partitions))
+    # a platform may refuse a key it does not know (Databricks serverless): the next run
+    # in that session then takes this value for the operator's and keeps it
+    with contextlib.suppress(Exception):
+        spark.conf.set(FITTED_SHUFFLE_PARTITIONS, str(partitions))
     return partitions
