@@ -12,6 +12,10 @@ import pytest
 
 from syphon.app.classarchive import ARCHIVE_ENV, archive_folder, class_archive, environment_key
 
+#: The sessions' JVMs are quick ones (client compiler, serial collector), as a small run's
+#: are: what is tested is the archive's life, not the compiler's work (about 9 CPU-s less).
+QUICK = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
 SESSION_SCRIPT = """
 import sys
 from syphon.app.spark import build_spark_session
@@ -42,7 +46,7 @@ def test_the_first_session_writes_the_archive_at_its_end_and_the_next_starts_fro
     tmp_path: Path,
 ) -> None:
     folder = tmp_path / "archives"
-    first = _session(folder)
+    first = _session(folder, QUICK)
     assert "-XX:ArchiveClassesAtExit=" in first
     (archive,) = folder.iterdir()  # moved into place; no partial file left
     assert archive.name == f"spark-{environment_key()}.jsa"
@@ -50,7 +54,7 @@ def test_the_first_session_writes_the_archive_at_its_end_and_the_next_starts_fro
 
     # the next session maps its classes from it (the JVM says where each class came from)
     loaded = tmp_path / "classes.log"
-    second = _session(folder, f"-Xlog:class+load=info:file={loaded}")
+    second = _session(folder, f"{QUICK} -Xlog:class+load=info:file={loaded}")
     assert f"-XX:SharedArchiveFile={archive}" in second
     assert "ArchiveClassesAtExit" not in second
     lines = loaded.read_text().splitlines()
