@@ -17,6 +17,7 @@ import pytest
 
 from servicebus_emulator import QueueSpec
 from support.crash_scenario import (
+    UNIQUE,
     add_round,
     backlog_ids,
     destination_ids,
@@ -36,7 +37,7 @@ def test_a_run_killed_in_its_second_wave_leaves_the_first_done_and_the_next_run_
     servicebus_emulator: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pair = make_pair(servicebus_emulator)
-    pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
+    pair.primary.broker.declare(QueueSpec(UNIQUE, requires_duplicate_detection=True))
     config = job_config(
         pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 10\n  wave_messages: 12\n"
     )
@@ -75,7 +76,7 @@ def test_a_run_killed_in_its_second_wave_leaves_the_first_done_and_the_next_run_
     # nothing left the backlog without its outcome in the audit
     gone = (set(sent) | {f"bad-r{i}" for i in range(3)}) - backlog_ids(pair)
     assert gone <= settled_safely(root)
-    sent_before_kill = {d: destination_ids(pair, d) for d in ("orders", "dd")}
+    sent_before_kill = {d: destination_ids(pair, d) for d in ("orders", UNIQUE)}
     in_flight = {m for d in sent_before_kill for m in sent_before_kill[d]} - first
     assert in_flight  # the kill came after wave 2 sent a batch
     assert in_flight <= second

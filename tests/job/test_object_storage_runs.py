@@ -21,6 +21,7 @@ from azure.servicebus import ServiceBusMessage
 from servicebus_emulator import QueueSpec
 from support.azurite import BlobAudit
 from support.crash_scenario import (
+    UNIQUE,
     add_round,
     assert_killed,
     backlog_ids,
@@ -120,7 +121,7 @@ def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_fi
     monkeypatch: pytest.MonkeyPatch,
     blob_audit: BlobAudit,
 ) -> None:
-    pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
+    pair.primary.broker.declare(QueueSpec(UNIQUE, requires_duplicate_detection=True))
     config = job_config(
         pair,
         tmp_path,
@@ -132,7 +133,7 @@ def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_fi
     sent: dict[str, str] = {}
     add_round(pair, 0, sent)
     add_round(pair, 1, sent)  # four batches per destination: the kill falls among them
-    before = {d: destination_ids(pair, d) for d in ("orders", "dd")}
+    before = {d: destination_ids(pair, d) for d in ("orders", UNIQUE)}
 
     killed = start_killed_run(tmp_path, "mid_replay:3")
     deadline = time.monotonic() + 180
@@ -147,7 +148,7 @@ def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_fi
 
     gone = (set(sent) | {"bad-r0", "bad-r1"}) - backlog_ids(pair)
     assert gone <= settled_safely(root), gone - settled_safely(root)
-    after_kill = {d: destination_ids(pair, d) for d in ("orders", "dd")}
+    after_kill = {d: destination_ids(pair, d) for d in ("orders", UNIQUE)}
     assert any(after_kill[d] != before[d] for d in after_kill)  # it had sent batches
     free_the_killed_runs_lease(root)
 

@@ -205,3 +205,18 @@ def test_a_run_sizes_its_shuffles_to_its_backlog_unless_the_operator_chose(
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, value)
+
+
+def test_a_stage_that_talks_to_service_bus_takes_a_task_per_share_of_messages(
+    spark: SparkSession,
+) -> None:
+    """At most one task per core (the tests' session has two), at least one; the cores
+    when the count is unknown."""
+    from syphon.job.context import service_tasks
+
+    cores = spark.sparkContext.defaultParallelism
+    assert cores == 2
+    assert service_tasks(spark, None, 1_000) == cores
+    assert [service_tasks(spark, n, 1_000) for n in (0, 1, 1_000, 1_001, 10**6)] == [1, 1, 1, 2, 2]
+    assert service_tasks(spark, 2, 1) == 2
+    assert service_tasks(spark, 1, 1) == 1

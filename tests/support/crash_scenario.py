@@ -43,6 +43,12 @@ from syphon.store.location import Location, as_location
 
 SYPHON = Path(sys.executable).parent / "syphon"
 
+#: The destination with duplicate detection. A replay task sends its packing groups in
+#: the order of their names (primary, destination, key), so this one's batches go after
+#: those of ``orders``, which has none: the batch a kill in the middle of the replay cuts
+#: off is one of ``orders``', and its resend shows there as a second copy.
+UNIQUE = "unique"
+
 #: Bytes added to each message's body (see :func:`add_round`).
 PADDING = 40_000
 
@@ -67,7 +73,7 @@ def add_round(pair: Any, r: int, sent: dict[str, str]) -> None:
     for q in range(BACKLOG_QUEUES):
         batch = []
         for i in range(2):
-            for dest in ("orders", "dd"):
+            for dest in ("orders", UNIQUE):
                 mid = f"{dest}-r{r}-q{q}-{i}"
                 key = f"k{(q + i) % 3}"
                 batch.append(
@@ -193,12 +199,12 @@ def resume_the_killed_run(
     messages before the killed run started."""
     root = Path(config.audit.path)
     run_id = killed_run_id(root)
-    after_kill = {d: destination_ids(pair, d) for d in ("orders", "dd")}
+    after_kill = {d: destination_ids(pair, d) for d in ("orders", UNIQUE)}
     resumed = run_job(config, spark, run_id, resume=True)
     assert resumed.status == "done", (point, resumed)
     if point == "after_replay_commit":  # every send committed: nothing is sent again
         assert resumed.operations.replay_messages_sent == 0, point
-        assert {d: destination_ids(pair, d) for d in ("orders", "dd")} == after_kill
+        assert {d: destination_ids(pair, d) for d in ("orders", UNIQUE)} == after_kill
         return
     # killed mid-replay: the journal says which of its transfers ended (those are not
     # sent again) and which started without an outcome (in doubt: sent again, marked).
@@ -213,19 +219,19 @@ def resume_the_killed_run(
     assert sent_by_the_killed, point  # the fail point waits for three batches
     assert marked, point  # the kill cut a transfer off before its outcome was journaled
     assert marked <= sent_by_the_killed, (point, marked - sent_by_the_killed)
-    now = {d: destination_ids(pair, d) for d in ("orders", "dd")}
+    now = {d: destination_ids(pair, d) for d in ("orders", UNIQUE)}
     for m in sent_by_the_killed - marked:  # journaled as sent: not sent again
-        assert now["orders"][m] + now["dd"][m] == 1, (point, m)
-    assert all(n == 1 for n in destination_ids(pair, "dd").values())
+        assert now["orders"][m] + now[UNIQUE][m] == 1, (point, m)
+    assert all(n == 1 for n in destination_ids(pair, UNIQUE).values())
 
 
 def everything_home(pair: Any, sent: dict[str, str]) -> tuple[Counter[str], Counter[str]]:
     """Checks that every message of ``sent`` (MessageId: destination) reached its
-    destination, ``dd`` (duplicate detection) exactly once, and that the backlog is
+    destination, :data:`UNIQUE` (duplicate detection) exactly once, and that the backlog is
     empty; returns each destination's MessageIds with their copies."""
-    orders, dd = destination_ids(pair, "orders"), destination_ids(pair, "dd")
+    orders, dd = destination_ids(pair, "orders"), destination_ids(pair, UNIQUE)
     assert set(orders) == {m for m, d in sent.items() if d == "orders"}
-    assert set(dd) == {m for m, d in sent.items() if d == "dd"}
+    assert set(dd) == {m for m, d in sent.items() if d == UNIQUE}
     assert all(n == 1 for n in dd.values())  # duplicate detection: exactly once
     assert not backlog_ids(pair)
     return orders, dd
@@ -247,7 +253,7 @@ def kill_at_each_then_finish(
     at a point of ``resume`` resumed at once), then lets a run finish, and checks that
     nothing was lost and every resend is marked."""
     pair = make_pair(servicebus_emulator)
-    pair.primary.broker.declare(QueueSpec("dd", requires_duplicate_detection=True))
+    pair.primary.broker.declare(QueueSpec(UNIQUE, requires_duplicate_detection=True))
     # long enough that a busy machine does not lose it mid-run (renewed every 3 s); a
     # killed run's lease is waited out below
     config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 10\n")
@@ -256,7 +262,7 @@ def kill_at_each_then_finish(
 
     for r, point in enumerate(points):
         add_round(pair, r, sent)
-        before = {d: destination_ids(pair, d) for d in ("orders", "dd")}
+        before = {d: destination_ids(pair, d) for d in ("orders", UNIQUE)}
         if point in IN_PROCESS:
             stop_dead_in_process(config, spark, point)
         else:

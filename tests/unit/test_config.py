@@ -481,6 +481,16 @@ def test_a_source_name_is_used_once(tmp_path: Path) -> None:
         load_config(write(tmp_path, MINIMAL + "sources: [{name: a}, {name: a}]\n"), environ={})
 
 
+def test_a_task_takes_a_count_of_messages_of_at_least_one(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, MINIMAL), environ={}).run.messages_per_task == 1_000
+    path = write(tmp_path, MINIMAL + "run: {messages_per_task: 1}\n")
+    assert load_config(path, environ={}).run.messages_per_task == 1
+    for bad in ("0", "-5", "many", "2.5"):
+        path = write(tmp_path, MINIMAL + f"run: {{messages_per_task: {bad}}}\n")
+        with pytest.raises(ConfigError, match=r"run\.messages_per_task"):
+            load_config(path, environ={})
+
+
 def test_a_waves_size_is_a_count_of_messages_or_zero_for_one_wave(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, MINIMAL), environ={}).run.wave_messages == 40_000
     for text, expected in (("5000", 5000), ("0", 0), ("null", 0)):

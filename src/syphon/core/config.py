@@ -279,6 +279,16 @@ LEASE_SECONDS_MIN = 10
 #: peak 1.86 and 2.00 GB (tests/benchmarks/bench_waves.py --wave-messages 20000,40000).
 WAVE_MESSAGES_DEFAULT = 40_000
 
+#: Messages per Spark task of the stages that talk to Service Bus (``run.messages_per_task``:
+#: the snapshot's peeks, the replay's sends, the settle's receives), at most one task per
+#: core. Each task opens its own connections and links, and each costs Spark and a Python
+#: worker a round of their own, while a task already peeks and settles its queues side by
+#: side: a run of a few hundred messages gains nothing from a second task and pays for it
+#: (a warm run of 8 messages on 2 cores, the tests' session: about a fifth less CPU with
+#: one task). Sends are the exception: a task sends its batches one after another, so a
+#: large backlog far from its primaries wants every core.
+MESSAGES_PER_TASK_DEFAULT = 1_000
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -291,10 +301,14 @@ class RunConfig:
         wave_messages: how many messages a wave takes at most (about: the limit is
             shared among the source's queues, rounded up); 0: the whole source in one
             wave. Default :data:`WAVE_MESSAGES_DEFAULT`.
+        messages_per_task: a Spark task of the snapshot, the replay and the settle per
+            this many messages, at most one per core; at least 1. Default
+            :data:`MESSAGES_PER_TASK_DEFAULT`.
     """
 
     lease_seconds: int = LEASE_SECONDS_DEFAULT
     wave_messages: int = WAVE_MESSAGES_DEFAULT
+    messages_per_task: int = MESSAGES_PER_TASK_DEFAULT
 
 
 @dataclass(frozen=True)

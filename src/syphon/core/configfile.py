@@ -28,6 +28,7 @@ from syphon.core.config import (
     LEASE_SECONDS_DEFAULT,
     LEASE_SECONDS_MIN,
     LOG_LEVELS,
+    MESSAGES_PER_TASK_DEFAULT,
     WAVE_MESSAGES_DEFAULT,
     AuditConfig,
     BacklogConfig,
@@ -269,7 +270,7 @@ class _Builder(NamespaceReader):
         )
 
     def run(self, raw: Any) -> RunConfig:
-        r = self.section(raw, "run", ("lease_seconds", "wave_messages"))
+        r = self.section(raw, "run", ("lease_seconds", "wave_messages", "messages_per_task"))
         lease = self.typed(r, "run", "lease_seconds", int, LEASE_SECONDS_DEFAULT)
         if "wave_messages" in r and r["wave_messages"] is None:
             waves = 0  # none: one wave, as 0
@@ -283,7 +284,10 @@ class _Builder(NamespaceReader):
                 f"must be at least {LEASE_SECONDS_MIN} (got {lease}): a crashed run's "
                 "executors may still be sending for a moment after its driver died",
             )
-        return RunConfig(lease_seconds=lease, wave_messages=waves)
+        per_task = self.typed(r, "run", "messages_per_task", int, MESSAGES_PER_TASK_DEFAULT)
+        if per_task < 1:
+            raise self.fail("run.messages_per_task", f"must be at least 1 (got {per_task})")
+        return RunConfig(lease_seconds=lease, wave_messages=waves, messages_per_task=per_task)
 
     def replay(self, raw: Any, primaries: list[str]) -> ReplayConfig:
         """``credits_per_second``: a number (every primary) or a mapping from primary

@@ -99,3 +99,15 @@ def fit_shuffle_partitions(
     with contextlib.suppress(Exception):
         spark.conf.set(FITTED_SHUFFLE_PARTITIONS, str(partitions))
     return partitions
+
+
+def service_tasks(spark: SparkSession, messages: int | None, per_task: int) -> int:
+    """How many Spark tasks a stage that talks to Service Bus (the snapshot, the replay,
+    the settle) spreads ``messages`` over: one per ``per_task`` (``run.messages_per_task``,
+    see :data:`syphon.core.config.MESSAGES_PER_TASK_DEFAULT`), at least one, at most the
+    session's default parallelism (its cores); the cores when the count is unknown
+    (None)."""
+    cores = max(1, int(spark.sparkContext.defaultParallelism))
+    if messages is None:
+        return cores
+    return max(1, min(cores, -(-messages // max(1, per_task))))

@@ -244,7 +244,8 @@ def plan(
     with timed(timings, "snapshot"):
         progress.step(f"snapshot: peeking {len(non_empty)} queues")
         split = ctx.config.backlog.split_messages
-        snapshot = read_snapshot(spark, source.access, non_empty, split)
+        per_task = ctx.config.run.messages_per_task
+        snapshot = read_snapshot(spark, source.access, non_empty, split, per_task)
     before = StageResult(timings=timings, operations=discovery_operations(ctx, queues, source))
     before.timings.add(listed.timings)
     before.operations.add(listed.operations)

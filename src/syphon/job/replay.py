@@ -127,9 +127,11 @@ def replay_messages(
     failpoint: FailPoint | None = None,
     broken: frozenset[tuple[str, str, str]] = frozenset(),
     journal: Location | None = None,
+    tasks: int | None = None,
 ) -> DataFrame:
-    """Sends ``rows`` (the output of :func:`replay_input`) and returns one result row per
-    message (:data:`syphon.core.schema.REPLAY_RESULT`); the messages of ``broken`` lanes
+    """Sends ``rows`` (the output of :func:`replay_input`) in ``tasks`` Spark tasks (None:
+    one per core; a packing group's batches in one task, in order) and returns one result
+    row per message (:data:`syphon.core.schema.REPLAY_RESULT`); the messages of ``broken`` lanes
     (primary, destination, partition key: an earlier wave of the run left one of their
     messages unsent) are ``skipped`` / ``earlier_batch_failed``. With ``journal`` (a
     wave's journal folder, as tasks get it), each transfer is journaled
@@ -141,7 +143,7 @@ def replay_messages(
     # a packing group's batches (batch id: group#number) go out in order, in one task
     group = F.regexp_replace(F.col("batch_id"), "#[0-9]+$", "")
     number = F.expr("try_cast(element_at(split(batch_id, '#'), -1) AS BIGINT)")
-    partitions = max(1, rows.sparkSession.sparkContext.defaultParallelism)
+    partitions = tasks or max(1, rows.sparkSession.sparkContext.defaultParallelism)
     laid_out = rows.repartition(partitions, group).sortWithinPartitions(
         group, number, "batch_position"
     )

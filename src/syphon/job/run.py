@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from syphon.core.errors import SyphonError
 from syphon.core.repair import Repair
-from syphon.core.schema import Status
+from syphon.core.schema import Status, Verdict
 from syphon.job.context import RunContext
 from syphon.job.failures import refused_primaries
 from syphon.job.finish import Drained, finish, held, unknown_destinations
@@ -152,6 +152,7 @@ def _drain(
         ctx.config.backlog.split_messages,
         request.started,
         request.max_waves,
+        ctx.config.run.messages_per_task,
     )
     for wave in waves:
         _wave(ctx, request, ledger, lease, wave, listed, drained, many=wave_messages is not None)
@@ -200,6 +201,7 @@ def _wave(
         planned.snapshot,
         None,
         drained,
+        planned.counts,
         more=not wave.last,
         unknown=planned.unknown,
         sending_to=planned.sending_to,
@@ -296,6 +298,7 @@ def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
                     resumed.snapshot,
                     resumed.earlier,
                     drained,
+                    resumed.counts,
                 )
                 return finish(
                     ledger, drained, refused_primaries(drained.skipped, ctx.namespaces.primaries)
@@ -346,13 +349,15 @@ def _replay_and_settle(
     snapshot: DataFrame,
     earlier: DataFrame | None,
     drained: Drained,
+    counts: Mapping[str, int],
     more: bool = False,
     unknown: frozenset[Destination] | None = None,
     sending_to: frozenset[Destination] | None = None,
 ) -> None:
-    """The replay and the settle of a planned wave: its plan ``rows``, the ``snapshot``
-    that holds their bytes, and what an earlier attempt of the run recorded as replayed
-    (``earlier``, None: nothing); what it did is added to ``drained``, whose skipped
+    """The replay and the settle of a planned wave: its plan ``rows`` (``counts``: how
+    many of each verdict, which size the tasks), the ``snapshot`` that holds their
+    bytes, and what an earlier attempt of the run recorded as replayed (``earlier``,
+    None: nothing); what it did is added to ``drained``, whose skipped
     destinations and broken lanes it holds back (and, when ``more`` waves may follow,
     adds to). ``unknown``, ``sending_to``: the destinations the plan found no entity
     for and those it replays to (None: read from ``rows``)."""
@@ -374,6 +379,7 @@ def _replay_and_settle(
         drained.broken,
         drained.in_doubt,
         journal,
+        counts.get(Verdict.REPLAY, 0),
     )
     ledger.add(sent)
     failpoints.check("after_replay_commit")
@@ -386,7 +392,7 @@ def _replay_and_settle(
     all_sent = sent.results
     if earlier is not None:
         all_sent = earlier.select(*columns).unionByName(sent.results.select(*columns))
-    settled = settle(ctx, request, rows, all_sent)
+    settled = settle(ctx, request, rows, all_sent, sum(counts.values()))
     ledger.add(settled)
     failpoints.check("after_settle_commit")
     left = left_behind(sent.results, rows) if more else LeftBehind()

@@ -79,16 +79,20 @@ EMPTY_RECEIVES = 3
 
 
 def settle_queues(
-    actions: DataFrame, secondary: Access, run_id: str, failpoint: FailPoint | None = None
+    actions: DataFrame,
+    secondary: Access,
+    run_id: str,
+    failpoint: FailPoint | None = None,
+    tasks: int | None = None,
 ) -> DataFrame:
     """Settles every queue of ``actions`` (lazy: read the result exactly once).
 
-    Tasks are sized to the cores, not one per queue: the rows are hash-partitioned by
-    queue into as many tasks as Spark runs at once, and each task settles its queues side
-    by side (a thread and a receiver each, at most :data:`SETTLE_THREADS`). A receiver's
+    In ``tasks`` Spark tasks (None: one per core), not one per queue: the rows are
+    hash-partitioned by queue into that many, and each task settles its queues side by
+    side (a thread and a receiver each, at most :data:`SETTLE_THREADS`). A receiver's
     link costs the SDK about half a second to open and close, mostly waiting, so ten
-    queues on two cores took five such waits one after another."""
-    parallelism = max(1, actions.sparkSession.sparkContext.defaultParallelism)
+    queues on two cores took five such waits one after another as ten tasks."""
+    parallelism = tasks or max(1, actions.sparkSession.sparkContext.defaultParallelism)
     task = _SettleTask(secondary, run_id, failpoint)
     return actions.repartition(parallelism, "backlog_queue").mapInPandas(
         task, spark_schema(SETTLE_RESULT)

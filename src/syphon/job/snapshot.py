@@ -3,9 +3,11 @@
 Each Spark task peeks some backlog queues, or ranges of a large queue's sequence
 numbers, with :func:`syphon.servicebus.peek.peek_rows` (nothing is locked or removed),
 several side by side (a thread and a receiver each), and hands the rows to Spark as Arrow
-record batches. :func:`read_snapshot` sizes the tasks to the cores: a receiver's link
-costs the SDK about half a second to open and close, mostly waiting, so ten small queues
-on two cores took five such waits one after another as ten tasks, and one as two. The
+record batches. :func:`read_snapshot` sizes the tasks to the messages, at most the cores
+(:func:`syphon.job.context.service_tasks`): a receiver's link costs the SDK about half a
+second to open and close, mostly waiting, so ten small queues on two cores took five such
+waits one after another as ten tasks, and one as two; and a task peeks all of its queues
+side by side, so a small snapshot needs no second one. The
 secondary namespace's access (its secret read once, on the driver) reaches the executors
 in the pickled task, so it shows in no query plan, log or Spark UI.
 """
@@ -19,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from syphon.core.config import MESSAGES_PER_TASK_DEFAULT
 from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.job.context import service_tasks
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.peek import PEEK_PAGE, first_sequence_number, peek_receiver, peek_rows
@@ -211,14 +215,21 @@ def snapshot_ranges(
 
 
 def read_snapshot(
-    spark: SparkSession, access: Access, queues: list[DiscoveredQueue], split_messages: int
+    spark: SparkSession,
+    access: Access,
+    queues: list[DiscoveredQueue],
+    split_messages: int,
+    per_task: int = MESSAGES_PER_TASK_DEFAULT,
 ) -> DataFrame:
-    """Peeks ``queues`` into a DataFrame, read exactly once.
+    """Peeks ``queues`` into a DataFrame, read exactly once, in a task per ``per_task``
+    messages the queues hold (the cores when a count is unknown).
 
     The rows are kept by Spark (``localCheckpoint``) so that every later use sees the
     same snapshot: a second read of the source would peek again and could see messages
     that arrived since.
     """
     ranges = snapshot_ranges(access, queues, split_messages) if queues else []
-    tasks = max(1, spark.sparkContext.defaultParallelism)
+    counts = [q.message_count for q in queues]
+    messages = None if None in counts else sum(c or 0 for c in counts)
+    tasks = service_tasks(spark, messages, per_task)
     return peek_frame(spark, access, ranges, tasks).localCheckpoint(eager=True)

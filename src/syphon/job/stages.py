@@ -27,7 +27,7 @@ from syphon.core.errors import SyphonError
 from syphon.core.ledger import Operations, Timings
 from syphon.core.naming import is_dead_letter_path
 from syphon.core.schema import PLACE, REPLAY_RESULT, Detail, Outcome, Stage, Status, spark_schema
-from syphon.job.context import RunContext, fit_shuffle_partitions
+from syphon.job.context import RunContext, fit_shuffle_partitions, service_tasks
 from syphon.job.journal import read_journal, remove_journal
 from syphon.job.lanes import ReplaySettings
 from syphon.job.plan import discovery_operations, unread
@@ -211,7 +211,8 @@ def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
             f"{source.name}: name its source with --source"
         )
     queues = [DiscoveredQueue("", 0, p, None, False) for p in paths]
-    snapshot = read_snapshot(spark, source.access, queues, ctx.config.backlog.split_messages)
+    split, per_task = ctx.config.backlog.split_messages, ctx.config.run.messages_per_task
+    snapshot = read_snapshot(spark, source.access, queues, split, per_task)
     return Resumed(rows=rows, snapshot=snapshot, earlier=earlier, counts=counts)
 
 
@@ -267,12 +268,14 @@ def send(
     broken: frozenset[tuple[str, str, str]],
     in_doubt: DataFrame | None,
     journal: Location | None = None,
+    messages: int | None = None,
 ) -> Sent:
     """Sends the plan rows ``todo`` (the messages' bytes from ``snapshot``; those of
     ``in_doubt`` marked as sent again), except to the ``skipped`` destinations and on the
     ``broken`` lanes (an earlier wave of the run left them), then commits the outcomes of
     the plan ``rows`` to the audit. Each transfer is journaled in ``journal`` (the wave's
-    journal folder; None: not journaled)."""
+    journal folder; None: not journaled). ``messages``: how many the plan replays (None:
+    unknown), which sizes the replay's tasks (:func:`syphon.job.context.service_tasks`)."""
     budgets = ctx.config.replay.credits_per_second
     operations = Operations()
     timings = Timings()
@@ -290,6 +293,7 @@ def send(
             failpoint=failpoints.for_task("mid_replay"),
             broken=broken,
             journal=journal.for_tasks() if journal is not None else None,
+            tasks=service_tasks(ctx.spark(), messages, ctx.config.run.messages_per_task),
         )
         results = results.localCheckpoint(eager=True)  # the sends happen here, exactly once
     with timed(timings, "replay"):
@@ -312,9 +316,16 @@ class Settled(StageResult):
     tally: Tally
 
 
-def settle(ctx: RunContext, request: RunRequest, rows: DataFrame, sent: DataFrame) -> Settled:
+def settle(
+    ctx: RunContext,
+    request: RunRequest,
+    rows: DataFrame,
+    sent: DataFrame,
+    messages: int | None = None,
+) -> Settled:
     """Settles the plan ``rows`` in the source's queues by what the run ``sent`` (every
-    attempt's replay rows), then commits the outcomes to the audit."""
+    attempt's replay rows), then commits the outcomes to the audit. ``messages``: how
+    many rows the plan holds (None: unknown), which sizes the settle's tasks."""
     operations = Operations()
     timings = Timings()
     with timed(timings, "settle", "settle_passes"):
@@ -324,6 +335,7 @@ def settle(ctx: RunContext, request: RunRequest, rows: DataFrame, sent: DataFram
             request.source.access,
             request.run_id,
             failpoints.for_task("mid_settle"),
+            service_tasks(ctx.spark(), messages, ctx.config.run.messages_per_task),
         )
         results = results.localCheckpoint(eager=True)
     with timed(timings, "settle"):

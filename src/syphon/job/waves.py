@@ -50,8 +50,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from syphon.core.config import MESSAGES_PER_TASK_DEFAULT
 from syphon.core.ledger import Timings
 from syphon.core.naming import PARTITIONED_SEQUENCE, is_dead_letter_path
+from syphon.job.context import service_tasks
 from syphon.job.request import StageResult, timed
 from syphon.job.rows import utc
 from syphon.servicebus.access import Access
@@ -217,12 +219,14 @@ def read_wave(
     cursors: Mapping[str, int],
     limit: int,
     before: datetime | None = None,
+    per_task: int = MESSAGES_PER_TASK_DEFAULT,
 ) -> WaveRead:
     """Reads the next wave of ``paths`` (each from its cursor; 1: its head), at most
     ``limit`` messages per queue and their fronts; twice the limit, again, while the
     cut would take nothing although a queue was not read to its end. The cut is at most
     ``before`` (the run's start; None: no bound). Two Spark jobs per read: the peek, and
     the (queue, sequence number, enqueue time) of what it read, which the driver cuts.
+    The peek takes a task per ``per_task`` messages it may read, at most the cores.
 
     Raises:
         ValueError: ``limit`` below 1.
@@ -231,7 +235,7 @@ def read_wave(
 
     if limit < 1:
         raise ValueError("a wave's limit is at least one message per queue")
-    tasks = max(1, spark.sparkContext.defaultParallelism)
+    tasks = service_tasks(spark, (limit + 1) * len(paths), per_task)
     while True:
         ranges = [QueueRange(p, cursors.get(p, 1), None, limit + 1) for p in paths]
         read = peek_frame(spark, access, ranges, tasks).localCheckpoint(eager=True)
@@ -298,11 +302,13 @@ def read_waves(
     split_messages: int,
     before: datetime,
     max_waves: int | None = None,
+    per_task: int = MESSAGES_PER_TASK_DEFAULT,
 ) -> Iterator[Wave]:
     """The waves of ``queues`` (their readable, non-empty ones): one wave of everything
     when ``wave_messages`` is None, else waves of at most about ``wave_messages``
     messages (a limit per queue of ``wave_messages`` over the queues, rounded up),
-    none of them past ``before``, at most ``max_waves`` (None: to the end).
+    none of them past ``before``, at most ``max_waves`` (None: to the end); each read in
+    a task per ``per_task`` messages, at most the cores.
 
     A wave's cursors are known as soon as it is read, so the next wave is read (peeked:
     nothing is locked or removed) in the background while the caller plans, replays and
@@ -314,7 +320,7 @@ def read_waves(
     if wave_messages is None:
         timings = Timings()
         with timed(timings, "snapshot"):
-            snapshot = read_snapshot(spark, access, readable, split_messages)
+            snapshot = read_snapshot(spark, access, readable, split_messages, per_task)
         yield Wave(
             number=1,
             snapshot=snapshot,
@@ -329,7 +335,7 @@ def read_waves(
 
     def read(cursors: Mapping[str, int]) -> tuple[WaveRead, float]:
         clock = time.monotonic()
-        got = read_wave(spark, access, paths, cursors, limit, before)
+        got = read_wave(spark, access, paths, cursors, limit, before, per_task)
         return got, time.monotonic() - clock
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="syphon-wave-read") as pool:
