@@ -46,10 +46,20 @@ def _drop_syphon_log_handler() -> Iterator[None]:
     root.setLevel(level)
 
 
+#: The tests' session: one task per stage where Spark picks the count (a DataFrame made
+#: from local rows, and the stages that talk to Service Bus, which take at most the
+#: default parallelism: syphon.job.context.service_tasks). A second task of a few rows
+#: doubled the stage's scheduling, task deserialization and Python workers: the eight
+#: costliest in-process job files took 182 CPU-s with two and 152 with one. Runs spread
+#: over several tasks are the ``syphon run`` processes' (local sessions' parallelism 2,
+#: syphon.app.spark.LOCAL_CONF): the crash and object-storage tests, the CLI's.
+ONE_TASK_CONF = {**TEST_SPARK_CONF, "spark.default.parallelism": "1"}
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = build_spark_session(
-        SparkConfig(master="local[2]", app_name="syphon-tests", conf=TEST_SPARK_CONF)
+        SparkConfig(master="local[2]", app_name="syphon-tests", conf=ONE_TASK_CONF)
     )
     yield session
     session.stop()

@@ -28,6 +28,10 @@ pytestmark = pytest.mark.timeout(420)
 #: the tests' quick JVM for the demo's Spark session (an override of conf/local.yaml)
 QUICK_JVM = "SYPHON__SPARK__CONF__spark.driver.extraJavaOptions"
 SMALL_DATA = {f"SYPHON__SPARK__CONF__{k}": v for k, v in SMALL_DATA_CONF.items()}
+#: a task per message for the snapshot, the replay and the settle, at most one per core:
+#: the demo's process (local[2]) spreads them over two tasks, which the tests' session
+#: (one task per stage, tests/conftest.py) does not
+TWO_TASKS = {"SYPHON__RUN__MESSAGES_PER_TASK": "1"}
 #: loggers whose level the demo sets for its own story (restored after the in-process one)
 DEMO_LOGGERS = ("proton", "servicebus_emulator", "syphon.producer")
 
@@ -54,7 +58,7 @@ def test_the_demo_runs_the_whole_story_and_can_run_again(
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env={**os.environ, QUICK_JVM: java_options(), **SMALL_DATA},
+        env={**os.environ, QUICK_JVM: java_options(), **SMALL_DATA, **TWO_TASKS},
         timeout=400,
         check=False,
     )

@@ -111,9 +111,7 @@ def test_run_replays_the_outage_in_order_and_settles_the_backlog(
     primary.make_unavailable("paused")
     before = {path: [str(m.message_id) for m in stored(pair, p)] for path, p in ENTITIES.items()}
 
-    # a task per message, so a task per core in every stage that talks to Service Bus:
-    # the replay's and the settle's tasks each take a share of the outage
-    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  messages_per_task: 1\n")
+    config = job_config(pair, tmp_path, monkeypatch)
     time.sleep(max(0.0, parked_at + 1.1 - time.monotonic()))  # old-1's one second passes
     started = time.monotonic()
     first = run_job(config, spark)

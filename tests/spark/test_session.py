@@ -210,13 +210,17 @@ def test_a_run_sizes_its_shuffles_to_its_backlog_unless_the_operator_chose(
 def test_a_stage_that_talks_to_service_bus_takes_a_task_per_share_of_messages(
     spark: SparkSession,
 ) -> None:
-    """At most one task per core (the tests' session has two), at least one; the cores
-    when the count is unknown."""
-    from syphon.job.context import service_tasks
+    """At most one task per core, at least one; the cores when the count is unknown. The
+    session's cores are its default parallelism (one in the tests' session)."""
+    from syphon.job.context import service_tasks, tasks_for
 
+    assert [tasks_for(n, 1_000, 2) for n in (0, 1, 1_000, 1_001, 10**6)] == [1, 1, 1, 2, 2]
+    assert [tasks_for(n, 1_000, 4) for n in (2_500, 3_001, 10**6)] == [3, 4, 4]
+    assert tasks_for(None, 1_000, 2) == 2
+    assert tasks_for(2, 1, 2) == 2
+    assert tasks_for(1, 1, 2) == 1
+    assert tasks_for(5, 1, 0) == 1  # a session that says no cores still takes one task
     cores = spark.sparkContext.defaultParallelism
-    assert cores == 2
     assert service_tasks(spark, None, 1_000) == cores
-    assert [service_tasks(spark, n, 1_000) for n in (0, 1, 1_000, 1_001, 10**6)] == [1, 1, 1, 2, 2]
-    assert service_tasks(spark, 2, 1) == 2
-    assert service_tasks(spark, 1, 1) == 1
+    assert service_tasks(spark, 10**6, 1) == cores
+    assert service_tasks(spark, 0, 1_000) == 1

@@ -107,7 +107,12 @@ def service_tasks(spark: SparkSession, messages: int | None, per_task: int) -> i
     see :data:`syphon.core.config.MESSAGES_PER_TASK_DEFAULT`), at least one, at most the
     session's default parallelism (its cores); the cores when the count is unknown
     (None)."""
-    cores = max(1, int(spark.sparkContext.defaultParallelism))
+    return tasks_for(messages, per_task, int(spark.sparkContext.defaultParallelism))
+
+
+def tasks_for(messages: int | None, per_task: int, cores: int) -> int:
+    """:func:`service_tasks` for a session of ``cores`` default parallelism."""
+    cores = max(1, cores)
     if messages is None:
         return cores
     return max(1, min(cores, -(-messages // max(1, per_task))))
