@@ -3,16 +3,17 @@
 The samples are not copied here: ``./dev.sh test`` fetches the SDK's source archive once
 (``tests/support/sdk_samples.py``: the version and hashes of ``requirements.lock``, cached under
 ~/.cache/syphon-tests), and the test runs each sample unchanged through
-``sample_harness.py``, which only replaces Azure AD with the emulator's shared key.
+``tests/support/sample_harness.py``, which only replaces Azure AD with the emulator's
+shared key, each in a process of its own forked from a server that imported the SDK once.
 Which samples run, and why the others cannot, is listed in
 ``src/servicebus_emulator/README.md``; keep the two lists in step.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-import subprocess
-import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -20,9 +21,17 @@ from pathlib import Path
 import pytest
 
 from servicebus_emulator import Emulator, QueueSpec, SubscriptionSpec, TopicSpec
+from support.sample_harness import run_in_child
 from support.sdk_samples import samples_dir
 
-HARNESS = Path(__file__).with_name("sample_harness.py")
+#: Each sample runs in a process forked from a server that imported the harness, and so
+#: the SDK, once (multiprocessing's forkserver); the forked process starts with nothing
+#: of the test's process but those imports.
+FORKSERVER = multiprocessing.get_context("forkserver")
+FORKSERVER.set_forkserver_preload(["support.sample_harness"])
+
+#: How long a sample may take.
+SAMPLE_TIMEOUT_S = 120
 
 SAMPLES = [
     f"{kind}_samples/{name}{'_async' if kind == 'async' else ''}.py"
@@ -102,18 +111,19 @@ def _run(root: Path, sample: str) -> tuple[int, str, str]:
             "SERVICEBUS_SAS_POLICY": "RootManageSharedAccessKey",
             "SERVICEBUS_SAS_KEY": "SAS_KEY_VALUE",
         }
-        try:
-            result = subprocess.run(
-                [sys.executable, str(HARNESS), str(root / sample)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
+        with tempfile.TemporaryDirectory() as folder:
+            out, err = Path(folder, "stdout"), Path(folder, "stderr")
+            child = FORKSERVER.Process(
+                target=run_in_child, args=(str(root / sample), env, str(out), str(err))
             )
-        except subprocess.TimeoutExpired:
-            return -1, "timed out after 120 s", ""
-        return result.returncode, result.stderr[-3000:], result.stdout
+            child.start()
+            child.join(SAMPLE_TIMEOUT_S)
+            if child.exitcode is None:
+                child.kill()
+                child.join()
+                return -1, f"timed out after {SAMPLE_TIMEOUT_S} s", ""
+            text = err.read_text(encoding="utf-8", errors="replace")
+            return child.exitcode, text[-3000:], out.read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
