@@ -128,6 +128,12 @@ case "$cmd" in
     # one invocation after the other; the CPUs are busy either way, and a fifth worker
     # is a fifth JVM). SYPHON_TEST_WORKERS=0 runs serially. Files go out in collection
     # order (the slowest first, see tests/conftest.py).
+    # Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE):
+    # the suite starts some hundred Python processes (Spark's Python workers, `syphon`
+    # commands, local Service Buses) that each compiled syphon's modules again, and
+    # pytest rewrote the test modules' asserts in every worker. The caches go where
+    # Python keeps them (__pycache__, ignored by git and left out of the wheel).
+    unset PYTHONDONTWRITEBYTECODE
     exec "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile \
       --no-loadscope-reorder "$@"
     ;;
