@@ -124,10 +124,10 @@ case "$cmd" in
     ensure_test_services
     # Test files go to parallel workers (pytest-xdist, one file per worker at a time):
     # many tests wait on a subprocess or the network part of the time. Four workers on 2
-    # cores: 469 s and 881 CPU-s against 473 s and 919 CPU-s with five (the same tree,
-    # one invocation after the other; the CPUs are busy either way, and a fifth worker
-    # is a fifth JVM). SYPHON_TEST_WORKERS=0 runs serially. Files go out in collection
-    # order (the slowest first, see tests/conftest.py).
+    # cores: 340 s and 598 busy CPU-s against 377 s and 530 CPU-s with three (the same
+    # tree, one invocation after the other: three leave the cores idle while tests wait,
+    # and each worker is a JVM more). SYPHON_TEST_WORKERS=0 runs serially. Files go out
+    # in collection order (the slowest first, see tests/conftest.py).
     # Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE):
     # the suite starts some hundred Python processes (Spark's Python workers, `syphon`
     # commands, local Service Buses) that each compiled syphon's modules again, and
