@@ -20,6 +20,7 @@ interpreter per sample spent about 0.4 CPU-s importing the SDK, 49 times.
 
 from __future__ import annotations
 
+import io
 import os
 import runpy
 import sys
@@ -135,9 +136,15 @@ def run_in_child(sample: str, env: dict[str, str], stdout: str, stderr: str) -> 
     for fd, path in ((1, stdout), (2, stderr)):
         with Path(path).open("wb") as file:
             os.dup2(file.fileno(), fd)
-    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stdout, sys.stderr = _unbuffered(1), _unbuffered(2)
     run(sample)
+
+
+def _unbuffered(fd: int) -> io.TextIOWrapper:
+    """A text stream writing straight through to ``fd``, as Python's own are under
+    ``PYTHONUNBUFFERED``: samples print from several threads at once, and a buffered
+    stream shared by threads wrote stray bytes among their lines."""
+    return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8", write_through=True)
 
 
 if __name__ == "__main__":
