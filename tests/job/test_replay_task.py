@@ -204,10 +204,13 @@ def test_after_its_namespace_fails_no_sender_is_opened_there(
 
     out = pd.concat(list(replay_task(sb)(frames_then_outage())))
     outcome = dict(zip(out["sequence_number"], out["outcome"], strict=True))
-    assert outcome[1] == Outcome.SENT
-    assert outcome[2] != Outcome.SENT
-    assert [outcome[s] for s in (3, 4, 5)] == [Outcome.SKIPPED] * 3
-    assert set(out[out["sequence_number"] > 2]["detail"]) == {Detail.NAMESPACE_FAULT}
+    # each row's outcome and detail (the error's name) in the message: seen once, under
+    # a whole suite's load, the pending batch's send failed without a namespace fault
+    told = out[["sequence_number", "outcome", "detail"]].values.tolist()
+    assert outcome[1] == Outcome.SENT, told
+    assert outcome[2] != Outcome.SENT, told
+    assert [outcome[s] for s in (3, 4, 5)] == [Outcome.SKIPPED] * 3, told
+    assert set(out[out["sequence_number"] > 2]["detail"]) == {Detail.NAMESPACE_FAULT}, told
     assert made == [(PRIMARY, "orders")]  # and again after it failed: never a or b
 
 
