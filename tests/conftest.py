@@ -50,9 +50,10 @@ def _drop_syphon_log_handler() -> Iterator[None]:
 #: from local rows, and the stages that talk to Service Bus, which take at most the
 #: default parallelism: syphon.job.context.service_tasks). A second task of a few rows
 #: doubled the stage's scheduling, task deserialization and Python workers: the eight
-#: costliest in-process job files took 182 CPU-s with two and 152 with one. Runs spread
-#: over several tasks are the ``syphon run`` processes' (local sessions' parallelism 2,
-#: syphon.app.spark.LOCAL_CONF): the crash and object-storage tests, the CLI's.
+#: costliest in-process job files took 182 CPU-s with two and 152 with one. A run spread
+#: over several tasks is the demo's process (tests/job/test_demo.py: ``local[2]``, a task
+#: per message), and every ``syphon run`` process's stages that Spark sizes itself (local
+#: sessions' parallelism 2, syphon.app.spark.LOCAL_CONF): the crash tests' killed runs.
 ONE_TASK_CONF = {**TEST_SPARK_CONF, "spark.default.parallelism": "1"}
 
 
