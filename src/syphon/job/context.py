@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from syphon.core.config import SyphonConfig
+from syphon.core.config import MESSAGES_PER_TASK_DEFAULT, SyphonConfig
 from syphon.servicebus.access import Namespaces
 from syphon.store.audit import AuditStore
 
@@ -101,7 +101,9 @@ def fit_shuffle_partitions(
     return partitions
 
 
-def service_tasks(spark: SparkSession, messages: int | None, per_task: int) -> int:
+def service_tasks(
+    spark: SparkSession, messages: int | None, per_task: int = MESSAGES_PER_TASK_DEFAULT
+) -> int:
     """How many Spark tasks a stage that talks to Service Bus (the snapshot, the replay,
     the settle) spreads ``messages`` over: one per ``per_task`` (``run.messages_per_task``,
     see :data:`syphon.core.config.MESSAGES_PER_TASK_DEFAULT`), at least one, at most the

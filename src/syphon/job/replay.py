@@ -43,6 +43,7 @@ from syphon.core.schema import (
     names,
     spark_schema,
 )
+from syphon.job.context import service_tasks
 from syphon.job.journal import TaskJournal
 from syphon.job.lanes import Replayer, ReplaySettings
 from syphon.job.repair import carried_changes
@@ -143,7 +144,7 @@ def replay_messages(
     # a packing group's batches (batch id: group#number) go out in order, in one task
     group = F.regexp_replace(F.col("batch_id"), "#[0-9]+$", "")
     number = F.expr("try_cast(element_at(split(batch_id, '#'), -1) AS BIGINT)")
-    partitions = tasks or max(1, rows.sparkSession.sparkContext.defaultParallelism)
+    partitions = tasks or service_tasks(rows.sparkSession, None)
     laid_out = rows.repartition(partitions, group).sortWithinPartitions(
         group, number, "batch_position"
     )

@@ -49,6 +49,7 @@ from syphon.core.schema import (
     names,
     spark_schema,
 )
+from syphon.job.context import service_tasks
 from syphon.job.settle_actions import COMPLETE, DEAD_LETTER, DISCARD, LEAVE, Action
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access
@@ -92,7 +93,7 @@ def settle_queues(
     side (a thread and a receiver each, at most :data:`SETTLE_THREADS`). A receiver's
     link costs the SDK about half a second to open and close, mostly waiting, so ten
     queues on two cores took five such waits one after another as ten tasks."""
-    parallelism = tasks or max(1, actions.sparkSession.sparkContext.defaultParallelism)
+    parallelism = tasks or service_tasks(actions.sparkSession, None)
     task = _SettleTask(secondary, run_id, failpoint)
     return actions.repartition(parallelism, "backlog_queue").mapInPandas(
         task, spark_schema(SETTLE_RESULT)
