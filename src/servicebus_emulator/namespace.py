@@ -76,6 +76,9 @@ class Namespace:
         #: Every ``update-disposition`` request, in order: (entity, disposition status,
         #: number of lock tokens), for tests of how clients settle.
         self.disposition_requests: list[tuple[str, str, int]] = []
+        #: Messages handed out by peeks, by entity (lower-case path): what a client's
+        #: peeks cost in credits.
+        self.messages_peeked: Counter[str] = Counter()
         #: How clients authenticated, counted by kind: ``amqp:<token kind>`` (``jwt`` for
         #: Azure AD, ``servicebus.windows.net:sastoken`` for SAS, whatever CBS type it
         #: was put with) and ``http:<Authorization scheme>``; refused tokens count too.

@@ -251,6 +251,7 @@ class Settlement(Sending):
                 size += msg.size
                 if len(out) >= limit:
                     break
+            self.messages_peeked[path.lower()] += len(out)
             return out
 
     def receive_deferred(

@@ -190,7 +190,7 @@ def test_the_final_status_is_done_partial_or_failed_by_what_the_stages_left(
     sent, completed = tally((Outcome.SENT, None, 3)), tally((Outcome.COMPLETED, None, 3))
     assert finish(ctx, sent, completed) == (Status.DONE, None)
     # arriving after the snapshot is the next run's work, not a left-over
-    late = tally((Outcome.COMPLETED, None, 3), (Outcome.LEFT, Detail.ARRIVED_AFTER_SNAPSHOT, 2))
+    late = tally((Outcome.COMPLETED, None, 3), (Outcome.GIVEN_BACK, None, 1))
     assert finish(ctx, sent, late) == (Status.DONE, None)
     left = tally((Outcome.COMPLETED, None, 2), (Outcome.LEFT, None, 1))
     assert finish(ctx, sent, left) == (Status.PARTIAL, None)

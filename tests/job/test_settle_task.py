@@ -63,12 +63,12 @@ def test_completes_dead_letters_with_the_reason_and_gives_back_what_it_leaves(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec(QUEUE))
-    seq = park(sb, ["sent", "bad", "paused", "late"])
+    seq = park(sb, ["sent", "paused", "bad", "late"])
     todo = actions(
         [
             (seq["sent"], COMPLETE, None, "replay"),
-            (seq["bad"], DEAD_LETTER, "destination_unknown", "invalid"),
             (seq["paused"], LEAVE, None, "replay"),
+            (seq["bad"], DEAD_LETTER, "destination_unknown", "invalid"),
         ]
     )  # "late" arrived after the snapshot: not in the plan
     out = by_seq(settle_task(secondary_access(sb), "run-1")(todo))
@@ -78,23 +78,22 @@ def test_completes_dead_letters_with_the_reason_and_gives_back_what_it_leaves(
         Outcome.DEAD_LETTERED,
         "destination_unknown",
     )
-    paused, late = out[seq["paused"]], out[seq["late"]]
+    paused = out[seq["paused"]]
     assert (paused["outcome"], paused["detail"], paused["abandoned"]) == (Outcome.LEFT, None, 1)
-    assert (late["outcome"], late["detail"], late["abandoned"]) == (
-        Outcome.LEFT,
-        Detail.ARRIVED_AFTER_SNAPSHOT,
-        1,
-    )
-    # each was received once (the run's count of receives), and what was left given back
-    assert {m: out[seq[m]]["received"] for m in seq} == {
+    # the plan's three were received once each (the run's count of receives), what was
+    # left given back; "late", after the plan's last message, was never received
+    assert {m: out[seq[m]]["received"] for m in ("sent", "paused", "bad")} == {
         "sent": 1,
-        "bad": 1,
         "paused": 1,
-        "late": 1,
+        "bad": 1,
     }
     assert {m: out[seq[m]]["abandoned"] for m in ("sent", "bad")} == {"sent": 0, "bad": 0}
+    assert seq["late"] not in out
+    assert 0 not in out
 
     entity = sb.broker.entity(QUEUE)
+    late = next(m for m in entity.messages.values() if str(m.message_id) == "late")
+    assert late.delivery_count == 0
     # what was left is available again at once: given back, not waiting out its
     # one-minute lock
     with QuickClient.from_connection_string(sb.connection_string) as client:
@@ -112,6 +111,59 @@ def test_completes_dead_letters_with_the_reason_and_gives_back_what_it_leaves(
     }
     assert props["DeadLetterReason"] == "destination_unknown"
     assert props["DeadLetterErrorDescription"] == "syphon run run-1: invalid"
+
+
+def test_a_wave_s_pass_receives_its_plan_and_nothing_of_the_later_waves(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    """A wave's plan is a prefix of each queue: its pass receives exactly that prefix,
+    one row per message of the plan, and never locks (or raises the delivery count of)
+    a later wave's message, even where a page would hold more."""
+    sb = servicebus_emulator(QueueSpec(QUEUE))
+    ids = [f"m{i}" for i in range(40)]
+    seq = park(sb, ids)
+    planned = ids[:7]
+    out = settle_task(secondary_access(sb), "run-w")(
+        actions([(seq[m], COMPLETE, None, "replay") for m in planned])
+    )
+    assert sorted(int(s) for s in out["sequence_number"]) == sorted(seq[m] for m in planned)
+    assert set(out["outcome"]) == {Outcome.COMPLETED}
+    assert int(out["received"].sum()) == len(planned)
+    counts = {
+        str(m.message_id): m.delivery_count for m in sb.broker.entity(QUEUE).messages.values()
+    }
+    assert counts == dict.fromkeys(ids[7:], 0)
+
+
+def test_an_earlier_wave_s_left_over_at_the_head_is_given_back_and_counted_not_audited(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    """Messages an earlier wave left (a failed key) stand at the queue's head, before
+    this wave's: the pass must receive them to reach its own, gives them back, and counts
+    them in one ``given_back`` row (sequence number 0) rather than as messages of the
+    wave; what follows the plan stays untouched."""
+    sb = servicebus_emulator(QueueSpec(QUEUE))
+    ids = [f"m{i}" for i in range(10)]
+    seq = park(sb, ids)
+    planned = ids[2:5]  # m0, m1: an earlier wave's left-overs
+    out = by_seq(
+        settle_task(secondary_access(sb), "run-h")(
+            actions([(seq[m], COMPLETE, None, "replay") for m in planned])
+        )
+    )
+    assert {m: out[seq[m]]["outcome"] for m in planned} == dict.fromkeys(planned, Outcome.COMPLETED)
+    given = out[0]
+    assert (given["outcome"], given["received"], given["abandoned"], given["requests"]) == (
+        Outcome.GIVEN_BACK,
+        2,
+        2,
+        1,
+    )
+    assert set(out) == {0, *(seq[m] for m in planned)}
+    counts = {
+        str(m.message_id): m.delivery_count for m in sb.broker.entity(QUEUE).messages.values()
+    }
+    assert counts == {"m0": 1, "m1": 1, **dict.fromkeys(ids[5:], 0)}
 
 
 def test_a_queue_with_one_action_is_settled(servicebus_emulator: EmulatorFactory) -> None:
@@ -192,11 +244,14 @@ def test_a_pass_stops_a_page_beyond_the_plans_last_message(
         other.abandon_message(locked)
     assert out[seq["m0"]]["detail"] == Detail.NOT_RECEIVED
     assert {out[seq[m]]["outcome"] for m in planned[1:]} == {Outcome.COMPLETED}
-    # pages of three: m1-m3, then m4-m6 (beyond m3, the plan's last): stop there
-    assert sorted(int(s) for s in out) == sorted(seq[m] for m in ids[:7])
+    # pages of three: m1-m3, then one (all the plan still has to come): m4, beyond m3,
+    # the plan's last, given back and counted, not audited; stop there
+    assert sorted(int(s) for s in out) == sorted([0, *(seq[m] for m in planned)])
+    assert (out[0]["outcome"], out[0]["received"]) == (Outcome.GIVEN_BACK, 1)
     entity = sb.broker.entity(QUEUE)
     counts = {str(m.message_id): m.delivery_count for m in entity.messages.values()}
-    assert {m: counts[m] for m in ids[7:]} == dict.fromkeys(ids[7:], 0)
+    assert counts["m4"] == 1
+    assert {m: counts[m] for m in ids[5:]} == dict.fromkeys(ids[5:], 0)
 
 
 def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_on(
@@ -204,9 +259,9 @@ def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_
 ) -> None:
     """A page can go beyond the plan and still miss one of its messages: the SDK releases
     what arrives while no receive waits, and the queue hands it out again after what it
-    sent meanwhile (here: another consumer gives m3 back while m4-m6 are settled). The
+    sent meanwhile (here: another consumer gives m3 back while m4 is settled). The
     pass goes on, asking for only what it still has to settle, and settles it; the
-    messages after the plan were received once, by the page that went beyond."""
+    message after the plan was received once, by the page that went beyond."""
     from syphon.job import settle
 
     monkeypatch.setattr(settle, "RECEIVE_PAGE", 3)
@@ -236,13 +291,19 @@ def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_
     assert {m: (out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in planned} == dict.fromkeys(
         planned, (Outcome.COMPLETED, None)
     )
-    # pages m0-m2, m4-m6 (beyond m4, the plan's last, with m4 to settle), then one: m3
-    assert sorted(int(s) for s in out) == sorted(seq[m] for m in ids[:7])
+    # pages m0-m2, m4-m5 (what the plan still has to come; m5 beyond m4, the plan's
+    # last, with m4 to settle), then one: m3
+    assert sorted(int(s) for s in out) == sorted([0, *(seq[m] for m in planned)])
+    assert (out[0]["outcome"], out[0]["received"], out[0]["abandoned"]) == (
+        Outcome.GIVEN_BACK,
+        1,
+        1,
+    )
     counts = {
         str(m.message_id): m.delivery_count for m in sb.broker.entity(QUEUE).messages.values()
     }
     assert set(counts) == set(ids[5:])
-    assert {m: counts[m] for m in ids[7:]} == dict.fromkeys(ids[7:], 0)
+    assert {m: counts[m] for m in ids[6:]} == dict.fromkeys(ids[6:], 0)
 
 
 def test_a_queue_that_cannot_be_read_leaves_everything_with_the_reason(
@@ -276,10 +337,10 @@ def test_a_page_is_settled_in_one_request_per_outcome(
     ids = [f"m{i}" for i in range(12)]
     seq = park(sb, ids)
     todo = actions(
-        [(seq[m], COMPLETE, None, "replay") for m in ids[:8]]
-        + [(seq[m], DEAD_LETTER, "destination_unknown", "invalid") for m in ids[8:10]]
-        + [(seq[m], DEAD_LETTER, "message_id_reused", "conflict") for m in ids[10:11]]
-        + [(seq[ids[11]], LEAVE, None, "replay")]
+        [(seq[ids[0]], LEAVE, None, "replay")]  # before the rest: received, given back
+        + [(seq[m], COMPLETE, None, "replay") for m in ids[1:9]]
+        + [(seq[m], DEAD_LETTER, "destination_unknown", "invalid") for m in ids[9:11]]
+        + [(seq[m], DEAD_LETTER, "message_id_reused", "conflict") for m in ids[11:12]]
     )
     out = by_seq(settle_task(secondary_access(sb), "run-6")(todo))
     # on the wire: one request per outcome group, each with its page's lock tokens
@@ -293,9 +354,9 @@ def test_a_page_is_settled_in_one_request_per_outcome(
     )
     assert sum(r["requests"] for r in out.values()) == 4
     assert [out[seq[m]]["outcome"] for m in ids] == (
-        [Outcome.COMPLETED] * 8 + [Outcome.DEAD_LETTERED] * 3 + [Outcome.LEFT]
+        [Outcome.LEFT] + [Outcome.COMPLETED] * 8 + [Outcome.DEAD_LETTERED] * 3
     )
-    assert [str(m.message_id) for m in sb.broker.entity(QUEUE).messages.values()] == ["m11"]
+    assert [str(m.message_id) for m in sb.broker.entity(QUEUE).messages.values()] == ["m0"]
     dead = sb.broker.entity(QUEUE).dlq
     assert dead is not None
     reasons = {}
@@ -310,9 +371,9 @@ def test_a_page_is_settled_in_one_request_per_outcome(
             "syphon run run-6: conflict",
         )
     assert reasons == {
-        "m8": "destination_unknown",
         "m9": "destination_unknown",
-        "m10": "message_id_reused",
+        "m10": "destination_unknown",
+        "m11": "message_id_reused",
     }
 
 

@@ -110,6 +110,20 @@ def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message
     assert result.status == Status.DONE, result
     assert arrived(pair) == keys  # every key in order, every message once
     assert not any(backlog_state(pair).values())
+    # each wave's settle received its own messages only: one settle row per message,
+    # none of them left, each message received once
+    settled = context(config, spark).store.run_rows("waves", "settle")
+    assert settled is not None
+    assert {r["outcome"]: r["count"] for r in settled.groupBy("outcome").count().collect()} == {
+        "completed": MESSAGES
+    }
+    assert "settle_left" not in result.outcomes
+    assert result.operations.settle_receives == MESSAGES
+    # every message the secondary's peeks handed out is counted (credits), those read
+    # beyond a wave's watermark and read again by the next wave included
+    peeked = sum(pair.secondary.broker.messages_peeked[queue(q).lower()] for q in range(QUEUES))
+    assert result.operations.snapshot_messages_peeked == peeked
+    assert peeked == MESSAGES  # what a wave read beyond its watermark was not read again
     # the ledger: several waves, each named, their cuts moving forward
     waves = planned_waves(context(config, spark), "waves")
     assert len(waves) >= 4

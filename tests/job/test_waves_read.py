@@ -46,9 +46,14 @@ def test_waves_take_each_message_once_and_in_time_order(pair: Pair, spark: Any) 
     paths = [queue(q) for q in range(3)]
     before = backlog_state(pair)
     cursors: dict[str, int] = {}
+    carried = None
     waves: list[list[Any]] = []
+    peeked = 0
     while True:
-        wave = read_wave(spark, secondary_access(pair.secondary), paths, cursors, limit=4)
+        wave, carried = read_wave(
+            spark, secondary_access(pair.secondary), paths, cursors, limit=4, carried=carried
+        )
+        peeked += wave.peeked
         rows = wave.rows.select("message_id", "backlog_queue", "enqueued_time").collect()
         per_queue = {p: sum(r["backlog_queue"] == p for r in rows) for p in paths}
         assert max(per_queue.values()) <= wave.limit
@@ -71,6 +76,10 @@ def test_waves_take_each_message_once_and_in_time_order(pair: Pair, spark: Any) 
     wave_of = {r["message_id"]: k for k, rows in enumerate(waves) for r in rows}
     assert [wave_of[m] for m in ids] == sorted(wave_of[m] for m in ids)
     assert backlog_state(pair) == before  # read, never locked or removed
+    # what a wave read beyond its watermark the next took as read: each message peeked
+    # once (a credit each), as the secondary counts them
+    assert peeked == len(ids)
+    assert sum(pair.secondary.broker.messages_peeked[p.lower()] for p in paths) == len(ids)
 
 
 def test_a_burst_in_one_millisecond_doubles_the_limit_rather_than_stall(
@@ -93,7 +102,7 @@ def test_a_burst_in_one_millisecond_doubles_the_limit_rather_than_stall(
                 sender.send_messages(
                     to_backlog_message(ServiceBusMessage(b"x", message_id=f"later-{i}"), "orders")
                 )
-    wave = read_wave(spark, secondary_access(pair.secondary), [queue(0), queue(1)], {}, limit=2)
+    wave, _ = read_wave(spark, secondary_access(pair.secondary), [queue(0), queue(1)], {}, limit=2)
     taken = sorted(r["message_id"] for r in wave.rows.select("message_id").collect())
     assert wave.limit > 2
     assert [m for m in taken if m.startswith("b-")] == [f"b-{i}" for i in range(5)]

@@ -82,6 +82,7 @@ class Outcome:
     #: completed without being sent, as the operator asked; the detail is their reason
     DISCARDED: Final = "discarded"
     LEFT: Final = "left"
+    GIVEN_BACK: Final = "given_back"  # a pass's count of what it gave back beyond its plan
     BY_STAGE: Final = {
         Stage.PLAN: (PLANNED,),
         Stage.REPLAY: (SENT, FAILED, SKIPPED, IN_DOUBT),
@@ -113,7 +114,6 @@ class Detail:
     DESTINATION_UNAVAILABLE: Final = "destination_unavailable"
     PROBE_FAILED: Final = "probe_failed_"  # + the error class
     # settle
-    ARRIVED_AFTER_SNAPSHOT: Final = "arrived_after_snapshot"
     NOT_SELECTED: Final = "not_selected"  # the verdict unselected's reason, too
     NOT_RECEIVED: Final = "not_received"
     SETTLE_FAILED: Final = "settle_failed_"  # + the error class

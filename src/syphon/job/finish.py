@@ -147,8 +147,7 @@ def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> 
         return ledger.result(
             Status.FAILED, f"{Detail.NAMESPACE_FAULT}: " + ", ".join(sides), outcomes
         )
-    not_left_over = [Detail.ARRIVED_AFTER_SNAPSHOT, Detail.NOT_SELECTED]
-    left = settle.count(Outcome.LEFT, except_details=not_left_over) - drained.held.kept
+    left = settle.count(Outcome.LEFT, except_details=[Detail.NOT_SELECTED]) - drained.held.kept
     notes = []
     if drained.stopped:
         notes.append(drained.stopped)

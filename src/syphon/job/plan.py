@@ -318,7 +318,8 @@ def plan_snapshot(
         raise RuntimeError(f"the audit has {rows} rows for {peeked} peeked messages")
     destinations = per_destination(planned, request.repair)
     counts = {v: n for v in Verdict.ALL if (n := sum(int(d[v]) for d in destinations))}
-    operations.snapshot_messages_peeked = rows
+    if operations.snapshot_messages_peeked is None:  # a wave's read counted its own
+        operations.snapshot_messages_peeked = rows
     ctx.store.append_run(
         RunRecord(
             run_id=request.run_id,

@@ -186,6 +186,7 @@ def _wave(
         progress.step(f"wave {wave.number}: planning")
     mark = WaveMark(wave.number, wave.watermark, datetime.now(timezone.utc)) if many else None
     wave.operations.snapshot_queues_peeked = wave.queues
+    wave.operations.snapshot_messages_peeked = wave.peeked
     planned = plan_snapshot(ctx, request, wave.snapshot, listed, mark, wave, wave.messages)
     ledger.add(planned)
     for verdict, n in planned.counts.items():

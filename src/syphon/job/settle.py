@@ -8,9 +8,8 @@ of a Spark task side by side, see :func:`settle_queues`), receive in peek-lock a
 - complete what the operator discards (verdict ``discarded``), in a dead-letter queue
   too, recording ``discarded`` with the operator's reason;
 - dead-letter ``invalid`` and ``conflict`` with the verdict's reason and a description;
-- leave everything else available (failed, skipped or in-doubt sends, messages that
-  arrived after the snapshot): held (locked) until the pass ends, then abandoned, so
-  that a pass never receives a message twice.
+- leave everything else available (failed, skipped or in-doubt sends): held (locked)
+  until the pass ends, then abandoned, so that a pass never receives a message twice.
 
 Settlements go by page: each received page's completions are one ``update-disposition``
 request with their lock tokens, its dead-letters one per (reason, description), the held
@@ -20,14 +19,21 @@ its sequence number: gone from the queue, the failed request had settled it (rec
 such); still there, it is ``left`` with the error (a lapsed lock: the next run settles
 it).
 
+A queue's pass touches only what its plan holds, as far as the queue allows: it asks for
+no more than the plan still has to come there up to the last message to settle, so a
+queue that hands out in order stops at the plan's end (the wave's watermark), not in the
+next waves. What it must receive that its plan does not hold (an earlier wave's
+left-over at the head, a message handed out again out of order, a partitioned queue's
+other partitions) is given back with the rest and is no message of the run: no audit
+row, only a count (a ``given_back`` row per queue, which the operations count).
+
 A queue's pass ends when every message to settle has been settled, when receives come
 back empty three times in a row, or when a page goes beyond the last message of the plan
-in that queue (what follows it is a later wave's, or arrived after the snapshot) and
-brought nothing to settle. A page beyond the plan that did bring some may still have
-missed one: the SDK releases a message that arrives while no receive is waiting (the
-rest of the credit a receive gave, while the page is settled), and the queue hands it
-out again only after the messages it sent meanwhile. So the pass goes on, asking for no
-more than it still has to settle, until a page brings none. Messages to settle not
+in that queue and brought nothing to settle. A page beyond the plan that did bring some
+may still have missed one: the SDK releases a message that arrives while no receive is
+waiting (the rest of the credit a receive gave, while the page is settled), and the queue
+hands it out again only after the messages it sent meanwhile. So the pass goes on, asking
+for no more than it still has to settle, until a page brings none. Messages to settle not
 received (locked elsewhere, or gone) are ``left`` / ``not_received``: the next run's.
 """
 
@@ -227,8 +233,9 @@ class _QueuePass:
         todo: dict[int, Action],
         out: dict[int, dict[str, Any]],
     ) -> None:
-        remaining = sum(1 for a, _, _ in todo.values() if a != LEAVE)
         settled = (COMPLETE, DEAD_LETTER, DISCARD)
+        to_settle = {seq for seq, (a, _, _) in todo.items() if a in settled}
+        unreceived = set(todo)
         held: list[Any] = []
         # the last message of the plan in this queue: a queue hands out its messages in
         # order, so once a page goes beyond it nothing of the plan is still to come (a
@@ -239,9 +246,11 @@ class _QueuePass:
         empty = 0
         went_beyond = False
         try:
-            while remaining > 0:
-                # beyond the plan, a few released ones at most are to come: ask for no more
-                page = min(RECEIVE_PAGE, remaining) if went_beyond else RECEIVE_PAGE
+            while to_settle:
+                ahead = _ahead(unreceived, to_settle) if bounded else len(unreceived)
+                page = min(RECEIVE_PAGE, ahead)
+                if went_beyond:  # beyond the plan, a few released ones at most are to come
+                    page = min(page, len(to_settle))
                 messages = receiver.receive_messages(
                     max_message_count=page, max_wait_time=RECEIVE_WAIT_SECONDS
                 )
@@ -255,26 +264,19 @@ class _QueuePass:
                 groups: dict[_Settlement, list[Any]] = {}
                 for m in messages:
                     seq = int(m.sequence_number or 0)
-                    action, reason, verdict = todo.get(seq, ("new", None, ""))
+                    unreceived.discard(seq)
+                    if seq not in todo:  # not the plan's: given back, counted, not audited
+                        held.append(m)
+                        _given_back(out, queue)["received"] += 1
+                        continue
+                    action, reason, verdict = todo[seq]
                     if action not in settled:
                         held.append(m)
-                        detail = Detail.ARRIVED_AFTER_SNAPSHOT if action == "new" else reason
-                        out.setdefault(seq, _row(queue, seq, Outcome.LEFT, detail, 0))
+                        out.setdefault(seq, _row(queue, seq, Outcome.LEFT, reason, 0))
                         out[seq]["received"] += 1
                         continue
-                    remaining -= 1
-                    if action == COMPLETE:
-                        key = _Settlement(COMPLETED, Outcome.COMPLETED)
-                    elif action == DISCARD:  # completed; the row keeps the operator's reason
-                        key = _Settlement(COMPLETED, Outcome.DISCARDED, detail=reason)
-                    else:
-                        key = _Settlement(
-                            SUSPENDED,
-                            Outcome.DEAD_LETTERED,
-                            reason,
-                            f"syphon run {self.run_id}: {verdict}",
-                        )
-                    groups.setdefault(key, []).append(m)
+                    to_settle.discard(seq)
+                    groups.setdefault(self._settlement(action, reason, verdict), []).append(m)
                 for settlement, group in groups.items():
                     self._settle_page(receiver, queue, group, settlement, out)
                 if beyond and not groups:
@@ -282,6 +284,15 @@ class _QueuePass:
                 went_beyond = went_beyond or beyond
         finally:
             self._give_back(receiver, queue, held, out)
+
+    def _settlement(self, action: str, reason: str | None, verdict: str) -> _Settlement:
+        """How a message of the plan is settled, by its action (a discard is completed,
+        its row keeping the operator's reason)."""
+        if action in (COMPLETE, DISCARD):
+            outcome = Outcome.COMPLETED if action == COMPLETE else Outcome.DISCARDED
+            return _Settlement(COMPLETED, outcome, detail=reason if action == DISCARD else None)
+        why = f"syphon run {self.run_id}: {verdict}"
+        return _Settlement(SUSPENDED, Outcome.DEAD_LETTERED, reason, why)
 
     def _settle_page(
         self,
@@ -354,21 +365,36 @@ class _QueuePass:
     ) -> None:
         """Abandons the held messages, a page per request (one by one where a request
         fails; a lapsed lock needs no abandon: the message is available anyway)."""
+
+        def row(m: Any) -> dict[str, Any]:  # the message's, or the queue's given_back
+            return out.get(int(m.sequence_number or 0)) or _given_back(out, queue)
+
         for start in range(0, len(held), RECEIVE_PAGE):
             page = held[start : start + RECEIVE_PAGE]
             try:
                 settle_by_lock_tokens(receiver, page, ABANDONED)
                 given = page
-                out[int(page[0].sequence_number or 0)]["requests"] += 1
+                row(page[0])["requests"] += 1
             except Exception:
                 given = []
                 for m in page:
                     with contextlib.suppress(Exception):
                         receiver.abandon_message(m)
                         given.append(m)
-                    out[int(m.sequence_number or 0)]["requests"] += 1
+                    row(m)["requests"] += 1
             for m in given:
-                out[int(m.sequence_number or 0)]["abandoned"] += 1
+                row(m)["abandoned"] += 1
+
+
+def _ahead(unreceived: set[int], to_settle: set[int]) -> int:
+    """How many messages of the plan not yet received stand up to the last one still to
+    settle: what a queue that hands out in order has to give before the pass is done."""
+    return sum(1 for seq in unreceived if seq <= max(to_settle, default=0))
+
+
+def _given_back(out: dict[int, dict[str, Any]], queue: str) -> dict[str, Any]:
+    """The queue's ``given_back`` row (key 0: no message has sequence number 0)."""
+    return out.setdefault(0, _row(queue, 0, Outcome.GIVEN_BACK, None, 0))
 
 
 def _gone(receiver: Any, seq: int) -> bool:

@@ -339,8 +339,12 @@ def settle(
         )
         results = results.localCheckpoint(eager=True)
     with timed(timings, "settle"):
+        from pyspark.sql import functions as F
+
         now = datetime.now(timezone.utc)
-        ctx.store.append_outcomes(results, rows, request.run_id, Stage.SETTLE, now)
+        # what the passes gave back without it being the wave's is counted, not audited
+        audited = results.where(F.col("outcome") != Outcome.GIVEN_BACK)
+        ctx.store.append_outcomes(audited, rows, request.run_id, Stage.SETTLE, now)
     settled = tally(results, "received", "abandoned", "requests")
     operations.settle_receives = settled.total("received")
     operations.settle_requests = settled.total("requests")

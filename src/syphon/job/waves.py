@@ -14,9 +14,10 @@ message read, when each queue was read to its end). Nothing a later wave takes w
 enqueued before the watermark, and nothing this wave takes after it: a key whose
 messages are spread over several queues keeps its order (by enqueue time) across waves.
 
-A queue's cursor moves to its first message the wave did not take. The messages read
-beyond the watermark are read again by the next wave (a peek costs a credit each):
-at most ``limit`` per queue and wave, few when the queues fill at similar rates.
+A queue's cursor moves to its first message the wave did not take. What was read beyond
+the watermark the next wave takes as read (:class:`Carried`), peeking each queue on after
+the last message read for what its limit still allows: a peek costs a credit a message,
+and each message of a run in waves is peeked once.
 
 A wave always takes something when some queue holds a message before the watermark;
 when none does (every message read shares the watermark's millisecond: a burst larger
@@ -44,6 +45,7 @@ takes those messages.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -183,6 +185,17 @@ def cut_reads(
     return Cut(reads, cut, last, taken, out)
 
 
+@dataclass(frozen=True)
+class Carried:
+    """What a wave read beyond its watermark (``rows``, lazy over its checkpointed read;
+    their ``marks``), which the next wave takes as read, peeking each queue on from its
+    ``next_sequence`` (the one after the last read)."""
+
+    rows: DataFrame
+    marks: list[Mark]
+    next_sequence: dict[str, int]
+
+
 @dataclass
 class WaveRead:
     """A wave's messages and how they were cut.
@@ -192,16 +205,30 @@ class WaveRead:
         read: every message read, the wave's and those beyond its watermark.
         cut: how they were cut (the watermark, the next cursors, ...).
         limit: the limit per queue the cut was made with.
+        peeked: how many messages the wave's peeks handed out (each a credit), every
+            read of it counted (a read again with twice the limit included).
     """
 
     rows: DataFrame
     read: DataFrame
     cut: Cut
     limit: int
+    peeked: int = 0
+    next_sequence: dict[str, int] | None = None
 
     @property
     def watermark(self) -> datetime | None:
         return self.cut.watermark
+
+    def carried(self, marks: list[Mark]) -> Carried | None:
+        """What the next wave takes as read of ``marks`` (every message this wave read):
+        those at or after the watermark (None: the wave took everything read)."""
+        cut = self.cut.watermark
+        if cut is None:
+            return None
+        beyond = [m for m in marks if m[2] >= cut]
+        rows = self.read.where(~in_wave(cut))
+        return Carried(rows, beyond, dict(self.next_sequence or {}))
 
     @property
     def last(self) -> bool:
@@ -220,13 +247,16 @@ def read_wave(
     limit: int,
     before: datetime | None = None,
     per_task: int = MESSAGES_PER_TASK_DEFAULT,
-) -> WaveRead:
+    carried: Carried | None = None,
+) -> tuple[WaveRead, Carried | None]:
     """Reads the next wave of ``paths`` (each from its cursor; 1: its head), at most
-    ``limit`` messages per queue and their fronts; twice the limit, again, while the
-    cut would take nothing although a queue was not read to its end. The cut is at most
-    ``before`` (the run's start; None: no bound). Two Spark jobs per read: the peek, and
-    the (queue, sequence number, enqueue time) of what it read, which the driver cuts.
-    The peek takes a task per ``per_task`` messages it may read, at most the cores.
+    ``limit`` messages per queue and their fronts, ``carried`` (the previous wave's read
+    beyond its watermark) counted as read; twice the limit, again, while the cut would
+    take nothing although a queue was not read to its end. The cut is at most ``before``
+    (the run's start; None: no bound). Two Spark jobs per read: the peek, and the
+    (queue, sequence number, enqueue time) of what it read, which the driver cuts, in a
+    task per ``per_task`` messages it may read, at most the cores. Returns the wave and
+    what the next one takes as read (None: nothing).
 
     Raises:
         ValueError: ``limit`` below 1.
@@ -236,17 +266,34 @@ def read_wave(
     if limit < 1:
         raise ValueError("a wave's limit is at least one message per queue")
     tasks = service_tasks(spark, (limit + 1) * len(paths), per_task)
+    have: DataFrame | None = None if carried is None else carried.rows
+    marks: list[Mark] = [] if carried is None else list(carried.marks)
+    after = {p: cursors.get(p, 1) for p in paths}
+    if carried is not None:
+        after.update(carried.next_sequence)
+    peeked = 0
     while True:
-        ranges = [QueueRange(p, cursors.get(p, 1), None, limit + 1) for p in paths]
-        read = peek_frame(spark, access, ranges, tasks).localCheckpoint(eager=True)
+        held = Counter(q for q, _, _ in marks)
+        ranges = [
+            QueueRange(p, after[p], None, limit + 1 - held[p])
+            for p in paths
+            if limit + 1 - held[p] > 0
+        ]
+        fresh = peek_frame(spark, access, ranges, tasks)
+        read = (fresh if have is None else have.unionByName(fresh)).localCheckpoint(eager=True)
+        had = len(marks)
         marks = [
             (r[0], r[1], utc(r[2]))
             for r in read.select("backlog_queue", "sequence_number", "enqueued_time").collect()
         ]
+        peeked += len(marks) - had
+        for queue, seq, _ in marks:
+            after[queue] = max(after[queue], int(seq) + 1)
         cut = cut_reads(marks, paths, cursors, limit, before)
         if cut.last or cut.taken:
-            return WaveRead(read.where(in_wave(cut.watermark)), read, cut, limit)
-        limit *= 2
+            wave = WaveRead(read.where(in_wave(cut.watermark)), read, cut, limit, peeked, after)
+            return wave, (None if cut.last else wave.carried(marks))
+        have, limit = read, limit * 2
 
 
 def one_wave(
@@ -284,6 +331,8 @@ class Wave(StageResult):
         last: whether no wave follows.
         queues: how many queues it read.
         messages: how many messages it holds (None: not counted yet).
+        peeked: how many messages its peeks handed out, those beyond its watermark
+            included (None: as many as it holds).
     """
 
     number: int
@@ -292,6 +341,7 @@ class Wave(StageResult):
     last: bool
     queues: int
     messages: int | None = None
+    peeked: int | None = None
 
 
 def read_waves(
@@ -333,24 +383,26 @@ def read_waves(
     paths = [q.path for q in readable]
     limit = max(1, -(-wave_messages // max(1, len(paths))))
 
-    def read(cursors: Mapping[str, int]) -> tuple[WaveRead, float]:
+    def read(
+        cursors: Mapping[str, int], carried: Carried | None
+    ) -> tuple[WaveRead, Carried | None, float]:
         clock = time.monotonic()
-        got = read_wave(spark, access, paths, cursors, limit, before, per_task)
-        return got, time.monotonic() - clock
+        got, carry = read_wave(spark, access, paths, cursors, limit, before, per_task, carried)
+        return got, carry, time.monotonic() - clock
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="syphon-wave-read") as pool:
-        ahead: Future[tuple[WaveRead, float]] = pool.submit(read, {})
+        ahead: Future[tuple[WaveRead, Carried | None, float]] = pool.submit(read, {}, None)
         number = 0
         while True:
             number += 1
             clock = time.monotonic()
-            got, spent = ahead.result()
+            got, carry, spent = ahead.result()
             waited = time.monotonic() - clock
             if number > 1 and not got.cut.taken:
                 return  # nothing before the run's start was left
             more = not got.last and (max_waves is None or number < max_waves)
             if more:
-                ahead = pool.submit(read, got.cut.cursors)
+                ahead = pool.submit(read, got.cut.cursors, carry)
             # the wave's snapshot time: what the caller waited for (the first wave: all
             # of its read)
             timings = Timings(snapshot=spent if number == 1 else waited)
@@ -361,6 +413,7 @@ def read_waves(
                 last=got.last,
                 queues=len(paths),
                 messages=got.cut.taken,
+                peeked=got.peeked,
                 timings=timings,
             )
             if not more:
