@@ -28,7 +28,7 @@ from support.paired_env import (
 from support.quick_client import QuickClient
 from support.report_html import parse_report, table_dict
 from syphon.app.cli import main
-from syphon.store.audit import AUDIT_TABLE
+from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.store.delta import read_table
 
 pytestmark = pytest.mark.timeout(420)
@@ -317,3 +317,46 @@ sources:
         )
         for r in rows
     } == {(transfer, "relay", "orders", "replay", "MessagingEntityNotFound")}
+
+
+def test_dead_letters_a_selection_left_out_are_reported_waiting_by_the_run_that_first_judges_them(
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A re-drive with a selection leaves the unselected dead letters without judging
+    them for the operator. The next run, without a selection, finds an exact duplicate
+    among them for the first time: it ends ``partial`` (exit 5) and says it waits, not
+    ``done`` as if an earlier run had told the operator so. A third run that finds it
+    waiting again keeps it: ``done``."""
+    copy = ServiceBusMessage(b"same", message_id="twice")
+    dead_letter(
+        pair,
+        "orders",
+        [
+            ServiceBusMessage(b"a", message_id="picked"),
+            copy,
+            ServiceBusMessage(b"same", message_id="twice"),
+        ],
+    )
+    conf = command_config(pair, spark, tmp_path, monkeypatch, extra=SOURCES)
+    base = ["run", "--config", conf, "--source", "redrive"]
+    assert main([*base, "--run-id", "selective", "--message-id", "picked"]) == 0
+    assert dead_letters(pair, "orders") == ["twice", "twice"]
+
+    assert main([*base, "--run-id", "judging"]) == 5
+    assert [str(m.message_id) for m in stored(pair, "orders")] == ["picked", "twice"]
+    assert dead_letters(pair, "orders") == ["twice"]
+    ledger = [
+        r
+        for r in read_table(tmp_path / "delta" / RUNS_TABLE).to_pylist()
+        if r["run_id"] == "judging" and r["status"] == "partial"
+    ]
+    assert len(ledger) == 1
+    assert "1 dead letters wait for the operator (0 of them since an earlier run)" in (
+        ledger[0]["detail"] or ""
+    )
+
+    assert main([*base, "--run-id", "kept"]) == 0  # told once: kept by the operator
+    assert dead_letters(pair, "orders") == ["twice"]

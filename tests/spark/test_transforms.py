@@ -662,6 +662,7 @@ def test_dead_letters_left_waiting_are_found_and_so_are_those_an_earlier_run_lef
                 "stage": "settle",
                 "backlog_queue": DLQ,
                 "sequence_number": 1,
+                "verdict": "duplicate",
                 "outcome": "left",
             },
             {
@@ -669,7 +670,24 @@ def test_dead_letters_left_waiting_are_found_and_so_are_those_an_earlier_run_lef
                 "stage": "settle",
                 "backlog_queue": DLQ,
                 "sequence_number": 2,
+                "verdict": "invalid",
                 "outcome": "completed",
+            },
+            {
+                "run_id": "selective",  # left only because its selection left it out
+                "stage": "settle",
+                "backlog_queue": DLQ,
+                "sequence_number": 2,
+                "verdict": "unselected",
+                "outcome": "left",
+            },
+            {
+                "run_id": "other",  # left waiting, but as something else then
+                "stage": "settle",
+                "backlog_queue": DLQ,
+                "sequence_number": 2,
+                "verdict": "duplicate",
+                "outcome": "left",
             },
             {
                 "run_id": "r1",

@@ -144,29 +144,39 @@ def in_doubt_messages(audit: DataFrame, interrupted: list[str]) -> DataFrame:
 
 def held_dead_letters(settled: DataFrame, planned: DataFrame) -> DataFrame:
     """The messages a settle left in a dead-letter queue because they wait for the
-    operator (:data:`PLACE` columns): judged a duplicate, a conflict or invalid — no later
-    run sends them by itself. ``settled``: settle results; ``planned``: the run's plan
-    rows."""
+    operator (:data:`PLACE` columns and the ``verdict``): judged a duplicate, a conflict
+    or invalid — no later run sends them by itself. ``settled``: settle results;
+    ``planned``: the run's plan rows."""
     from pyspark.sql import functions as F
 
     left = settled.where(
         (F.col("outcome") == Outcome.LEFT) & is_dead_letter_col(F.col("backlog_queue"))
     ).select(*PLACE)
-    waiting = planned.where(~F.col("verdict").isin(Verdict.REPLAY, Verdict.UNSELECTED))
-    return left.join(waiting.select(*PLACE), list(PLACE), "left_semi")
+    return left.join(_waiting(planned).select(*PLACE, "verdict"), list(PLACE), "inner")
+
+
+def _waiting(rows: DataFrame) -> DataFrame:
+    """The rows whose verdict keeps a dead letter waiting for the operator."""
+    from pyspark.sql import functions as F
+
+    return rows.where(~F.col("verdict").isin(Verdict.REPLAY, Verdict.UNSELECTED))
 
 
 def held_before(audit: DataFrame, held: DataFrame, run_id: str) -> DataFrame:
-    """The messages of ``held`` (:data:`PLACE` columns) that an earlier run's settle
-    left where they are too: the operator was told then and has let them stay."""
+    """The messages of ``held`` (:data:`PLACE` columns and ``verdict``) that an earlier
+    run's settle left where they are with the same waiting verdict: the operator was told
+    then and has let them stay. One an earlier run left for another reason (unselected,
+    a failed send) was never reported as waiting, and is not kept."""
     from pyspark.sql import functions as F
 
-    earlier = audit.where(
-        (F.col("stage") == Stage.SETTLE)
-        & (F.col("outcome") == Outcome.LEFT)
-        & (F.col("run_id") != run_id)
-    ).select(*PLACE)
-    return held.join(earlier, list(PLACE), "left_semi")
+    earlier = _waiting(
+        audit.where(
+            (F.col("stage") == Stage.SETTLE)
+            & (F.col("outcome") == Outcome.LEFT)
+            & (F.col("run_id") != run_id)
+        )
+    ).select(*PLACE, "verdict")
+    return held.join(earlier, [*PLACE, "verdict"], "left_semi")
 
 
 def starts_a_spread_group() -> Column:
