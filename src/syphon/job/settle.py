@@ -265,15 +265,12 @@ class _QueuePass:
                 for m in messages:
                     seq = int(m.sequence_number or 0)
                     unreceived.discard(seq)
-                    if seq not in todo:  # not the plan's: given back, counted, not audited
+                    action, reason, verdict = todo.get(seq, (LEAVE, None, ""))
+                    if action not in settled:  # held; not the plan's: counted, not audited
                         held.append(m)
-                        _given_back(out, queue)["received"] += 1
-                        continue
-                    action, reason, verdict = todo[seq]
-                    if action not in settled:
-                        held.append(m)
-                        out.setdefault(seq, _row(queue, seq, Outcome.LEFT, reason, 0))
-                        out[seq]["received"] += 1
+                        row = None if seq in todo else _given_back(out, queue)
+                        row = row or out.setdefault(seq, _row(queue, seq, Outcome.LEFT, reason, 0))
+                        row["received"] += 1
                         continue
                     to_settle.discard(seq)
                     groups.setdefault(self._settlement(action, reason, verdict), []).append(m)
