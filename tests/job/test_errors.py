@@ -50,7 +50,9 @@ audit:
         conf, monkeypatch, capsys, "that could not discover anything"
     )
     assert code == ExitCode.UNREACHABLE, out + err
-    assert ": failed (ServiceRequestError)" in out
+    # the error's own words say what failed and where, not only its class
+    assert ": failed (ServiceRequestError: " in out
+    assert f"port={port}" in out or f"127.0.0.1:{port}" in out
     assert fix_lines(out) == [
         f"fix: the secondary namespace gone-secondary cannot be reached at 127.0.0.1:{port}: "
         "check the Endpoint of secondary.connection_string or secondary.management_endpoint "

@@ -53,6 +53,8 @@ def test_each_set_gets_the_type_its_expression_gives_or_the_one_it_names(spark: 
         ("n=cast(1 as decimal(10,2))", "decimal(10,2)"),
         ("n=map('a', 1)", "map<string,int>"),
         ("scheduled_enqueue_time='tomorrow'", "takes a timestamp"),
+        ("time_to_live='an hour'", "time_to_live takes a"),
+        ("n:decimal=1", "not an AMQP type"),
     ],
 )
 def test_an_expression_that_cannot_be_set_exits_2_before_anything_is_read(
@@ -62,3 +64,4 @@ def test_an_expression_that_cannot_be_set_exits_2_before_anything_is_read(
         check_repair(spark, repair(option))
     assert said in str(refused.value)
     assert refused.value.exit_code == 2
+    assert refused.value.fix  # every refusal names the fix

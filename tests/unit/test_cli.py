@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from syphon.app.cli import main
+from syphon.core.errors import ExitCode, action_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SYPHON = Path(sys.executable).parent / "syphon"
@@ -65,9 +66,11 @@ def test_a_bad_config_is_one_line_naming_the_key_and_exit_code_2(tmp_path: Path)
     bad.write_text((ROOT / "conf" / "example.yaml").read_text() + "\nextra: 1\n")
     result = run("config", "--config", str(bad))
     assert result.returncode == 2
-    assert result.stderr.strip() == f"syphon config: {bad}: extra: unknown key " + (
-        "(known: secondary, primaries, backlog, spark, audit, run, replay, logging, sources)"
-    )
+    assert result.stderr.strip().splitlines() == [
+        f"syphon config: {bad}: extra: unknown key "
+        "(known: secondary, primaries, backlog, spark, audit, run, replay, logging, sources)",
+        f"fix: {action_of(ExitCode.CONFIG)}",  # every exit but 0 names a fix
+    ]
 
 
 def test_the_spark_submit_entry_is_the_same_command() -> None:
@@ -115,10 +118,11 @@ primaries:
     )
     monkeypatch.delenv("SP_SECRET_FOR_THIS_TEST", raising=False)
     assert main(["run", "--config", str(conf)]) == 2
-    assert capsys.readouterr().err.strip() == (
+    assert capsys.readouterr().err.strip().splitlines() == [
         f"syphon run: {conf}: primaries.0.credential.client_secret: "
-        "environment variable SP_SECRET_FOR_THIS_TEST is not set"
-    )
+        "environment variable SP_SECRET_FOR_THIS_TEST is not set",
+        f"fix: {action_of(ExitCode.CONFIG)}",
+    ]
 
 
 BARE = """

@@ -58,6 +58,39 @@ def test_a_set_that_cannot_be_is_refused_with_what_is_wrong(option: str, said: s
     with pytest.raises(RepairError, match=said) as refused:
         parse_set(option)
     assert refused.value.exit_code == 2
+    assert refused.value.fix  # every refusal names the fix
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sessionid",
+        "SESSIONID",
+        "Session-Id",
+        "session id",
+        "partitionkey",
+        "PARTITION_KEY",
+        "partition-key",
+        "messageid",
+        "MESSAGE_ID",
+        "Message Id",
+        "message-ID",
+    ],
+)
+def test_the_session_id_partition_key_and_message_id_are_refused_in_any_spelling(
+    name: str,
+) -> None:
+    for change in (lambda: parse_set(f"{name}='x'"), lambda: parse_unset(name)):
+        with pytest.raises(RepairError, match="not changeable") as refused:
+            change()
+        assert refused.value.exit_code == 2
+        assert refused.value.fix is not None
+        assert "send it yourself" in refused.value.fix
+
+
+def test_a_name_that_only_resembles_a_refused_one_is_an_application_property() -> None:
+    assert parse_set("session_ids='x'") == Change("session_ids", False, "'x'", None)
+    assert parse_set("my-message-id='x'").system is False
 
 
 def test_an_unset_of_the_message_id_is_refused_and_a_property_changed_twice_too() -> None:
@@ -128,8 +161,10 @@ def test_without_a_type_a_value_takes_its_expressions_and_an_ambiguous_one_is_re
         "timestamp",
     ]
     assert amqp_type(parse_set("n:long=1"), "int") == "long"  # the type named wins
-    with pytest.raises(RepairError, match=r"decimal\(10,2\).*n:TYPE"):
+    with pytest.raises(RepairError, match=r"decimal\(10,2\)") as refused:
         amqp_type(plain, "decimal(10,2)")
+    assert refused.value.fix is not None
+    assert "n:TYPE" in refused.value.fix
 
 
 def test_the_application_properties_change_only_where_told() -> None:

@@ -18,7 +18,7 @@ from syphon.app.services import build_context, run_with_report
 from syphon.app.text import format_run, format_status, format_summary
 from syphon.core.config import SyphonConfig
 from syphon.core.configfile import load_config
-from syphon.core.errors import SyphonError
+from syphon.core.errors import SyphonError, action_of
 from syphon.core.selection import SelectionError
 from syphon.job.context import RunContext
 from syphon.job.failures import explain
@@ -44,10 +44,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args)
     except Exception as exc:  # one line, a fix line, an exit code: never a traceback
         failure = explain(exc)
-        message = str(exc) if isinstance(exc, SyphonError) else f"failed ({failure.detail})"
+        if isinstance(exc, SyphonError):
+            message = str(exc)
+        else:
+            why = f": {failure.why}" if failure.why else ""
+            message = f"failed ({failure.detail}{why})"
         print(f"syphon {args.command}: {message}", file=sys.stderr)
-        if failure.fix:
-            print(f"fix: {failure.fix}", file=sys.stderr)
+        print(f"fix: {failure.fix or action_of(failure.code)}", file=sys.stderr)
         log.debug("syphon %s failed", args.command, exc_info=exc)
         return int(failure.code)
     finally:
@@ -153,6 +156,7 @@ def _raise_as(exc: Exception, ctx: RunContext, namespace: Access | None = None) 
     if isinstance(exc, SyphonError):
         raise exc
     failure = explain(exc, namespace or ctx.namespaces.secondary)
-    error = SyphonError(f"failed ({failure.detail})", fix=failure.fix)
+    why = f": {failure.why}" if failure.why else ""
+    error = SyphonError(f"failed ({failure.detail}{why})", fix=failure.fix)
     error.exit_code = failure.code
     raise error from None

@@ -306,13 +306,35 @@ def build_spark_session(
     try:
         session = builder.getOrCreate()
     except Exception as exc:  # pyspark raises several unrelated types here
-        raise SparkSetupError(
-            f"the Spark session did not start ({type(exc).__name__})",
-            fix="check that Java 17 runs (java -version) and the spark settings of the config",
-        ) from exc
+        raise _not_started(exc, config) from exc
     if archive is not None and not archive.exists:
         write_at_exit(session, archive)
     if local and logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
         session.sparkContext.setLogLevel("INFO")
     log.info("Spark %s session ready (master %s)", session.version, config.master or "platform")
     return session
+
+
+#: What joins the session a platform hands out (Databricks, spark-submit, Spark Connect).
+JOIN_PLATFORM = (
+    "spark.master: null in the config (or SYPHON__SPARK__MASTER=null) joins the session the "
+    "platform provides (Databricks, spark-submit's --master, Spark Connect's SPARK_REMOTE)"
+)
+
+
+def _not_started(exc: Exception, config: SparkConfig) -> SparkSetupError:
+    """The error of a session that did not start, in Spark's own first line; a master
+    set where the platform hands out a Spark Connect session says how to join it."""
+    from syphon.obs.logs import mask_secrets
+
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = f": {mask_secrets(lines[0])[:300]}" if lines else ""
+    connect = "SPARK_CONNECT" in str(exc) or os.environ.get("SPARK_REMOTE")
+    if config.master and connect:
+        fix = f"a Spark Connect session is handed out here (SPARK_REMOTE): set {JOIN_PLATFORM}"
+    else:
+        fix = (
+            "check that Java 17 runs (java -version) and the spark settings of the config; "
+            + JOIN_PLATFORM
+        )
+    return SparkSetupError(f"the Spark session did not start ({type(exc).__name__}{said})", fix=fix)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from syphon.core.errors import action_of
 from syphon.job.ledger import RunResult
 from syphon.job.plan import PlanResult, unread
 from syphon.job.status import StatusReport
@@ -12,8 +13,9 @@ def format_run(result: RunResult) -> str:
     the operations the ledger recorded and where the report is."""
     detail = f"{result.detail}: {result.why}" if result.detail and result.why else result.detail
     lines = [f"run {result.run_id}: {result.status}" + (f" ({detail})" if detail else "")]
-    if result.fix:
-        lines.append(f"fix: {result.fix}")
+    fix = result.fix or (None if result.exit_code == 0 else action_of(result.exit_code))
+    if fix:
+        lines.append(f"fix: {fix}")
     if result.counts:
         lines.append("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items())))
     if result.outcomes:

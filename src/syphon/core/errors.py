@@ -109,6 +109,12 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
 )
 
 
+def action_of(code: ExitCode) -> str:
+    """What the operator does about ``code``, as the table says (every code but 0 has
+    an action: the ``fix:`` line of a result that names none more precise)."""
+    return next(doc.action for doc in EXIT_CODES if doc.code == code)
+
+
 class SyphonError(Exception):
     """Base of every error syphon raises on purpose."""
 

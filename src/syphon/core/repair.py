@@ -70,10 +70,29 @@ _SET = re.compile(
 )
 
 
+#: The fix of a refused repair that names none more precise.
+REPAIR_FIX = (
+    "write --set NAME=SQL or NAME:TYPE=SQL, the SQL a Spark SQL expression over the "
+    "snapshot's columns, and --unset NAME (see the README's \"Repair before re-drive\")"
+)
+
+
 class RepairError(SyphonError):
     """What an operator typed cannot be a repair (exit 2, before anything is read)."""
 
     exit_code = ExitCode.CONFIG
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix or REPAIR_FIX)
+
+
+def _folded(name: str) -> str:
+    """A name as a user may mean it: case, ``-``, ``_`` and white space left out."""
+    return re.sub(r"[\s_-]", "", name).lower()
+
+
+#: :data:`REFUSED` by folded name: ``SessionId``, ``session-id``, ``SESSION_ID`` alike.
+_REFUSED_FOLDED = {_folded(k): k for k in REFUSED}
 
 
 @dataclass(frozen=True)
@@ -107,13 +126,13 @@ def _property(name: str, option: str) -> tuple[str, bool]:
     """(name, whether a system property); refuses the order- and identity-deciding ones."""
     key = re.sub(r"[\s-]", "_", name.strip()).lower()
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name.strip()).lower()
-    for candidate in (key, snake):
-        if candidate in REFUSED:
-            raise RepairError(
-                f"{option} {name}: not changeable ({REFUSED[candidate]})",
-                fix="a repair may change other properties; to send a message under "
-                "another id, send it yourself",
-            )
+    refused = _REFUSED_FOLDED.get(_folded(name))
+    if refused is not None:
+        raise RepairError(
+            f"{option} {name}: not changeable ({REFUSED[refused]}; refused in any spelling)",
+            fix="a repair may change other properties; to send a message under "
+            "another id, session or partition key, send it yourself",
+        )
     for candidate in (key, snake):
         if candidate in SYSTEM_PROPERTIES:
             return candidate, True
@@ -143,7 +162,11 @@ def parse_set(text: str) -> Change:
             fix=f"write --set {name}=SQL",
         )
     if kind is not None and kind not in TYPES:
-        raise RepairError(f"--set {name}:{kind}: not an AMQP type (one of {', '.join(TYPES)})")
+        raise RepairError(
+            f"--set {name}:{kind}: not an AMQP type",
+            fix=f"name one of {', '.join(TYPES)} (a decimal: cast it in the SQL, e.g. "
+            f"--set {name}:double=CAST(... AS DOUBLE), or send it as a string)",
+        )
     if looks_like_a_secret(sql):
         raise RepairError(
             f"--set {name}: the expression looks like it holds a literal secret; it would be "
@@ -250,7 +273,13 @@ def amqp_type(change: Change, spark_type: str) -> str:
         if spark_type != "void" and not spark_type.startswith(takes):
             raise RepairError(
                 f"--set {change.name}: the expression gives a {spark_type}; "
-                f"{change.name} takes a {' or '.join(takes)}"
+                f"{change.name} takes a {' or '.join(takes)}",
+                fix=f"give {change.name} a {' or '.join(takes)}: cast it in the SQL"
+                + (
+                    " (an interval, INTERVAL 2 HOURS, or whole seconds as a number)"
+                    if change.name == "time_to_live"
+                    else ""
+                ),
             )
         return kind
     if change.type is not None:
@@ -259,7 +288,8 @@ def amqp_type(change: Change, spark_type: str) -> str:
     if mapped is None:
         raise RepairError(
             f"--set {change.name}: the expression gives a {spark_type}, which no property "
-            f"type matches on its own; name one: {change.name}:TYPE=... "
-            f"(one of {', '.join(TYPES)})"
+            "type matches on its own",
+            fix=f"name a type, --set {change.name}:TYPE=SQL (one of {', '.join(TYPES)}), "
+            "and cast the value to it in the SQL; a map or an array is no property value",
         )
     return mapped

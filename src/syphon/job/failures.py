@@ -8,11 +8,13 @@ the file system's — and says what the operator sees. The codes are
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from syphon.core.errors import ExitCode, SyphonError
+from syphon.core.errors import ExitCode, SyphonError, action_of
 from syphon.core.schema import Detail
+from syphon.obs.logs import mask_secrets
 from syphon.servicebus.access import Access
 from syphon.servicebus.errors import DENIED, UNREACHABLE, error_name
 
@@ -41,17 +43,61 @@ def _role(access: Access) -> str:
     return "secondary" if access.key == "secondary" else "primary"
 
 
+#: The fix of a failure that is none of syphon's own and says nothing more specific.
+FAILED_FIX = (
+    "rerun (the next run finishes what is in doubt); if it fails again the same way, "
+    "rerun with --log-level DEBUG for the trace and report the line above"
+)
+#: The fixes of an unreachable namespace and refused credentials, when which namespace
+#: the command was talking to is not known.
+UNREACHABLE_FIX = (
+    "check the namespaces' Endpoint (or fully_qualified_namespace, management_endpoint) "
+    "in the config, DNS, the network and the firewall"
+)
+DENIED_FIX = (
+    "check the key name and key of each namespace's connection_string (the secondary "
+    "needs Manage and Listen rights, a primary Send and Manage), or with Azure AD that "
+    "the identity is found and holds Azure Service Bus Data Owner"
+)
+#: How long the error's own words may be on the operator's line.
+WHY_CHARS = 300
+
+
 def explain(exc: BaseException, namespace: Access | None = None) -> Failure:
     """The failure ``exc`` is, when it happened while talking to ``namespace`` (None:
-    unknown, or no namespace involved)."""
+    unknown, or no namespace involved). Every failure has a fix; one that is not
+    syphon's own says why in the error's own words (its first line, secrets masked) and
+    where (the innermost frame of syphon's code it passed through)."""
     if isinstance(exc, SyphonError):
-        return Failure(type(exc).__name__, exc.exit_code, exc.fix, str(exc) or None)
+        fix = exc.fix or action_of(exc.exit_code)
+        return Failure(type(exc).__name__, exc.exit_code, fix, str(exc) or None)
     name = error_name(exc)
-    if namespace is not None and name in UNREACHABLE:
-        return Failure(name, ExitCode.UNREACHABLE, unreachable_fix(namespace))
-    if namespace is not None and name in DENIED:
-        return Failure(name, ExitCode.DENIED, denied_fix(namespace))
-    return Failure(name, ExitCode.FAILED)
+    why = foreign_why(exc)
+    if name in UNREACHABLE:
+        fix = unreachable_fix(namespace) if namespace is not None else UNREACHABLE_FIX
+        return Failure(name, ExitCode.UNREACHABLE, fix, why)
+    if name in DENIED:
+        fix = denied_fix(namespace) if namespace is not None else DENIED_FIX
+        return Failure(name, ExitCode.DENIED, fix, why)
+    return Failure(name, ExitCode.FAILED, FAILED_FIX, why)
+
+
+def foreign_why(exc: BaseException) -> str | None:
+    """What an error from elsewhere says, and where in syphon it was met: the first
+    non-empty line of its message (secrets masked, at most :data:`WHY_CHARS`) and the
+    innermost ``syphon`` frame of its traceback (``module.py:line in function``)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = mask_secrets(lines[0]) if lines else ""
+    if len(said) > WHY_CHARS:
+        said = said[: WHY_CHARS - 1] + "…"
+    where = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = frame.filename.replace("\\", "/")
+        if "/syphon/" in path:
+            where = f"{path.rsplit('/syphon/', 1)[1]}:{frame.lineno} in {frame.name}"
+    if where is not None:
+        said = f"{said} (at syphon/{where})" if said else f"at syphon/{where}"
+    return said or None
 
 
 def unreachable_fix(access: Access) -> str:

@@ -62,7 +62,12 @@ def check_repair(
         try:
             kind = expression_type(spark, change.expression, redrive)
         except ValueError as exc:
-            raise RepairError(f"--set {change.name}={change.expression}: {exc}") from None
+            raise RepairError(
+                f"--set {change.name}={change.expression}: {exc}",
+                fix="correct the expression: Spark SQL over the snapshot's columns (the "
+                'README\'s "Repair before re-drive" says which), quoting strings '
+                "with '...'",
+            ) from None
         types[change.name] = amqp_type(change, kind.simpleString())
     return repair.resolved(types)
 

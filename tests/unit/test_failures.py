@@ -1,0 +1,77 @@
+"""What the operator sees of a failure that is not syphon's own: the error's class, its
+own words (secrets masked) and where in syphon it was met, an exit code and a fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from syphon.core.errors import ExitCode, SyphonError
+from syphon.job.failures import DENIED_FIX, FAILED_FIX, UNREACHABLE_FIX, explain
+
+
+class ServiceRequestError(Exception):
+    """Named like the SDK's: errors are classified by class name."""
+
+
+class ClientAuthenticationError(Exception):
+    pass
+
+
+def _raised(exc: Exception) -> Exception:
+    try:
+        raise exc
+    except Exception as caught:
+        return caught
+
+
+def test_a_foreign_error_says_its_words_and_where_with_secrets_masked() -> None:
+    # raised from code that Python takes for a module of syphon's (its file name)
+    code = compile(
+        "def read():\n    raise OSError('Endpoint=sb://x/;SharedAccessKey=abcdef refused')\n",
+        "/somewhere/site-packages/syphon/job/snapshot.py",
+        "exec",
+    )
+    scope: dict[str, object] = {}
+    exec(code, scope)
+    try:
+        scope["read"]()  # type: ignore[operator]
+    except OSError as exc:
+        failure = explain(exc)
+    assert (failure.detail, failure.code, failure.fix) == ("OSError", ExitCode.FAILED, FAILED_FIX)
+    assert failure.why == (
+        "Endpoint=sb://x/;SharedAccessKey=*** refused (at syphon/job/snapshot.py:2 in read)"
+    )
+
+
+def test_a_long_message_is_cut_to_its_first_line_and_a_bounded_length() -> None:
+    failure = explain(_raised(RuntimeError("x" * 1000 + "\nsecond line")))
+    assert failure.why is not None
+    assert "second line" not in failure.why
+    assert len(failure.why) <= 300
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "fix"),
+    [
+        (
+            ServiceRequestError("Failed to establish a new connection"),
+            ExitCode.UNREACHABLE,
+            UNREACHABLE_FIX,
+        ),
+        (ClientAuthenticationError("Unauthorized"), ExitCode.DENIED, DENIED_FIX),
+        (ValueError("what"), ExitCode.FAILED, FAILED_FIX),
+    ],
+)
+def test_without_a_known_namespace_a_failure_still_has_its_code_and_a_fix(
+    exc: Exception, code: ExitCode, fix: str
+) -> None:
+    failure = explain(_raised(exc))
+    assert (failure.code, failure.fix) == (code, fix)
+    assert failure.why is not None
+    assert str(exc) in failure.why
+
+
+def test_syphon_s_own_error_without_a_fix_gets_its_codes_action() -> None:
+    failure = explain(SyphonError("something of ours"))
+    assert failure.fix is not None
+    assert failure.why == "something of ours"
