@@ -191,3 +191,35 @@ def test_a_bad_expression_or_a_session_id_change_exits_2_before_anything_is_peek
     assert "not changeable (the session id decides the order" in said.err
     assert "fix:" in said.err
     assert dead_letters(pair, "orders") == ["p-1"]
+
+
+def test_a_repair_that_makes_a_dead_letter_invalid_ends_the_run_that_first_leaves_it_partial(
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A dead letter an earlier run left only because its send failed was never reported
+    as waiting: the run whose repair makes it invalid is the first to leave it for the
+    operator, and ends partial (exit 5) with a fix line; the next such run keeps it."""
+    dead_letter(
+        pair, "orders", [message("b-1", "k1", "contoso", n=7), message("b-2", "k2", "c", n=1)]
+    )
+    conf = command_config(pair, spark, tmp_path, monkeypatch, extra=SOURCES)
+    base = ["run", "--config", conf, "--source", "redrive"]
+    pair.primary.broker.set_fault("orders", sends_left=0)  # probes answer, sends fail
+    assert main([*base, "--run-id", "failing"]) == 5
+    assert dead_letters(pair, "orders") == ["b-1", "b-2"]
+    pair.primary.broker.clear_faults()
+    capsys.readouterr()
+    # a byte holds 100, not 700: b-1 is invalid and newly waits for the operator
+    repair = ["--set", "weight:byte=typed_properties['n'].int * 100"]
+    assert main([*base, "--run-id", "first", *repair]) == 5
+    out = capsys.readouterr().out
+    assert "1 dead letters wait for the operator (0 of them since an earlier run)" in out
+    assert "\nfix: " in out
+    assert dead_letters(pair, "orders") == ["b-1"]
+    # the same repair again: told once, kept by the operator
+    assert main([*base, "--run-id", "again", *repair]) == 0
+    assert dead_letters(pair, "orders") == ["b-1"]
