@@ -360,3 +360,30 @@ def test_dead_letters_a_selection_left_out_are_reported_waiting_by_the_run_that_
 
     assert main([*base, "--run-id", "kept"]) == 0  # told once: kept by the operator
     assert dead_letters(pair, "orders") == ["twice"]
+
+
+def test_status_shows_the_depth_of_a_named_dead_letter_queue(
+    pair: Pair,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A source of named entities finds its queues by one peek each (no count); status
+    asks the management API for each one's depth instead of showing ``?``."""
+    dead_letter(
+        pair, "orders", [ServiceBusMessage(f"{i}".encode(), message_id=f"d-{i}") for i in range(3)]
+    )
+    conf = command_config(pair, spark, tmp_path, monkeypatch, extra=SOURCES)
+    assert main(["status", "--config", conf, "--source", "redrive"]) == 0
+    depths = {
+        line.split()[0]: line.split()[1]
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith(("orders/", "sessions/"))
+    }
+    assert depths == {
+        "orders/$DeadLetterQueue": "3",
+        "orders/$Transfer/$DeadLetterQueue": "0",
+        "sessions/$DeadLetterQueue": "0",
+        "sessions/$Transfer/$DeadLetterQueue": "0",
+    }

@@ -280,10 +280,10 @@ def test_a_run_of_several_waves_shows_each_wave_and_messages_home_over_time() ->
         row("done", None, 30),
     ]
     waves = waves_of(records)
-    assert [(w.number, w.planned, w.home, w.seconds) for w in waves] == [
-        (1, 4, 4, 9.0),
-        (2, 3, 6, 20.0),
-        (3, 2, None, None),
+    assert [(w.number, w.planned, w.home, w.planned_seconds, w.seconds) for w in waves] == [
+        (1, 4, 4, 5.0, 9.0),
+        (2, 3, 6, 12.0, 20.0),
+        (3, 2, None, 22.0, None),
     ]
     assert waves_of([row("planned", None, 5, planned=4), row("done", None, 9)]) == []
 
@@ -292,9 +292,34 @@ def test_a_run_of_several_waves_shows_each_wave_and_messages_home_over_time() ->
     assert table["1"] == {
         "watermark (UTC)": "2026-11-20 07:01:00.000",
         "planned": "4",
+        "planned at (s)": "5",
         "home so far": "4",
         "replayed at (s)": "9",
     }
     assert table["3"]["replayed at (s)"] == "not replayed"
     assert page.svgs["waves"] == 1
     assert "waves" not in parse_report(render_html(figures())).sections
+
+
+def test_the_stages_and_their_operations_are_listed_in_the_order_they_ran() -> None:
+    timings = {"settle": 1.0, "audit": 2.0, "discover": 0.5, "replay.sends": 3.0, "replay": 4.0}
+    operations = {
+        "settle.receives": 3,
+        "credits_estimated": 9,
+        "discover.peeks": 1,
+        "snapshot.messages_peeked": 3,
+        "replay.messages_sent": 2,
+    }
+    page = parse_report(
+        render_html(figures(timings={**timings, "snapshot": 3.25}, operations=operations))
+    )
+    stages = [row[0] for row in page.sections["summary"][1][1:]]
+    assert stages == ["discover", "snapshot", "audit", "replay", "replay.sends", "settle"]
+    listed = list(table_dict(page.sections["operations"][0]))
+    assert listed == [
+        "discover.peeks",
+        "snapshot.messages_peeked",
+        "replay.messages_sent",
+        "settle.receives",
+        "credits_estimated",
+    ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,7 @@ def render_html(data: ReportData) -> str:
             *[[f"verdict {k}", v] for k, v in sorted(d.counts.items())],
             *[[f"outcome {k}", v] for k, v in sorted(d.outcomes.items())],
         ],
-        "timing_rows": [[k, f"{v:.1f}"] for k, v in sorted(d.timings.items())],
+        "timing_rows": [[k, f"{d.timings[k]:.1f}"] for k in in_run_order(d.timings)],
         "verdicts": verdicts,
         "verdict_header": ["destination", *verdicts, "total"],
         "destinations": len(places),
@@ -131,7 +132,7 @@ def render_html(data: ReportData) -> str:
             "destinations",
         ),
         "spread_rows": [_spread_row(g) for g in d.spread],
-        "operation_rows": [[k, v] for k, v in sorted(d.operations.items())],
+        "operation_rows": [[k, d.operations[k]] for k in in_run_order(d.operations)],
         "left_rows": [[r["stage"], r["outcome"], r["detail"] or "", r["count"]] for r in d.left],
         "entity_rows": [_entity_row(d, e) for e in entities[:TABLE_ROWS]],
         "entities_left_out": _left_out(
@@ -157,10 +158,27 @@ def render_html(data: ReportData) -> str:
     return str(env.get_template("report.html.j2").render(**context))
 
 
+#: The stages of a run (and of each of its waves) in the order they run.
+RUN_ORDER = ("discover", "destinations", "snapshot", "reconcile", "audit", "replay", "settle")
+
+
+def in_run_order(figures: Mapping[str, Any]) -> list[str]:
+    """The keys of per-stage figures (``stage`` or ``stage.what``) in the order the
+    stages run, a stage's total before its parts (otherwise in the order given), anything
+    else last."""
+
+    def rank(key: str) -> tuple[int, bool]:
+        stage = key.split(".", 1)[0]
+        return (RUN_ORDER.index(stage) if stage in RUN_ORDER else len(RUN_ORDER), "." in key)
+
+    return sorted(figures, key=rank)
+
+
 def _wave_row(w: Any) -> list[Any]:
     mark = f"{w.watermark:%Y-%m-%d %H:%M:%S.%f}"[:-3] if w.watermark else "the queues' ends"
+    planned = f"{w.planned_seconds:.0f}" if w.planned_seconds is not None else ""
     seconds = f"{w.seconds:.0f}" if w.seconds is not None else "not replayed"
-    return [w.number, mark, w.planned, w.home, seconds]
+    return [w.number, mark, w.planned, planned, w.home, seconds]
 
 
 def _waves_chart(d: ReportData) -> str:

@@ -43,7 +43,8 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
     ExitCodeDoc(
         ExitCode.FAILED,
         "the run failed (the ledger row says the error class; the line says it too, with "
-        "what failed and where when the error is syphon's own)",
+        "what failed and where: syphon's own words, or the error's first line, secrets "
+        "masked, and the place in syphon it was met)",
         "rerun; the next run finishes what is in doubt",
     ),
     ExitCodeDoc(

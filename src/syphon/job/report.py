@@ -78,6 +78,8 @@ class WaveFigures:
     planned: int
     home: int | None
     seconds: float | None
+    #: when its plan was recorded, seconds from the run's start (None: unknown)
+    planned_seconds: float | None = None
 
 
 def waves_of(records: Iterable[RunRecord]) -> list[WaveFigures]:
@@ -100,7 +102,10 @@ def waves_of(records: Iterable[RunRecord]) -> list[WaveFigures]:
         if done is not None and done.recorded_at is not None:
             seconds = (utc(done.recorded_at) - utc(p.started_at)).total_seconds()
         home = done.operations.replay_messages_sent if done is not None else None
-        out.append(WaveFigures(number, p.watermark, sum(p.counts.values()), home, seconds))
+        at = None
+        if p.recorded_at is not None:
+            at = (utc(p.recorded_at) - utc(p.started_at)).total_seconds()
+        out.append(WaveFigures(number, p.watermark, sum(p.counts.values()), home, seconds, at))
     return out
 
 
