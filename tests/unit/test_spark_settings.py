@@ -103,3 +103,21 @@ def test_a_local_run_in_waves_keeps_its_heap_close_to_what_it_holds() -> None:
     assert quick(spark_settings(local, expected_messages=20_000, waves=True))
     cluster = spark_settings(SparkConfig(master=None), expected_messages=20_000, waves=True)
     assert JAVA not in cluster
+
+
+def test_a_master_where_spark_connect_hands_out_the_session_says_how_to_join_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With SPARK_REMOTE set (a platform's Spark Connect session), the default master is
+    refused by PySpark before anything starts: the error says Spark's words and that
+    ``spark.master: null`` joins the platform's session."""
+    from syphon.app.spark import build_spark_session
+    from syphon.core.errors import SparkSetupError
+
+    monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:1")
+    with pytest.raises(SparkSetupError) as refused:
+        build_spark_session(SparkConfig(master="local[2]"))
+    assert "CANNOT_CONFIGURE_SPARK_CONNECT_MASTER" in str(refused.value)
+    assert refused.value.fix is not None
+    assert "spark.master: null" in refused.value.fix
+    assert "SPARK_REMOTE" in refused.value.fix

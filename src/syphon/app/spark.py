@@ -298,12 +298,12 @@ def build_spark_session(
         with contextlib.suppress(OSError):
             clean_stale_scratch(root)
         settings["spark.local.dir"] = str(new_scratch(root))
-    builder = SparkSession.builder.appName(config.app_name)
-    if config.master:
-        builder = builder.master(config.master)
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    try:
+    try:  # a master and Spark Connect's SPARK_REMOTE are refused together before the start
+        builder = SparkSession.builder.appName(config.app_name)
+        if config.master:
+            builder = builder.master(config.master)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
         session = builder.getOrCreate()
     except Exception as exc:  # pyspark raises several unrelated types here
         raise _not_started(exc, config) from exc
@@ -331,10 +331,13 @@ def _not_started(exc: Exception, config: SparkConfig) -> SparkSetupError:
     said = f": {mask_secrets(lines[0])[:300]}" if lines else ""
     connect = "SPARK_CONNECT" in str(exc) or os.environ.get("SPARK_REMOTE")
     if config.master and connect:
-        fix = f"a Spark Connect session is handed out here (SPARK_REMOTE): set {JOIN_PLATFORM}"
+        fix = (
+            f"a Spark Connect session is handed out here (SPARK_REMOTE), and a master "
+            f"({config.master}) cannot be set with it: {JOIN_PLATFORM}"
+        )
     else:
         fix = (
-            "check that Java 17 runs (java -version) and the spark settings of the config; "
-            + JOIN_PLATFORM
+            "check that Java 17 runs (java -version) and the spark settings of the config "
+            f"({JOIN_PLATFORM})"
         )
     return SparkSetupError(f"the Spark session did not start ({type(exc).__name__}{said})", fix=fix)
