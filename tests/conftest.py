@@ -113,6 +113,7 @@ SLOWEST_FIRST = (
     "tests/spark/test_selection.py",
     "tests/job/test_settle_task.py",  # waits
     "tests/job/test_object_storage_runs.py",
+    "tests/job/test_exit_codes_own.py",
     "tests/job/test_repair_runs.py",
     "tests/job/test_errors.py",  # waits
     "tests/job/test_crash_waves.py",

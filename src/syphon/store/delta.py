@@ -281,8 +281,14 @@ def append_arrow(
 
 
 def read_table(where: Where) -> Any:
-    """The table's current rows as Arrow (for small tables and tests)."""
+    """The table's current rows as Arrow (for small tables and tests).
+
+    Scanned in the calling thread: a threaded scan hands delta-rs's file system (Python
+    callbacks) to Arrow's I/O threads, which the interpreter's exit does not join, and
+    about half of the processes that read a table that way aborted at exit
+    (``terminate called without an active exception``, exit -6) after doing their work."""
     from deltalake import DeltaTable
 
     location = as_location(where)
-    return DeltaTable(location.uri, storage_options=location.storage_options()).to_pyarrow_table()
+    table = DeltaTable(location.uri, storage_options=location.storage_options())
+    return table.to_pyarrow_dataset().to_table(use_threads=False)
