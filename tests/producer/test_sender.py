@@ -20,6 +20,8 @@ from support.waiting import wait_until
 from syphon.core.envelope import (
     PATH,
     SCHEDULED_ENQUEUE_TIME,
+    SENDER_ID,
+    SENDER_SEQUENCE,
     SESSION_ID,
     TIME_TO_LIVE,
     restore_from_backlog,
@@ -310,7 +312,23 @@ def test_backlog_envelope_field_by_field(pair: Pair) -> None:
     assert (restored.destination, restored.session_id) == ("sessions", "s-1")
     assert restored.time_to_live == timedelta(minutes=5)
     assert restored.scheduled_enqueue_time_utc == when
-    assert set(plain.application_properties) == {PATH.encode()}
+    # each backlog copy carries the sender's stamp: one id, copies counted in send order
+    stamps = [
+        (
+            m.application_properties[SENDER_ID.encode()],
+            m.application_properties[SENDER_SEQUENCE.encode()],
+        )
+        for m in (copy, plain)
+    ]
+    assert stamps[0][0] == stamps[1][0]
+    assert len(stamps[0][0]) == 32
+    assert stamps[1][1] == stamps[0][1] + 1
+    assert set(restored.application_properties) == {"k", "bk", "n"}  # the stamp: an alias
+    assert set(plain.application_properties) == {
+        PATH.encode(),
+        SENDER_ID.encode(),
+        SENDER_SEQUENCE.encode(),
+    }
     assert plain.application_properties[PATH.encode()] == b"events"
 
 

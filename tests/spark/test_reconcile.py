@@ -381,3 +381,23 @@ def test_a_repair_is_judged_with_its_added_bytes_and_its_bad_values(spark: Any) 
     }
     plain = reconcile_snapshot(snapshot, F.current_timestamp())  # the same without a repair
     assert {r["message_id"]: r["verdict"] for r in plain.collect()}["near"] == "replay"
+
+
+def test_a_tie_in_one_millisecond_is_broken_by_the_senders_stamp_where_it_is(spark: Any) -> None:
+    """Two copies of one key in different backlog queues within one millisecond: by the
+    backlog alone, queue 0's copy would go first; syphon's sender stamped the copy in
+    queue 1 first, and that order is kept. The stamp is an alias: never sent."""
+
+    def stamped(n: int) -> dict[str, Any]:
+        return {"x-syphon-sender-id": "sender-a", "x-syphon-sender-sequence": n}
+
+    rows = [
+        row(0, 3, message_id="t-2", partition_key="t", minutes=7, extra=stamped(12)),
+        row(1, 8, message_id="t-1", partition_key="t", minutes=7, extra=stamped(11)),
+        row(2, 4, message_id="t-3", partition_key="t", minutes=7, extra=stamped(13)),
+    ]
+    out = order_groups(classified(spark, rows))
+    got = {r["message_id"]: r["replay_order"] for r in out.collect()}
+    assert got == {"t-1": 1, "t-2": 2, "t-3": 3}
+    kept = {k for r in out.collect() for k in (r["original_application_properties"] or {})}
+    assert not kept & {"x-syphon-sender-id", "x-syphon-sender-sequence"}

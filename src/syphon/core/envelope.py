@@ -53,7 +53,10 @@ PATH = "x-ms-path"
 SESSION_ID = "x-ms-sessionid"
 TIME_TO_LIVE = "x-ms-timetolive"
 SCHEDULED_ENQUEUE_TIME = "x-ms-scheduledenqueuetimeutc"
-ALIASES = (PATH, SESSION_ID, TIME_TO_LIVE, SCHEDULED_ENQUEUE_TIME)
+#: syphon's own sender's stamp (string, long): which sender and its n-th backlog copy, so
+#: that two copies of one key in different backlog queues within a millisecond keep order
+SENDER_ID, SENDER_SEQUENCE = "x-syphon-sender-id", "x-syphon-sender-sequence"
+ALIASES = (PATH, SESSION_ID, TIME_TO_LIVE, SCHEDULED_ENQUEUE_TIME, SENDER_ID, SENDER_SEQUENCE)
 
 PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 PING_TIME_TO_LIVE = timedelta(seconds=1)

@@ -337,8 +337,6 @@ MESSAGE_COLUMNS: Final = (
     "original_time_to_live_ticks",
     "original_scheduled_enqueue_time",
 )
-#: The order of messages within a (destination, partition key) group.
-ORDER_COLUMNS: Final = ("original_enqueued_time", "backlog_queue", "sequence_number")
 
 
 # --- rendering --------------------------------------------------------------------------

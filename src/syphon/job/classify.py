@@ -45,7 +45,6 @@ from syphon.core.schema import (
     DESTINATION_KEY,
     DESTINATIONS,
     MESSAGE_COLUMNS,
-    ORDER_COLUMNS,
     Verdict,
 )
 from syphon.core.selection import NOT_SELECTED
@@ -62,6 +61,17 @@ RESEND_ALLOWED = "resend_allowed"
 
 #: The reason of a message whose repaired value cannot be sent (``detail``: why).
 REPAIR_INVALID = "repair_invalid"
+
+#: The order of messages within a (destination, partition key) group; in one millisecond,
+#: syphon's sender's stamp where it is (``envelope.SENDER_ID``), then the place.
+ORDER_COLUMNS = (
+    "original_enqueued_time",
+    "sender_id",
+    "sender_sequence",
+    "backlog_queue",
+    "sequence_number",
+)
+
 #: The reason of an invalid message whose destination the listing did not find.
 DESTINATION_UNKNOWN = "destination_unknown"
 

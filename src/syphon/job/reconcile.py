@@ -23,12 +23,11 @@ from syphon.core.discard import DUPLICATES, OPERATOR_SELECTED, Discard
 from syphon.core.repair import Repair
 from syphon.core.schema import (
     DESTINATION_KEY,
-    ORDER_COLUMNS,
     Verdict,
 )
 from syphon.core.selection import Selection
 from syphon.job.batches import plan_batches
-from syphon.job.classify import REPAIR_INVALID, Against, classify
+from syphon.job.classify import ORDER_COLUMNS, REPAIR_INVALID, Against, classify
 from syphon.job.repair import REPAIR, with_repair
 from syphon.job.restore import Redrive, restore
 from syphon.job.selection import select

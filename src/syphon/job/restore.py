@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from syphon.core.envelope import restore_envelope_col
+from syphon.core.envelope import SENDER_ID, SENDER_SEQUENCE, restore_envelope_col
 from syphon.core.naming import (
     backlog_primary_col,
     entity_of_dead_letter_col,
@@ -51,6 +51,8 @@ def restore(snapshot: DataFrame, redrive: Redrive | None = None) -> DataFrame:
         return restore_redriven(snapshot, redrive)
     env = restore_envelope_col(F.col("application_properties"), F.col("property_problem"))
     none = F.lit(None).cast("string")
+    sender = F.element_at(F.col("application_properties"), F.lit(SENDER_ID))
+    copy = F.element_at(F.col("application_properties"), F.lit(SENDER_SEQUENCE))
     # one projection (a withColumn each would analyse the growing plan once per column:
     # a second of every wave's planning)
     return (
@@ -65,6 +67,9 @@ def restore(snapshot: DataFrame, redrive: Redrive | None = None) -> DataFrame:
                 "original_application_properties": F.col("_env.application_properties"),
                 "envelope_reason": F.col("_env.reason"),
                 "original_enqueued_time": F.col("enqueued_time"),
+                # syphon's sender's stamp, which orders a key's copies in one millisecond
+                "sender_id": F.when(sender["kind"] == "string", sender["string"]),
+                "sender_sequence": F.when(copy["kind"] == "int", copy["int"]).cast("long"),
                 "source_entity": F.col("backlog_queue"),
                 "dead_letter_reason": none,
                 "dead_letter_description": none,
@@ -116,6 +121,8 @@ def restore_redriven(snapshot: DataFrame, redrive: Redrive) -> DataFrame:
             "original_application_properties": F.col("application_properties"),
             "envelope_reason": F.col("property_problem"),
             "original_enqueued_time": F.col("enqueued_time"),
+            "sender_id": F.lit(None).cast("string"),  # a message of its own: no stamp
+            "sender_sequence": F.lit(None).cast("long"),
             "source_entity": entity,
             "dead_letter_reason": dead_letter_property("DeadLetterReason"),
             "dead_letter_description": dead_letter_property("DeadLetterErrorDescription"),

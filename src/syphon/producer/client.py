@@ -32,10 +32,12 @@ threads share its state. Messages are ``ServiceBusMessage`` objects with data bo
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -107,6 +109,9 @@ class PairedNamespaceClient:
         self._closed: dict[str, str] = {}  # side -> "closed" | "faulted: …"
         self._error: str | None = None
         self._watchdog: threading.Timer | None = None
+        #: the stamp of each backlog copy: this client's id and its count of copies
+        self.sender_id = uuid.uuid4().hex
+        self._copies = itertools.count(1)
 
     # ------------------------------------------------------------ senders
 
@@ -115,6 +120,12 @@ class PairedNamespaceClient:
 
     def get_topic_sender(self, topic_name: str) -> PairedSender:
         return PairedSender(self, topic_name, "topic")
+
+    def stamp(self) -> tuple[str, int]:
+        """The next backlog copy's stamp (this client's id, and the copy's number): what
+        orders two copies of a key whose backlog enqueue times tie."""
+        with self._lock:
+            return self.sender_id, next(self._copies)
 
     # ------------------------------------------------------------ state
 

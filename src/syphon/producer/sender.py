@@ -131,7 +131,7 @@ class PairedSender:
             self.client.fault(side, exc)
 
     def _send_to_backlog(self, messages: list[Any]) -> SendRoute:
-        pending = [to_backlog_message(m, self.entity) for m in messages]
+        pending = [to_backlog_message(m, self.entity, self.client.stamp()) for m in messages]
         while True:
             self.client.check_open()
             index = self.client._backlog_index(self._choice)

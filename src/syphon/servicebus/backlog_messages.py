@@ -7,6 +7,8 @@ from typing import Any
 from syphon.core.envelope import (
     PING_CONTENT_TYPE,
     PING_TIME_TO_LIVE,
+    SENDER_ID,
+    SENDER_SEQUENCE,
     TIME_TO_LIVE,
     Envelope,
     to_backlog_properties,
@@ -37,8 +39,11 @@ def ping_message() -> Any:
     return ServiceBusMessage(b"", content_type=PING_CONTENT_TYPE, time_to_live=PING_TIME_TO_LIVE)
 
 
-def to_backlog_message(message: Any, destination: str) -> Any:
-    """The backlog form of ``message`` (a ``ServiceBusMessage``) bound for ``destination``.
+def to_backlog_message(message: Any, destination: str, stamp: tuple[str, int] | None = None) -> Any:
+    """The backlog form of ``message`` (a ``ServiceBusMessage``) bound for ``destination``;
+    ``stamp`` (a sender's id and its count of backlog copies) orders copies whose enqueue
+    times tie (``x-syphon-sender-id``, ``x-syphon-sender-sequence``: the replay removes
+    them with the aliases).
 
     Raises:
         EnvelopeError: the message cannot be put in the backlog form (see
@@ -66,6 +71,9 @@ def to_backlog_message(message: Any, destination: str) -> Any:
     props = to_backlog_properties(envelope)
     if TIME_TO_LIVE in props:  # ticks go on the wire as an AMQP long, as .NET sends them
         props[TIME_TO_LIVE] = {TYPE: AMQPTypes.long, VALUE: props[TIME_TO_LIVE]}
+    if stamp is not None:
+        props[SENDER_ID] = stamp[0]
+        props[SENDER_SEQUENCE] = {TYPE: AMQPTypes.long, VALUE: stamp[1]}
     return ServiceBusMessage(
         b"".join(message.body),
         application_properties=props,  # type: ignore[arg-type]  # the typed long is pyamqp's
