@@ -136,20 +136,15 @@ def run_one(
 
 
 def left_rows(conf: Path, run_id: str) -> dict[tuple[str, str], int]:
-    """A run's settle rows ``left`` (but those that arrived after a wave's snapshot),
-    counted by backlog queue and detail."""
+    """A run's settle rows ``left``, counted by backlog queue and detail (what a wave's
+    settle gave back without it being the wave's has no row)."""
     from syphon.core.configfile import load_config
     from syphon.store.delta import read_table
 
     rows = read_table(Path(load_config(conf).audit.path) / "audit").to_pylist()
     out: dict[tuple[str, str], int] = {}
     for r in rows:
-        if (
-            r["run_id"] == run_id
-            and r["stage"] == "settle"
-            and r["outcome"] == "left"
-            and r["detail"] != "arrived_after_snapshot"
-        ):
+        if r["run_id"] == run_id and r["stage"] == "settle" and r["outcome"] == "left":
             key = (r["backlog_queue"].rsplit("/", 1)[-1], str(r["detail"]))
             out[key] = out.get(key, 0) + 1
     return out

@@ -52,7 +52,7 @@ def test_provision_reports_an_unreachable_management_api(
     monkeypatch.setenv("SYPHON__SECONDARY__MANAGEMENT_ENDPOINT", "127.0.0.1:9")
     assert main(["provision"]) == 7
     err = capsys.readouterr().err
-    assert "syphon provision: failed (ServiceRequestError)" in err
+    assert "syphon provision: failed (ServiceRequestError: " in err  # and its own words
     assert (
         "fix: the secondary namespace syphon-secondary cannot be reached at 127.0.0.1:9: check "
         "the Endpoint of secondary.connection_string or secondary.management_endpoint "
