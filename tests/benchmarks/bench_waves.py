@@ -2,7 +2,8 @@
 processes (issue 38's targets).
 
     .venv/bin/python tests/benchmarks/bench_waves.py [--messages 200000] [--small 20000]
-        [--wave-messages 40000[,20000...]] [--poll 1.0]
+        [--wave-messages 40000[,20000...]] [--poll 1.0] [--runs small,waves,one wave]
+        [--against DIR]
 
 The backlog is bench_run.py's (1 KB bodies over 10 backlog queues, 50 destinations, keys
 and sessions spread over the queues), parked afresh for each run, each run with an
@@ -20,14 +21,18 @@ management listing) is read every ``--poll`` seconds: the time from the process'
 to the first message on a primary, and messages home over time (printed every tenth of
 the run). After each run the destinations are drained and order violations counted per
 key. Printed: wall, CPU, peak memory (PSS of the tree), first message home, the curve,
-waves and violations; then the targets: first message home within 30 s, peak memory
-with waves at most 1.2x the small run's, total wall with waves at most 1.1x one wave.
+waves and violations, and per message sent what the ledger counts: messages peeked,
+settle receives and abandons, estimated credits (``--against DIR``: each run again with
+that tree's syphon, its ``src/`` first on the path, right after); then the targets:
+first message home within 30 s, peak memory with waves at most 1.2x the small run's,
+total wall with waves at most 1.1x one wave.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import tempfile
 import threading
@@ -83,10 +88,16 @@ def depth(admin: ServiceBusAdministrationClient) -> int:
 
 
 def run_one(
-    name: str, direct: dict[str, Any], root: Path, total: int, wave_messages: int, poll: float
+    name: str,
+    direct: dict[str, Any],
+    root: Path,
+    total: int,
+    wave_messages: int,
+    poll: float,
+    against: Path | None = None,
 ) -> WaveRun:
     """Parks ``total`` messages, then one cold ``syphon run`` with ``run.wave_messages``
-    set, the primary's depth polled meanwhile."""
+    set (of the tree ``against``, when given), the primary's depth polled meanwhile."""
     park(direct["secondary"]["conn"], total)
     run_id = f"bench-waves-{total}-{uuid.uuid4().hex[:6]}"
     (root / run_id).mkdir()
@@ -109,8 +120,9 @@ def run_one(
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
+        env = None if against is None else {**os.environ, "PYTHONPATH": str(against / "src")}
         usage = run_measured(
-            [*SYPHON_PREFIX, str(SYPHON), "run", "--config", str(conf), "--run-id", run_id]
+            [*SYPHON_PREFIX, str(SYPHON), "run", "--config", str(conf), "--run-id", run_id], env
         )
     finally:
         stop.set()
@@ -123,6 +135,15 @@ def run_one(
     final = [r for r in records if r.finished_at is not None][-1]
     spent = ", ".join(f"{k} {v:.1f}" for k, v in sorted(final.timings.as_map().items()))
     print(f"  {name}: the ledger's seconds by stage (all waves): {spent}", flush=True)
+    o = final.operations
+    per = max(o.replay_messages_sent or 0, 1)
+    print(
+        f"  {name}: per message sent: peeked {(o.snapshot_messages_peeked or 0) / per:.3f}, "
+        f"settle receives {(o.settle_receives or 0) / per:.3f}, abandons "
+        f"{(o.settle_abandons or 0) / per:.3f}, credits {o.credits_estimated / per:.3f} "
+        f"({o.credits_estimated:,} for {o.replay_messages_sent or 0:,} sent)",
+        flush=True,
+    )
     if final.status != "done":
         print(f"  {name}: {final.status}: {final.detail}")
         print(f"  {name}: settle rows left, by queue and detail: {left_rows(conf, run_id)}")
@@ -171,6 +192,13 @@ def main() -> None:
     )
     parser.add_argument("--poll", type=float, default=1.0)
     parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also run each of the runs with another tree's syphon (its src/), after this one",
+    )
+    parser.add_argument(
         "--runs", default="small,waves,one wave", help="which of the three runs (comma-separated)"
     )
     parser.add_argument(
@@ -201,6 +229,17 @@ def main() -> None:
                     continue
                 run = run_one(name, direct, root, total, size, args.poll)
                 runs.append(run)
+                if args.against is not None:
+                    other = run_one(
+                        f"{name}@against", direct, root, total, size, args.poll, args.against
+                    )
+                    print(
+                        f"{other.name}: wall {other.usage.wall:.1f} s, CPU "
+                        f"{other.usage.cpu:.1f} s, peak {other.usage.peak_pss / 1e9:.2f} GB, "
+                        f"{other.waves} waves, {other.status}, delivered {other.received:,}, "
+                        f"order violations {other.violations}",
+                        flush=True,
+                    )
                 u = run.usage
                 first = f"{run.first_home:.1f} s" if run.first_home is not None else "never"
                 print(
