@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from syphon.core.config import MESSAGES_PER_TASK_DEFAULT, SyphonConfig
+from syphon.core.sessions import default_parallelism
 from syphon.servicebus.access import Namespaces
 from syphon.store.audit import AuditStore
 
@@ -108,8 +109,10 @@ def service_tasks(
     the settle) spreads ``messages`` over: one per ``per_task`` (``run.messages_per_task``,
     see :data:`syphon.core.config.MESSAGES_PER_TASK_DEFAULT`), at least one, at most the
     session's default parallelism (its cores); the cores when the count is unknown
-    (None)."""
-    return tasks_for(messages, per_task, int(spark.sparkContext.defaultParallelism))
+    (None). A Spark Connect session's cores are not known to its client: its
+    ``spark.default.parallelism``, else a default
+    (:func:`syphon.core.sessions.default_parallelism`)."""
+    return tasks_for(messages, per_task, default_parallelism(spark))
 
 
 def tasks_for(messages: int | None, per_task: int, cores: int) -> int:

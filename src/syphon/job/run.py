@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from syphon.core.errors import SyphonError
 from syphon.core.repair import Repair
 from syphon.core.schema import Status, Verdict
+from syphon.core.sessions import is_connect
 from syphon.job.context import RunContext
 from syphon.job.failures import refused_primaries
 from syphon.job.finish import Drained, finish, held, unknown_destinations
@@ -218,7 +219,10 @@ def _release_earlier_waves(ctx: RunContext) -> None:
     import gc
 
     gc.collect()  # the Python proxies, whose release lets the JVM collect the frames
-    jvm = ctx.spark().sparkContext._jvm
+    spark = ctx.spark()
+    if is_connect(spark):  # the server releases what a client's plans no longer name
+        return
+    jvm = spark.sparkContext._jvm
     if jvm is not None:
         jvm.System.gc()
 

@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any, TextIO
 
+from syphon.core.sessions import is_connect
+
 _reporter: Reporter | None = None
 
 
@@ -99,5 +101,5 @@ def step(stage: str) -> None:
 def watch(spark: Any) -> None:
     """Counts the tasks of ``spark``'s active stages from now on (without a reporter:
     nothing)."""
-    if _reporter is not None:
+    if _reporter is not None and not is_connect(spark):  # a Connect client has no tracker
         _reporter.spark_context = spark.sparkContext
