@@ -10,6 +10,7 @@ import pytest
 from hypothesis import settings
 
 from support.azurite import KEY_ENV, Azurite, BlobAudit, start_azurite
+from support.connect_server import ConnectServer, start_connect_server
 from support.jvm import TEST_SPARK_CONF
 from support.paired_env import Pair, make_pair
 from syphon.app.spark import build_spark_session
@@ -67,6 +68,15 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A local Spark Connect server, one per test worker, started when a test first asks
+    (tests/support/connect_server.py)."""
+    server = start_connect_server(tmp_path_factory.mktemp("connect"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def azurite() -> Iterator[Azurite]:
     """Azurite's Blob service, one per test worker, started when a test first asks."""
     service = start_azurite()
@@ -114,6 +124,7 @@ SLOWEST_FIRST = (
     "tests/job/test_settle_task.py",  # waits
     "tests/job/test_object_storage_runs.py",
     "tests/job/test_exit_codes_own.py",
+    "tests/job/test_connect_runs.py",
     "tests/job/test_repair_runs.py",
     "tests/job/test_errors.py",  # waits
     "tests/job/test_crash_waves.py",

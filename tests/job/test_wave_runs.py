@@ -8,8 +8,6 @@ cut by time takes one wave."""
 from __future__ import annotations
 
 import logging
-import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -21,71 +19,18 @@ from support.paired_env import (
     Pair,
     backlog_state,
     context,
-    job_config,
     run_job,
     secondary_access,
-    stored,
 )
 from support.quick_client import QuickClient
 from support.report_html import parse_report, table_dict
+from support.waves import QUEUES, arrived, park_spread, queue, waves_config
 from syphon.app.services import run_with_report
 from syphon.core.schema import Status
 from syphon.job.request import run_request
 from syphon.servicebus.backlog_messages import to_backlog_message
 
 pytestmark = pytest.mark.timeout(400)
-
-QUEUES = 3
-
-
-def queue(i: int) -> str:
-    return f"{PRIMARY}/x-servicebus-transfer/{i}"
-
-
-def waves_config(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wave_messages: int = 6
-) -> Any:
-    return job_config(
-        pair, tmp_path, monkeypatch, extra=f"run:\n  wave_messages: {wave_messages}\n"
-    )
-
-
-def park_spread(pair: Pair, prefix: str, messages: int) -> dict[str, list[str]]:
-    """Parks ``messages`` one at a time, in turn over the backlog queues (message ``i`` to
-    queue ``i % 3``), alternately for ``orders`` (partition keys p0..p2) and for
-    ``sessions`` (sessions s0..s2), a key's messages in their order on several queues.
-    Returns each key's MessageIds in the order they were sent."""
-    keys: dict[str, list[str]] = defaultdict(list)
-    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
-        senders = [client.get_queue_sender(queue(q)) for q in range(QUEUES)]
-        try:
-            for i in range(messages):
-                mid = f"{prefix}-{i}"
-                if i % 2 == 0:
-                    key = f"p{(i // 2) % 3}"
-                    message = ServiceBusMessage(mid.encode(), message_id=mid, partition_key=key)
-                    dest = "orders"
-                else:
-                    key = f"s{(i // 2) % 3}"
-                    message = ServiceBusMessage(mid.encode(), message_id=mid, session_id=key)
-                    dest = "sessions"
-                senders[i % QUEUES].send_messages(to_backlog_message(message, dest))
-                keys[key].append(mid)
-                time.sleep(0.002)  # a message per millisecond at most: distinct times
-        finally:
-            for s in senders:
-                s.close()
-    return dict(keys)
-
-
-def arrived(pair: Pair) -> dict[str, list[str]]:
-    """Each key's MessageIds on the primary, in the order they were stored."""
-    out: dict[str, list[str]] = defaultdict(list)
-    for path in ("orders", "sessions"):
-        for m in stored(pair, path):
-            key = m.session_id if path == "sessions" else m.parsed.annotation("x-opt-partition-key")
-            out[str(key)].append(str(m.message_id))
-    return dict(out)
 
 
 def planned_waves(ctx: Any, run_id: str) -> list[Any]:

@@ -121,3 +121,19 @@ def test_a_master_where_spark_connect_hands_out_the_session_says_how_to_join_it(
     assert refused.value.fix is not None
     assert "spark.master: null" in refused.value.fix
     assert "SPARK_REMOTE" in refused.value.fix
+
+
+def test_a_connect_client_gives_its_session_session_settings_only() -> None:
+    from syphon.app.spark import connect_settings
+
+    kept = connect_settings(
+        {
+            "spark.sql.session.timeZone": "UTC",
+            "spark.driver.extraJavaOptions": "-Xss4m",
+            "spark.executor.memory": "2g",
+            "spark.python.daemon.module": "x",
+            "spark.jars": "a.jar",
+            "spark.sql.shuffle.partitions": "4",
+        }
+    )
+    assert kept == {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "4"}

@@ -298,6 +298,8 @@ def build_spark_session(
         with contextlib.suppress(OSError):
             clean_stale_scratch(root)
         settings["spark.local.dir"] = str(new_scratch(root))
+    if not config.master and os.environ.get("SPARK_REMOTE"):  # a Spark Connect client
+        settings = connect_settings(settings)
     try:  # a master and Spark Connect's SPARK_REMOTE are refused together before the start
         builder = SparkSession.builder.appName(config.app_name)
         if config.master:
@@ -313,6 +315,30 @@ def build_spark_session(
         session.sparkContext.setLogLevel("INFO")
     log.info("Spark %s session ready (master %s)", session.version, config.master or "platform")
     return session
+
+
+#: Settings a Spark Connect client cannot give its session: the server's JVM, its
+#: executors, its Python workers and its files are the platform's (set where it starts).
+STATIC_PREFIXES = (
+    "spark.driver.",
+    "spark.executor.",
+    "spark.jars",
+    "spark.python.",
+    "spark.local.dir",
+    "spark.ui.",
+    "spark.master",
+)
+
+
+def connect_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` a Spark Connect session takes (session settings, ``spark.sql.*``
+    and the like); those of the server's JVM and processes are left out, and said so
+    in the log (a Connect server refuses them one warning each)."""
+    kept = {k: v for k, v in settings.items() if not k.startswith(STATIC_PREFIXES)}
+    left = sorted(set(settings) - set(kept))
+    if left:
+        log.info("not set on a Spark Connect session (the platform's): %s", ", ".join(left))
+    return kept
 
 
 #: What joins the session a platform hands out (Databricks, spark-submit, Spark Connect).

@@ -1,0 +1,149 @@
+"""Whole jobs on a Spark Connect session, as serverless compute and standard-access-mode
+clusters hand one out: ``syphon`` runs as a process, a client of a local Spark Connect
+server (tests/support/connect_server.py) with ``SPARK_REMOTE`` set and no master in its
+config, against the local Service Bus; the audit with delta-rs. A backlog drained in
+waves with keys over several queues, ``status``, a dead-letter re-drive with a repair,
+and a run killed with SIGKILL in the middle of its replay followed by the next run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+
+from servicebus_emulator import QueueSpec
+from support.connect_server import ConnectServer
+from support.crash_scenario import (
+    SYPHON,
+    UNIQUE,
+    add_round,
+    backlog_ids,
+    destination_ids,
+    everything_home,
+    free_the_killed_runs_lease,
+    settled_safely,
+)
+from support.paired_env import (
+    Pair,
+    application_properties,
+    backlog_state,
+    dead_letter,
+    dead_letters,
+    job_config,
+    make_pair,
+    redrive_sources,
+    stored,
+)
+from support.waves import arrived, park_spread, waves_config
+from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
+from syphon.store.delta import read_table
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def syphon(
+    server: ConnectServer, conf: Path, *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``syphon <argv> --config conf`` as a client of ``server``: no master."""
+    return subprocess.run(
+        [str(SYPHON), *argv, "--config", str(conf)],
+        env={**os.environ, **connect_env(server), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+
+
+def connect_env(server: ConnectServer) -> dict[str, str]:
+    return {"SPARK_REMOTE": server.remote, "SYPHON__SPARK__MASTER": "null"}
+
+
+def test_a_backlog_drained_in_waves_on_a_connect_session_keeps_order_and_status_reads_it(
+    pair: Pair, connect_server: ConnectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = park_spread(pair, "c", 18)
+    waves_config(pair, tmp_path, monkeypatch)  # 2 messages a queue and wave
+    conf = tmp_path / "syphon.yaml"
+    done = syphon(connect_server, conf, "run", "--run-id", "on-connect")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "run on-connect: done" in done.stdout
+    assert "session ready (master platform)" in done.stderr
+    assert arrived(pair) == keys  # every key in order, every message once
+    assert not any(backlog_state(pair).values())
+    runs = read_table(tmp_path / "delta" / RUNS_TABLE).to_pylist()
+    waves = [r for r in runs if r["run_id"] == "on-connect" and r["status"] == "planned"]
+    assert len(waves) >= 3
+    settle = [
+        r
+        for r in read_table(tmp_path / "delta" / AUDIT_TABLE).to_pylist()
+        if r["run_id"] == "on-connect" and r["stage"] == "settle"
+    ]
+    assert sorted(r["outcome"] for r in settle) == ["completed"] * 18
+
+    status = syphon(connect_server, conf, "status", "--runs", "2")
+    assert status.returncode == 0, status.stderr[-3000:]
+    assert "on-connect" in status.stdout
+
+
+def test_a_dead_letter_redrive_with_a_repair_on_a_connect_session(
+    pair: Pair, connect_server: ConnectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead_letter(
+        pair,
+        "orders",
+        [
+            ServiceBusMessage(b"a", message_id="r-1", application_properties={"n": 3}),
+            ServiceBusMessage(b"b", message_id="r-2", application_properties={"n": 4}),
+        ],
+    )
+    job_config(pair, tmp_path, monkeypatch, extra=redrive_sources("orders", "sessions"))
+    conf = tmp_path / "syphon.yaml"
+    repair = ["--set", "weight:long=typed_properties['n'].int * 100"]
+    done = syphon(connect_server, conf, "run", "--source", "redrive", *repair)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    home = {str(m.message_id): application_properties(m) for m in stored(pair, "orders")}
+    assert {m: p["weight"] for m, p in home.items()} == {"r-1": ("long", 300), "r-2": ("long", 400)}
+    assert dead_letters(pair, "orders") == []
+
+
+def test_a_run_killed_mid_replay_on_a_connect_session_loses_nothing_and_marks_its_resends(
+    servicebus_emulator: Any,
+    connect_server: ConnectServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pair = make_pair(servicebus_emulator)
+    pair.primary.broker.declare(QueueSpec(UNIQUE, requires_duplicate_detection=True))
+    job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 10\n")
+    conf, root = tmp_path / "syphon.yaml", tmp_path / "delta"
+    sent: dict[str, str] = {}
+    add_round(pair, 0, sent)
+    killed = syphon(connect_server, conf, "run", env={"SYPHON_FAILPOINT": "mid_replay:3"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    # nothing left the backlog without its outcome in the audit
+    gone = (set(sent) | {"bad-r0"}) - backlog_ids(pair)
+    assert gone <= settled_safely(root), gone - settled_safely(root)
+    sent_before = destination_ids(pair, "orders") + destination_ids(pair, UNIQUE)
+    assert sent_before  # the kill came after three batches
+    free_the_killed_runs_lease(root)
+
+    add_round(pair, 1, sent)  # the next scheduled run has work of its own
+    done = syphon(connect_server, conf, "run")
+    # done; exit 8 for the destination each round's invalid message names
+    assert (done.returncode, " done\n" in done.stdout) == (8, True), done.stderr[-3000:]
+    orders, _ = everything_home(pair, sent)
+    resent = {
+        r["message_id"]
+        for r in read_table(root / AUDIT_TABLE).to_pylist()
+        if r["detail"] == "resent_in_doubt"
+    }
+    assert resent  # the kill cut a transfer off before its outcome was journaled
+    twice = {m for m, n in orders.items() if n > 1}
+    assert twice <= resent  # a second copy only where the audit says it was resent
+    assert resent <= set(sent_before)  # and only what the killed run may have sent

@@ -1,0 +1,103 @@
+"""A local Spark Connect server, started from the installed PySpark, the way a platform
+(Databricks serverless, a standard-access-mode cluster) hands a job a Connect session:
+``syphon`` runs as its client with ``SPARK_REMOTE=sc://127.0.0.1:<port>`` and no master.
+
+The server is a ``spark-submit`` of ``org.apache.spark.sql.connect.service.SparkConnectServer``
+(its jar ships in PySpark's wheel) on ``local[2]``, bound to loopback, with the tests'
+quick JVM (tests/support/jvm.py): the platform's settings, which its clients cannot
+change. Its Python workers run this environment's interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from support.jvm import SMALL_DATA_CONF, java_options
+
+#: How long the server may take to listen (about 7 s on an idle 2-core machine).
+START_SECONDS = 120
+
+
+@dataclass
+class ConnectServer:
+    """A running server: its address for ``SPARK_REMOTE`` and its process."""
+
+    remote: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_connect_server(folder: Path) -> ConnectServer:
+    """Starts a server (its log in ``folder``) and waits until it listens.
+
+    Raises:
+        RuntimeError: it exited, or did not listen within :data:`START_SECONDS`.
+    """
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    port = _free_port()
+    conf = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.default.parallelism": "2",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.extraJavaOptions": java_options(),
+        **SMALL_DATA_CONF,
+    }
+    argv = [str(home / "bin" / "spark-submit"), "--master", "local[2]"]
+    argv += ["--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
+    for key, value in conf.items():
+        argv += ["--conf", f"{key}={value}"]
+    argv.append("spark-internal")
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    env.pop("SPARK_REMOTE", None)
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "connect-server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=folder)
+    deadline = time.monotonic() + START_SECONDS
+    while not _listening(port):
+        if process.poll() is not None:
+            raise RuntimeError(f"the Spark Connect server exited: {log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"the Spark Connect server did not listen: {log}")
+        time.sleep(0.2)
+    return ConnectServer(f"sc://127.0.0.1:{port}", process, log)
