@@ -2,8 +2,9 @@
 clusters hand one out: ``syphon`` runs as a process, a client of a local Spark Connect
 server (tests/support/connect_server.py) with ``SPARK_REMOTE`` set and no master in its
 config, against the local Service Bus; the audit with delta-rs. A backlog drained in
-waves with keys over several queues, ``status``, a dead-letter re-drive with a repair,
-and a run killed with SIGKILL in the middle of its replay followed by the next run."""
+waves with keys over several queues, ``status``, ``discard``, a dead-letter re-drive
+planned with a repair (``plan``) and resumed (``replay``), and a run killed with SIGKILL in
+the middle of its replay followed by the next run."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def test_a_backlog_drained_in_waves_on_a_connect_session_keeps_order_and_status_
     assert "on-connect" in status.stdout
 
 
-def test_a_dead_letter_redrive_with_a_repair_on_a_connect_session(
+def test_a_discard_then_a_dead_letter_redrive_planned_with_a_repair_and_replayed_on_connect(
     pair: Pair, connect_server: ConnectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dead_letter(
@@ -102,14 +103,26 @@ def test_a_dead_letter_redrive_with_a_repair_on_a_connect_session(
             ServiceBusMessage(b"b", message_id="r-2", application_properties={"n": 4}),
         ],
     )
+    junk = ServiceBusMessage(b"x", message_id="junk", session_id="s")
+    dead_letter(pair, "sessions", [junk], session="s")
     job_config(pair, tmp_path, monkeypatch, extra=redrive_sources("orders", "sessions"))
     conf = tmp_path / "syphon.yaml"
+    source = ["--source", "redrive"]
+    # the operator discards the poison message first: completed, recorded, never sent
+    gone = syphon(connect_server, conf, "discard", *source, "--message-id", "junk", "--reason", "t")
+    assert gone.returncode == 0, gone.stdout[-2000:] + gone.stderr[-3000:]
+    assert dead_letters(pair, "sessions") == []
+    # the dry run with the repair, then its replay: sent with the repair the plan recorded
     repair = ["--set", "weight:long=typed_properties['n'].int * 100"]
-    done = syphon(connect_server, conf, "run", "--source", "redrive", *repair)
+    planned = syphon(connect_server, conf, "plan", *source, "--run-id", "fixing", *repair)
+    assert planned.returncode == 0, planned.stdout[-2000:] + planned.stderr[-3000:]
+    assert stored(pair, "orders") == []
+    done = syphon(connect_server, conf, "replay", *source, "--run-id", "fixing")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     home = {str(m.message_id): application_properties(m) for m in stored(pair, "orders")}
     assert {m: p["weight"] for m, p in home.items()} == {"r-1": ("long", 300), "r-2": ("long", 400)}
     assert dead_letters(pair, "orders") == []
+    assert stored(pair, "sessions") == []
 
 
 def test_a_run_killed_mid_replay_on_a_connect_session_loses_nothing_and_marks_its_resends(

@@ -40,10 +40,22 @@ def outputs(cell: Any) -> str:
     return "".join(parts)
 
 
+@pytest.mark.parametrize("session", ["classic", "connect"])
 def test_the_notebook_plans_inspects_replays_and_finds_a_message_in_the_audit(
-    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pair: Pair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    session: str,
 ) -> None:
+    """On a classic local session, and on a Spark Connect session (a local Connect
+    server: the kernel is its client, as a serverless notebook is)."""
     import papermill
+
+    if session == "connect":
+        server = request.getfixturevalue("connect_server")
+        monkeypatch.setenv("SPARK_REMOTE", server.remote)
+        monkeypatch.setenv("SYPHON__SPARK__MASTER", "null")
 
     bodies = [f"BODY-{uuid.uuid4().hex}".encode() for _ in range(4)]
 
@@ -79,6 +91,10 @@ def test_the_notebook_plans_inspects_replays_and_finds_a_message_in_the_audit(
     ran = nbformat.read(out, as_version=4)
     code = [c for c in ran.cells if c.cell_type == "code"]
     status, plan, verdicts, spread, replay, audit = (outputs(c) for c in code[-6:])
+    said = "".join(
+        o.get("text", "") for c in code for o in c.get("outputs", []) if o.get("name") == "stderr"
+    )
+    assert ("session ready (master platform)" in said) == (session == "connect"), said
     assert f"{PRIMARY}/x-servicebus-transfer/0" in status
     assert "(no runs recorded)" in status
     assert "4 messages in 3 of" in plan
