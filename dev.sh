@@ -11,8 +11,8 @@
 #
 # Each installs what is missing: Python's venv module, a C compiler (python-qpid-proton
 # builds from source), Java (Spark), and for the tests Chromium (the report is drawn
-# headless) and node with npm (Azurite, the storage emulator, from its npm lock), via
-# apt-get when needed.
+# headless), node with npm (Azurite, the storage emulator, from its npm lock) and Maven
+# (Delta Lake's jars for Spark), via apt-get when needed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -94,6 +94,18 @@ ensure_sdk_samples() {
     || { say "could not fetch the SDK samples (tests/support/sdk_samples.py): their tests will fail"; }
 }
 
+# Delta Lake's jars for Spark (tests/support/delta_jars.py): copied once by Maven into
+# .venv/delta-jars (no transitive dependencies), each checked against its pinned SHA-256;
+# the tests' sessions load them from there, so nothing is resolved at a session's start.
+# Maven from apt-get where it is missing
+ensure_delta_jars() {
+  "$VENV/bin/python" -c 'import sys; sys.path.insert(0, "tests/support"); import delta_jars; sys.exit(not delta_jars.fetched())' 2>/dev/null && return
+  command -v mvn >/dev/null 2>&1 || apt_install maven
+  say "copying Delta Lake's jars for Spark into $VENV/delta-jars (Maven)"
+  "$VENV/bin/python" tests/support/delta_jars.py \
+    || say "could not copy Delta's jars (tests/support/delta_jars.py): the catalog tests will fail"
+}
+
 # the services the tests start (tests/services/package.json, pinned by its lock): Azurite,
 # the Azure Storage emulator, for the audit on object storage. Installed with npm ci into
 # tests/services/node_modules, again only when the lock changes; node and npm from
@@ -121,6 +133,7 @@ case "$cmd" in
     ensure_chromium
     ensure_test_jvm_archive
     ensure_sdk_samples
+    ensure_delta_jars
     ensure_test_services
     # Test files go to parallel workers (pytest-xdist, one file per worker at a time):
     # many tests wait on a subprocess or the network part of the time. Four workers on 2

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
+from support import delta_jars
 from support.azurite import KEY_ENV, Azurite, BlobAudit, start_azurite
 from support.connect_server import ConnectServer, start_connect_server
 from support.jvm import TEST_SPARK_CONF
@@ -55,7 +56,12 @@ def _drop_syphon_log_handler() -> Iterator[None]:
 #: over several tasks is the demo's process (tests/job/test_demo.py: ``local[2]``, a task
 #: per message), and every ``syphon run`` process's stages that Spark sizes itself (local
 #: sessions' parallelism 2, syphon.app.spark.LOCAL_CONF): the crash tests' killed runs.
-ONE_TASK_CONF = {**TEST_SPARK_CONF, "spark.default.parallelism": "1"}
+ONE_TASK_CONF = {
+    **TEST_SPARK_CONF,
+    "spark.default.parallelism": "1",
+    # Delta through Spark (audit.engine: spark), from the jars the set-up copied
+    **(delta_jars.session_conf() if delta_jars.fetched() else {}),
+}
 
 
 @pytest.fixture(scope="session")
