@@ -3,8 +3,8 @@ clusters hand one out: ``syphon`` runs as a process, a client of a local Spark C
 server (tests/support/connect_server.py) with ``SPARK_REMOTE`` set and no master in its
 config, against the local Service Bus; the audit with delta-rs. A backlog drained in
 waves with keys over several queues, ``status``, ``discard``, a dead-letter re-drive
-planned with a repair (``plan``) and resumed (``replay``), and a run killed with SIGKILL in
-the middle of its replay followed by the next run."""
+planned with a repair (``plan``) and resumed (``replay``), a run killed with SIGKILL in
+the middle of its replay followed by the next run, and the rerun notebook headless."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from support.crash_scenario import (
     free_the_killed_runs_lease,
     settled_safely,
 )
+from support.notebook_run import check_the_notebook
 from support.paired_env import (
     Pair,
     application_properties,
@@ -160,3 +161,9 @@ def test_a_run_killed_mid_replay_on_a_connect_session_loses_nothing_and_marks_it
     twice = {m for m, n in orders.items() if n > 1}
     assert twice <= resent  # a second copy only where the audit says it was resent
     assert resent <= set(sent_before)  # and only what the killed run may have sent
+
+
+def test_the_rerun_notebook_runs_as_a_connect_client(
+    pair: Pair, connect_server: ConnectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_the_notebook(pair, tmp_path, monkeypatch, remote=connect_server.remote)

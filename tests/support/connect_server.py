@@ -99,5 +99,5 @@ def start_connect_server(folder: Path) -> ConnectServer:
         if time.monotonic() > deadline:
             process.kill()
             raise RuntimeError(f"the Spark Connect server did not listen: {log}")
-        time.sleep(0.2)
+        time.sleep(0.05)
     return ConnectServer(f"sc://127.0.0.1:{port}", process, log)
