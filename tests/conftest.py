@@ -113,6 +113,8 @@ def pair(servicebus_emulator: Callable[..., Emulator]) -> Pair:
 #: the end, or side by side, they left the cores idle.
 SLOWEST_FIRST = (
     "tests/job/test_run.py",
+    "tests/job/test_connect_runs.py",
+    "tests/job/test_catalog_audit.py",
     "tests/job/test_wave_runs.py",
     "tests/job/test_crash.py",
     "tests/job/test_run_faults.py",
@@ -130,7 +132,6 @@ SLOWEST_FIRST = (
     "tests/job/test_settle_task.py",  # waits
     "tests/job/test_object_storage_runs.py",
     "tests/job/test_exit_codes_own.py",
-    "tests/job/test_connect_runs.py",
     "tests/job/test_repair_runs.py",
     "tests/job/test_errors.py",  # waits
     "tests/job/test_crash_waves.py",

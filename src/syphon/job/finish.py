@@ -138,7 +138,8 @@ def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> 
     replayed, settle = drained.replayed, drained.settle
     outcomes = {
         **{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
-        **{f"settle_{k}": v for k, v in settle.by_outcome().items()},
+        # a given_back line counts queues, not messages: its receives are in operations
+        **{f"settle_{k}": v for k, v in settle.by_outcome().items() if k != Outcome.GIVEN_BACK},
     }
     sides = [
         side for side, t in (("primary", replayed), ("secondary", settle)) if t.any_detail(_FAULTS)
