@@ -64,6 +64,9 @@ def session_conf(folder: Path = FOLDER) -> dict[str, str]:
         "spark.jars": ",".join(str(p) for p in jar_paths(folder)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # a table's log is replayed in this many tasks (50 by default: 50 tasks a read of
+        # a few commits' state)
+        "spark.databricks.delta.snapshotPartitions": "1",
     }
 
 
