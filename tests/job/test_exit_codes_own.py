@@ -19,8 +19,8 @@ from support.paired_env import Pair, job_config, park_orders, run_job
 pytestmark = pytest.mark.timeout(300)
 
 #: How many times each command runs: on the old code about half of such processes
-#: aborted, so all twelve would pass there about once in ten thousand.
-TIMES = 6
+#: aborted, so all eight would pass there about twice in a thousand.
+TIMES = 4
 
 
 def test_status_and_an_empty_run_exit_with_their_own_code_every_time(
