@@ -39,7 +39,10 @@ def test_the_bundle_has_dev_and_prod_and_includes_the_job() -> None:
     assert b["bundle"]["name"] == "syphon"
     assert set(b["targets"]) == {"dev", "prod"}
     assert b["targets"]["prod"]["mode"] == "production"
-    assert [p.relative_to(ROOT).as_posix() for p in job_files()] == ["jobs/syphon.job.yml"]
+    assert [p.relative_to(ROOT).as_posix() for p in job_files()] == [
+        "jobs/syphon.job.yml",
+        "jobs/syphon_serverless.job.yml",
+    ]
 
 
 def test_every_job_loads_in_the_job_model_and_runs_the_console_entry_point() -> None:
@@ -63,7 +66,14 @@ def test_every_job_loads_in_the_job_model_and_runs_the_console_entry_point() -> 
             ]
             parsed = build_parser().parse_args(args)
             assert (parsed.command, parsed.config, parsed.run_id) == ("run", "<config>", "<run_id>")
-            assert [lib.whl for lib in task.libraries] == ["../dist/*.whl"]
+            if task.environment_key is None:  # on a job cluster: the wheel as a library
+                assert task.job_cluster_key is not None, task.task_key
+                assert [lib.whl for lib in task.libraries] == ["../dist/*.whl"]
+            else:  # serverless: no cluster, the wheel in the task's environment
+                assert (task.job_cluster_key, task.libraries) == (None, []), task.task_key
+                (env,) = [e for e in job.environments if e.environment_key == task.environment_key]
+                assert env.spec is not None
+                assert env.spec.dependencies == ["../dist/*.whl"]
         # every ${var.X} the job uses is declared by the bundle
         used = set(re.findall(r"\$\{var\.(\w+)\}", yaml.safe_dump(raw)))
         assert used <= defined, used - defined
@@ -73,3 +83,15 @@ def test_the_wheel_the_job_installs_is_the_one_the_bundle_builds() -> None:
     artifact = bundle()["artifacts"]["syphon_wheel"]
     assert artifact["type"] == "whl"
     assert "--wheel-dir dist" in artifact["build"]
+
+
+def test_a_job_cluster_job_and_a_serverless_one_of_which_prod_unpauses_the_first() -> None:
+    defined = jobs()
+    assert set(defined) == {"syphon", "syphon_serverless"}
+    serverless = Job.from_dict(defined["syphon_serverless"])
+    assert not serverless.job_clusters
+    assert [t.environment_key for t in serverless.tasks] == ["syphon"]
+    variables = bundle()["variables"]
+    prod = bundle()["targets"]["prod"]["variables"]
+    assert variables["serverless_pause_status"]["default"] == "PAUSED"
+    assert "serverless_pause_status" not in prod  # the cluster job is prod's default
