@@ -3,6 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000] [--delays 0,5]
         [--sizes 5000,20000,60000] [--warm] [--syphon-only] [--sizes-syphon-only]
         [--redrive] [--no-floor] [--against DIR] [--repeat N] [--spark-conf KEY=VALUE]
+        [--connect]
 
 Both local Service Bus namespaces run in a child process (the same for both tools). The
 backlog: ``--messages`` messages (1 KB bodies) over 10 backlog queues, 50 destination
@@ -56,6 +57,12 @@ its own to its queue without the dead-letter properties, complete it), then,
 dead-lettered again, by ``syphon run --source redrive`` (a dead-letter source over every
 queue of the primary, found by one listing), both as processes. Rows ``dlq-loop`` and
 ``dlq-syphon``.
+
+``--connect`` adds, at each delay, ``syphon run`` as the client of a local Spark Connect
+server (tests/support/connect_server.py), as serverless compute runs it: no master,
+``SPARK_REMOTE`` set. The server starts once, before the runs, as a platform's does; the
+row ``syphon@connect`` measures the client's process tree cold, and the server's tree (its
+JVM and Python workers) is measured over the run (CPU, and memory resident after it).
 
 Last, the empty run: ``syphon run`` as a process on empty backlog queues, with discovery
 by management listing and by probing.
@@ -464,12 +471,15 @@ def measure(
     with_loop: bool = True,
     redrive: bool = False,
     against: Path | None = None,
+    connect: Any = None,
 ) -> list[Row]:
     """The loop and ``syphon run``, each a cold process, on the same work through the
     endpoints ``ns`` (parking and checking go direct): the backlog drain, or
     (``redrive``) the dead-letter re-drive (see the module docstring). ``against``: a
     source tree (another commit's worktree) whose syphon is measured too, after this
-    one's, on the same work (a row named ``syphon@against``)."""
+    one's, on the same work (a row named ``syphon@against``). ``connect``: a running
+    Spark Connect server, whose client ``syphon run`` is measured too (a row named
+    ``syphon@connect``; the server's own CPU is printed beside it)."""
     if redrive:
         names, source = ("dlq-loop", "dlq-syphon"), "redrive"
 
@@ -517,7 +527,66 @@ def measure(
         rows.append(
             _syphon_row(ns, direct, pid, total, tmp, fill, f"{names[1]}@against", source, env)
         )
+    if connect is not None:
+        env = {**os.environ, "SPARK_REMOTE": connect.remote, "SYPHON__SPARK__MASTER": "null"}
+        before = tree_cpu(connect.process.pid)
+        row = _syphon_row(ns, direct, pid, total, tmp, fill, f"{names[1]}@connect", source, env)
+        spent = tree_cpu(connect.process.pid) - before
+        print(
+            f"  {row.name}: the client's tree {row.usage.cpu:.1f} CPU-s, peak "
+            f"{row.usage.peak_pss / 1e9:.2f} GB; the Connect server's tree (its JVM and "
+            f"Python workers) {spent:.1f} CPU-s, {tree_rss(connect.process.pid) / 1e9:.2f} GB "
+            f"resident after the run; together {row.usage.cpu + spent:.1f} CPU-s",
+            flush=True,
+        )
+        rows.append(row)
     return rows
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds the process tree of ``pid`` has used so far (the live processes', with
+    what their finished children left them)."""
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
+        total += ticks / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def tree_rss(pid: int) -> int:
+    """Bytes resident in the process tree of ``pid`` now."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * os.sysconf(
+                "SC_PAGE_SIZE"
+            )
+        except OSError:
+            continue
+    return total
 
 
 def _syphon_row(
@@ -803,17 +872,31 @@ def main() -> None:
     parser.add_argument(
         "--no-floor", action="store_true", help="leave out the floor (Spark's start and one action)"
     )
+    parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="also run syphon as the client of a local Spark Connect server (started once, "
+        "before the runs, as a platform's is: a row syphon@connect beside the classic one, "
+        "with the server's CPU)",
+    )
     args = parser.parse_args()
     SPARK_CONF.update(dict(kv.split("=", 1) for kv in args.spark_conf))
     become_subreaper()
     total = args.messages
     delays = [float(d) for d in args.delays.split(",") if d != ""]
     sizes = [int(n) for n in args.sizes.split(",") if n]
-    with serving(delays) as info:
+    with serving(delays) as info, contextlib.ExitStack() as stack:
         direct, pid = info["at"][0.0], info["pid"]
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             first_run(direct, pid, root)
+            server = None
+            if args.connect:
+                sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
+                from support.connect_server import start_connect_server
+
+                server = start_connect_server(root / "connect")
+                stack.callback(server.stop)
             floor_usage = None
             if not args.no_floor:
                 # the session's settings depend on the run's size: the smallest measured
@@ -834,6 +917,7 @@ def main() -> None:
                     root,
                     not args.syphon_only,
                     against=args.against,
+                    connect=server,
                 )
                 if args.redrive:
                     rows += measure(
