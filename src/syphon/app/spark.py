@@ -351,10 +351,10 @@ JOIN_PLATFORM = (
 def _not_started(exc: Exception, config: SparkConfig) -> SparkSetupError:
     """The error of a session that did not start, in Spark's own first line; a master
     set where the platform hands out a Spark Connect session says how to join it."""
-    from syphon.obs.logs import mask_secrets
+    from syphon.job.failures import foreign_why
 
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    said = f": {mask_secrets(lines[0])[:300]}" if lines else ""
+    why = foreign_why(exc)
+    said = f": {why}" if why else ""
     connect = "SPARK_CONNECT" in str(exc) or os.environ.get("SPARK_REMOTE")
     if config.master and connect:
         fix = (

@@ -386,7 +386,8 @@ class _QueuePass:
 def _ahead(unreceived: set[int], to_settle: set[int]) -> int:
     """How many messages of the plan not yet received stand up to the last one still to
     settle: what a queue that hands out in order has to give before the pass is done."""
-    return sum(1 for seq in unreceived if seq <= max(to_settle, default=0))
+    last = max(to_settle, default=0)
+    return sum(1 for seq in unreceived if seq <= last)
 
 
 def _given_back(out: dict[int, dict[str, Any]], queue: str) -> dict[str, Any]:

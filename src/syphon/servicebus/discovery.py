@@ -324,6 +324,7 @@ def count_messages(access: Any, paths: Sequence[str]) -> dict[str, int]:
     from syphon.core.naming import DEAD_LETTER_SUFFIX, TRANSFER_DEAD_LETTER_SUFFIX
 
     counts: dict[str, int] = {}
+    read: dict[str, Any] = {}  # entity -> its runtime properties (None: not answered)
     with access.admin_client() as admin:
         for path in paths:
             entity, kind = path, "active"
@@ -334,14 +335,10 @@ def count_messages(access: Any, paths: Sequence[str]) -> dict[str, int]:
                 if path.endswith(suffix):
                     entity, kind = path[: -len(suffix)], named
                     break
-            try:
-                if "/Subscriptions/" in entity:
-                    topic, _, sub = entity.partition("/Subscriptions/")
-                    props = admin.get_subscription_runtime_properties(topic, sub)
-                else:
-                    props = admin.get_queue_runtime_properties(entity)
-            except Exception as exc:  # not counted: the depth stays unknown
-                log.debug("no count of %s: %s", path, type(exc).__name__)
+            if entity not in read:  # an entity and its sub-queues: one read
+                read[entity] = _runtime_properties(admin, entity)
+            props = read[entity]
+            if props is None:
                 continue
             if kind == "active":
                 got = props.active_message_count + (
@@ -352,3 +349,15 @@ def count_messages(access: Any, paths: Sequence[str]) -> dict[str, int]:
             if got is not None:
                 counts[path] = int(got)
     return counts
+
+
+def _runtime_properties(admin: Any, entity: str) -> Any:
+    """A queue's or a subscription's runtime properties (None: the API did not answer)."""
+    try:
+        if "/Subscriptions/" in entity:
+            topic, _, sub = entity.partition("/Subscriptions/")
+            return admin.get_subscription_runtime_properties(topic, sub)
+        return admin.get_queue_runtime_properties(entity)
+    except Exception as exc:  # not counted: the depth stays unknown
+        log.debug("no count of %s: %s", entity, type(exc).__name__)
+        return None
