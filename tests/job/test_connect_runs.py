@@ -1,16 +1,21 @@
 """Whole jobs on a Spark Connect session, as serverless compute and standard-access-mode
 clusters hand one out: ``syphon`` runs as a process, a client of a local Spark Connect
 server (tests/support/connect_server.py) with ``SPARK_REMOTE`` set and no master in its
-config, against the local Service Bus; the audit with delta-rs. A backlog drained in
+config, against the local Service Bus; the audit with delta-rs unless said. A backlog drained in
 waves with keys over several queues, ``status``, ``discard``, a dead-letter re-drive
 planned with a repair (``plan``) and resumed (``replay``), a run killed with SIGKILL in
-the middle of its replay followed by the next run, and the rerun notebook headless."""
+the middle of its replay followed by the next run, two runs at once, and the rerun
+notebook headless. The killed run and the two at once keep their audit, ledger and
+lease in catalog tables through the server's Delta (``audit.engine: spark``), which
+the tests read with delta-rs at the server's warehouse."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +47,11 @@ from support.paired_env import (
     stored,
 )
 from support.waves import arrived, park_spread, waves_config
+from syphon.core.errors import ExitCode
+from syphon.job.journal import outcomes_commit
+from syphon.job.stages import journal_of
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
+from syphon.store.catalog import SparkLeaseLog
 from syphon.store.delta import read_table
 
 pytestmark = pytest.mark.timeout(600)
@@ -126,41 +135,112 @@ def test_a_discard_then_a_dead_letter_redrive_planned_with_a_repair_and_replayed
     assert stored(pair, "sessions") == []
 
 
-def test_a_run_killed_mid_replay_on_a_connect_session_loses_nothing_and_marks_its_resends(
+def catalog_env(table: str) -> dict[str, str]:
+    """The audit as catalog tables through the server's Delta (``audit.engine: spark``):
+    ``table`` in its default database, at ``warehouse/<table>``."""
+    return {"SYPHON__AUDIT__ENGINE": "spark", "SYPHON__AUDIT__TABLE": f"default.{table}"}
+
+
+def test_a_run_killed_mid_replay_on_connect_with_the_audit_in_delta_through_spark(
     servicebus_emulator: Any,
     connect_server: ConnectServer,
+    spark: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Killed mid-replay, the next run reads the killed wave's journal into the catalog
+    audit under the wave's commit name (a Delta application transaction, which delta-rs
+    reads too), resends only what was in doubt, and marks it; nothing lost."""
     pair = make_pair(servicebus_emulator)
     pair.primary.broker.declare(QueueSpec(UNIQUE, requires_duplicate_detection=True))
     job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 10\n")
-    conf, root = tmp_path / "syphon.yaml", tmp_path / "delta"
+    conf, table = tmp_path / "syphon.yaml", f"crash_{uuid.uuid4().hex[:8]}"
+    catalog, warehouse = catalog_env(table), connect_server.warehouse
     sent: dict[str, str] = {}
     add_round(pair, 0, sent)
-    killed = syphon(connect_server, conf, "run", env={"SYPHON_FAILPOINT": "mid_replay:3"})
+    env = {"SYPHON_FAILPOINT": "mid_replay:3", **catalog}
+    killed = syphon(connect_server, conf, "run", "--run-id", "killed", env=env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     # nothing left the backlog without its outcome in the audit
     gone = (set(sent) | {"bad-r0"}) - backlog_ids(pair)
-    assert gone <= settled_safely(root), gone - settled_safely(root)
+    assert gone <= settled_safely(warehouse, table), gone - settled_safely(warehouse, table)
     sent_before = destination_ids(pair, "orders") + destination_ids(pair, UNIQUE)
     assert sent_before  # the kill came after three batches
-    free_the_killed_runs_lease(root)
+    # the lease is a Delta table through Spark: released here, by another JVM's Delta
+    free_the_killed_runs_lease(SparkLeaseLog(f"delta.`{warehouse / table}_leases`", lambda: spark))
+    assert not (tmp_path / "delta" / "leases").exists()  # none at audit.path
 
     add_round(pair, 1, sent)  # the next scheduled run has work of its own
-    done = syphon(connect_server, conf, "run")
+    done = syphon(connect_server, conf, "run", env=catalog)
     # done; exit 8 for the destination each round's invalid message names
     assert (done.returncode, " done\n" in done.stdout) == (8, True), done.stderr[-3000:]
     orders, _ = everything_home(pair, sent)
-    resent = {
-        r["message_id"]
-        for r in read_table(root / AUDIT_TABLE).to_pylist()
-        if r["detail"] == "resent_in_doubt"
-    }
+    audit = read_table(warehouse / table).to_pylist()
+    resent = {r["message_id"] for r in audit if r["detail"] == "resent_in_doubt"}
     assert resent  # the kill cut a transfer off before its outcome was journaled
     twice = {m for m, n in orders.items() if n > 1}
     assert twice <= resent  # a second copy only where the audit says it was resent
     assert resent <= set(sent_before)  # and only what the killed run may have sent
+    # the journal was read into the audit under the wave's commit name, once
+    runs = read_table(warehouse / f"{table}_runs").to_pylist()
+    (replaying,) = [r for r in runs if r["run_id"] == "killed" and r["status"] == "replaying"]
+    journal_id = journal_of(replaying["detail"])
+    assert journal_id is not None
+    from deltalake import DeltaTable
+
+    commit = outcomes_commit("killed", journal_id)
+    assert DeltaTable(str(warehouse / table)).transaction_version(commit) == 1
+    recovered = [r for r in audit if r["run_id"] == "killed" and r["stage"] == "replay"]
+    places = [(r["backlog_queue"], r["sequence_number"]) for r in recovered]
+    assert len(places) == len(set(places))  # one outcome per message
+    assert not list((tmp_path / "delta").rglob("_delta_log"))  # every table in the catalog
+
+
+def test_two_runs_at_once_on_connect_with_the_audit_in_delta_through_spark(
+    pair: Pair, connect_server: ConnectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ``syphon run`` processes started together, each a client of one server (two
+    jobs of one workspace): the lease, a Delta table through Spark, lets one replay; the
+    other records ``busy`` (or, had it come once the first was done, finds nothing).
+    Their ledger rows are appended at the same moments without a lost commit."""
+    keys = park_spread(pair, "t", 12)
+    waves_config(pair, tmp_path, monkeypatch)
+    conf, table = tmp_path / "syphon.yaml", f"twins_{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, **connect_env(connect_server), **catalog_env(table)}
+    runs = [
+        subprocess.Popen(
+            [str(SYPHON), "run", "--run-id", f"twin-{i}", "--config", str(conf)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = [run.communicate(timeout=400) for run in runs]
+    codes = [run.returncode for run in runs]
+    assert sorted(codes) in ([0, ExitCode.BUSY], [0, 0]), [e[-3000:] for _, e in outputs]
+    assert arrived(pair) == keys  # every key in order, every message once
+    assert not any(backlog_state(pair).values())
+
+    warehouse = connect_server.warehouse
+    ledger = read_table(warehouse / f"{table}_runs").to_pylist()
+    last = {r["run_id"]: r["status"] for r in sorted(ledger, key=lambda r: r["recorded_at"])}
+    assert sorted(last.values()) in (["busy", "done"], ["done", "empty"]), last
+    settle = [r for r in read_table(warehouse / table).to_pylist() if r["stage"] == "settle"]
+    assert sorted(r["outcome"] for r in settle) == ["completed"] * 12
+    from deltalake import DeltaTable
+
+    history = DeltaTable(str(warehouse / f"{table}_leases")).history()
+    actions = [
+        json.loads(c.get("operationParameters", {}).get("properties") or "{}") for c in history
+    ]
+    acquires = [
+        a["syphon.lease.holder"].split("#")[0]
+        for a in actions
+        if a.get("syphon.lease.action") == "acquire"
+    ]
+    assert sorted(acquires) == ["twin-0", "twin-1"]  # both asked, each commit kept
 
 
 def test_the_rerun_notebook_runs_as_a_connect_client(

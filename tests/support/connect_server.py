@@ -4,8 +4,10 @@
 
 The server is a ``spark-submit`` of ``org.apache.spark.sql.connect.service.SparkConnectServer``
 (its jar ships in PySpark's wheel) on ``local[2]``, bound to loopback, with the tests'
-quick JVM (tests/support/jvm.py): the platform's settings, which its clients cannot
-change. Its Python workers run this environment's interpreter.
+quick JVM (tests/support/jvm.py) and Delta's jars (tests/support/delta_jars.py): the
+platform's settings, which its clients cannot change. Its Python workers run this
+environment's interpreter. Its catalog (Spark's in-memory one) is shared by all its
+clients, as a workspace's is by its jobs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from support import delta_jars
 from support.jvm import SMALL_DATA_CONF, java_options
 
 #: How long the server may take to listen (about 7 s on an idle 2-core machine).
@@ -31,6 +34,8 @@ class ConnectServer:
     remote: str
     process: subprocess.Popen[bytes]
     log: Path
+    #: the folder of its catalog's default database: a table ``t`` is at ``warehouse/t``
+    warehouse: Path
 
     def stop(self) -> None:
         self.process.terminate()
@@ -63,7 +68,9 @@ def start_connect_server(folder: Path) -> ConnectServer:
 
     home = Path(pyspark.__file__).parent
     port = _free_port()
+    warehouse = folder / "warehouse"
     conf = {
+        "spark.sql.warehouse.dir": str(warehouse),
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
         "spark.driver.host": "127.0.0.1",
@@ -75,6 +82,8 @@ def start_connect_server(folder: Path) -> ConnectServer:
         "spark.sql.shuffle.partitions": "2",
         "spark.driver.extraJavaOptions": java_options(),
         **SMALL_DATA_CONF,
+        # Delta through Spark, as a platform's server has it (the set-up's jars)
+        **(delta_jars.session_conf() if delta_jars.fetched() else {}),
     }
     argv = [str(home / "bin" / "spark-submit"), "--master", "local[2]"]
     argv += ["--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
@@ -100,4 +109,4 @@ def start_connect_server(folder: Path) -> ConnectServer:
             process.kill()
             raise RuntimeError(f"the Spark Connect server did not listen: {log}")
         time.sleep(0.05)
-    return ConnectServer(f"sc://127.0.0.1:{port}", process, log)
+    return ConnectServer(f"sc://127.0.0.1:{port}", process, log, warehouse)

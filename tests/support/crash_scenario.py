@@ -39,6 +39,7 @@ from support.paired_env import BACKLOG_QUEUES, PRIMARY, job_config, make_pair, r
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.store.delta import read_table
+from syphon.store.lease import LeaseLog
 from syphon.store.location import Location, as_location
 
 SYPHON = Path(sys.executable).parent / "syphon"
@@ -155,10 +156,11 @@ def backlog_ids(pair: Any) -> set[str]:
     return out
 
 
-def settled_safely(root: Path | Location) -> set[str]:
-    """MessageIds whose removal from the backlog the committed audit allows: a plan
-    verdict settled without a send, or a recorded ``sent``."""
-    rows = read_table(as_location(root).child(AUDIT_TABLE)).to_pylist()
+def settled_safely(root: Path | Location, table: str = AUDIT_TABLE) -> set[str]:
+    """MessageIds whose removal from the backlog the committed audit (the Delta table
+    ``table`` under ``root``) allows: a plan verdict settled without a send, or a
+    recorded ``sent``."""
+    rows = read_table(as_location(root).child(table)).to_pylist()
     return {
         r["message_id"]
         for r in rows
@@ -170,10 +172,11 @@ def settled_safely(root: Path | Location) -> set[str]:
     }
 
 
-def free_the_killed_runs_lease(root: Path | Location) -> None:
+def free_the_killed_runs_lease(root: Path | Location | LeaseLog) -> None:
     """Releases the killed run's lease in its holder's name: the next run finds it free,
     as it would once the lease expired, without the test waiting out its TTL by the
-    wall clock (expiry itself: tests/unit/test_lease.py)."""
+    wall clock (expiry itself: tests/unit/test_lease.py). ``root``: the audit path, or
+    the lease's log."""
     from syphon.store.lease import Lease
 
     holder = Lease(root, "observer", timedelta(seconds=1)).state().holder

@@ -118,6 +118,10 @@ def test_the_config_file_can_come_from_the_environment(tmp_path: Path) -> None:
         ("audit: {engine: spark}", r"audit\.table: is required with engine spark"),
         ("audit: {engine: spark, table: audit}", r"audit\.table: must be \[catalog\.\]schema"),
         ("audit: {table: ops.audit}", r"audit\.table: is for engine spark"),
+        (
+            "audit: {engine: spark, table: ops.audit, format: parquet}",
+            r"audit\.format: must be delta: the lease.*\(got 'parquet'\)",
+        ),
         ("logging: {level: LOUD}", r"logging\.level: must be one of"),
         ("spark: {conf: {a: [1]}}", r"spark\.conf\.a: must be a scalar"),
         ("extra: 1", r"extra: unknown key"),

@@ -227,16 +227,17 @@ class AuditConfig:
             directory), ``file://``, or an object-store URI: ``abfss://container@account.
             dfs.core.windows.net/path`` (ADLS), ``wasbs://container@account.blob.core.
             windows.net/path`` or ``az://container/path`` (Blob storage), ``s3://``,
-            ``gs://``. The audit and ledger tables live here with engine ``delta-rs``;
-            the lease table and the run reports always do.
+            ``gs://``. The audit, ledger and lease tables live here with engine
+            ``delta-rs``; the run reports and the replay's journal always do (with
+            engine ``spark`` on Databricks: a volume, ``/Volumes/<catalog>/<schema>/<v>/…``).
         storage: how an object-store ``path`` is reached (credentials, endpoint); None:
             the store's own defaults (environment variables, a managed identity).
         engine: ``delta-rs`` (tables at ``path``, written by Spark's executors as Parquet
             and committed by delta-rs) or ``spark`` (catalog tables written through
             Spark's own table format, e.g. Delta on Databricks).
         table: with engine ``spark``, the audit table's name (``[catalog.]schema.name``);
-            the run ledger is ``<table>_runs``.
-        format: with engine ``spark``, the format Spark writes the tables in.
+            the run ledger is ``<table>_runs`` and the lease ``<table>_leases``.
+        format: ``delta``, the only format (the key is kept for older configs).
     """
 
     path: str = ".syphon/delta"

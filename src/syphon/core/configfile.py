@@ -227,6 +227,12 @@ class _Builder(NamespaceReader):
         engine = self.choice(a, "audit", "engine", AUDIT_ENGINES, "delta-rs")
         table = self.optional_str(a, "audit", "table")
         fmt = self.typed(a, "audit", "format", str, "delta")
+        if fmt != "delta":  # the key stays: older configs name it
+            raise self.fail(
+                "audit.format",
+                f"must be delta: the lease, the commits' names and the audit's history are "
+                f"Delta's (got {fmt!r})",
+            )
         if engine == "spark":
             if table is None:
                 raise self.fail("audit.table", "is required with engine spark")

@@ -20,7 +20,11 @@ outcome went as recorded, one that was started without an outcome is in doubt, a
 that was never started was not sent. The journal holds places and outcomes, never a
 message's body or properties.
 
-Once a wave's outcomes are committed to the audit, its journal is removed.
+Once a wave's outcomes are committed to the audit, its journal is removed. The commit
+is named for the journal (:func:`outcomes_commit`), whether the wave makes it or the
+next run makes it from the journal: the audit takes the first and skips any other
+(Delta's idempotent writes), so a crash between the commit and the removal never
+writes a wave's outcomes twice.
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ Place = tuple[str, int]
 
 def new_journal_id() -> str:
     return uuid.uuid4().hex[:12]
+
+
+def outcomes_commit(run_id: str, journal_id: str) -> str:
+    """The name of the audit commit that holds a wave attempt's replay outcomes."""
+    return f"syphon-replay-{run_id}-{journal_id}"
 
 
 def journal_folder(location: Location, run_id: str, journal_id: str) -> Location:

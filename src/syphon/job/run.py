@@ -370,7 +370,7 @@ def _replay_and_settle(
     ledger.add(probed)
     drained.skipped.update(probed.skipped)
     journal_id = new_journal_id()
-    journal = open_journal(ctx.store.files, request.run_id, journal_id)
+    open_journal(ctx.store.files, request.run_id, journal_id)
     lease.check()
     ledger.record(Status.REPLAYING, detail=JOURNAL_PREFIX + journal_id)
     failpoints.check("after_replaying")
@@ -383,7 +383,7 @@ def _replay_and_settle(
         drained.skipped,
         drained.broken,
         drained.in_doubt,
-        journal,
+        journal_id,
         counts.get(Verdict.REPLAY, 0),
     )
     ledger.add(sent)

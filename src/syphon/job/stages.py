@@ -28,7 +28,7 @@ from syphon.core.ledger import Operations, Timings
 from syphon.core.naming import is_dead_letter_path
 from syphon.core.schema import PLACE, REPLAY_RESULT, Detail, Outcome, Stage, Status, spark_schema
 from syphon.job.context import RunContext, fit_shuffle_partitions, service_tasks
-from syphon.job.journal import read_journal, remove_journal
+from syphon.job.journal import journal_folder, outcomes_commit, read_journal, remove_journal
 from syphon.job.lanes import ReplaySettings
 from syphon.job.plan import discovery_operations, unread
 from syphon.job.repair import with_repair
@@ -43,7 +43,6 @@ from syphon.obs import failpoints, progress
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.sending import Destination, probe_destinations
 from syphon.store import queries
-from syphon.store.location import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -102,10 +101,8 @@ def recover(ctx: RunContext, request: RunRequest) -> Recovered:
     for run_id in queries.interrupted_runs(records):
         last = [r for r in records if r.run_id == run_id and r.status == Status.REPLAYING][-1]
         journal_id = journal_of(last.detail)
-        journal = None
-        if journal_id is not None:
-            journal = read_journal(ctx.store.files, run_id, journal_id)
-        if journal is None:
+        journal = None if journal_id is None else read_journal(ctx.store.files, run_id, journal_id)
+        if journal_id is None or journal is None:
             continue
         doubt = journal.in_doubt
         rows = [(q, s, o, d, 0, 0) for (q, s), (o, d) in sorted(journal.outcomes.items())]
@@ -113,13 +110,16 @@ def recover(ctx: RunContext, request: RunRequest) -> Recovered:
         plan_rows = ctx.store.run_rows(run_id, Stage.PLAN)
         if rows and plan_rows is not None:
             frame = ctx.spark().createDataFrame(rows, spark_schema(REPLAY_RESULT))
-            # what the attempt committed itself (cut off after its commit) is in already
+            # what the attempt committed itself (cut off after its commit) is in already:
+            # the commit's name skips it whole; an attempt of a syphon that did not name
+            # its commits is told by its rows
             committed = ctx.store.run_rows(run_id, Stage.REPLAY)
             if committed is not None and last.recorded_at is not None:
                 since = committed.where(committed["recorded_at"] >= F.lit(last.recorded_at))
                 frame = frame.join(since.select(*PLACE), list(PLACE), "left_anti")
             now = datetime.now(timezone.utc)
-            ctx.store.append_outcomes(frame, plan_rows, run_id, Stage.REPLAY, now)
+            commit = outcomes_commit(run_id, journal_id)  # the wave's commit: made once
+            ctx.store.append_outcomes(frame, plan_rows, run_id, Stage.REPLAY, now, commit)
         ctx.store.append_run(
             replace(
                 last,
@@ -267,15 +267,20 @@ def send(
     skipped: Mapping[Destination, str | None],
     broken: frozenset[tuple[str, str, str]],
     in_doubt: DataFrame | None,
-    journal: Location | None = None,
+    journal_id: str | None = None,
     messages: int | None = None,
 ) -> Sent:
     """Sends the plan rows ``todo`` (the messages' bytes from ``snapshot``; those of
     ``in_doubt`` marked as sent again), except to the ``skipped`` destinations and on the
     ``broken`` lanes (an earlier wave of the run left them), then commits the outcomes of
-    the plan ``rows`` to the audit. Each transfer is journaled in ``journal`` (the wave's
-    journal folder; None: not journaled). ``messages``: how many the plan replays (None:
-    unknown), which sizes the replay's tasks (:func:`syphon.job.context.service_tasks`)."""
+    the plan ``rows`` to the audit. Each transfer is journaled in the wave attempt's
+    journal ``journal_id`` (opened by the caller; None: not journaled), and the commit is
+    named for it (:func:`syphon.job.journal.outcomes_commit`). ``messages``: how many
+    the plan replays (None: unknown), which sizes the replay's tasks
+    (:func:`syphon.job.context.service_tasks`)."""
+    journal = None
+    if journal_id is not None:
+        journal = journal_folder(ctx.store.files, request.run_id, journal_id)
     budgets = ctx.config.replay.credits_per_second
     operations = Operations()
     timings = Timings()
@@ -300,7 +305,8 @@ def send(
         seconds = timings.replay_sends or 0.0
         operations.credit_rates = credit_rates(results, rows, budgets, seconds)
         now = datetime.now(timezone.utc)
-        ctx.store.append_outcomes(results, rows, request.run_id, Stage.REPLAY, now)
+        commit = outcomes_commit(request.run_id, journal_id) if journal_id else None
+        ctx.store.append_outcomes(results, rows, request.run_id, Stage.REPLAY, now, commit)
     replayed = tally(results, "transfers", "busy_retries")
     operations.replay_send_transfers = replayed.total("transfers")
     operations.replay_busy_retries = replayed.total("busy_retries")

@@ -11,7 +11,8 @@ Two backends implement :class:`AuditStore`: :class:`syphon.store.deltars.DeltaRs
 (Delta tables at ``audit.path``, written by Spark's executors and committed by delta-rs)
 and :class:`syphon.store.catalog.CatalogStore` (catalog tables through Spark's own
 table format). :func:`syphon.store.backend.open_store` picks one; nothing else asks which. The
-lease and the run reports live at ``audit.path`` with either.
+lease is each backend's (a delta-rs table at ``audit.path``, or a catalog table through
+Spark); the run reports and the replay's journal are files at ``audit.path`` with either.
 
 A store reads through Spark only when asked for a DataFrame: it is given a *provider*
 that starts the session on first use, so a run that needs no Spark starts none.
@@ -54,10 +55,18 @@ class AuditStore(Protocol):
         ...
 
     def append_outcomes(
-        self, results: DataFrame, planned: DataFrame, run_id: str, stage: str, recorded_at: datetime
+        self,
+        results: DataFrame,
+        planned: DataFrame,
+        run_id: str,
+        stage: str,
+        recorded_at: datetime,
+        commit: str | None = None,
     ) -> int:
         """Appends a stage's results (keys from ``planned``) in one commit; returns how
-        many rows."""
+        many rows. ``commit`` names the commit for Delta's idempotent writes: an append
+        retried under the same name (a wave's outcomes, committed by the wave or read
+        from its journal after a crash) is written once, whichever comes first."""
         ...
 
     def append_run(self, record: RunRecord) -> None:
@@ -103,14 +112,14 @@ class AuditStore(Protocol):
 
     @property
     def files(self) -> Location:
-        """The folder of the lease, the reports and the replay's journal (``audit.path``)."""
+        """The folder of the reports and the replay's journal (``audit.path``)."""
         ...
 
 
 class TableStore(abc.ABC):
     """What both backends share: the questions asked of the tables (the same
-    transforms, :mod:`syphon.store.queries`), the lease and the reports at ``location``
-    (``audit.path``)."""
+    transforms, :mod:`syphon.store.queries`), the reports at ``location``
+    (``audit.path``), and the lease there unless the backend keeps its own."""
 
     def __init__(self, location: Location, spark: SparkProvider) -> None:
         self.location = location
@@ -125,8 +134,10 @@ class TableStore(abc.ABC):
     def where(self) -> str: ...
 
     @abc.abstractmethod
-    def _append(self, frame: DataFrame, table: str, label: str) -> int:
-        """Appends ``frame`` to a table in one commit; returns how many rows."""
+    def _append(self, frame: DataFrame, table: str, label: str, commit: str | None = None) -> int:
+        """Appends ``frame`` to a table in one commit; returns how many rows. With
+        ``commit``, a table that has a commit of that name already is not written again
+        (Delta's application transactions: app id ``commit``, version 1)."""
 
     @abc.abstractmethod
     def append_run(self, record: RunRecord) -> None: ...
@@ -142,10 +153,16 @@ class TableStore(abc.ABC):
         return self._append(frame, AUDIT_TABLE, f"{Stage.PLAN}-{run_id}")
 
     def append_outcomes(
-        self, results: DataFrame, planned: DataFrame, run_id: str, stage: str, recorded_at: datetime
+        self,
+        results: DataFrame,
+        planned: DataFrame,
+        run_id: str,
+        stage: str,
+        recorded_at: datetime,
+        commit: str | None = None,
     ) -> int:
         frame = queries.outcome_audit_rows(results, planned, run_id, stage, recorded_at)
-        return self._append(frame, AUDIT_TABLE, f"{stage}-{run_id}")
+        return self._append(frame, AUDIT_TABLE, f"{stage}-{run_id}", commit)
 
     def run_rows(self, run_id: str, stage: str | None = None) -> DataFrame | None:
         audit = self.audit()

@@ -100,18 +100,29 @@ def table_exists(where: Where) -> bool:
     return as_location(where).is_table()
 
 
-def append_dataframe(df: DataFrame, where: Where, label: str = "") -> int:
+def append_dataframe(
+    df: DataFrame, where: Where, label: str = "", commit: str | None = None
+) -> int:
     """Appends ``df`` to the Delta table at ``where`` (created when missing).
 
     Each task writes its rows to ``<table>/syphon-<label>-<uuid>/part-<n>-<uuid>.parquet``
     through the table's object store; one delta-rs commit adds them all. Returns the
-    number of rows committed.
+    number of rows committed. With ``commit`` (a name a retry of this append repeats),
+    the commit records it as a Delta application transaction (``txn``: app id
+    ``commit``, version 1), and a table that already has it is left as it is (0 rows):
+    Delta's idempotent writes, the way Spark's Delta does them with ``txnAppId``.
     """
-    from deltalake import DeltaTable, Schema
+    from deltalake import CommitProperties, DeltaTable, Schema, Transaction
     from deltalake.transaction import AddAction, create_table_with_add_actions
     from pyspark.sql.pandas.types import to_arrow_schema
 
     table = as_location(where)
+    properties = None
+    if commit is not None:
+        if table.is_table() and _committed(table, commit):
+            log.info("the table at %s has commit %s: not written again", table.shown, commit)
+            return 0
+        properties = CommitProperties(app_transactions=[Transaction(commit, 1)])
     folder = f"{STAGING_PREFIX}{label + '-' if label else ''}{uuid.uuid4().hex}"
     schema = to_arrow_schema(df.schema, timezone="UTC")
     writer = _WriteFiles(table.child(folder).for_tasks(), schema)
@@ -132,14 +143,29 @@ def append_dataframe(df: DataFrame, where: Where, label: str = "") -> int:
     options = table.storage_options()
     if not table.is_table():
         create_table_with_add_actions(
-            table.uri, Schema.from_arrow(schema), actions, mode="append", storage_options=options
+            table.uri,
+            Schema.from_arrow(schema),
+            actions,
+            mode="append",
+            storage_options=options,
+            commit_properties=properties,
         )
-    elif actions:
+    elif actions:  # an empty append commits nothing (nothing for a retry to repeat)
         delta = DeltaTable(table.uri, storage_options=options)
         if add_missing_columns(delta, schema):
             delta = DeltaTable(table.uri, storage_options=options)
-        delta.create_write_transaction(list(actions), "append", schema)
+        delta.create_write_transaction(
+            list(actions), "append", schema, commit_properties=properties
+        )
     return sum(f["rows"] for f in written)
+
+
+def _committed(table: Location, commit: str) -> bool:
+    """Whether the table's log has the application transaction ``commit``."""
+    from deltalake import DeltaTable
+
+    delta = DeltaTable(table.uri, storage_options=table.storage_options())
+    return delta.transaction_version(commit) is not None
 
 
 def add_missing_columns(delta: Any, schema: pa.Schema) -> list[str]:

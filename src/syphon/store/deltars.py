@@ -38,9 +38,9 @@ class DeltaRsStore(TableStore):
     def _table(self, table: str) -> Location:
         return self.location.child(table)
 
-    def _append(self, frame: DataFrame, table: str, label: str) -> int:
+    def _append(self, frame: DataFrame, table: str, label: str, commit: str | None = None) -> int:
         with guarded(self.where, f"append to its {table} table"):
-            return append_dataframe(frame, self._table(table), label)
+            return append_dataframe(frame, self._table(table), label, commit)
 
     def append_run(self, record: RunRecord) -> None:
         import pyarrow as pa  # type: ignore[import-untyped]

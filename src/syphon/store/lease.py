@@ -21,6 +21,12 @@ does not exist yet, atomically, which a local file system (a hard link), Azure B
 storage and ADLS (a create with ``If-None-Match: *``) and GCS do. On S3, delta-rs needs
 S3's conditional writes (``aws_conditional_put``) or a locking provider in
 ``audit.storage.options``; without one, two runs' commits can overwrite each other.
+
+Where the commits go is a :class:`LeaseLog`: :class:`DeltaRsLeaseLog` (the ``leases``
+table under ``audit.path``, committed by delta-rs) or, with ``audit.engine: spark``,
+:class:`syphon.store.catalog.SparkLeaseLog` (the catalog table ``<audit.table>_leases``,
+committed by Spark's Delta, whose log store gives the same guarantee). The rules above
+are the same for both.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import os
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from syphon.core.errors import LeaseLostError
 from syphon.core.schema import LEASE, arrow_schema
@@ -88,46 +94,88 @@ def heartbeat_interval(ttl: timedelta) -> float:
     return max(ttl.total_seconds() / 3, 0.05)
 
 
+class LeaseLog(Protocol):
+    """Where a lease's commits go and are read back, one commit per action."""
+
+    @property
+    def where(self) -> str:
+        """Where the log is, for messages."""
+        ...
+
+    def commit(self, row: dict[str, Any], metadata: dict[str, str]) -> None:
+        """Appends ``row`` (a :data:`~syphon.core.schema.LEASE` row) in one commit whose
+        metadata is ``metadata``."""
+        ...
+
+    def history(self) -> list[dict[str, Any]]:
+        """Every commit: its ``version``, its ``timestamp`` (epoch ms) and its metadata's
+        keys; none before the first."""
+        ...
+
+    #: Whether reading the history runs a Spark job, which waits for a task slot while
+    #: the run's own tasks hold them all: the heartbeat then only commits its renewals,
+    #: and the run learns of a lost lease at its next check (a stage's boundary).
+    history_needs_tasks: bool
+
+
+class DeltaRsLeaseLog:
+    """The ``leases`` table under ``root`` (``audit.path``), committed by delta-rs with
+    the metadata as the commit's ``custom_metadata``."""
+
+    history_needs_tasks = False
+
+    def __init__(self, root: Location | str | os.PathLike[str]) -> None:
+        location = as_location(root)
+        self.where = location.shown
+        self.table = location.child(LEASES_TABLE)
+
+    def commit(self, row: dict[str, Any], metadata: dict[str, str]) -> None:
+        import pyarrow as pa  # type: ignore[import-untyped]
+        from deltalake import CommitProperties
+
+        arrow = pa.Table.from_pylist([row], schema=arrow_schema(LEASE))
+        with guarded(self.where, f"{row['action']} the lease"):
+            append_arrow(arrow, self.table, CommitProperties(custom_metadata=metadata))
+
+    def history(self) -> list[dict[str, Any]]:
+        from deltalake import DeltaTable
+
+        with guarded(self.where, "read the lease"):
+            table = DeltaTable(self.table.uri, storage_options=self.table.storage_options())
+            return list(table.history())
+
+
 class Lease:
-    """One run's lease on the audit path.
+    """One run's lease.
 
     Args:
-        root: the audit path (the ``leases`` table goes under it): a
-            :class:`~syphon.store.location.Location`, or a local path.
+        log: where its commits go: a :class:`LeaseLog`, or the audit path (a
+            :class:`~syphon.store.location.Location` or a local path) whose ``leases``
+            table delta-rs commits to.
         holder: who asks (the run id, plus a random suffix so that two attempts of
             one run are told apart).
         ttl: how long an acquire or renew holds without another renew.
     """
 
     def __init__(
-        self, root: Location | str | os.PathLike[str], holder: str, ttl: timedelta
+        self, log: LeaseLog | Location | str | os.PathLike[str], holder: str, ttl: timedelta
     ) -> None:
-        location = as_location(root)
-        self.root = location.shown
-        self.table = location.child(LEASES_TABLE)
+        if isinstance(log, (Location, str, os.PathLike)):
+            log = DeltaRsLeaseLog(log)
+        self.log: LeaseLog = log
+        self.root = self.log.where
         self.holder = f"{holder}#{uuid.uuid4().hex[:8]}"
         self.ttl = ttl
 
     def _commit(self, action: str) -> None:
-        import pyarrow as pa  # type: ignore[import-untyped]
-        from deltalake import CommitProperties
-
         now = datetime.now(timezone.utc)
         expires = now + self.ttl if action != "release" else now
-        row = pa.Table.from_pylist(
-            [{"holder": self.holder, "action": action, "recorded_at": now, "expires_at": expires}],
-            schema=arrow_schema(LEASE),
-        )
+        row = {"holder": self.holder, "action": action, "recorded_at": now, "expires_at": expires}
         metadata = {_HOLDER: self.holder, _ACTION: action, _EXPIRES: expires.isoformat()}
-        with guarded(self.root, f"{action} the lease"):
-            append_arrow(row, self.table, CommitProperties(custom_metadata=metadata))
+        self.log.commit(row, metadata)
 
     def state(self) -> LeaseState:
-        from deltalake import DeltaTable
-
-        with guarded(self.root, "read the lease"):
-            table = DeltaTable(self.table.uri, storage_options=self.table.storage_options())
-            return replay_history(table.history())
+        return replay_history(self.log.history())
 
     def acquire(self) -> LeaseState:
         """Asks for the lease; returns the state after asking (check ``held_by``)."""
@@ -162,7 +210,10 @@ class Lease:
             interval = heartbeat_interval(self.ttl)
             while not self._stop.wait(interval):
                 try:
-                    self.renew()
+                    if self.log.history_needs_tasks:
+                        self._commit("renew")  # checked at the run's next check
+                    else:
+                        self.renew()
                 except LeaseLostError:
                     self.lost = True
                     return
