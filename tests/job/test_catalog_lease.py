@@ -88,8 +88,8 @@ def test_a_lease_through_spark_expires_and_the_next_run_takes_it(
     table = f"delta.`{tmp_path / 'leases'}`"
     crashed = Lease(SparkLeaseLog(table, lambda: spark), "crashed", timedelta(seconds=1))
     assert crashed.acquire().holder == crashed.holder
+    # (that an acquire before the expiry loses: the race above and tests/unit/test_lease.py)
     successor = Lease(SparkLeaseLog(table, lambda: spark), "successor", timedelta(minutes=5))
-    assert successor.acquire().holder == crashed.holder  # not expired yet: it loses
     deadline = time.monotonic() + 30
     while crashed.held() and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -177,8 +177,11 @@ def test_a_bad_expression_or_a_session_id_change_exits_2_before_anything_is_peek
     def peeked(*_: Any, **__: Any) -> Any:
         raise AssertionError("the source was read")
 
-    monkeypatch.setattr("syphon.job.run.discover", peeked)
+    # found (its queues' counts), never peeked
     monkeypatch.setattr("syphon.job.plan.read_snapshot", peeked)
+    monkeypatch.setattr("syphon.job.snapshot.read_snapshot", peeked)
+    monkeypatch.setattr("syphon.job.waves.read_wave", peeked)
+    monkeypatch.setattr("syphon.job.run.read_waves", peeked)
     base = ["--config", conf, "--source", "redrive"]
     assert main(["run", *base, "--set", "tenant=upper(no_such_column)"]) == 2
     said = capsys.readouterr()
@@ -191,6 +194,28 @@ def test_a_bad_expression_or_a_session_id_change_exits_2_before_anything_is_peek
     assert "not changeable (the session id decides the order" in said.err
     assert "fix:" in said.err
     assert dead_letters(pair, "orders") == ["p-1"]
+
+
+def test_an_empty_run_with_a_repair_starts_no_spark_session(
+    pair: Pair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The repair's expressions are judged once the source is found to hold messages
+    (before any is peeked): a run that finds nothing starts no session for them."""
+    from support.paired_env import job_config
+
+    job_config(pair, tmp_path, monkeypatch, extra=SOURCES)
+
+    def no_session(*_: Any) -> Any:
+        pytest.fail("an empty run started a Spark session")
+
+    monkeypatch.setattr("syphon.app.services.build_spark_session", no_session)
+    conf = str(tmp_path / "syphon.yaml")
+    repair = ["--set", "weight:long=typed_properties['n'].int * 100"]
+    assert main(["run", "--config", conf, "--source", "redrive", *repair]) == 0
+    assert ": empty" in capsys.readouterr().out
 
 
 def test_a_repair_that_makes_a_dead_letter_invalid_ends_the_run_that_first_leaves_it_partial(

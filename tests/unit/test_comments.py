@@ -72,3 +72,23 @@ def test_the_check_reads_comments_and_docstrings_only(tmp_path: Path) -> None:
         "m.py:1: 'DESIGN.md'",
         "m.py:4: 'recorded before'",
     ]
+
+
+#: Files beside the code that a reader of the repository opens.
+PROJECT_FILES = ("pyproject.toml", "README.md", "dev.sh", ".ci/run", "conf", "jobs", "notebooks")
+
+#: A document outside the repository (the project's notes, the seeds' folder).
+OUTSIDE = re.compile(r"DESIGN\.md|STYLE\.md|NOTES-|\.\./shared|\bseeds/", re.IGNORECASE)
+
+
+def test_no_project_file_cites_a_document_outside_the_repository() -> None:
+    root = SRC.parent
+    found = []
+    for name in PROJECT_FILES:
+        paths = [root / name] if (root / name).is_file() else sorted((root / name).rglob("*"))
+        for path in paths:
+            if not path.is_file() or path.suffix in (".pyc", ".whl"):
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            found += [f"{path.relative_to(root)}: {m.group(0)!r}" for m in OUTSIDE.finditer(text)]
+    assert found == []

@@ -81,11 +81,6 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
         repair = tuple(request.repair.describe()) if request.repair else ()
         ledger = Ledger(ctx, request.run_id, request.started, request.source.name, repair)
         try:
-            if request.repair is not None:  # judged before any peek: a bad --set exits 2
-                redrive = request.source.redrive
-                request = replace(
-                    request, repair=check_repair(ctx.spark(), request.repair, redrive)
-                )
             discovered = discover(ctx, request)
         except Exception as exc:
             return ledger.failed(exc, request.source.access)
@@ -103,6 +98,11 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
                     discovered.messages, wave_messages or discovered.messages
                 )
             ctx.spark.waves = wave_messages is not None
+            if request.repair is not None:  # judged before any peek: a bad --set exits 2
+                redrive = request.source.redrive  # (the session starts here, fitted)
+                request = replace(
+                    request, repair=check_repair(ctx.spark(), request.repair, redrive)
+                )
             with _leased(ctx, ledger) as lease:
                 if isinstance(lease, LeaseState):
                     return ledger.busy(lease, ctx.config.run.lease_seconds)
