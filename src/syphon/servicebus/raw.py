@@ -10,8 +10,26 @@ bytes and decodes nothing; a batch takes encoded messages as the SDK's own; the
 SDK's decoder table learns the three types it lacks, for the settle's receiver; and a
 page of received messages is settled in one management request (the SDK's public calls
 settle one message each).
-``tests/job/test_raw_peek.py`` fails if an SDK upgrade changes the names or the answer
-this relies on (pinned: azure-servicebus 7.15.0).
+``tests/job/test_raw_peek.py`` fails if an SDK upgrade changes the answer this relies on
+(pinned: azure-servicebus 7.15.0), and ``tests/unit/test_sdk_internals.py`` if it renames
+or removes one of the names below, or if this module reaches for one not listed here.
+
+SDK internals this module uses (where an SDK upgrade must look first):
+
+- ``azure.servicebus._pyamqp._decode._DECODE_BY_CONSTRUCTOR`` (the decoder table)
+- ``azure.servicebus.ServiceBusReceiver._create_handler``, ``._handler`` (and the
+  sender's: ``azure.servicebus.ServiceBusSender._create_handler``, ``._handler``)
+- ``azure.servicebus._pyamqp.client.ReceiveClient._keep_alive_interval`` (and
+  ``azure.servicebus._pyamqp.client.SendClient._keep_alive_interval``)
+- ``azure.servicebus.ServiceBusReceiver._amqp_transport``,
+  ``._populate_message_properties``, ``._mgmt_request_response_with_retry``,
+  ``._settle_message_via_mgmt_link``
+- ``azure.servicebus.ServiceBusReceivedMessage._settled``
+- ``azure.servicebus.ServiceBusMessageBatch._message``, ``._size``, ``._count``,
+  ``._amqp_transport``
+- ``azure.servicebus._common.constants._BATCH_MESSAGE_OVERHEAD_COST`` and the
+  management request's names in that module (``MGMT_REQUEST_*``, ``MGMT_RESPONSE_*``,
+  ``REQUEST_RESPONSE_*``)
 """
 
 from __future__ import annotations
