@@ -153,7 +153,9 @@ def test_a_run_killed_mid_replay_on_connect_with_the_audit_in_delta_through_spar
     reads too), resends only what was in doubt, and marks it; nothing lost."""
     pair = make_pair(servicebus_emulator)
     pair.primary.broker.declare(QueueSpec(UNIQUE, requires_duplicate_detection=True))
-    job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 10\n")
+    # renewals through the server: at 10 s, a suite loading both cores once made one
+    # run go two renewals without an answer and lose its lease (freed below anyway)
+    job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 60\n")
     conf, table = tmp_path / "syphon.yaml", f"crash_{uuid.uuid4().hex[:8]}"
     catalog, warehouse = catalog_env(table), connect_server.warehouse
     sent: dict[str, str] = {}

@@ -581,7 +581,7 @@ def test_the_session_is_told_how_many_messages_the_discovery_counted(
     told: list[int | None] = []
 
     def factory() -> Any:
-        told.append(ctx.spark.expected_messages)
+        told.append(ctx.spark.fitted.expected_messages)
         return spark
 
     from syphon.app.spark import LOCAL_CONF

@@ -220,3 +220,19 @@ def test_no_product_module_is_over_about_400_lines() -> None:
         and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_the_run_ledger_is_written_from_one_module() -> None:
+    """Every ledger row a run writes goes through ``job/ledger.py`` (the stores implement
+    ``append_run``; nothing else in the product calls it)."""
+    import ast
+
+    callers = set()
+    for path in sorted((SRC / "syphon").rglob("*.py")):
+        if path.parent.name == "store":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "append_run":
+                callers.add(str(path.relative_to(SRC / "syphon")))
+    assert callers == {"job/ledger.py"}

@@ -10,6 +10,7 @@ from syphon.app.report import write_run_report
 from syphon.app.spark import build_spark_session
 from syphon.app.storage import resolve_location
 from syphon.core.config import SyphonConfig
+from syphon.core.sessions import SessionFit
 from syphon.job import run as job_run
 from syphon.job.context import RunContext, SparkOnDemand
 from syphon.job.ledger import RunResult
@@ -39,10 +40,12 @@ def build_context(
     namespaces = resolve_namespaces(config, dbutils_get, environ)
     location = resolve_location(config.audit, dbutils_get, environ)
 
-    def session() -> SparkSession:
-        return build_spark_session(config.spark, dbutils_get, spark.expected_messages, spark.waves)
+    def session(fit: SessionFit) -> SparkSession:
+        if spark_factory is not None:  # a session made elsewhere: nothing to fit
+            return spark_factory()
+        return build_spark_session(config.spark, dbutils_get, fit)
 
-    spark = SparkOnDemand(spark_factory or session)
+    spark = SparkOnDemand(session)
     return RunContext(config, namespaces, open_store(config.audit, spark, location), spark)
 
 

@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING
 from syphon.app.classarchive import class_archive, write_at_exit
 from syphon.core.config import SecretRef, SparkConfig
 from syphon.core.errors import SecretError, SparkSetupError
+from syphon.core.sessions import SessionFit
 from syphon.job.context import FITTED_SHUFFLE_PARTITIONS
 from syphon.servicebus.secrets import resolve_secret
 
@@ -245,8 +246,7 @@ def spark_settings(
 def build_spark_session(
     config: SparkConfig,
     dbutils_get: Callable[[str, str], str] | None = None,
-    expected_messages: int | None = None,
-    waves: bool = False,
+    fit: SessionFit | None = None,
 ) -> SparkSession:
     """Builds (or joins) the Spark session syphon runs in.
 
@@ -254,7 +254,7 @@ def build_spark_session(
     that master and, for ``local`` masters, the local settings and a scratch folder of
     its own (stale ones of killed sessions are removed first). With no master the
     platform's session is joined (Databricks, spark-submit). A local session of a run
-    that expects few messages (``expected_messages``) starts quickly (see
+    that expects few messages (``fit``: what the run told it) starts quickly (see
     :data:`QUICK_START_MESSAGES`), and every local session's JVM starts from the
     environment's class archive (:mod:`syphon.app.classarchive`). ``config.conf`` is
     applied last and wins.
@@ -284,7 +284,10 @@ def build_spark_session(
         for name, value in LOCAL_ENVIRONMENT.items():
             os.environ.setdefault(name, value)
 
-    settings = spark_settings(config, dbutils_get, expected_messages=expected_messages, waves=waves)
+    fit = fit or SessionFit()
+    settings = spark_settings(
+        config, dbutils_get, expected_messages=fit.expected_messages, waves=fit.waves
+    )
     if local:  # the JVM's own log: errors only (its start-up lines come before any setting)
         quiet = f"-Dlog4j2.configurationFile={resources.files('syphon.app') / 'log4j2.properties'}"
         options = settings.get("spark.driver.extraJavaOptions", "")

@@ -7,7 +7,24 @@ tracker, its JVM) is asked for through :func:`is_connect` first."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class SessionFit:
+    """What a run tells the session factory before its session starts, for a local
+    session to fit itself to (:func:`syphon.app.spark.build_spark_session`).
+
+    Attributes:
+        expected_messages: how many messages a wave of the run reads at most (None:
+            unknown).
+        waves: whether the run drains its source in several waves.
+    """
+
+    expected_messages: int | None = None
+    waves: bool = False
+
 
 #: The task count a Spark Connect session's stages take when its configuration does not
 #: say (``spark.default.parallelism``): a client cannot see the cluster's cores.

@@ -5,40 +5,53 @@ audit store and the Spark session on demand — built once by the entry point
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from syphon.core.config import MESSAGES_PER_TASK_DEFAULT, SyphonConfig
-from syphon.core.sessions import default_parallelism
+from syphon.core.sessions import SessionFit, default_parallelism
 from syphon.servicebus.access import Namespaces
 from syphon.store.audit import AuditStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
 
 class SparkOnDemand:
     """Starts the Spark session the first time it is called, then returns it. A run that
     needs no Spark (an empty one) never calls it.
 
-    Attributes:
-        expected_messages: how many messages the run expects to read, when the caller
-            knows before the session starts (the discovery's counts); the factory may
-            fit a local session to it (:func:`syphon.app.spark.build_spark_session`).
-        waves: whether the run drains its source in several waves (a local session keeps
-            its heap close to what it holds: a run's memory stays that of a wave).
+    Args:
+        factory: makes the session, given the run's :class:`SessionFit` (what
+            :meth:`fit` was told, or nothing).
     """
 
-    def __init__(self, factory: Callable[[], SparkSession]) -> None:
+    def __init__(self, factory: Callable[[SessionFit], SparkSession]) -> None:
         self._factory = factory
         self._session: SparkSession | None = None
-        self.expected_messages: int | None = None
-        self.waves = False
+        self._fit = SessionFit()
+
+    def fit(self, fit: SessionFit) -> None:
+        """Tells the factory what the run expects (the discovery's counts, its waves),
+        for when the session starts; a session already started keeps what it was
+        started with (its JVM's settings are fixed at its start)."""
+        if self._session is not None:
+            log.debug("the session started before the run knew its size: not fitted")
+            return
+        self._fit = fit
+
+    @property
+    def fitted(self) -> SessionFit:
+        """What the session is (or will be) started with."""
+        return self._fit
 
     def __call__(self) -> SparkSession:
         if self._session is None:
-            self._session = self._factory()
+            self._session = self._factory(self._fit)
         return self._session
 
     @property

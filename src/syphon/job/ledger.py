@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from syphon.core.errors import ExitCode
@@ -11,7 +11,7 @@ from syphon.core.ledger import Operations, RunRecord, Timings
 from syphon.core.schema import Status
 from syphon.job.context import RunContext
 from syphon.job.failures import Failure, explain
-from syphon.job.request import StageResult
+from syphon.job.request import RunRequest, StageResult
 from syphon.servicebus.access import Access
 from syphon.store.lease import LeaseState
 
@@ -159,3 +159,45 @@ class Ledger:
             failure.code,
             why=failure.why,
         )
+
+
+def record_planned(
+    ctx: RunContext,
+    request: RunRequest,
+    stage: StageResult,
+    counts: dict[str, int],
+    wave: tuple[int, datetime | None] | None = None,
+) -> None:
+    """Records a planned wave (or run): its ``counts`` by verdict and the plan's own
+    timings and operations (``stage``); ``wave``: its number and watermark (None: a run
+    of one wave)."""
+    ctx.store.append_run(
+        RunRecord(
+            run_id=request.run_id,
+            status=Status.PLANNED,
+            started_at=request.started,
+            finished_at=datetime.now(timezone.utc),
+            config_fingerprint=ctx.config.fingerprint(),
+            counts=counts,
+            operations=stage.operations,
+            timings=stage.timings,
+            source=request.source.name,
+            wave=None if wave is None else wave[0],
+            watermark=None if wave is None else wave[1],
+            repair=tuple(request.repair.describe()) if request.repair else (),
+        )
+    )
+
+
+def record_recovered(ctx: RunContext, last: RunRecord, by_run: str) -> None:
+    """Records an interrupted run's last wave ``replayed``, its outcomes read from its
+    journal by run ``by_run`` (the interrupted run's own row, ``last``, carried on)."""
+    ctx.store.append_run(
+        replace(
+            last,
+            status=Status.REPLAYED,
+            finished_at=None,
+            recorded_at=None,
+            detail=f"recovered from its journal by run {by_run}",
+        )
+    )

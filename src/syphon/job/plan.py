@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.discard import Discard
-from syphon.core.ledger import Operations, RunRecord, Timings
+from syphon.core.ledger import Operations, Timings
 from syphon.core.repair import Repair
-from syphon.core.schema import DESTINATIONS, Status, Verdict, spark_schema
+from syphon.core.schema import DESTINATIONS, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
 from syphon.job.classify import DESTINATION_UNKNOWN, REPAIR_INVALID
 from syphon.job.context import RunContext, fit_shuffle_partitions
+from syphon.job.ledger import record_planned
 from syphon.job.reconcile import REPAIRED_NAMES, reconcile_snapshot
 from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest, StageResult, timed
@@ -320,22 +321,8 @@ def plan_snapshot(
     counts = {v: n for v in Verdict.ALL if (n := sum(int(d[v]) for d in destinations))}
     if operations.snapshot_messages_peeked is None:  # a wave's read counted its own
         operations.snapshot_messages_peeked = rows
-    ctx.store.append_run(
-        RunRecord(
-            run_id=request.run_id,
-            status=Status.PLANNED,
-            started_at=request.started,
-            finished_at=datetime.now(timezone.utc),
-            config_fingerprint=ctx.config.fingerprint(),
-            counts=counts,
-            operations=operations,
-            timings=timings,
-            source=source.name,
-            wave=None if wave is None else wave.number,
-            watermark=None if wave is None else wave.watermark,
-            repair=tuple(request.repair.describe()) if request.repair else (),
-        )
-    )
+    mark = None if wave is None else (wave.number, wave.watermark)
+    record_planned(ctx, request, StageResult(timings=timings, operations=operations), counts, mark)
     return PlanResult(
         run_id=request.run_id,
         queues=[],

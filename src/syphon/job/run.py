@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 from syphon.core.errors import SyphonError
 from syphon.core.repair import Repair
 from syphon.core.schema import Status, Verdict
-from syphon.core.sessions import is_connect
+from syphon.core.sessions import SessionFit, is_connect
 from syphon.job.context import RunContext
 from syphon.job.failures import refused_primaries
 from syphon.job.finish import Drained, finish, held, unknown_destinations
@@ -93,11 +93,10 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
             if refused is not None:
                 return ledger.failed(*refused)
             wave_messages = _wave_messages(ctx, request, discovered.queues)
-            if discovered.messages is not None:  # a local session is fitted to a wave
-                ctx.spark.expected_messages = min(
-                    discovered.messages, wave_messages or discovered.messages
-                )
-            ctx.spark.waves = wave_messages is not None
+            expected = discovered.messages  # a local session is fitted to a wave
+            if expected is not None and wave_messages is not None:
+                expected = min(expected, wave_messages)
+            ctx.spark.fit(SessionFit(expected, waves=wave_messages is not None))
             if request.repair is not None:  # judged before any peek: a bad --set exits 2
                 redrive = request.source.redrive  # (the session starts here, fitted)
                 request = replace(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -30,6 +30,7 @@ from syphon.core.schema import PLACE, REPLAY_RESULT, Detail, Outcome, Stage, Sta
 from syphon.job.context import RunContext, fit_shuffle_partitions, service_tasks
 from syphon.job.journal import journal_folder, outcomes_commit, read_journal, remove_journal
 from syphon.job.lanes import ReplaySettings
+from syphon.job.ledger import record_recovered
 from syphon.job.plan import discovery_operations, unread
 from syphon.job.repair import with_repair
 from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
@@ -120,15 +121,7 @@ def recover(ctx: RunContext, request: RunRequest) -> Recovered:
             now = datetime.now(timezone.utc)
             commit = outcomes_commit(run_id, journal_id)  # the wave's commit: made once
             ctx.store.append_outcomes(frame, plan_rows, run_id, Stage.REPLAY, now, commit)
-        ctx.store.append_run(
-            replace(
-                last,
-                status=Status.REPLAYED,
-                finished_at=None,
-                recorded_at=None,
-                detail=f"recovered from its journal by run {request.run_id}",
-            )
-        )
+        record_recovered(ctx, last, request.run_id)
         remove_journal(ctx.store.files, run_id)
         result.runs[run_id] = (len(journal.outcomes), len(doubt))
         log.info(
