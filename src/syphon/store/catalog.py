@@ -135,6 +135,7 @@ class SparkLeaseLog:
         again_if_raced(lambda: self._spark().sql(statement))
 
     def commit(self, row: dict[str, Any], metadata: dict[str, str]) -> None:
+        # the properties are the record: ``row`` is not written (an append is a job)
         if not self._created:
             columns = ", ".join(f"`{f.name}` {f.type}" for f in LEASE)
             self._sql(f"CREATE TABLE IF NOT EXISTS {self.table} ({columns}) USING delta")

@@ -163,7 +163,6 @@ class Lease:
         if isinstance(log, (Location, str, os.PathLike)):
             log = DeltaRsLeaseLog(log)
         self.log: LeaseLog = log
-        self.root = self.log.where
         self.holder = f"{holder}#{uuid.uuid4().hex[:8]}"
         self.ttl = ttl
 
