@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 from deltalake import DeltaTable
 
 from syphon.store.delta import append_dataframe, read_table
@@ -168,3 +169,35 @@ def test_a_ledger_without_the_wave_columns_gains_them_and_keeps_a_waves_cut(
     assert (none_old, none_last) == (None, None)
     assert kept is not None
     assert kept.astimezone(timezone.utc) == cut
+
+
+def test_a_table_is_read_with_its_own_types_and_no_arrow_dataset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``read_table`` reads through delta-rs's own engine: an Arrow dataset over delta-rs's
+    file system hands Python callbacks to Arrow's I/O threads, and a process that read a
+    table that way aborted at its exit now and then (exit -6). Strings come as strings
+    (not the engine's views), and a column an older commit lacks reads as null."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+    from deltalake import DeltaTable as Table
+
+    from syphon.store.delta import append_arrow
+
+    table = tmp_path / "ledger"
+    for n in range(5):
+        columns = {"run_id": [f"r{n}"], "n": [n]}
+        if n >= 3:
+            columns["source"] = [f"s{n}"]
+        append_arrow(pa.table(columns), table, merge_schema=True)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("read through an Arrow dataset")
+
+    monkeypatch.setattr(Table, "to_pyarrow_dataset", refused)
+    got = read_table(table)
+    assert got.schema == pa.schema(
+        [("run_id", pa.string()), ("n", pa.int64()), ("source", pa.string())]
+    )
+    assert sorted(got.to_pylist(), key=lambda r: r["n"]) == [
+        {"run_id": f"r{n}", "n": n, "source": f"s{n}" if n >= 3 else None} for n in range(5)
+    ]
