@@ -30,8 +30,10 @@ from pyspark.sql import functions as F
 from syphon.app.spark import build_spark_session
 from syphon.core.config import SparkConfig
 from syphon.core.schema import SNAPSHOT, spark_schema
-from syphon.job.reconcile import reconcile_snapshot
+from syphon.job.classify import Against
+from syphon.job.reconcile import reconcile_snapshot, wave_messages
 from syphon.store.deltars import DeltaRsStore
+from syphon.store.queries import plan_audit_rows
 
 PRIMARY = "bench-primary"
 QUEUES = 10
@@ -272,11 +274,14 @@ def main() -> None:
         generated = time.monotonic() - clock
         with tempfile.TemporaryDirectory() as tmp, PeakMemory() as memory:
             started = time.monotonic()
-            planned = reconcile_snapshot(snapshot, now, dests)
+            messages = wave_messages(snapshot, None, None)
+            planned = reconcile_snapshot(messages, Against(now, dests))
             planned = planned.withColumn("source", F.lit("backlog"))
             planned = planned.withColumn("source_kind", F.lit("backlog")).localCheckpoint(True)
             store = DeltaRsStore(tmp, lambda: spark)
-            written = store.append_plan(planned, f"bench-{size}", datetime.now(timezone.utc))
+            run_id = f"bench-{size}"
+            rows = plan_audit_rows(planned, run_id, datetime.now(timezone.utc))
+            written = store.append_plan(rows, run_id)
             wall = time.monotonic() - started
             counts = {r[0]: r[1] for r in planned.groupBy("verdict").count().collect()}
         assert written == size, (written, size)

@@ -263,13 +263,14 @@ def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_
     pass goes on, asking for only what it still has to settle, and settles it; the
     message after the plan was received once, by the page that went beyond."""
     from syphon.job import settle
+    from syphon.servicebus import settlement
 
     monkeypatch.setattr(settle, "RECEIVE_PAGE", 3)
     sb = servicebus_emulator(QueueSpec(QUEUE))
     ids = [f"m{i}" for i in range(12)]
     seq = park(sb, ids)
     planned = ids[:5]
-    real = settle.settle_by_lock_tokens
+    real = settlement.settle_by_lock_tokens
     with (
         QuickClient.from_connection_string(sb.connection_string) as client,
         client.get_queue_receiver(QUEUE) as other,
@@ -285,7 +286,7 @@ def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_
             if any(str(m.message_id) == "m4" for m in messages):
                 other.abandon_message(locked)
 
-        monkeypatch.setattr(settle, "settle_by_lock_tokens", given_back_meanwhile)
+        monkeypatch.setattr(settlement, "settle_by_lock_tokens", given_back_meanwhile)
         todo = actions([(seq[m], COMPLETE, None, "replay") for m in planned])
         out = by_seq(settle_task(secondary_access(sb), "run-9")(todo))
     assert {m: (out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in planned} == dict.fromkeys(
@@ -380,7 +381,7 @@ def test_a_page_is_settled_in_one_request_per_outcome(
 def lapse_before_settling(monkeypatch: pytest.MonkeyPatch, sb: Emulator, seconds: float) -> None:
     """The page's locks lapse between its receive and its settlement (a pass that
     outlives its locks): the namespace's clock moves on before the page is settled."""
-    import syphon.job.settle as settle
+    import syphon.servicebus.settlement as settle
 
     real = settle.settle_by_lock_tokens
     lapsed: list[bool] = []
@@ -423,7 +424,7 @@ def test_a_request_that_failed_after_settling_some_is_found_out_message_by_messa
     here the second was completed just before, so the request completes the first, then
     fails. One by one, the first and the second are found gone (completed), the third is
     completed: all three recorded completed, as they are."""
-    import syphon.job.settle as settle
+    import syphon.servicebus.settlement as settle
 
     sb = servicebus_emulator(QueueSpec(QUEUE))
     seq = park(sb, ["first", "second", "third"])
@@ -449,7 +450,7 @@ def test_a_tasks_queues_are_settled_side_by_side_each_with_its_own_results(
 ) -> None:
     import threading
 
-    import syphon.job.settle as settle
+    import syphon.servicebus.settlement as settle
 
     other = "contoso-primary/x-servicebus-transfer/1"
     sb = servicebus_emulator(QueueSpec(QUEUE), QueueSpec(other))

@@ -27,7 +27,7 @@ from support.report_html import parse_report, table_dict
 from support.waves import QUEUES, arrived, park_spread, queue, waves_config
 from syphon.app.services import run_with_report
 from syphon.core.schema import Status
-from syphon.job.request import run_request
+from syphon.job.request import Asked, run_request
 from syphon.servicebus.backlog_messages import to_backlog_message
 
 pytestmark = pytest.mark.timeout(400)
@@ -139,7 +139,7 @@ def test_max_waves_stops_a_run_at_a_waves_end_and_the_next_run_takes_the_rest(
     keys = park_spread(pair, "m", 24)
     config = waves_config(pair, tmp_path, monkeypatch)
     ctx = context(config, spark)
-    bounded = run_with_report(ctx, run_request(ctx, "bounded", max_waves=1))
+    bounded = run_with_report(ctx, run_request(ctx, "bounded", asked=Asked(max_waves=1)))
     assert bounded.status == Status.PARTIAL, bounded
     assert bounded.detail is not None
     assert "--max-waves" in bounded.detail

@@ -13,7 +13,8 @@ from pyspark.sql import functions as F
 from support.snapshot_rows import T0, encode_message, snapshot_row
 from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.core.selection import Selection
-from syphon.job.reconcile import reconcile_snapshot
+from syphon.job.classify import Against
+from syphon.job.reconcile import reconcile_snapshot, wave_messages
 from syphon.job.restore import Redrive
 
 NOW = T0 + timedelta(days=3)
@@ -50,7 +51,7 @@ def test_dead_letters_go_back_to_their_entity_with_their_own_envelope(spark: Any
     ]
     snapshot = spark.createDataFrame(rows, spark_schema(SNAPSHOT))
     where = Redrive("contoso", {"billing": "billing-retry"})
-    planned = reconcile_snapshot(snapshot, F.lit(NOW), redrive=where)
+    planned = reconcile_snapshot(wave_messages(snapshot, where, None), Against(F.lit(NOW)))
     out = {(r["backlog_queue"], r["sequence_number"]): r for r in planned.collect()}
     a, b, c = (
         out[("orders/$DeadLetterQueue", 1)],
@@ -99,7 +100,8 @@ def test_active_messages_of_an_entity_keep_their_lifetime(spark: Any) -> None:
     for row in rows:
         row["backlog_queue"] = "orders"
     snapshot = spark.createDataFrame(rows, spark_schema(SNAPSHOT))
-    planned = reconcile_snapshot(snapshot, F.lit(NOW), redrive=Redrive("contoso"))
+    messages = wave_messages(snapshot, Redrive("contoso"), None)
+    planned = reconcile_snapshot(messages, Against(F.lit(NOW)))
     out = {r["message_id"]: r for r in planned.collect()}
     assert (out["a"]["verdict"], out["a"]["original_time_to_live_ticks"]) == (
         "expired",
@@ -117,9 +119,8 @@ def test_a_selection_sees_the_dead_letter_reason(spark: Any) -> None:
 
     def taken(where: str | None = None, reasons: tuple[str, ...] = ()) -> list[str]:
         selection = Selection(where=where, dead_letter_reasons=reasons)
-        planned = reconcile_snapshot(
-            snapshot, F.lit(NOW), redrive=Redrive("contoso"), selection=selection
-        )
+        messages = wave_messages(snapshot, Redrive("contoso"), None)
+        planned = reconcile_snapshot(messages, Against(F.lit(NOW)), selection)
         return sorted(r["message_id"] for r in planned.collect() if r["verdict"] == "replay")
 
     assert taken("properties['DeadLetterReason'] = 'MaxDeliveryCountExceeded'") == ["a", "b"]

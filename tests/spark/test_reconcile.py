@@ -348,7 +348,7 @@ def test_a_repair_is_judged_with_its_added_bytes_and_its_bad_values(spark: Any) 
     from pyspark.sql import functions as F
 
     from syphon.core.repair import Repair
-    from syphon.job.reconcile import reconcile_snapshot
+    from syphon.job.reconcile import reconcile_snapshot, wave_messages
     from syphon.job.repair import check_repair
 
     rows = [
@@ -362,7 +362,8 @@ def test_a_repair_is_judged_with_its_added_bytes_and_its_bad_values(spark: Any) 
     )
     repair = check_repair(spark, asked)
     snapshot = spark.createDataFrame(rows, spark_schema(SNAPSHOT))
-    planned = reconcile_snapshot(snapshot, F.current_timestamp(), repair=repair)
+    now = Against(F.current_timestamp())
+    planned = reconcile_snapshot(wave_messages(snapshot, None, repair), now)
     got = {
         r["message_id"]: (r["verdict"], r["reason"], r["detail"], r["repaired"])
         for r in planned.collect()
@@ -379,7 +380,7 @@ def test_a_repair_is_judged_with_its_added_bytes_and_its_bad_values(spark: Any) 
         ),
         "kept": ("replay", None, None, "set pad"),
     }
-    plain = reconcile_snapshot(snapshot, F.current_timestamp())  # the same without a repair
+    plain = reconcile_snapshot(wave_messages(snapshot, None, None), now)  # without a repair
     assert {r["message_id"]: r["verdict"] for r in plain.collect()}["near"] == "replay"
 
 

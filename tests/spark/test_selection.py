@@ -13,8 +13,9 @@ from pyspark.sql import functions as F
 from support.snapshot_rows import T0, row
 from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.core.selection import Selection, SelectionError
+from syphon.job.classify import Against
 from syphon.job.plan import check_selection
-from syphon.job.reconcile import reconcile_snapshot
+from syphon.job.reconcile import reconcile_snapshot, wave_messages
 
 NOW = T0 + timedelta(hours=2)
 
@@ -33,7 +34,9 @@ def rows() -> list[dict[str, Any]]:
 
 def verdicts(spark: Any, selection: Selection | None) -> dict[str, tuple[str, str | None]]:
     snapshot = spark.createDataFrame(rows(), spark_schema(SNAPSHOT))
-    planned = reconcile_snapshot(snapshot, F.lit(NOW), selection=selection)
+    planned = reconcile_snapshot(
+        wave_messages(snapshot, None, None), Against(F.lit(NOW)), selection
+    )
     return {
         (r["message_id"] + (f"@{r['sequence_number']}" if r["message_id"] == "twin" else "")): (
             r["verdict"],

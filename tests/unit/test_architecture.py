@@ -236,3 +236,73 @@ def test_the_run_ledger_is_written_from_one_module() -> None:
             if isinstance(node, ast.Attribute) and node.attr == "append_run":
                 callers.add(str(path.relative_to(SRC / "syphon")))
     assert callers == {"job/ledger.py"}
+
+
+#: The most parameters a function of the product takes: more, and its arguments want to
+#: be a value (a dataclass) of their own.
+MAX_PARAMETERS = 8
+
+
+def _functions(path: Path) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The parameters a caller can pass (``self`` and ``cls`` are not counted)."""
+    a = node.args
+    named = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+    if named and named[0].arg in ("self", "cls"):
+        named = named[1:]
+    return len(named) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def test_no_function_of_the_product_takes_more_than_8_parameters() -> None:
+    wide = {
+        f"{name}.{node.name}": n
+        for name, path in modules().items()
+        if name.startswith("syphon.")
+        for node in _functions(path)
+        if (n := _parameters(node)) > MAX_PARAMETERS
+    }
+    assert wide == {}
+
+
+def test_the_parameter_count_counts_what_a_caller_passes() -> None:
+    tree = ast.parse("class C:\n    def f(self, a, /, b, *c, d, **e): ...\n")
+    (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    assert _parameters(node) == 5
+
+
+def test_the_wave_loop_reads_in_short_functions() -> None:
+    """``job/run.py`` is the loop over waves: each of its functions fits on a screen."""
+    path = SRC / "syphon" / "job" / "run.py"
+    long = {
+        node.name: n
+        for node in _functions(path)
+        if (n := (node.end_lineno or node.lineno) - node.lineno + 1) > 40
+    }
+    assert long == {}
+
+
+def test_the_job_layer_settles_through_the_service_bus_boundary() -> None:
+    """The settle names messages by sequence number (``servicebus/settlement.py``): no
+    module of ``job/`` calls a receiver's methods or reaches below the SDK to settle."""
+    sdk_calls = {
+        "receive_messages",
+        "complete_message",
+        "dead_letter_message",
+        "abandon_message",
+        "get_queue_receiver",
+        "settle_by_lock_tokens",
+    }
+    found = set()
+    for path in sorted((SRC / "syphon" / "job").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+            if name in sdk_calls:
+                found.add((path.name, name))
+    assert found == set()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from syphon.core.timespan import timedelta_to_ticks
-from syphon.job.lanes import CreditPacer, Replayer, ReplaySettings, ttl_left
+from syphon.job.lanes import Attempt, Clocks, CreditPacer, Replayer, ReplaySettings, ttl_left
 from syphon.servicebus.sending import Sent
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
@@ -75,9 +75,8 @@ def replayer(
         skip or {},
         service.send,
         build,
-        now=lambda: NOW,
-        sleep=sleeps.append,
-        **kwargs,
+        attempt=Attempt(**kwargs),
+        clocks=Clocks(now=lambda: NOW, sleep=sleeps.append),
     )
     r.sleeps = sleeps  # type: ignore[attr-defined]
     return r
@@ -522,7 +521,8 @@ def test_the_replay_paces_each_transfer_within_its_tasks_share_of_the_budget() -
     share = settings.split(2)  # two tasks: four credits a second each
     assert share.credits_per_second == {"contoso": 4.0}
     assert settings.credits_per_second == {"contoso": 8.0}
-    r = Replayer(share, {}, service.send, build, now=lambda: NOW, sleep=clock.sleep, clock=clock)
+    clocks = Clocks(now=lambda: NOW, sleep=clock.sleep, monotonic=clock)
+    r = Replayer(share, {}, service.send, build, clocks=clocks)
     r.replay([rec(1, "a"), rec(2, "a")])  # refused busy, then sent: two transfers
     r.replay([rec(3, "b", key="b")])
     r.replay([rec(4, "p", key="p", dest=("fabrikam", "orders"))])  # no budget there

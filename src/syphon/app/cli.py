@@ -23,7 +23,7 @@ from syphon.core.selection import SelectionError
 from syphon.job.context import RunContext
 from syphon.job.failures import explain
 from syphon.job.plan import plan
-from syphon.job.request import RunRequest, new_run_id, run_request
+from syphon.job.request import Asked, RunRequest, new_run_id, run_request
 from syphon.job.sources import RunSource, run_source
 from syphon.job.status import status
 from syphon.obs import progress
@@ -79,18 +79,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         source = run_source(ctx, args.source)
         if args.command == "status":
             return _status(ctx, args.runs, source)
-        request = run_request(
-            ctx,
-            run_id,
-            source,
-            selection,
+        asked = Asked(
+            selection=selection,
             allow_resend=tuple(getattr(args, "allow_resend", ())),
             discard=discard,
-            resume=args.command == "replay",
+            repair=repair,
             max_waves=getattr(args, "max_waves", None),
             until=stop_at,
-            repair=repair,
         )
+        request = run_request(ctx, run_id, source, asked, resume=args.command == "replay")
         if args.command == "plan":
             return _plan(ctx, request)
         result = run_with_report(ctx, request)

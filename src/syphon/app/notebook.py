@@ -20,7 +20,7 @@ from syphon.core.schema import Stage
 from syphon.core.selection import Selection, selection_from_text
 from syphon.job.context import RunContext
 from syphon.job.plan import plan as plan_run
-from syphon.job.request import run_request
+from syphon.job.request import Asked, run_request
 from syphon.job.sources import run_source
 from syphon.job.status import status
 from syphon.obs.logs import configure_logging
@@ -237,7 +237,8 @@ def plan(ctx: RunContext, params: Parameters) -> tuple[str, str]:
             return params.run_id, (
                 f"run {params.run_id}: planned earlier, now {latest.status}; verdicts: {counts}"
             )
-    request = run_request(ctx, params.run_id, params.source, params.selection, repair=params.repair)
+    asked = Asked(selection=params.selection, repair=params.repair)
+    request = run_request(ctx, params.run_id, params.source, asked)
     result = plan_run(ctx, request)
     return result.run_id, format_summary(result)
 

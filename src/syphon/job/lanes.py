@@ -146,6 +146,39 @@ def ttl_left(rec: Record, now: datetime) -> timedelta | None:
     return left
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """What a replay task brings to its batches.
+
+    Attributes:
+        retried: the task is a retry of one that failed (and may have sent some).
+        broken: lanes (primary, destination, partition key) already broken when the
+            task starts: an earlier wave of the run did not send one of their messages.
+        journal: where each transfer is journaled (None: nowhere).
+        on_sent: called with the number of batches sent so far (the fail point).
+    """
+
+    retried: bool = False
+    broken: frozenset[tuple[str, str, str]] = frozenset()
+    journal: TaskJournal | None = None
+    on_sent: Callable[[int], None] | None = None
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """The replay's clocks, each replaceable in tests: ``now`` (the TTLs' clock),
+    ``sleep`` (how to wait) and ``monotonic`` (the pacer's)."""
+
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
+
+
+#: A batch's records by what becomes of them before the transfer: the results of those
+#: not sent, the records sent and their messages.
+Prepared = tuple[list[Result], list[Record], list[Any]]
+
+
 class Replayer:
     """Applies the rules (see the module docstring) to one task's batches, in order.
 
@@ -155,12 +188,9 @@ class Replayer:
             missing or disabled adds it).
         send: sends a batch (never raises).
         build: rebuilds a message.
-        retried: this task is a retry of one that failed (and may have sent some).
-        broken: lanes (primary, destination, partition key) already broken when the
-            task starts: an earlier wave of the run did not send one of their messages.
-        now: the clock; ``sleep``: how to wait; ``clock``: the pacer's monotonic clock
-            (each replaceable in tests).
-        on_sent: called with the number of batches sent so far (the fail point).
+        attempt: what the task brings (a retry, broken lanes, its journal, the fail
+            point).
+        clocks: the clocks.
     """
 
     def __init__(
@@ -170,61 +200,71 @@ class Replayer:
         send: Send,
         build: Build,
         *,
-        retried: bool = False,
-        now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-        sleep: Callable[[float], None] = time.sleep,
-        on_sent: Callable[[int], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        broken: frozenset[tuple[str, str, str]] = frozenset(),
-        journal: TaskJournal | None = None,
+        attempt: Attempt = Attempt(),
+        clocks: Clocks = Clocks(),
     ) -> None:
         self.settings = settings
-        self.journal = journal
+        self.attempt = attempt
         self.skip = {k: v for k, v in skip.items() if v}
         self._send = send
         self._build = build
-        self.retried = retried
-        self._now = now
-        self._sleep = sleep
-        self._on_sent = on_sent
-        self.pacer = CreditPacer(settings.credits_per_second, clock, sleep)
+        self._clocks = clocks
+        self.pacer = CreditPacer(settings.credits_per_second, clocks.monotonic, clocks.sleep)
         self.batches_sent = 0
-        self.broken_lanes: set[tuple[str, str, str]] = set(broken)
+        self.broken_lanes: set[tuple[str, str, str]] = set(attempt.broken)
         self.failures: dict[Destination, int] = {}
         self.faulted: set[str] = set()
 
     def replay(self, batch: Sequence[Record]) -> list[Result]:
         """Sends one planned batch (records of one ``batch_id``, in position order) or
         skips it; returns one result per record."""
-        first = batch[0]
-        dest = (first["primary"], first["destination"])
+        dest = (batch[0]["primary"], batch[0]["destination"])
+        results, batch = self._held_back(dest, batch)
+        if not batch:
+            return results
+        built, sending, messages = self._built(batch)
+        results += built
+        if not messages:
+            return results
+        return results + self._transfer_and_record(dest, sending, messages)
 
-        def lane_of(rec: Record) -> tuple[str, str, str] | None:
-            key = rec["partition_key_effective"]
-            return (dest[0], dest[1], key) if key is not None else None
+    def _lane(self, rec: Record) -> tuple[str, str, str] | None:
+        key = rec["partition_key_effective"]
+        return (rec["primary"], rec["destination"], key) if key is not None else None
 
-        def all_as(detail: str, records: Sequence[Record] = batch) -> list[Result]:
+    def _break(self, records: Sequence[Record]) -> None:
+        self.broken_lanes.update(lane for r in records if (lane := self._lane(r)) is not None)
+
+    def _held_back(
+        self, dest: Destination, batch: Sequence[Record]
+    ) -> tuple[list[Result], list[Record]]:
+        """The results of what the batch does not send at all (its destination skipped,
+        faulted or failing; its broken lanes' records), and the records left to send."""
+
+        def all_as(detail: str, records: Sequence[Record]) -> list[Result]:
             return [result(r, Outcome.SKIPPED, detail) for r in records]
 
         if dest in self.skip:
-            return all_as(str(self.skip[dest]))
+            return all_as(str(self.skip[dest]), batch), []
         if dest[0] in self.faulted:
-            return all_as(Detail.NAMESPACE_FAULT)
+            return all_as(Detail.NAMESPACE_FAULT, batch), []
         # a batch may hold many keys: a key whose earlier batch failed is left out
-        broken = [r for r in batch if lane_of(r) in self.broken_lanes]
-        results: list[Result] = all_as(Detail.EARLIER_BATCH_FAILED, broken)
-        batch = [r for r in batch if lane_of(r) not in self.broken_lanes]
-        if not batch:
-            return results
-        if self.failures.get(dest, 0) >= self.settings.failed_batches_per_destination:
-            return results + all_as(Detail.DESTINATION_FAILING, batch)
+        broken = [r for r in batch if self._lane(r) in self.broken_lanes]
+        results = all_as(Detail.EARLIER_BATCH_FAILED, broken)
+        left = [r for r in batch if self._lane(r) not in self.broken_lanes]
+        if left and self.failures.get(dest, 0) >= self.settings.failed_batches_per_destination:
+            return results + all_as(Detail.DESTINATION_FAILING, left), []
+        return results, left
 
-        def break_lanes(records: Sequence[Record]) -> None:
-            self.broken_lanes.update(lane for r in records if (lane := lane_of(r)) is not None)
-
-        now = self._now()
-        messages: list[Any] = []
+    def _built(self, batch: list[Record]) -> Prepared:
+        """The batch's messages rebuilt, but for those changed in the backlog or expired
+        since the plan (skipped); a record that cannot be rebuilt stops the batch and
+        breaks its lanes, so order is kept (the plan rejects what cannot be rebuilt:
+        this is anything else)."""
+        now = self._clocks.now()
+        results: list[Result] = []
         sending: list[Record] = []
+        messages: list[Any] = []
         for i, rec in enumerate(batch):
             if not rec["snapshot_matches"]:
                 results.append(result(rec, Outcome.SKIPPED, Detail.BACKLOG_CHANGED))
@@ -236,11 +276,8 @@ class Replayer:
             try:
                 messages.append(self._build(rec, ttl, now))
             except Exception:
-                # the plan rejects what cannot be rebuilt; anything else stops
-                # the batch here, and its keys' later batches, so order is kept
-                break_lanes(batch)
-                return [
-                    *results,
+                self._break(batch)
+                results += [
                     *(result(r, Outcome.SKIPPED, Detail.BATCH_NOT_SENDABLE) for r in sending),
                     result(rec, Outcome.SKIPPED, Detail.NOT_SENDABLE),
                     *(
@@ -248,15 +285,21 @@ class Replayer:
                         for r in batch[i + 1 :]
                     ),
                 ]
+                return results, [], []
             sending.append(rec)
-        if not messages:
-            return results
+        return results, sending, messages
 
-        if self.journal is not None:  # before the transfer: a crash leaves it in doubt
-            self.journal.starting((r["backlog_queue"], r["sequence_number"]) for r in sending)
+    def _transfer_and_record(
+        self, dest: Destination, sending: list[Record], messages: list[Any]
+    ) -> list[Result]:
+        """Transfers the built messages (journaled before and after), and judges the
+        destination and the lanes by the answer; one result per record sent."""
+        journal = self.attempt.journal
+        if journal is not None:  # before the transfer: a crash leaves it in doubt
+            journal.starting((r["backlog_queue"], r["sequence_number"]) for r in sending)
         sent, transfers, busy = self._transfer(dest, messages)
         if sent.status != "sent":
-            break_lanes(sending)
+            self._break(sending)
             self.failures[dest] = self.failures.get(dest, 0) + 1
             if sent.namespace_fault:
                 self.faulted.add(dest[0])
@@ -267,17 +310,18 @@ class Replayer:
         outcome = {"sent": Outcome.SENT, "in_doubt": Outcome.IN_DOUBT}.get(
             sent.status, Outcome.FAILED
         )
+        results = []
         for i, rec in enumerate(sending):
             detail = sent.error
-            if outcome == Outcome.SENT and (rec["in_doubt"] or self.retried):
+            if outcome == Outcome.SENT and (rec["in_doubt"] or self.attempt.retried):
                 detail = Detail.RESENT_IN_DOUBT
             results.append(
                 result(rec, outcome, detail, transfers if i == 0 else 0, busy if i == 0 else 0)
             )
-        if self.journal is not None:
-            self.journal.finished(
+        if journal is not None:
+            journal.finished(
                 ((r["backlog_queue"], r["sequence_number"]), r["outcome"], r["detail"])
-                for r in results[-len(sending) :]
+                for r in results
             )
         return results
 
@@ -294,11 +338,11 @@ class Replayer:
                 busy += 1
                 if busy > self.settings.busy_retries:
                     return Sent("failed", sent.error), transfers, busy
-                self._sleep(delay)
+                self._clocks.sleep(delay)
                 delay = min(delay * 2, self.settings.backoff_max_seconds)
                 continue
             if sent.status == "sent":
                 self.batches_sent += 1
-                if self._on_sent is not None:
-                    self._on_sent(self.batches_sent)
+                if self.attempt.on_sent is not None:
+                    self.attempt.on_sent(self.batches_sent)
             return sent, transfers, busy

@@ -22,10 +22,10 @@ from syphon.core.ledger import Operations, Timings
 from syphon.core.repair import Repair
 from syphon.core.schema import DESTINATIONS, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
-from syphon.job.classify import DESTINATION_UNKNOWN, REPAIR_INVALID
+from syphon.job.classify import DESTINATION_UNKNOWN, REPAIR_INVALID, Against
 from syphon.job.context import RunContext, fit_shuffle_partitions
 from syphon.job.ledger import record_planned
-from syphon.job.reconcile import REPAIRED_NAMES, reconcile_snapshot
+from syphon.job.reconcile import REPAIRED_NAMES, reconcile_snapshot, wave_messages
 from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest, StageResult, timed
 from syphon.job.restore import Redrive, expression_type
@@ -49,7 +49,9 @@ class PlanResult(StageResult):
 
     Attributes:
         per_destination: :func:`per_destination` of the plan.
-        snapshot: the checkpointed snapshot (bodies included) for the replay.
+        messages: the wave's messages as the replay sends them (restored and repaired,
+            bodies included: :func:`syphon.job.reconcile.wave_messages`, lazy over the
+            checkpointed snapshot).
         selection: what the run takes (None: every message).
         discard: what it removes without sending (None: nothing).
         repair: what it changes in the messages it sends (None: nothing).
@@ -60,7 +62,7 @@ class PlanResult(StageResult):
     run_id: str
     queues: list[DiscoveredQueue]
     counts: dict[str, int]
-    snapshot: DataFrame
+    messages: DataFrame
     rows: DataFrame
     per_destination: list[dict[str, Any]] = field(default_factory=list)
     selection: Selection | None = None
@@ -280,8 +282,6 @@ def plan_snapshot(
     the audit rows and records ``planned`` (of ``wave``; None: a run of one wave) with
     what the plan took, ``before`` (its discovery, listing and read) included.
     ``messages``: how many the snapshot holds, when the caller counted them."""
-    from pyspark.sql import functions as F
-
     source = request.source
     spark = ctx.spark()
     timings = Timings()
@@ -294,27 +294,19 @@ def plan_snapshot(
     fit_shuffle_partitions(spark, peeked, ctx.config.spark.conf)
     planned_at = request.started if wave is None else wave.planned_at
 
+    restored = wave_messages(snapshot, source.redrive, request.repair)
     with timed(timings, "reconcile"):
         progress.step(f"reconcile: {peeked} messages")
         planned = reconcile_snapshot(
-            snapshot,
-            F.lit(request.started),
-            listed.frame,
-            ctx.store.replayed(),
-            default_max_message_bytes=source.access.max_message_bytes,
-            listed_primaries=listed.primaries,
-            selection=request.selection,
-            redrive=source.redrive,
-            allow_resend=request.allow_resend,
-            discard=request.discard,
-            repair=request.repair,
+            restored, against(ctx, request, listed), request.selection, request.discard
         )
         # checkpointed: the audit, the counts and the summary read it
         planned = with_source(planned, source).localCheckpoint(eager=True)
 
+    audit_rows = queries.plan_audit_rows(planned, request.run_id, planned_at)
     with timed(timings, "audit"):
         progress.step("audit: writing the plan")
-        rows = ctx.store.append_plan(planned, request.run_id, planned_at)
+        rows = ctx.store.append_plan(audit_rows, request.run_id)
     if rows != peeked:  # pragma: no cover - a broken invariant, not an input
         raise RuntimeError(f"the audit has {rows} rows for {peeked} peeked messages")
     destinations = per_destination(planned, request.repair)
@@ -330,11 +322,28 @@ def plan_snapshot(
         per_destination=destinations,
         timings=timings,
         operations=operations,
-        snapshot=snapshot,
+        messages=restored,
         selection=request.selection,
         discard=request.discard,
         repair=request.repair,
-        rows=queries.plan_audit_rows(planned, request.run_id, planned_at),
+        rows=audit_rows,
+    )
+
+
+def against(ctx: RunContext, request: RunRequest, listed: Listed) -> Against:
+    """What a wave's plan judges its messages against: the run's start, the listed
+    destinations, what earlier runs and waves replayed (read anew for each wave: the
+    last wave's replays are in), the source's size limit and the operator's
+    ``--allow-resend``."""
+    from pyspark.sql import functions as F
+
+    return Against(
+        F.lit(request.started),
+        listed.frame,
+        ctx.store.replayed(),
+        request.source.access.max_message_bytes,
+        listed.primaries,
+        request.allow_resend,
     )
 
 

@@ -1,7 +1,8 @@
 """Reconcile: pure DataFrame transforms from a snapshot to verdicts and replay order.
 
-:func:`reconcile_snapshot` restores the snapshot (:mod:`syphon.job.restore`), applies
-the operator's selection (:mod:`syphon.job.selection`), gives every row its verdict
+:func:`wave_messages` restores a wave's snapshot (:mod:`syphon.job.restore`) and
+repairs it; :func:`reconcile_snapshot` applies the operator's selection
+(:mod:`syphon.job.selection`) to those messages, gives every row its verdict
 (:mod:`syphon.job.classify`, where the verdicts and their precedence are), applies a
 discard (:func:`with_discards`), orders each replay group (:func:`order_groups`) and
 plans the batches (:mod:`syphon.job.batches`).
@@ -100,32 +101,29 @@ def order_groups(classified: DataFrame) -> DataFrame:
     )
 
 
+def wave_messages(snapshot: DataFrame, redrive: Redrive | None, repair: Repair | None) -> DataFrame:
+    """A snapshot's messages as a run takes them, bytes included: restored
+    (:func:`restore`, dead letters with ``redrive``) and with what the ``repair`` does to
+    each (:func:`syphon.job.repair.with_repair`). Defined once per wave: the reconcile
+    judges them, the replay sends them."""
+    return with_repair(restore(snapshot, redrive), repair)
+
+
 def reconcile_snapshot(
-    snapshot: DataFrame,
-    now: Column,
-    destinations: DataFrame | None = None,
-    replayed: DataFrame | None = None,
-    default_max_message_bytes: int = 256 * 1024,
-    listed_primaries: tuple[str, ...] = (),
+    messages: DataFrame,
+    against: Against,
     selection: Selection | None = None,
-    redrive: Redrive | None = None,
-    allow_resend: tuple[str, ...] = (),
     discard: Discard | None = None,
-    repair: Repair | None = None,
 ) -> DataFrame:
-    """The whole reconcile of a snapshot: :func:`restore` (of dead letters with
-    ``redrive``), the ``selection`` (:mod:`syphon.job.selection`; a message it leaves
-    out is ``unselected``), the ``repair`` (:func:`with_repaired`), :func:`classify`,
-    the ``discard`` (:func:`with_discards`), :func:`order_groups` and
-    :func:`plan_batches` (the other arguments as :func:`classify`'s). The messages'
-    bytes are dropped by the classify once measured, the property maps after it, so the
-    shuffles carry the audit's columns only."""
-    restored = with_repair(select(restore(snapshot, redrive), selection), repair)
-    restored = restored.drop("application_properties")
-    against = Against(
-        now, destinations, replayed, default_max_message_bytes, listed_primaries, allow_resend
-    )
-    classified = classify(restored, against).drop("original_application_properties")
+    """The whole reconcile of a wave's :func:`wave_messages`: the ``selection``
+    (:mod:`syphon.job.selection`; a message it leaves out is ``unselected``),
+    :func:`classify` ``against`` the destinations and earlier replays, the ``discard``
+    (:func:`with_discards`), :func:`order_groups`, :func:`plan_batches` and
+    :func:`with_repaired`. The messages' bytes are dropped by the classify once
+    measured, the property maps after it, so the shuffles carry the audit's columns
+    only."""
+    selected = select(messages, selection).drop("application_properties")
+    classified = classify(selected, against).drop("original_application_properties")
     classified = with_discards(classified, discard)
     # materialized once: the batch plan reads it twice (its groups, and the join back)
     ordered = order_groups(classified).localCheckpoint(eager=True)

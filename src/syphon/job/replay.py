@@ -45,7 +45,7 @@ from syphon.core.schema import (
 )
 from syphon.job.context import service_tasks
 from syphon.job.journal import TaskJournal
-from syphon.job.lanes import Replayer, ReplaySettings
+from syphon.job.lanes import Attempt, Replayer, ReplaySettings
 from syphon.job.repair import carried_changes
 from syphon.job.rows import plain_cell
 from syphon.obs.failpoints import FailPoint
@@ -255,12 +255,14 @@ class _ReplayTask:
             self.plan.skip,
             pool.send,
             build_message,
-            # a retried task may repeat sends of the failed attempt: everything it sends
-            # is marked as a resend of something in doubt
-            retried=context is not None and context.attemptNumber() > 0,
-            on_sent=failpoint.reached if failpoint is not None else None,
-            broken=self.plan.broken,
-            journal=journal,
+            attempt=Attempt(
+                # a retried task may repeat sends of the failed attempt: everything it
+                # sends is marked as a resend of something in doubt
+                retried=context is not None and context.attemptNumber() > 0,
+                broken=self.plan.broken,
+                journal=journal,
+                on_sent=failpoint.reached if failpoint is not None else None,
+            ),
         )
         columns = names(REPLAY_RESULT)
         try:

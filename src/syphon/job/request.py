@@ -63,20 +63,30 @@ def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What the operator asks of a run besides its source and id (each as
+    :class:`RunRequest`'s attribute of the same name): what it takes, sends again,
+    removes and changes, and when it stops taking waves."""
+
+    selection: Selection | None = None
+    allow_resend: tuple[str, ...] = ()
+    discard: Discard | None = None
+    repair: Repair | None = None
+    max_waves: int | None = None
+    until: datetime | None = None
+
+
 def run_request(
     ctx: RunContext,
     run_id: str | None = None,
     source: RunSource | str | None = None,
-    selection: Selection | None = None,
-    allow_resend: tuple[str, ...] = (),
-    discard: Discard | None = None,
+    asked: Asked = Asked(),
     resume: bool = False,
-    max_waves: int | None = None,
-    until: datetime | None = None,
-    repair: Repair | None = None,
 ) -> RunRequest:
     """The request of a run (a new id when ``run_id`` is None) of ``source`` (a source,
-    its name, or None: the config's default).
+    its name, or None: the config's default), with what the operator ``asked`` of it;
+    with ``resume``, of the planned run ``run_id`` (``syphon replay``).
 
     Raises:
         ConfigError: no source of that name.
@@ -84,8 +94,8 @@ def run_request(
     """
     if resume and run_id is None:
         raise ValueError("a resumed run needs the id of the run it resumes")
-    if max_waves is not None and max_waves < 1:
-        raise ValueError(f"--max-waves must be at least 1 (got {max_waves})")
+    if asked.max_waves is not None and asked.max_waves < 1:
+        raise ValueError(f"--max-waves must be at least 1 (got {asked.max_waves})")
     started = datetime.now(timezone.utc)
     if not isinstance(source, RunSource):
         source = run_source(ctx, source)
@@ -93,13 +103,13 @@ def run_request(
         run_id or new_run_id(started),
         started,
         source,
-        selection,
-        tuple(allow_resend),
-        discard,
+        asked.selection,
+        tuple(asked.allow_resend),
+        asked.discard,
         resume,
-        max_waves,
-        until,
-        repair,
+        asked.max_waves,
+        asked.until,
+        asked.repair,
     )
 
 

@@ -33,38 +33,35 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
 
 from syphon.core.errors import SyphonError
 from syphon.core.repair import Repair
-from syphon.core.schema import Status, Verdict
+from syphon.core.schema import Status
 from syphon.core.sessions import SessionFit, is_connect
 from syphon.job.context import RunContext
-from syphon.job.failures import refused_primaries
-from syphon.job.finish import Drained, finish, held, unknown_destinations
-from syphon.job.journal import new_journal_id, open_journal, remove_journal
+from syphon.job.finish import Drained
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.plan import Listed, WaveMark, check_selection, list_primaries, plan_snapshot
 from syphon.job.repair import check_repair
-from syphon.job.replay import LeftBehind, left_behind
 from syphon.job.request import RunRequest
+from syphon.job.runner import WaveRunner
 from syphon.job.sources import RunSource
-from syphon.job.stages import JOURNAL_PREFIX, discover, probe, recover, resumed_plan, send, settle
+from syphon.job.stages import Discovered, discover, recover, resumed_plan
 from syphon.job.waves import Wave, one_wave, read_waves
 from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import DiscoveredQueue
-from syphon.servicebus.sending import Destination, refused_credentials
+from syphon.servicebus.sending import refused_credentials
 from syphon.store.lease import Lease, LeaseState
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
 log = logging.getLogger(__name__)
+
+#: What a run does once it holds its lease: its waves, handed to the run's runner.
+Waves = Callable[[WaveRunner], None]
 
 
 def run(ctx: RunContext, request: RunRequest) -> RunResult:
@@ -82,32 +79,74 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
         ledger = Ledger(ctx, request.run_id, request.started, request.source.name, repair)
         try:
             discovered = discover(ctx, request)
-        except Exception as exc:
-            return ledger.failed(exc, request.source.access)
-        ledger.add(discovered)
-        ledger.unread = discovered.unread
-        try:
+            ledger.add(discovered)
+            ledger.unread = discovered.unread
             if discovered.empty:
                 return ledger.result(Status.EMPTY)
-            refused = _refused_primary(ctx, request.source)
-            if refused is not None:
-                return ledger.failed(*refused)
             wave_messages = _wave_messages(ctx, request, discovered.queues)
-            expected = discovered.messages  # a local session is fitted to a wave
-            if expected is not None and wave_messages is not None:
-                expected = min(expected, wave_messages)
-            ctx.spark.fit(SessionFit(expected, waves=wave_messages is not None))
-            if request.repair is not None:  # judged before any peek: a bad --set exits 2
-                redrive = request.source.redrive  # (the session starts here, fitted)
-                request = replace(
-                    request, repair=check_repair(ctx.spark(), request.repair, redrive)
-                )
-            with _leased(ctx, ledger) as lease:
-                if isinstance(lease, LeaseState):
-                    return ledger.busy(lease, ctx.config.run.lease_seconds)
-                return _drain(ctx, request, ledger, lease, discovered.queues, wave_messages)
+            ctx.spark.fit(_fit(discovered, wave_messages))  # before anything starts it
+
+            def waves(runner: WaveRunner) -> None:
+                _drain(runner, discovered.queues, wave_messages)
+
+            return _leased_run(ctx, request, ledger, waves)
         except Exception as exc:
             return ledger.failed(exc, request.source.access)
+
+
+def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
+    """Resumes a planned run: peeks its queues again, sends what its plan says and no
+    earlier attempt of the run recorded as sent, then settles."""
+    mine = [r for r in ctx.store.runs() if r.run_id == request.run_id]
+    if not any(r.status == Status.PLANNED for r in mine):
+        raise SyphonError(f"run {request.run_id} was never planned in {ctx.store.where}")
+    with run_context(request.run_id):
+        started = min(r.started_at for r in mine)
+        # the repair its plan recorded, judged again: the replay computes it anew
+        repair = next((r.repair for r in mine if r.status == Status.PLANNED), ())
+        ledger = Ledger(ctx, request.run_id, started, request.source.name, repair)
+        try:
+            request = replace(request, repair=Repair.from_described(list(repair)))
+            return _leased_run(ctx, request, ledger, _take_up)
+        except Exception as exc:
+            return ledger.failed(exc, request.source.access)
+
+
+def _leased_run(ctx: RunContext, request: RunRequest, ledger: Ledger, waves: Waves) -> RunResult:
+    """What a new run and a resumed one share: the primaries' credentials checked, the
+    lease taken (a run that finds it held records ``busy``), the selection and the
+    repair judged before anything is peeked, the interrupted runs' journals recovered
+    before anything is planned; then the ``waves``, and the final status."""
+    refused = _refused_primary(ctx, request.source)
+    if refused is not None:
+        return ledger.failed(*refused)
+    with _leased(ctx, ledger) as lease:
+        if isinstance(lease, LeaseState):
+            return ledger.busy(lease, ctx.config.run.lease_seconds)
+        spark = ctx.spark()  # its start is no stage's time
+        progress.watch(spark)
+        redrive = request.source.redrive
+        check_selection(spark, request.selection, redrive)
+        # judged before any peek: a bad --set exits 2
+        request = replace(request, repair=check_repair(spark, request.repair, redrive))
+        ledger.add(recover(ctx, request))  # what an interrupted run journaled
+        runner = WaveRunner(ctx, request, ledger, lease)
+        waves(runner)
+        return runner.finish()
+
+
+def _take_up(runner: WaveRunner) -> None:
+    """A resumed run's one wave: its plan read back and its queues peeked again."""
+    resumed = resumed_plan(runner.ctx, runner.request)
+    runner.replay_and_settle(runner.resumed(resumed.wave))
+
+
+def _fit(discovered: Discovered, wave_messages: int | None) -> SessionFit:
+    """What the run's session is fitted to: a wave's messages, at most."""
+    expected = discovered.messages
+    if expected is not None and wave_messages is not None:
+        expected = min(expected, wave_messages)
+    return SessionFit(expected, waves=wave_messages is not None)
 
 
 def _wave_messages(
@@ -124,28 +163,17 @@ def _wave_messages(
     return None
 
 
-def _drain(
-    ctx: RunContext,
-    request: RunRequest,
-    ledger: Ledger,
-    lease: Lease,
-    queues: list[DiscoveredQueue],
-    wave_messages: int | None,
-) -> RunResult:
-    """The waves of a run, each planned, replayed and settled before the next is planned
-    (the next is peeked meanwhile); stops at a wave's end when the request bounds the
-    run."""
-    spark = ctx.spark()  # its start is no stage's time
-    progress.watch(spark)
-    check_selection(spark, request.selection, request.source.redrive)
-    ledger.add(recover(ctx, request))  # what an interrupted run journaled, before the plan
+def _drain(runner: WaveRunner, queues: list[DiscoveredQueue], wave_messages: int | None) -> None:
+    """The waves of a new run, each planned, replayed and settled before the next is
+    planned (the next is peeked meanwhile); stops at a wave's end when the request
+    bounds the run."""
+    ctx, request, drained = runner.ctx, runner.request, runner.drained
     listed = list_primaries(ctx)
-    ledger.add(listed)
-    drained = Drained(in_doubt=_in_doubt(ctx))
+    runner.ledger.add(listed)
     counts = [q.message_count for q in queues if q.unreadable is None]
     expected = None if None in counts else sum(c or 0 for c in counts)
     waves = read_waves(
-        spark,
+        ctx.spark(),
         request.source.access,
         queues,
         wave_messages,
@@ -155,7 +183,7 @@ def _drain(
         ctx.config.run.messages_per_task,
     )
     for wave in waves:
-        _wave(ctx, request, ledger, lease, wave, listed, drained, many=wave_messages is not None)
+        _wave(runner, wave, listed, many=wave_messages is not None)
         _progress(request, wave, drained, expected)
         if drained.ended_by_fault or wave.last:
             break
@@ -163,50 +191,24 @@ def _drain(
         if drained.stopped:
             log.info("run %s: %s", request.run_id, drained.stopped)
             break
-    refused = refused_primaries(drained.skipped, ctx.namespaces.primaries)
-    return finish(ledger, drained, refused)
 
 
-def _wave(
-    ctx: RunContext,
-    request: RunRequest,
-    ledger: Ledger,
-    lease: Lease,
-    wave: Wave,
-    listed: Listed,
-    drained: Drained,
-    many: bool,
-) -> None:
+def _wave(runner: WaveRunner, wave: Wave, listed: Listed, many: bool) -> None:
     """One wave: plan, probe, replay and settle (``many``: one of several waves, its
     rows in the ledger name it)."""
+    ctx, request = runner.ctx, runner.request
     if wave.number > 1:
         _release_earlier_waves(ctx)
     if many:
-        ledger.wave, ledger.watermark = wave.number, wave.watermark
+        runner.ledger.wave, runner.ledger.watermark = wave.number, wave.watermark
         progress.step(f"wave {wave.number}: planning")
     mark = WaveMark(wave.number, wave.watermark, datetime.now(timezone.utc)) if many else None
     wave.operations.snapshot_queues_peeked = wave.queues
     wave.operations.snapshot_messages_peeked = wave.peeked
     planned = plan_snapshot(ctx, request, wave.snapshot, listed, mark, wave, wave.messages)
-    ledger.add(planned)
-    for verdict, n in planned.counts.items():
-        ledger.counts[verdict] = ledger.counts.get(verdict, 0) + n
-    drained.planned += sum(planned.counts.values())
+    planned_wave = runner.planned(planned, more=not wave.last)
     failpoints.check("after_plan")
-    _replay_and_settle(
-        ctx,
-        request,
-        ledger,
-        lease,
-        planned.rows,
-        planned.snapshot,
-        None,
-        drained,
-        planned.counts,
-        more=not wave.last,
-        unknown=planned.unknown,
-        sending_to=planned.sending_to,
-    )
+    runner.replay_and_settle(planned_wave)
 
 
 def _release_earlier_waves(ctx: RunContext) -> None:
@@ -268,49 +270,6 @@ def _progress(request: RunRequest, wave: Wave, drained: Drained, expected: int |
     )
 
 
-def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
-    """Resumes a planned run: peeks its queues again, sends what its plan says and no
-    earlier attempt of the run recorded as sent, then settles."""
-    mine = [r for r in ctx.store.runs() if r.run_id == request.run_id]
-    if not any(r.status == Status.PLANNED for r in mine):
-        raise SyphonError(f"run {request.run_id} was never planned in {ctx.store.where}")
-    with run_context(request.run_id):
-        started = min(r.started_at for r in mine)
-        # the repair its plan recorded, judged again: the replay computes it anew
-        repair = next((r.repair for r in mine if r.status == Status.PLANNED), ())
-        ledger = Ledger(ctx, request.run_id, started, request.source.name, repair)
-        try:
-            refused = _refused_primary(ctx, request.source)
-            if refused is not None:
-                return ledger.failed(*refused)
-            with _leased(ctx, ledger) as lease:
-                if isinstance(lease, LeaseState):
-                    return ledger.busy(lease, ctx.config.run.lease_seconds)
-                ledger.add(recover(ctx, request))
-                recorded = Repair.from_described(list(repair))
-                redrive = request.source.redrive
-                request = replace(request, repair=check_repair(ctx.spark(), recorded, redrive))
-                resumed = resumed_plan(ctx, request)
-                ledger.counts = resumed.counts
-                drained = Drained(in_doubt=_in_doubt(ctx))
-                _replay_and_settle(
-                    ctx,
-                    request,
-                    ledger,
-                    lease,
-                    resumed.rows,
-                    resumed.snapshot,
-                    resumed.earlier,
-                    drained,
-                    resumed.counts,
-                )
-                return finish(
-                    ledger, drained, refused_primaries(drained.skipped, ctx.namespaces.primaries)
-                )
-        except Exception as exc:
-            return ledger.failed(exc, request.source.access)
-
-
 def _refused_primary(ctx: RunContext, source: RunSource) -> tuple[BaseException, Access] | None:
     """The error of the first primary the source sends to that refuses the credentials,
     with that primary; checked before the lease and Spark, as the secondary's are by the
@@ -333,77 +292,3 @@ def _leased(ctx: RunContext, ledger: Ledger) -> Iterator[Lease | LeaseState]:
         yield lease
     finally:
         lease.release()
-
-
-def _in_doubt(ctx: RunContext) -> DataFrame | None:
-    """The messages earlier runs left in doubt, read once per run, before its first wave
-    records ``replaying`` (which would make the run itself look cut off): a wave of this
-    run that leaves a message in doubt leaves it in the backlog, where no later wave of
-    the run reads it."""
-    doubt = ctx.store.in_doubt()
-    return None if doubt is None else doubt.localCheckpoint(eager=True)
-
-
-def _replay_and_settle(
-    ctx: RunContext,
-    request: RunRequest,
-    ledger: Ledger,
-    lease: Lease,
-    rows: DataFrame,
-    snapshot: DataFrame,
-    earlier: DataFrame | None,
-    drained: Drained,
-    counts: Mapping[str, int],
-    more: bool = False,
-    unknown: frozenset[Destination] | None = None,
-    sending_to: frozenset[Destination] | None = None,
-) -> None:
-    """The replay and the settle of a planned wave: its plan ``rows`` (``counts``: how
-    many of each verdict, which size the tasks), the ``snapshot`` that holds their
-    bytes, and what an earlier attempt of the run recorded as replayed (``earlier``,
-    None: nothing); what it did is added to ``drained``, whose skipped
-    destinations and broken lanes it holds back (and, when ``more`` waves may follow,
-    adds to). ``unknown``, ``sending_to``: the destinations the plan found no entity
-    for and those it replays to (None: read from ``rows``)."""
-    probed = probe(ctx, request, rows, earlier, known=drained.skipped, sending_to=sending_to)
-    ledger.add(probed)
-    drained.skipped.update(probed.skipped)
-    journal_id = new_journal_id()
-    open_journal(ctx.store.files, request.run_id, journal_id)
-    lease.check()
-    ledger.record(Status.REPLAYING, detail=JOURNAL_PREFIX + journal_id)
-    failpoints.check("after_replaying")
-    sent = send(
-        ctx,
-        request,
-        rows,
-        snapshot,
-        probed.todo,
-        drained.skipped,
-        drained.broken,
-        drained.in_doubt,
-        journal_id,
-        counts.get(Verdict.REPLAY, 0),
-    )
-    ledger.add(sent)
-    failpoints.check("after_replay_commit")
-    ledger.record(Status.REPLAYED)
-    remove_journal(ctx.store.files, request.run_id)  # the outcomes are committed
-    failpoints.check("after_replayed")
-
-    lease.check()  # a run that lost its lease settles nothing: the holder will
-    columns = ["backlog_queue", "sequence_number", "outcome"]
-    all_sent = sent.results
-    if earlier is not None:
-        all_sent = earlier.select(*columns).unionByName(sent.results.select(*columns))
-    settled = settle(ctx, request, rows, all_sent, sum(counts.values()))
-    ledger.add(settled)
-    failpoints.check("after_settle_commit")
-    left = left_behind(sent.results, rows) if more else LeftBehind()
-    drained.add_wave(
-        sent.tally,
-        settled.tally,
-        left,
-        held(ctx, request, settled.results, rows),
-        set(unknown) if unknown is not None else unknown_destinations(rows),
-    )

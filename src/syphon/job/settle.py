@@ -58,16 +58,10 @@ from syphon.core.schema import (
 from syphon.job.context import service_tasks
 from syphon.job.settle_actions import COMPLETE, DEAD_LETTER, DISCARD, LEAVE, Action
 from syphon.obs.failpoints import FailPoint
+from syphon.servicebus import settlement
 from syphon.servicebus.access import Access
 from syphon.servicebus.errors import NAMESPACE_FAULTS
-from syphon.servicebus.raw import (
-    ABANDONED,
-    COMPLETED,
-    SUSPENDED,
-    complete_decoder,
-    lean,
-    settle_by_lock_tokens,
-)
+from syphon.servicebus.settlement import QueueLocks
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -105,6 +99,9 @@ def settle_queues(
         task, spark_schema(SETTLE_RESULT)
     )
 
+
+#: The actions that settle a message (the rest leave it, held until the pass ends).
+_SETTLED = (COMPLETE, DEAD_LETTER, DISCARD)
 
 #: Queues one settle task settles side by side.
 SETTLE_THREADS = 16
@@ -157,7 +154,6 @@ class _SettleTask:
                 )
         if not todo:
             return
-        complete_decoder()  # a message of a type the SDK cannot decode would stop the pass
         counter = _Counter(self.failpoint)
         with ThreadPoolExecutor(max_workers=min(SETTLE_THREADS, len(todo))) as pool:
             passes = [
@@ -187,7 +183,8 @@ class _Counter:
 
 class _QueuePass:
     """One backlog queue's pass: receive in peek-lock, settle page by page, give back what
-    is held."""
+    is held (messages named by their sequence numbers: the Service Bus side is
+    :class:`~syphon.servicebus.settlement.QueueLocks`)."""
 
     def __init__(
         self, access: Access, run_id: str, queue: str, todo: dict[int, Action], counter: _Counter
@@ -197,21 +194,15 @@ class _QueuePass:
         self.queue = queue
         self.todo = todo
         self.counter = counter
+        self.out: dict[int, dict[str, Any]] = {}
 
     def run(self) -> Any:
         import pandas as pd  # type: ignore[import-untyped]
 
-        queue, todo = self.queue, self.todo
-        out: dict[int, dict[str, Any]] = {}
         stopped: str | None = None
         try:
-            with (
-                self.__access.client() as client,
-                # no keep-alive thread: it sleeps in 1 s steps and the close waits for
-                # it; a pass receives often enough to stay alive
-                lean(client.get_queue_receiver(queue)) as receiver,
-            ):
-                self._drain(receiver, queue, todo, out)
+            with QueueLocks(self.__access, self.queue) as locks:
+                self._drain(locks)
         except Exception as exc:  # the namespace or the queue failed: the rest waits
             name = type(exc).__name__
             stopped = (
@@ -219,24 +210,18 @@ class _QueuePass:
                 if name in NAMESPACE_FAULTS
                 else f"{Detail.RECEIVE_FAILED}{name}"
             )
-            log.warning("settling %s stopped: %s", queue, name)
-        for seq, (action, reason, _) in todo.items():
-            if seq not in out:
+            log.warning("settling %s stopped: %s", self.queue, name)
+        for seq, (action, reason, _) in self.todo.items():
+            if seq not in self.out:
                 detail = reason if action == LEAVE else (stopped or Detail.NOT_RECEIVED)
-                out[seq] = _row(queue, seq, Outcome.LEFT, detail, 0)
-        return pd.DataFrame(list(out.values()), columns=_RESULT_COLUMNS)
+                self.out[seq] = _row(self.queue, seq, Outcome.LEFT, detail, 0)
+        return pd.DataFrame(list(self.out.values()), columns=_RESULT_COLUMNS)
 
-    def _drain(
-        self,
-        receiver: Any,
-        queue: str,
-        todo: dict[int, Action],
-        out: dict[int, dict[str, Any]],
-    ) -> None:
-        settled = (COMPLETE, DEAD_LETTER, DISCARD)
-        to_settle = {seq for seq, (a, _, _) in todo.items() if a in settled}
+    def _drain(self, locks: QueueLocks) -> None:
+        todo = self.todo
+        to_settle = {seq for seq, (a, _, _) in todo.items() if a in _SETTLED}
         unreceived = set(todo)
-        held: list[Any] = []
+        held: list[int] = []
         # the last message of the plan in this queue: a queue hands out its messages in
         # order, so once a page goes beyond it nothing of the plan is still to come (a
         # message locked elsewhere comes back only when its lock ends). A partitioned
@@ -251,136 +236,119 @@ class _QueuePass:
                 page = min(RECEIVE_PAGE, ahead)
                 if went_beyond:  # beyond the plan, a few released ones at most are to come
                     page = min(page, len(to_settle))
-                messages = receiver.receive_messages(
-                    max_message_count=page, max_wait_time=RECEIVE_WAIT_SECONDS
-                )
-                if not messages:
+                received = locks.receive(page, RECEIVE_WAIT_SECONDS)
+                if not received:
                     empty += 1
                     if empty < EMPTY_RECEIVES:
                         continue  # a busy namespace, or a lock about to lapse: again
                     break
                 empty = 0
-                beyond = bounded and any(int(m.sequence_number or 0) > last for m in messages)
-                groups: dict[_Settlement, list[Any]] = {}
-                for m in messages:
-                    seq = int(m.sequence_number or 0)
-                    unreceived.discard(seq)
-                    action, reason, verdict = todo.get(seq, (LEAVE, None, ""))
-                    if action not in settled:  # held; not the plan's: counted, not audited
-                        held.append(m)
-                        row = None if seq in todo else _given_back(out, queue)
-                        row = row or out.setdefault(seq, _row(queue, seq, Outcome.LEFT, reason, 0))
-                        row["received"] += 1
-                        continue
-                    to_settle.discard(seq)
-                    groups.setdefault(self._settlement(action, reason, verdict), []).append(m)
+                beyond = bounded and any(seq > last for seq in received)
+                groups = self._sorted(received, unreceived, to_settle, held)
                 for settlement, group in groups.items():
-                    self._settle_page(receiver, queue, group, settlement, out)
+                    self._settle_page(locks, group, settlement)
                 if beyond and not groups:
                     break  # nothing of the plan is at the head: locked elsewhere, or gone
                 went_beyond = went_beyond or beyond
         finally:
-            self._give_back(receiver, queue, held, out)
+            self._give_back(locks, held)
+
+    def _sorted(
+        self, received: list[int], unreceived: set[int], to_settle: set[int], held: list[int]
+    ) -> dict[_Settlement, list[int]]:
+        """A page's messages to settle, grouped by how; the rest is ``held`` to be given
+        back at the end (what is not the plan's is counted, not audited)."""
+        groups: dict[_Settlement, list[int]] = {}
+        for seq in received:
+            unreceived.discard(seq)
+            action, reason, verdict = self.todo.get(seq, (LEAVE, None, ""))
+            if action not in _SETTLED:
+                held.append(seq)
+                row = None if seq in self.todo else _given_back(self.out, self.queue)
+                row = row or self.out.setdefault(
+                    seq, _row(self.queue, seq, Outcome.LEFT, reason, 0)
+                )
+                row["received"] += 1
+                continue
+            to_settle.discard(seq)
+            groups.setdefault(self._settlement(action, reason, verdict), []).append(seq)
+        return groups
 
     def _settlement(self, action: str, reason: str | None, verdict: str) -> _Settlement:
         """How a message of the plan is settled, by its action (a discard is completed,
         its row keeping the operator's reason)."""
         if action in (COMPLETE, DISCARD):
             outcome = Outcome.COMPLETED if action == COMPLETE else Outcome.DISCARDED
-            return _Settlement(COMPLETED, outcome, detail=reason if action == DISCARD else None)
+            return _Settlement(
+                settlement.COMPLETE, outcome, detail=reason if action == DISCARD else None
+            )
         why = f"syphon run {self.run_id}: {verdict}"
-        return _Settlement(SUSPENDED, Outcome.DEAD_LETTERED, reason, why)
+        return _Settlement(settlement.DEAD_LETTER, Outcome.DEAD_LETTERED, reason, why)
 
-    def _settle_page(
-        self,
-        receiver: Any,
-        queue: str,
-        group: list[Any],
-        settlement: _Settlement,
-        out: dict[int, dict[str, Any]],
-    ) -> None:
+    def _settle_page(self, locks: QueueLocks, group: list[int], how: _Settlement) -> None:
         """Settles one page's messages of one outcome in one request; when it fails,
         one by one (a request that failed may have settled some: each is found out)."""
-        status, outcome, reason = settlement.status, settlement.outcome, settlement.reason
-        description, detail = settlement.description, settlement.recorded
         try:
-            settle_by_lock_tokens(receiver, group, status, reason, description)
+            locks.settle(group, how.status, how.reason, how.description)
         except Exception as exc:
             name = type(exc).__name__
             if name in NAMESPACE_FAULTS:  # the namespace is gone: the next run finds out
-                for m in group:
-                    seq = int(m.sequence_number or 0)
-                    out[seq] = _row(queue, seq, Outcome.LEFT, f"{Detail.SETTLE_FAILED}{name}", 1)
+                for seq in group:
+                    failed = f"{Detail.SETTLE_FAILED}{name}"
+                    self.out[seq] = _row(self.queue, seq, Outcome.LEFT, failed, 1)
                 raise
-            log.info("settling a page of %s in one request failed (%s): one by one", queue, name)
-            for m in group:
-                self._settle_one(receiver, queue, m, settlement, out)
-            out[int(group[0].sequence_number or 0)]["requests"] += 1  # the failed one
+            log.info(
+                "settling a page of %s in one request failed (%s): one by one", self.queue, name
+            )
+            for seq in group:
+                self._settle_one(locks, seq, how)
+            self.out[group[0]]["requests"] += 1  # the failed one
             return
-        for i, m in enumerate(group):
-            seq = int(m.sequence_number or 0)
-            out[seq] = _row(queue, seq, outcome, detail, 1, requests=int(i == 0))
-        self._count(len(group))
+        for i, seq in enumerate(group):
+            self.out[seq] = _row(
+                self.queue, seq, how.outcome, how.recorded, 1, requests=int(i == 0)
+            )
+        self.counter.add(len(group))
 
-    def _settle_one(
-        self,
-        receiver: Any,
-        queue: str,
-        m: Any,
-        settlement: _Settlement,
-        out: dict[int, dict[str, Any]],
-    ) -> None:
-        seq = int(m.sequence_number or 0)
-        outcome, detail = settlement.outcome, settlement.recorded
+    def _settle_one(self, locks: QueueLocks, seq: int, how: _Settlement) -> None:
         try:
-            if settlement.status == COMPLETED:
-                receiver.complete_message(m)
-            else:
-                receiver.dead_letter_message(
-                    m, reason=settlement.reason, error_description=settlement.description
-                )
+            locks.settle_one(seq, how.status, how.reason, how.description)
         except Exception as exc:  # a lapsed lock, or settled by the failed request
             name = type(exc).__name__
-            if name not in NAMESPACE_FAULTS and _gone(receiver, seq):
-                out[seq] = _row(queue, seq, outcome, detail, 1, requests=1)
-                self._count(1)
+            if name not in NAMESPACE_FAULTS and locks.gone(seq):
+                self.out[seq] = _row(self.queue, seq, how.outcome, how.recorded, 1, requests=1)
+                self.counter.add(1)
                 return
-            out[seq] = _row(
-                queue, seq, Outcome.LEFT, f"{Detail.SETTLE_FAILED}{name}", 1, requests=1
-            )
+            failed = f"{Detail.SETTLE_FAILED}{name}"
+            self.out[seq] = _row(self.queue, seq, Outcome.LEFT, failed, 1, requests=1)
             if name in NAMESPACE_FAULTS:
                 raise
             return
-        out[seq] = _row(queue, seq, outcome, detail, 1, requests=1)
-        self._count(1)
+        self.out[seq] = _row(self.queue, seq, how.outcome, how.recorded, 1, requests=1)
+        self.counter.add(1)
 
-    def _count(self, settled: int) -> None:
-        self.counter.add(settled)
-
-    def _give_back(
-        self, receiver: Any, queue: str, held: list[Any], out: dict[int, dict[str, Any]]
-    ) -> None:
+    def _give_back(self, locks: QueueLocks, held: list[int]) -> None:
         """Abandons the held messages, a page per request (one by one where a request
         fails; a lapsed lock needs no abandon: the message is available anyway)."""
 
-        def row(m: Any) -> dict[str, Any]:  # the message's, or the queue's given_back
-            return out.get(int(m.sequence_number or 0)) or _given_back(out, queue)
+        def row(seq: int) -> dict[str, Any]:  # the message's, or the queue's given_back
+            return self.out.get(seq) or _given_back(self.out, self.queue)
 
         for start in range(0, len(held), RECEIVE_PAGE):
             page = held[start : start + RECEIVE_PAGE]
             try:
-                settle_by_lock_tokens(receiver, page, ABANDONED)
+                locks.settle(page, settlement.GIVE_BACK)
                 given = page
                 row(page[0])["requests"] += 1
             except Exception:
                 given = []
-                for m in page:
+                for seq in page:
                     with contextlib.suppress(Exception):
-                        receiver.abandon_message(m)
-                        given.append(m)
-                    row(m)["requests"] += 1
-            for m in given:
-                row(m)["abandoned"] += 1
+                        locks.settle_one(seq, settlement.GIVE_BACK)
+                        given.append(seq)
+                    row(seq)["requests"] += 1
+            for seq in given:
+                row(seq)["abandoned"] += 1
 
 
 def _ahead(unreceived: set[int], to_settle: set[int]) -> int:
@@ -393,16 +361,6 @@ def _ahead(unreceived: set[int], to_settle: set[int]) -> int:
 def _given_back(out: dict[int, dict[str, Any]], queue: str) -> dict[str, Any]:
     """The queue's ``given_back`` row (key 0: no message has sequence number 0)."""
     return out.setdefault(0, _row(queue, 0, Outcome.GIVEN_BACK, None, 0))
-
-
-def _gone(receiver: Any, seq: int) -> bool:
-    """Whether the message ``seq`` is no longer in the queue (so the settlement that
-    failed for the caller was applied: completed, or moved to the dead-letter queue)."""
-    try:
-        peeked = receiver.peek_messages(max_message_count=1, sequence_number=seq)
-    except Exception:  # cannot tell: the message is taken to be there
-        return False
-    return not peeked or int(peeked[0].sequence_number or 0) != seq
 
 
 def _row(

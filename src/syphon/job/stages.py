@@ -32,10 +32,10 @@ from syphon.job.journal import journal_folder, outcomes_commit, read_journal, re
 from syphon.job.lanes import ReplaySettings
 from syphon.job.ledger import record_recovered
 from syphon.job.plan import discovery_operations, unread
-from syphon.job.repair import with_repair
+from syphon.job.planned import HeldBack, PlannedWave
+from syphon.job.reconcile import wave_messages
 from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
 from syphon.job.request import RunRequest, StageResult, timed
-from syphon.job.restore import restore
 from syphon.job.settle import settle_queues
 from syphon.job.settle_actions import settle_actions
 from syphon.job.snapshot import read_snapshot
@@ -148,14 +148,11 @@ JOURNAL_PREFIX = "journal "
 
 @dataclass(kw_only=True)
 class Resumed(StageResult):
-    """A planned run taken up again: its plan rows (``rows``, checkpointed), its queues
-    peeked again (``snapshot``), what its earlier attempts recorded as replayed
-    (``earlier``; None: nothing) and its plan's counts by verdict."""
+    """A planned run taken up again: its wave (its plan rows, checkpointed; its queues
+    peeked again; what its earlier attempts recorded as replayed; its plan's counts by
+    verdict)."""
 
-    rows: DataFrame
-    snapshot: DataFrame
-    earlier: DataFrame | None
-    counts: dict[str, int]
+    wave: PlannedWave
 
 
 def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
@@ -206,7 +203,8 @@ def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
     queues = [DiscoveredQueue("", 0, p, None, False) for p in paths]
     split, per_task = ctx.config.backlog.split_messages, ctx.config.run.messages_per_task
     snapshot = read_snapshot(spark, source.access, queues, split, per_task)
-    return Resumed(rows=rows, snapshot=snapshot, earlier=earlier, counts=counts)
+    messages = wave_messages(snapshot, source.redrive, request.repair)
+    return Resumed(wave=PlannedWave(rows, messages, counts, earlier=earlier))
 
 
 @dataclass(kw_only=True)
@@ -218,24 +216,17 @@ class Probed(StageResult):
     skipped: dict[Destination, str | None]
 
 
-def probe(
-    ctx: RunContext,
-    request: RunRequest,
-    rows: DataFrame,
-    earlier: DataFrame | None = None,
-    known: Mapping[Destination, str | None] | None = None,
-    sending_to: frozenset[Destination] | None = None,
-) -> Probed:
-    """Probes the destinations of the plan ``rows`` that no earlier attempt of the run
-    sent (``earlier``: its replay rows), sending nothing; those an earlier wave judged
-    (``known``) are not probed again. ``sending_to``: the destinations of the rows'
-    replays, when the plan counted them (read from ``rows`` otherwise)."""
-    result = Probed(todo=still_to_send(rows, earlier), skipped={})
+def probe(ctx: RunContext, wave: PlannedWave, known: Mapping[Destination, str | None]) -> Probed:
+    """Probes the destinations of the ``wave``'s rows that no earlier attempt of the run
+    sent, sending nothing; those an earlier wave judged (``known``) are not probed
+    again."""
+    result = Probed(todo=still_to_send(wave.rows, wave.earlier), skipped={})
     with timed(result.timings, "replay", "replay_probes"):
-        if sending_to is None or earlier is not None:
+        sending_to = wave.sending_to
+        if sending_to is None or wave.earlier is not None:
             pairs = result.todo.select("primary", "destination").distinct().collect()
             sending_to = frozenset((r["primary"], r["destination"]) for r in pairs)
-        destinations = sorted(d for d in sending_to if d not in (known or {}))
+        destinations = sorted(d for d in sending_to if d not in known)
         progress.step(f"replay: probing {len(destinations)} destinations")
         result.skipped = probe_destinations(ctx.namespaces.primaries, destinations)
     result.operations.replay_probes = len(destinations)
@@ -254,26 +245,22 @@ class Sent(StageResult):
 def send(
     ctx: RunContext,
     request: RunRequest,
-    rows: DataFrame,
-    snapshot: DataFrame,
+    wave: PlannedWave,
     todo: DataFrame,
-    skipped: Mapping[Destination, str | None],
-    broken: frozenset[tuple[str, str, str]],
-    in_doubt: DataFrame | None,
+    held: HeldBack,
     journal_id: str | None = None,
-    messages: int | None = None,
 ) -> Sent:
-    """Sends the plan rows ``todo`` (the messages' bytes from ``snapshot``; those of
-    ``in_doubt`` marked as sent again), except to the ``skipped`` destinations and on the
-    ``broken`` lanes (an earlier wave of the run left them), then commits the outcomes of
-    the plan ``rows`` to the audit. Each transfer is journaled in the wave attempt's
-    journal ``journal_id`` (opened by the caller; None: not journaled), and the commit is
-    named for it (:func:`syphon.job.journal.outcomes_commit`). ``messages``: how many
-    the plan replays (None: unknown), which sizes the replay's tasks
-    (:func:`syphon.job.context.service_tasks`)."""
+    """Sends the ``wave``'s rows ``todo`` (the messages' bytes from its snapshot; those
+    ``held`` in doubt marked as sent again), except what the run ``held`` back (skipped
+    destinations, broken lanes), then commits the outcomes of the wave's rows to the
+    audit. Each transfer is journaled in the wave attempt's journal ``journal_id``
+    (opened by the caller; None: not journaled), and the commit is named for it
+    (:func:`syphon.job.journal.outcomes_commit`). The messages the wave replays size the
+    replay's tasks (:func:`syphon.job.context.service_tasks`)."""
     journal = None
     if journal_id is not None:
         journal = journal_folder(ctx.store.files, request.run_id, journal_id)
+    rows = wave.rows
     budgets = ctx.config.replay.credits_per_second
     operations = Operations()
     timings = Timings()
@@ -281,17 +268,17 @@ def send(
         progress.step("replay: sending")
         results = replay_messages(
             replay_input(
-                with_repair(restore(snapshot, request.source.redrive), request.repair),
+                wave.messages,
                 todo,
-                in_doubt,
+                held.in_doubt,
             ),
             ctx.namespaces.primaries,
-            skipped,
+            held.skipped,
             ReplaySettings(credits_per_second=budgets),
             failpoint=failpoints.for_task("mid_replay"),
-            broken=broken,
+            broken=held.broken,
             journal=journal.for_tasks() if journal is not None else None,
-            tasks=service_tasks(ctx.spark(), messages, ctx.config.run.messages_per_task),
+            tasks=service_tasks(ctx.spark(), wave.replays, ctx.config.run.messages_per_task),
         )
         results = results.localCheckpoint(eager=True)  # the sends happen here, exactly once
     with timed(timings, "replay"):
@@ -315,16 +302,11 @@ class Settled(StageResult):
     tally: Tally
 
 
-def settle(
-    ctx: RunContext,
-    request: RunRequest,
-    rows: DataFrame,
-    sent: DataFrame,
-    messages: int | None = None,
-) -> Settled:
-    """Settles the plan ``rows`` in the source's queues by what the run ``sent`` (every
-    attempt's replay rows), then commits the outcomes to the audit. ``messages``: how
-    many rows the plan holds (None: unknown), which sizes the settle's tasks."""
+def settle(ctx: RunContext, request: RunRequest, wave: PlannedWave, sent: DataFrame) -> Settled:
+    """Settles the ``wave``'s rows in the source's queues by what the run ``sent`` (every
+    attempt's replay rows), then commits the outcomes to the audit. The rows the wave
+    holds size the settle's tasks."""
+    rows = wave.rows
     operations = Operations()
     timings = Timings()
     with timed(timings, "settle", "settle_passes"):
@@ -334,7 +316,7 @@ def settle(
             request.source.access,
             request.run_id,
             failpoints.for_task("mid_settle"),
-            service_tasks(ctx.spark(), messages, ctx.config.run.messages_per_task),
+            service_tasks(ctx.spark(), wave.size, ctx.config.run.messages_per_task),
         )
         results = results.localCheckpoint(eager=True)
     with timed(timings, "settle"):

@@ -50,8 +50,9 @@ class AuditStore(Protocol):
         """Where the audit is, for messages: a folder or URI, or a catalog table."""
         ...
 
-    def append_plan(self, planned: DataFrame, run_id: str, recorded_at: datetime) -> int:
-        """Appends a planned snapshot's audit rows in one commit; returns how many."""
+    def append_plan(self, rows: DataFrame, run_id: str) -> int:
+        """Appends a plan's audit rows (:func:`syphon.store.queries.plan_audit_rows`) in
+        one commit; returns how many."""
         ...
 
     def append_outcomes(
@@ -148,9 +149,8 @@ class TableStore(abc.ABC):
     @abc.abstractmethod
     def audit(self) -> DataFrame | None: ...
 
-    def append_plan(self, planned: DataFrame, run_id: str, recorded_at: datetime) -> int:
-        frame = queries.plan_audit_rows(planned, run_id, recorded_at)
-        return self._append(frame, AUDIT_TABLE, f"{Stage.PLAN}-{run_id}")
+    def append_plan(self, rows: DataFrame, run_id: str) -> int:
+        return self._append(rows, AUDIT_TABLE, f"{Stage.PLAN}-{run_id}")
 
     def append_outcomes(
         self,
