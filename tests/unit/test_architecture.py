@@ -287,15 +287,20 @@ def test_the_wave_loop_reads_in_short_functions() -> None:
     assert long == {}
 
 
-def test_the_job_layer_settles_through_the_service_bus_boundary() -> None:
-    """The settle names messages by sequence number (``servicebus/settlement.py``): no
-    module of ``job/`` calls a receiver's methods or reaches below the SDK to settle."""
+def test_the_job_layer_holds_no_service_bus_sdk_object() -> None:
+    """The settle names messages by sequence number (``servicebus/settlement.py``) and the
+    snapshot reads rows (``servicebus/peek.peek_queue``): no module of ``job/`` opens a
+    namespace's client, calls a receiver's methods or reaches below the SDK."""
     sdk_calls = {
+        "client",
         "receive_messages",
+        "peek_messages",
         "complete_message",
         "dead_letter_message",
         "abandon_message",
         "get_queue_receiver",
+        "peek_receiver",
+        "peek_rows",
         "settle_by_lock_tokens",
     }
     found = set()

@@ -1,7 +1,7 @@
 """Snapshot: peek every backlog queue into a DataFrame.
 
 Each Spark task peeks some backlog queues, or ranges of a large queue's sequence
-numbers, with :func:`syphon.servicebus.peek.peek_rows` (nothing is locked or removed),
+numbers, with :func:`syphon.servicebus.peek.peek_queue` (nothing is locked or removed),
 several side by side (a thread and a receiver each), and hands the rows to Spark as Arrow
 record batches. :func:`read_snapshot` sizes the tasks to the messages, at most the cores
 (:func:`syphon.job.context.service_tasks`): a receiver's link costs the SDK about half a
@@ -26,7 +26,7 @@ from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.job.context import service_tasks
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import DiscoveredQueue
-from syphon.servicebus.peek import PEEK_PAGE, first_sequence_number, peek_receiver, peek_rows
+from syphon.servicebus.peek import PEEK_PAGE, first_sequence_number, peek_queue
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -151,8 +151,7 @@ class _PeekTask:
 
     def _peek(self, r: QueueRange) -> Callable[[], Iterator[dict[str, Any]]]:
         def rows() -> Iterator[dict[str, Any]]:
-            with self.__access.client() as client, peek_receiver(client, r.queue) as receiver:
-                yield from peek_rows(receiver, r.queue, r.first, r.last, self.page, r.limit)
+            yield from peek_queue(self.__access, r.queue, r.first, r.last, self.page, r.limit)
 
         return rows
 

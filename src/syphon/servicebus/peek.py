@@ -11,10 +11,13 @@ a time), so the walk goes on from the last sequence number seen until a peek is 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from syphon.core.peeked import sequence_number, snapshot_row
 from syphon.servicebus.raw import complete_decoder, lean, peek_raw
+
+if TYPE_CHECKING:
+    from syphon.servicebus.access import Access
 
 PEEK_PAGE = 250
 
@@ -73,6 +76,23 @@ def peek_rows(
                 left -= 1
                 if left == 0:
                     return
+
+
+def peek_queue(
+    access: Access,
+    backlog_queue: str,
+    from_sequence_number: int = 1,
+    until_sequence_number: int | None = None,
+    page: int = PEEK_PAGE,
+    limit: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """:func:`peek_rows` of ``backlog_queue`` through a client and a receiver of its own,
+    opened here and closed when the rows end (or the caller stops reading them): the
+    caller holds no SDK object."""
+    with access.client() as client, peek_receiver(client, backlog_queue) as receiver:
+        yield from peek_rows(
+            receiver, backlog_queue, from_sequence_number, until_sequence_number, page, limit
+        )
 
 
 def first_sequence_number(access: Any, queue: str, from_sequence_number: int = 1) -> int | None:
