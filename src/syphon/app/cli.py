@@ -5,6 +5,7 @@ and an exit code (:mod:`syphon.job.failures`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from syphon.core.config import SyphonConfig
 from syphon.core.configfile import load_config
 from syphon.core.errors import SyphonError, action_of
 from syphon.core.selection import SelectionError
+from syphon.core.sessions import close_client
 from syphon.job.context import RunContext
 from syphon.job.failures import explain
 from syphon.job.plan import plan
@@ -59,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     run_id = getattr(args, "run_id", None) or new_run_id(datetime.now(timezone.utc))
-    with run_context(run_id):  # every record, the config's included, names the run
+    # every record, the config's included, names the run
+    with run_context(run_id), contextlib.ExitStack() as ending:
         # a malformed selection is refused before anything is read or started
         selection = selection_of(args) if args.command in ("plan", "run", "discard") else None
         repair = repair_of(args)  # and so is a repair that cannot be
@@ -74,6 +77,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(yaml.safe_dump(config.as_dict(), sort_keys=False), end="")
             return 0
         ctx = build_context(config, dbutils_get=databricks_secrets())
+        # a Spark Connect client's channel is closed before the interpreter's exit tears
+        # its threads down (and its own exit hook makes no last call to the server)
+        ending.callback(lambda: close_client(ctx.spark.started))
         if args.command == "provision":
             return _provision(ctx, args.count)
         source = run_source(ctx, args.source)

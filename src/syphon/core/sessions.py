@@ -7,8 +7,11 @@ tracker, its JVM) is asked for through :func:`is_connect` first."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,20 @@ def is_connect(spark: Any) -> bool:
     """Whether ``spark`` is a Spark Connect session (by its class: nothing is asked of
     the server)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def close_client(spark: Any) -> None:
+    """Closes a Spark Connect session's channel to its server, as a command ends: the
+    server keeps the session until it times out, and this process makes no further call
+    (PySpark's own exit hook would make one, and wait on a server that is gone). A
+    classic session (or None) is left alone: its JVM ends with the process. A channel
+    that does not close cleanly is left to the exit."""
+    if spark is None or not is_connect(spark):
+        return
+    try:
+        spark.client.close()
+    except Exception as exc:  # the command's outcome stands: nothing more to do here
+        log.debug("the Spark Connect channel did not close cleanly: %s", type(exc).__name__)
 
 
 def default_parallelism(spark: Any) -> int:
