@@ -5,7 +5,6 @@ alike (:mod:`syphon.job.run` is the loop that hands them over)."""
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from syphon.core.schema import Status
@@ -24,8 +23,6 @@ from syphon.store.lease import Lease
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-log = logging.getLogger(__name__)
 
 #: What the settle reads of every attempt's replay rows.
 _SENT_COLUMNS = ("backlog_queue", "sequence_number", "outcome")
