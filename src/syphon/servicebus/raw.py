@@ -24,7 +24,11 @@ SDK internals this module uses (where an SDK upgrade must look first):
 - ``azure.servicebus.ServiceBusReceiver._amqp_transport``,
   ``._populate_message_properties``, ``._mgmt_request_response_with_retry``,
   ``._settle_message_via_mgmt_link``
-- ``azure.servicebus.ServiceBusReceivedMessage._settled``
+- ``azure.servicebus.ServiceBusReceiver._renew_locks``
+- ``azure.servicebus.ServiceBusReceivedMessage._settled``, ``._delivery_tag``
+- ``azure.servicebus._pyamqp.client.ReceiveClient._client_ready``, ``._link``
+- ``azure.servicebus._pyamqp.receiver.ReceiverLink._incoming_transfer``,
+  ``._received_payload``, ``._first_frame``
 - ``azure.servicebus.ServiceBusMessageBatch._message``, ``._size``, ``._count``,
   ``._amqp_transport``
 - ``azure.servicebus._common.constants._BATCH_MESSAGE_OVERHEAD_COST`` and the
@@ -175,6 +179,97 @@ def peek_raw(receiver: Any, sequence_number: int, count: int) -> list[bytes]:
     return encoded
 
 
+def keep_encoded(receiver: Any, encoded: dict[bytes, bytes]) -> Any:
+    """``receiver`` (a ``ServiceBusReceiver`` in peek-lock), made to keep every message
+    its link receives as the bytes the service sent, in ``encoded`` by delivery tag (a
+    received message's ``_delivery_tag``); returns it.
+
+    A receive hands out messages the SDK decoded, and its decoder loses types a faithful
+    replay keeps (see the module docstring). The link assembles a message's transfer
+    frames (``more`` set on all but the last) into one payload and decodes it as the
+    last frame comes; here the payload is copied first, before the link's own handling,
+    which is unchanged. The caller takes what it wants out of ``encoded`` and clears the
+    rest (messages the SDK releases between two receives are kept here too).
+    """
+    create = receiver._create_handler
+
+    def create_handler(auth: Any) -> None:
+        create(auth)
+        handler = receiver._handler
+        ready = handler._client_ready
+
+        def client_ready() -> bool:
+            done = bool(ready())
+            link = handler._link
+            if link is not None and not getattr(link, "syphon_keeps_payloads", False):
+                _keep_payloads(link, encoded)
+            return done
+
+        handler._client_ready = client_ready
+
+    receiver._create_handler = create_handler
+    return receiver
+
+
+def _keep_payloads(link: Any, encoded: dict[bytes, bytes]) -> None:
+    """Copies each message's payload off ``link`` (a pyamqp ``ReceiverLink``) as its last
+    transfer frame arrives (frame fields: 1 delivery id, 2 delivery tag, 5 more,
+    11 payload)."""
+    incoming = link._incoming_transfer
+
+    def incoming_transfer(frame: Any) -> None:
+        if not frame[5]:
+            first = frame if frame[1] is not None else link._first_frame
+            pending = link._received_payload
+            payload = bytes(pending) + bytes(frame[11]) if pending else bytes(frame[11])
+            encoded[bytes(first[2])] = payload
+        incoming(frame)
+
+    link._incoming_transfer = incoming_transfer
+    link.syphon_keeps_payloads = True
+
+
+def delivery_tag(message: Any) -> bytes:
+    """A received message's delivery tag (the key of :func:`keep_encoded`'s bytes)."""
+    return bytes(message._delivery_tag)
+
+
+def renew_lock_tokens(receiver: Any, tokens: Sequence[Any]) -> None:
+    """Renews the locks of ``tokens`` (held by ``receiver``'s messages) in ONE request
+    (the management operation ``com.microsoft:renew-lock``), with the SDK's retries.
+
+    Raises:
+        ServiceBusError: the request failed (``MessageLockLostError``: a lock of them
+            lapsed or its message is gone; the others may not have been renewed).
+    """
+    if tokens:
+        receiver._renew_locks(*[str(t) for t in tokens])
+
+
+def settle_tokens(
+    receiver: Any,
+    tokens: Sequence[Any],
+    status: str,
+    reason: str | None = None,
+    description: str | None = None,
+) -> None:
+    """:func:`settle_by_lock_tokens` of lock ``tokens`` alone (no message objects)."""
+    from azure.servicebus._common.constants import (
+        MGMT_REQUEST_DEAD_LETTER_ERROR_DESCRIPTION,
+        MGMT_REQUEST_DEAD_LETTER_REASON,
+    )
+
+    if not tokens:
+        return
+    details = None
+    if status == SUSPENDED:
+        details = {
+            MGMT_REQUEST_DEAD_LETTER_REASON: reason or "",
+            MGMT_REQUEST_DEAD_LETTER_ERROR_DESCRIPTION: description or "",
+        }
+    receiver._settle_message_via_mgmt_link(status, list(tokens), dead_letter_details=details)
+
+
 #: ``update-disposition``'s status per settlement (the service's names).
 COMPLETED, SUSPENDED, ABANDONED = "completed", "suspended", "abandoned"
 
@@ -199,21 +294,9 @@ def settle_by_lock_tokens(
         ServiceBusError: the request failed (e.g. ``MessageLockLostError`` for a lock
             that lapsed), with the SDK's own error classes.
     """
-    from azure.servicebus._common.constants import (
-        MGMT_REQUEST_DEAD_LETTER_ERROR_DESCRIPTION,
-        MGMT_REQUEST_DEAD_LETTER_REASON,
-    )
-
     if not messages:
         return
-    details = None
-    if status == SUSPENDED:
-        details = {
-            MGMT_REQUEST_DEAD_LETTER_REASON: reason or "",
-            MGMT_REQUEST_DEAD_LETTER_ERROR_DESCRIPTION: description or "",
-        }
-    tokens = [m.lock_token for m in messages]
-    receiver._settle_message_via_mgmt_link(status, tokens, dead_letter_details=details)
+    settle_tokens(receiver, [m.lock_token for m in messages], status, reason, description)
     for m in messages:  # as the SDK marks a message it settled itself
         m._settled = True
 

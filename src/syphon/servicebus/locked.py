@@ -1,0 +1,243 @@
+"""Reading a queue once, under lock: each message received in peek-lock, kept as the
+bytes the service sent, and held locked (renewed) until it is settled by its lock
+token or given back.
+
+A :class:`LockedQueue` is one queue's receiver for a whole run, behind the Service Bus
+boundary: the run names its messages by sequence number and holds no SDK object. It
+receives in pages, keeps each message's encoded bytes (:func:`syphon.servicebus.raw.
+keep_encoded`) and its lock token, and answers the bytes; the SDK's decoded message is
+dropped at once. Its messages stay locked, and so invisible to every receive of the
+queue, until it settles them (complete or dead-letter, a page in one request by lock
+tokens), gives them back (abandon) or closes. Its calls are serialized: a run receives,
+renews and settles one queue from several threads (the next wave's read, the renewal,
+the settle).
+
+A lock lasts the queue's lock duration from its receive or its last renewal;
+:meth:`LockedQueue.renew` renews every held lock in pages of tokens, one request each.
+A lock that lapsed is dropped from what is held: its message is available to the queue
+again, and settling it later fails (the caller records it as left).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+from typing import Any
+
+from syphon.core.peeked import sequence_number
+from syphon.servicebus.access import Access
+from syphon.servicebus.raw import (
+    ABANDONED,
+    COMPLETED,
+    SUSPENDED,
+    complete_decoder,
+    delivery_tag,
+    keep_encoded,
+    lean,
+    renew_lock_tokens,
+    settle_tokens,
+)
+
+#: How a message is settled: completed, dead-lettered (suspended) or given back.
+COMPLETE = COMPLETED
+DEAD_LETTER = SUSPENDED
+GIVE_BACK = ABANDONED
+
+#: Lock tokens per settlement or renewal request.
+TOKENS_PER_REQUEST = 500
+#: The SDK's error for a lock that lapsed (or a message gone).
+LOCK_LOST = "MessageLockLostError"
+#: Messages one receive asks for at most.
+RECEIVE_PAGE = 500
+
+
+class LockedQueue:
+    """One queue's peek-lock receiver and the messages it holds locked, by sequence
+    number. Use it as a context manager: it opens a client and a receiver, and on
+    leaving gives back what it still holds and closes both."""
+
+    def __init__(self, access: Access, queue: str) -> None:
+        self.__access = access
+        self.queue = queue
+        self._tokens: dict[int, uuid.UUID] = {}
+        self._encoded: dict[bytes, bytes] = {}
+        self._stack = contextlib.ExitStack()
+        self._receiver: Any = None
+        self._calls = threading.RLock()
+        self.received = 0
+        self.requests = 0
+        #: how long a lock lasts, learned from the first message received (None: none
+        #: received yet)
+        self.lock_seconds: float | None = None
+
+    def __repr__(self) -> str:
+        return f"LockedQueue({self.queue!r}, {len(self._tokens)} held)"
+
+    def __enter__(self) -> LockedQueue:
+        complete_decoder()  # the SDK decodes what it hands out, whatever syphon keeps
+        with self._stack as stack:
+            client = stack.enter_context(self.__access.client())
+            receiver = client.get_queue_receiver(self.queue, prefetch_count=0)
+            self._receiver = stack.enter_context(lean(keep_encoded(receiver, self._encoded)))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        try:
+            with contextlib.suppress(Exception):  # a lapsed lock needs no give-back
+                self.give_back(list(self._tokens))
+        finally:
+            self._tokens.clear()
+            self._stack.close()
+
+    @property
+    def held(self) -> list[int]:
+        """The sequence numbers of the messages held locked."""
+        with self._calls:
+            return sorted(self._tokens)
+
+    def receive(self, count: int, wait_seconds: float) -> list[bytes]:
+        """Receives up to ``count`` messages in pages (waiting at most ``wait_seconds``
+        for each page's first), holds them locked and answers them encoded, in the order
+        the queue handed them out. Fewer than ``count``: the queue had no more available
+        (an empty page ends it)."""
+        out: list[bytes] = []
+        while len(out) < count:
+            page = self._receive_page(min(RECEIVE_PAGE, count - len(out)), wait_seconds)
+            if not page:
+                break
+            out.extend(page)
+        return out
+
+    def _receive_page(self, count: int, wait_seconds: float) -> list[bytes]:
+        with self._calls:
+            messages = self._receiver.receive_messages(
+                max_message_count=count, max_wait_time=wait_seconds
+            )
+            page = []
+            if messages and self.lock_seconds is None:
+                self.lock_seconds = _lock_seconds(messages[0])
+            for m in messages:
+                encoded = self._encoded.pop(delivery_tag(m))
+                self._tokens[sequence_number(encoded)] = m.lock_token
+                page.append(encoded)
+            self._encoded.clear()  # what the SDK released between receives
+            self.received += len(page)
+            return page
+
+    def settle(
+        self,
+        seqs: Sequence[int],
+        how: str,
+        reason: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """Settles held messages ``how`` (:data:`COMPLETE`, :data:`DEAD_LETTER` with
+        ``reason`` and ``description``) in one request. When it raises, the messages
+        stay held: the request may have settled some of them.
+
+        Raises:
+            KeyError: a message is not held.
+        """
+        with self._calls:
+            named = list(dict.fromkeys(seqs))
+            tokens = [self._tokens[s] for s in named]
+            self.requests += 1
+            settle_tokens(self._receiver, tokens, how, reason, description)
+            for s in named:
+                del self._tokens[s]
+
+    def forget(self, seq: int) -> None:
+        """Stops holding ``seq`` (its lock lapsed, or a failed request settled it)."""
+        with self._calls:
+            self._tokens.pop(seq, None)
+
+    def gone(self, seq: int) -> bool:
+        """Whether the message ``seq`` is no longer in the queue (a settlement that
+        failed for the caller was applied); False when the queue cannot tell."""
+        with self._calls:
+            try:
+                peeked = self._receiver.peek_messages(max_message_count=1, sequence_number=seq)
+            except Exception:  # cannot tell: the message is taken to be there
+                return False
+            return not peeked or int(peeked[0].sequence_number or 0) != seq
+
+    def give_back(self, seqs: Sequence[int]) -> int:
+        """Abandons held messages, a page per request (one by one where a request fails;
+        a lapsed lock needs none: the message is available anyway); answers how many
+        were given back."""
+        given = 0
+        for start in range(0, len(seqs), TOKENS_PER_REQUEST):
+            page = list(seqs[start : start + TOKENS_PER_REQUEST])
+            try:
+                self.settle(page, GIVE_BACK)
+                given += len(page)
+            except Exception:
+                for seq in page:
+                    with contextlib.suppress(Exception):
+                        self.settle([seq], GIVE_BACK)
+                        given += 1
+                    self.forget(seq)
+        return given
+
+    def renew(self) -> list[int]:
+        """Renews every held lock, a page of tokens per request; answers the sequence
+        numbers whose lock was lost (no longer held: their messages are available)."""
+        lost: list[int] = []
+        for page in self._pages():
+            with self._calls:
+                if not self._renewed([self._tokens[s] for s in page if s in self._tokens]):
+                    lost.extend(self._renew_each(page))
+        return lost
+
+    def _renewed(self, tokens: list[uuid.UUID]) -> bool:
+        """Whether one request renewed ``tokens`` (False: a lock of them lapsed, or the
+        request failed)."""
+        try:
+            self.requests += 1
+            renew_lock_tokens(self._receiver, tokens)
+        except Exception:
+            return False
+        return True
+
+    def _renew_each(self, page: list[int]) -> list[int]:
+        """Renews the locks of ``page`` one by one; answers those lost."""
+        lost = []
+        for seq in page:
+            token = self._tokens.get(seq)
+            if token is None:
+                continue
+            try:
+                self.requests += 1
+                renew_lock_tokens(self._receiver, [token])
+            except Exception as exc:
+                if type(exc).__name__ != LOCK_LOST:
+                    raise  # the namespace, not the lock: the next renewal tries
+                del self._tokens[seq]
+                lost.append(seq)
+        return lost
+
+    def _pages(self) -> Iterator[list[int]]:
+        held = self.held
+        for start in range(0, len(held), TOKENS_PER_REQUEST):
+            yield held[start : start + TOKENS_PER_REQUEST]
+
+
+def _lock_seconds(message: Any) -> float | None:
+    """How long ``message``'s lock lasts from now (None: the SDK does not say)."""
+    from datetime import datetime, timezone
+
+    until = message.locked_until_utc
+    if until is None:
+        return None
+    if until.tzinfo is None:
+        until = until.replace(tzinfo=timezone.utc)
+    return max(0.0, float((until - datetime.now(timezone.utc)).total_seconds()))

@@ -1,0 +1,105 @@
+"""A queue read once under lock (:class:`syphon.servicebus.locked.LockedQueue`), against
+the local Service Bus through the real SDK: the bytes it keeps are the bytes the
+service holds (what a peek answers), its messages stay locked until it settles them by
+token, a renewal keeps them past their lock, and a lapsed lock is reported lost."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+from servicebus_emulator import ManualClock, QueueSpec
+from servicebus_emulator.pytest_plugin import EmulatorFactory
+from syphon.core.peeked import sequence_number, snapshot_row
+from syphon.servicebus.access import Access
+from syphon.servicebus.locked import COMPLETE, DEAD_LETTER, LockedQueue
+from syphon.servicebus.peek import peek_queue
+
+
+def _access(sb: object) -> Access:
+    return Access("s", "secondary", "localhost", connection_string=sb.connection_string)  # type: ignore[attr-defined]
+
+
+def _sans_lock(row: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in row.items() if k not in ("encoded",)}
+
+
+def _send(sb: object, queue: str, bodies: list[bytes]) -> None:
+    with ServiceBusClient.from_connection_string(sb.connection_string) as client:  # type: ignore[attr-defined]
+        with client.get_queue_sender(queue) as sender:
+            for i, b in enumerate(bodies):
+                sender.send_messages(
+                    ServiceBusMessage(b, application_properties={"n": i, "f": 0.5 + i})
+                )
+
+
+def test_a_receive_keeps_the_bytes_a_peek_answers_and_holds_each_message_locked(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    # one message larger than the SDK's largest frame (1 MB): it comes in several frames
+    sb = servicebus_emulator(QueueSpec("q", max_message_size_in_kilobytes=4096))
+    bodies = [b"small", bytes(range(256)) * 6000, b"third"]
+    _send(sb, "q", bodies)
+    access = _access(sb)
+    peeked = list(peek_queue(access, "q"))
+    with LockedQueue(access, "q") as locked:
+        got = locked.receive(10, 1.0)
+        # what a snapshot reads of them is what it reads of a peek, in order: the same
+        # rows but for the service's annotations of the receive (the lock's end), which
+        # the replay drops with the others (syphon.core.rebuild)
+        rows = [snapshot_row(e, "q") for e in got]
+        assert [_sans_lock(r) for r in rows] == [_sans_lock(r) for r in peeked]
+        assert bodies[1] in got[1]
+        assert locked.held == [sequence_number(e) for e in got]
+        assert locked.lock_seconds is not None
+        assert 0 < locked.lock_seconds <= 60
+        stored = sb.broker.entity("q").messages.values()
+        assert all(m.lock_token is not None for m in stored)
+        # a second receive of the queue gets nothing: what is held is invisible
+        assert locked.receive(10, 0.3) == []
+        assert locked.received == 3
+
+
+def test_held_messages_are_settled_by_token_a_page_in_one_request(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    sb = servicebus_emulator(QueueSpec("q"))
+    _send(sb, "q", [b"a", b"b", b"c", b"d"])
+    with LockedQueue(_access(sb), "q") as locked:
+        seqs = [sequence_number(e) for e in locked.receive(4, 1.0)]
+        locked.settle(seqs[:2], COMPLETE)
+        locked.settle([seqs[2]], DEAD_LETTER, "bad", "why")
+        assert locked.held == [seqs[3]]
+        assert locked.requests == 2
+    # the fourth was given back on leaving: available again, once more delivered
+    q = sb.broker.entity("q")
+    (left,) = q.messages.values()
+    assert (left.seq, left.lock_token, left.delivery_count) == (seqs[3], None, 1)
+    (dead,) = sb.broker.entity("q/$DeadLetterQueue").messages.values()
+    assert dead.seq is not None
+
+
+def test_a_renewal_keeps_the_locks_past_their_duration_and_a_lapsed_one_is_lost(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    clock = ManualClock()
+    sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=10)), clock=clock)
+    _send(sb, "q", [b"a", b"b"])
+    with LockedQueue(_access(sb), "q") as locked:
+        seqs = [sequence_number(e) for e in locked.receive(2, 1.0)]
+        sb.advance(8)
+        assert locked.renew() == []
+        sb.advance(8)  # 16 s after the receive: held only thanks to the renewal
+        locked.settle([seqs[0]], COMPLETE)
+        sb.advance(11)  # past the renewed lock
+        assert locked.renew() == [seqs[1]]
+        assert locked.held == []
+        with pytest.raises(KeyError):
+            locked.settle([seqs[1]], COMPLETE)
+    # the lapsed one is available again; the completed one is gone
+    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+        with client.get_queue_receiver("q") as receiver:
+            again = receiver.receive_messages(5, max_wait_time=1)
+    assert [m.sequence_number for m in again] == [seqs[1]]
