@@ -79,6 +79,8 @@ class Namespace:
         #: Messages handed out by peeks, by entity (lower-case path): what a client's
         #: peeks cost in credits.
         self.messages_peeked: Counter[str] = Counter()
+        #: messages handed out by receives (peek-lock or receive-and-delete), per entity
+        self.messages_received: Counter[str] = Counter()
         #: How clients authenticated, counted by kind: ``amqp:<token kind>`` (``jwt`` for
         #: Azure AD, ``servicebus.windows.net:sastoken`` for SAS, whatever CBS type it
         #: was put with) and ``http:<Authorization scheme>``; refused tokens count too.

@@ -135,6 +135,7 @@ class Settlement(Sending):
                 if self._expire_if_due(entity, msg, now):
                     continue
                 out.append(entity.take(msg, now, peek_lock))
+            self.messages_received[path.lower()] += len(out)
             return out
 
     def release_unsent(self, path: str, msg: StoredMessage, token: uuid.UUID) -> None:

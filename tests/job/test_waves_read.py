@@ -14,6 +14,8 @@ from azure.servicebus import ServiceBusMessage
 
 from support.paired_env import PRIMARY, Pair, backlog_state, secondary_access
 from support.quick_client import QuickClient
+from syphon.job.held import HeldSource
+from syphon.job.reading import Peeking, Receiving
 from syphon.servicebus.backlog_messages import to_backlog_message
 
 pytestmark = pytest.mark.timeout(240)
@@ -39,20 +41,54 @@ def fill_in_turn(pair: Pair, queues: int, messages: int) -> list[str]:
     return ids
 
 
-def test_waves_take_each_message_once_and_in_time_order(pair: Pair, spark: Any) -> None:
-    from syphon.job.waves import read_wave
-
+@pytest.mark.parametrize("read", ["peek", "once"])
+def test_waves_take_each_message_once_and_in_time_order(pair: Pair, spark: Any, read: str) -> None:
+    """Peeked, or received once under lock and held (then nothing is peeked, each
+    message is received once, and what is held is invisible to the next wave's
+    receives)."""
     ids = fill_in_turn(pair, queues=3, messages=31)
     paths = [queue(q) for q in range(3)]
     before = backlog_state(pair)
+    access = secondary_access(pair.secondary)
+    if read == "peek":
+        waves, peeked = _read_all(Peeking(spark, access), paths)
+    else:
+        with HeldSource(access, paths) as held:
+            waves, peeked = _read_all(Receiving(spark, held), paths)
+            assert held.received == len(ids)
+            locked = [m for p in paths for m in pair.secondary.broker.entity(p).messages.values()]
+            assert all(m.lock_token is not None for m in locked)
+
+    taken = [r["message_id"] for rows in waves for r in rows]
+    assert sorted(taken) == sorted(ids)  # each message once
+    assert len(waves) > 2
+    for earlier, later in itertools.pairwise(waves):
+        if earlier and later:
+            assert max(r["enqueued_time"] for r in earlier) < min(r["enqueued_time"] for r in later)
+    # a message sent before another is never taken by a later wave
+    wave_of = {r["message_id"]: k for k, rows in enumerate(waves) for r in rows}
+    assert [wave_of[m] for m in ids] == sorted(wave_of[m] for m in ids)
+    assert backlog_state(pair) == before  # nothing removed (what was held is given back)
+    # what a wave read beyond its watermark the next took as read: each message read
+    # once (a credit each), as the secondary counts them
+    assert peeked == len(ids)
+    broker = pair.secondary.broker
+    by_peek = sum(broker.messages_peeked[p.lower()] for p in paths)
+    by_receive = sum(broker.messages_received[p.lower()] for p in paths)
+    assert (by_peek, by_receive) == ((len(ids), 0) if read == "peek" else (0, len(ids)))
+
+
+def _read_all(reading: Any, paths: list[str]) -> tuple[list[list[Any]], int]:
+    """Every wave of ``paths`` read with a limit of 4; their rows and how many messages
+    the reads took from the queues."""
+    from syphon.job.waves import read_wave
+
     cursors: dict[str, int] = {}
     carried = None
     waves: list[list[Any]] = []
     peeked = 0
     while True:
-        wave, carried = read_wave(
-            spark, secondary_access(pair.secondary), paths, cursors, limit=4, carried=carried
-        )
+        wave, carried = read_wave(reading, paths, cursors, limit=4, carried=carried)
         peeked += wave.peeked
         rows = wave.rows.select("message_id", "backlog_queue", "enqueued_time").collect()
         per_queue = {p: sum(r["backlog_queue"] == p for r in rows) for p in paths}
@@ -65,21 +101,7 @@ def test_waves_take_each_message_once_and_in_time_order(pair: Pair, spark: Any) 
             break
         cursors = wave.cut.cursors
         assert len(waves) < 40, "the waves make no progress"
-
-    taken = [r["message_id"] for rows in waves for r in rows]
-    assert sorted(taken) == sorted(ids)  # each message once
-    assert len(waves) > 2
-    for earlier, later in itertools.pairwise(waves):
-        if earlier and later:
-            assert max(r["enqueued_time"] for r in earlier) < min(r["enqueued_time"] for r in later)
-    # a message sent before another is never taken by a later wave
-    wave_of = {r["message_id"]: k for k, rows in enumerate(waves) for r in rows}
-    assert [wave_of[m] for m in ids] == sorted(wave_of[m] for m in ids)
-    assert backlog_state(pair) == before  # read, never locked or removed
-    # what a wave read beyond its watermark the next took as read: each message peeked
-    # once (a credit each), as the secondary counts them
-    assert peeked == len(ids)
-    assert sum(pair.secondary.broker.messages_peeked[p.lower()] for p in paths) == len(ids)
+    return waves, peeked
 
 
 def test_a_burst_in_one_millisecond_doubles_the_limit_rather_than_stall(
@@ -102,7 +124,8 @@ def test_a_burst_in_one_millisecond_doubles_the_limit_rather_than_stall(
                 sender.send_messages(
                     to_backlog_message(ServiceBusMessage(b"x", message_id=f"later-{i}"), "orders")
                 )
-    wave, _ = read_wave(spark, secondary_access(pair.secondary), [queue(0), queue(1)], {}, limit=2)
+    reading = Peeking(spark, secondary_access(pair.secondary))
+    wave, _ = read_wave(reading, [queue(0), queue(1)], {}, limit=2)
     taken = sorted(r["message_id"] for r in wave.rows.select("message_id").collect())
     assert wave.limit > 2
     assert [m for m in taken if m.startswith("b-")] == [f"b-{i}" for i in range(5)]

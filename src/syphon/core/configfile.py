@@ -29,6 +29,7 @@ from syphon.core.config import (
     LEASE_SECONDS_MIN,
     LOG_LEVELS,
     MESSAGES_PER_TASK_DEFAULT,
+    READ_MODES,
     WAVE_MESSAGES_DEFAULT,
     AuditConfig,
     BacklogConfig,
@@ -276,7 +277,9 @@ class _Builder(NamespaceReader):
         )
 
     def run(self, raw: Any) -> RunConfig:
-        r = self.section(raw, "run", ("lease_seconds", "wave_messages", "messages_per_task"))
+        r = self.section(
+            raw, "run", ("lease_seconds", "wave_messages", "messages_per_task", "read")
+        )
         lease = self.typed(r, "run", "lease_seconds", int, LEASE_SECONDS_DEFAULT)
         if "wave_messages" in r and r["wave_messages"] is None:
             waves = 0  # none: one wave, as 0
@@ -293,7 +296,12 @@ class _Builder(NamespaceReader):
         per_task = self.typed(r, "run", "messages_per_task", int, MESSAGES_PER_TASK_DEFAULT)
         if per_task < 1:
             raise self.fail("run.messages_per_task", f"must be at least 1 (got {per_task})")
-        return RunConfig(lease_seconds=lease, wave_messages=waves, messages_per_task=per_task)
+        read = self.typed(r, "run", "read", str, "peek")
+        if read not in READ_MODES:
+            raise self.fail("run.read", f"must be one of {', '.join(READ_MODES)} (got {read!r})")
+        return RunConfig(
+            lease_seconds=lease, wave_messages=waves, messages_per_task=per_task, read=read
+        )
 
     def replay(self, raw: Any, primaries: list[str]) -> ReplayConfig:
         """``credits_per_second``: a number (every primary) or a mapping from primary

@@ -67,6 +67,9 @@ class Operations(_Metrics):
     destinations_management_calls: int | None = None
     snapshot_queues_peeked: int | None = None
     snapshot_messages_peeked: int | None = None
+    #: read once: the messages the run's reads received in peek-lock (each a credit;
+    #: its settle then receives nothing)
+    snapshot_messages_received: int | None = None
     replay_pings: int | None = None  # None: the run probed its destinations
     replay_probes: int | None = None
     replay_send_transfers: int | None = None
@@ -85,16 +88,18 @@ class Operations(_Metrics):
 
     @property
     def credits_estimated(self) -> int:
-        """Billable operations: one per message peeked, sent or received, one per
-        settlement request (a page's completions are one request), one per probe peek of
-        the discovery and per ping (a destination probed by attaching a link is not
-        billed; a ledger row with pings pinged its destinations instead). A row without
-        settlement requests counts one per message completed or dead-lettered instead."""
+        """Billable operations: one per message peeked, sent or received (by the read or
+        the settle), one per settlement request (a page's completions are one request),
+        one per probe peek of the discovery and per ping (a destination probed by
+        attaching a link is not billed; a ledger row with pings pinged its destinations
+        instead). A row without settlement requests counts one per message completed or
+        dead-lettered instead."""
         settled = self.settle_requests
         if settled is None:
             settled = (self.settle_completes or 0) + (self.settle_dead_letters or 0)
         billed = (
             self.snapshot_messages_peeked,
+            self.snapshot_messages_received,
             self.replay_messages_sent,
             self.settle_receives,
             settled,

@@ -43,8 +43,10 @@ from syphon.core.schema import Status
 from syphon.core.sessions import SessionFit, is_connect
 from syphon.job.context import RunContext
 from syphon.job.finish import Drained
+from syphon.job.held import HeldSource
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.plan import Listed, WaveMark, check_selection, list_primaries, plan_snapshot
+from syphon.job.reading import READ_ONCE, Peeking, Reading, Receiving, peeks_instead
 from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest
 from syphon.job.runner import WaveRunner
@@ -165,23 +167,45 @@ def _wave_messages(
 
 def _drain(runner: WaveRunner, queues: list[DiscoveredQueue], wave_messages: int | None) -> None:
     """The waves of a new run, each planned, replayed and settled before the next is
-    planned (the next is peeked meanwhile); stops at a wave's end when the request
-    bounds the run."""
-    ctx, request, drained = runner.ctx, runner.request, runner.drained
+    planned (the next is read meanwhile); stops at a wave's end when the request bounds
+    the run. The source is peeked, or read once under lock (``run.read: once``) by
+    receivers that live as long as the run."""
+    ctx, request = runner.ctx, runner.request
     listed = list_primaries(ctx)
     runner.ledger.add(listed)
+    why_not = peeks_instead(ctx, request)
+    if why_not is not None:
+        reading: Reading = Peeking(
+            ctx.spark(),
+            request.source.access,
+            ctx.config.backlog.split_messages,
+            ctx.config.run.messages_per_task,
+        )
+        if ctx.config.run.read == READ_ONCE:
+            log.info("run %s peeks its source: %s", request.run_id, why_not)
+        _waves(runner, reading, queues, wave_messages, listed)
+        return
+    paths = [q.path for q in queues if not q.empty and q.unreadable is None]
+    with HeldSource(request.source.access, paths) as held:
+        runner.held = held
+        try:
+            _waves(runner, Receiving(ctx.spark(), held), queues, wave_messages, listed)
+        finally:
+            runner.held = None
+
+
+def _waves(
+    runner: WaveRunner,
+    reading: Reading,
+    queues: list[DiscoveredQueue],
+    wave_messages: int | None,
+    listed: Listed,
+) -> None:
+    """Each wave read through ``reading``, then planned, replayed and settled."""
+    request, drained = runner.request, runner.drained
     counts = [q.message_count for q in queues if q.unreadable is None]
     expected = None if None in counts else sum(c or 0 for c in counts)
-    waves = read_waves(
-        ctx.spark(),
-        request.source.access,
-        queues,
-        wave_messages,
-        ctx.config.backlog.split_messages,
-        request.started,
-        request.max_waves,
-        ctx.config.run.messages_per_task,
-    )
+    waves = read_waves(reading, queues, wave_messages, request.started, request.max_waves)
     for wave in waves:
         _wave(runner, wave, listed, many=wave_messages is not None)
         _progress(request, wave, drained, expected)
@@ -204,7 +228,11 @@ def _wave(runner: WaveRunner, wave: Wave, listed: Listed, many: bool) -> None:
         progress.step(f"wave {wave.number}: planning")
     mark = WaveMark(wave.number, wave.watermark, datetime.now(timezone.utc)) if many else None
     wave.operations.snapshot_queues_peeked = wave.queues
-    wave.operations.snapshot_messages_peeked = wave.peeked
+    if runner.held is not None:  # read once: received, not peeked
+        wave.operations.snapshot_messages_peeked = 0
+        wave.operations.snapshot_messages_received = wave.peeked
+    else:
+        wave.operations.snapshot_messages_peeked = wave.peeked
     planned = plan_snapshot(ctx, request, wave.snapshot, listed, mark, wave, wave.messages)
     planned_wave = runner.planned(planned, more=not wave.last)
     failpoints.check("after_plan")

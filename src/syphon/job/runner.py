@@ -11,6 +11,7 @@ from syphon.core.schema import Status
 from syphon.job.context import RunContext
 from syphon.job.failures import refused_primaries
 from syphon.job.finish import Drained, finish, held, unknown_destinations
+from syphon.job.held import HeldSource
 from syphon.job.journal import new_journal_id, open_journal, remove_journal
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.plan import PlanResult
@@ -41,6 +42,8 @@ class WaveRunner:
         self.ledger = ledger
         self.lease = lease
         self.drained = Drained(in_doubt=_in_doubt(ctx))
+        #: what the run's reads hold locked when it reads its source once (None: peeked)
+        self.held: HeldSource | None = None
 
     def planned(self, plan: PlanResult, more: bool) -> PlannedWave:
         """Adds a new plan's counts to the run's, as a wave (``more``: waves may follow)."""
@@ -71,7 +74,7 @@ class WaveRunner:
         if wave.earlier is not None:
             mine = sent.results.select(*_SENT_COLUMNS)
             all_sent = wave.earlier.select(*_SENT_COLUMNS).unionByName(mine)
-        settled = settle(self.ctx, self.request, wave, all_sent)
+        settled = settle(self.ctx, self.request, wave, all_sent, self.held)
         self.ledger.add(settled)
         failpoints.check("after_settle_commit")
         left = left_behind(sent.results, wave.rows) if wave.more else LeftBehind()

@@ -101,14 +101,14 @@ def settle_queues(
 
 
 #: The actions that settle a message (the rest leave it, held until the pass ends).
-_SETTLED = (COMPLETE, DEAD_LETTER, DISCARD)
+SETTLED = (COMPLETE, DEAD_LETTER, DISCARD)
 
 #: Queues one settle task settles side by side.
 SETTLE_THREADS = 16
 
 
 @dataclass(frozen=True)
-class _Settlement:
+class Settlement:
     """How a group of a page's messages is settled (``status``: completed, or suspended:
     dead-lettered; a dead-lettering's ``reason`` and ``description``) and what their rows
     record (``outcome``; ``detail``: a discard's reason, the operator's)."""
@@ -214,12 +214,12 @@ class _QueuePass:
         for seq, (action, reason, _) in self.todo.items():
             if seq not in self.out:
                 detail = reason if action == LEAVE else (stopped or Detail.NOT_RECEIVED)
-                self.out[seq] = _row(self.queue, seq, Outcome.LEFT, detail, 0)
+                self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, detail, 0)
         return pd.DataFrame(list(self.out.values()), columns=_RESULT_COLUMNS)
 
     def _drain(self, locks: QueueLocks) -> None:
         todo = self.todo
-        to_settle = {seq for seq, (a, _, _) in todo.items() if a in _SETTLED}
+        to_settle = {seq for seq, (a, _, _) in todo.items() if a in SETTLED}
         unreceived = set(todo)
         held: list[int] = []
         # the last message of the plan in this queue: a queue hands out its messages in
@@ -255,37 +255,26 @@ class _QueuePass:
 
     def _sorted(
         self, received: list[int], unreceived: set[int], to_settle: set[int], held: list[int]
-    ) -> dict[_Settlement, list[int]]:
+    ) -> dict[Settlement, list[int]]:
         """A page's messages to settle, grouped by how; the rest is ``held`` to be given
         back at the end (what is not the plan's is counted, not audited)."""
-        groups: dict[_Settlement, list[int]] = {}
+        groups: dict[Settlement, list[int]] = {}
         for seq in received:
             unreceived.discard(seq)
             action, reason, verdict = self.todo.get(seq, (LEAVE, None, ""))
-            if action not in _SETTLED:
+            if action not in SETTLED:
                 held.append(seq)
                 row = None if seq in self.todo else _given_back(self.out, self.queue)
                 row = row or self.out.setdefault(
-                    seq, _row(self.queue, seq, Outcome.LEFT, reason, 0)
+                    seq, result_row(self.queue, seq, Outcome.LEFT, reason, 0)
                 )
                 row["received"] += 1
                 continue
             to_settle.discard(seq)
-            groups.setdefault(self._settlement(action, reason, verdict), []).append(seq)
+            groups.setdefault(settlement_of(self.run_id, action, reason, verdict), []).append(seq)
         return groups
 
-    def _settlement(self, action: str, reason: str | None, verdict: str) -> _Settlement:
-        """How a message of the plan is settled, by its action (a discard is completed,
-        its row keeping the operator's reason)."""
-        if action in (COMPLETE, DISCARD):
-            outcome = Outcome.COMPLETED if action == COMPLETE else Outcome.DISCARDED
-            return _Settlement(
-                settlement.COMPLETE, outcome, detail=reason if action == DISCARD else None
-            )
-        why = f"syphon run {self.run_id}: {verdict}"
-        return _Settlement(settlement.DEAD_LETTER, Outcome.DEAD_LETTERED, reason, why)
-
-    def _settle_page(self, locks: QueueLocks, group: list[int], how: _Settlement) -> None:
+    def _settle_page(self, locks: QueueLocks, group: list[int], how: Settlement) -> None:
         """Settles one page's messages of one outcome in one request; when it fails,
         one by one (a request that failed may have settled some: each is found out)."""
         try:
@@ -295,7 +284,7 @@ class _QueuePass:
             if name in NAMESPACE_FAULTS:  # the namespace is gone: the next run finds out
                 for seq in group:
                     failed = f"{Detail.SETTLE_FAILED}{name}"
-                    self.out[seq] = _row(self.queue, seq, Outcome.LEFT, failed, 1)
+                    self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, failed, 1)
                 raise
             log.info(
                 "settling a page of %s in one request failed (%s): one by one", self.queue, name
@@ -305,26 +294,28 @@ class _QueuePass:
             self.out[group[0]]["requests"] += 1  # the failed one
             return
         for i, seq in enumerate(group):
-            self.out[seq] = _row(
+            self.out[seq] = result_row(
                 self.queue, seq, how.outcome, how.recorded, 1, requests=int(i == 0)
             )
         self.counter.add(len(group))
 
-    def _settle_one(self, locks: QueueLocks, seq: int, how: _Settlement) -> None:
+    def _settle_one(self, locks: QueueLocks, seq: int, how: Settlement) -> None:
         try:
             locks.settle_one(seq, how.status, how.reason, how.description)
         except Exception as exc:  # a lapsed lock, or settled by the failed request
             name = type(exc).__name__
             if name not in NAMESPACE_FAULTS and locks.gone(seq):
-                self.out[seq] = _row(self.queue, seq, how.outcome, how.recorded, 1, requests=1)
+                self.out[seq] = result_row(
+                    self.queue, seq, how.outcome, how.recorded, 1, requests=1
+                )
                 self.counter.add(1)
                 return
             failed = f"{Detail.SETTLE_FAILED}{name}"
-            self.out[seq] = _row(self.queue, seq, Outcome.LEFT, failed, 1, requests=1)
+            self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, failed, 1, requests=1)
             if name in NAMESPACE_FAULTS:
                 raise
             return
-        self.out[seq] = _row(self.queue, seq, how.outcome, how.recorded, 1, requests=1)
+        self.out[seq] = result_row(self.queue, seq, how.outcome, how.recorded, 1, requests=1)
         self.counter.add(1)
 
     def _give_back(self, locks: QueueLocks, held: list[int]) -> None:
@@ -351,6 +342,18 @@ class _QueuePass:
                 row(seq)["abandoned"] += 1
 
 
+def settlement_of(run_id: str, action: str, reason: str | None, verdict: str) -> Settlement:
+    """How a message of the plan is settled, by its action (a discard is completed, its
+    row keeping the operator's reason; a dead-lettering says which run and verdict)."""
+    if action in (COMPLETE, DISCARD):
+        outcome = Outcome.COMPLETED if action == COMPLETE else Outcome.DISCARDED
+        return Settlement(
+            settlement.COMPLETE, outcome, detail=reason if action == DISCARD else None
+        )
+    why = f"syphon run {run_id}: {verdict}"
+    return Settlement(settlement.DEAD_LETTER, Outcome.DEAD_LETTERED, reason, why)
+
+
 def _ahead(unreceived: set[int], to_settle: set[int]) -> int:
     """How many messages of the plan not yet received stand up to the last one still to
     settle: what a queue that hands out in order has to give before the pass is done."""
@@ -360,10 +363,10 @@ def _ahead(unreceived: set[int], to_settle: set[int]) -> int:
 
 def _given_back(out: dict[int, dict[str, Any]], queue: str) -> dict[str, Any]:
     """The queue's ``given_back`` row (key 0: no message has sequence number 0)."""
-    return out.setdefault(0, _row(queue, 0, Outcome.GIVEN_BACK, None, 0))
+    return out.setdefault(0, result_row(queue, 0, Outcome.GIVEN_BACK, None, 0))
 
 
-def _row(
+def result_row(
     queue: str, seq: int, outcome: str, detail: str | None, received: int, requests: int = 0
 ) -> dict[str, Any]:
     return {

@@ -26,8 +26,20 @@ from typing import TYPE_CHECKING
 from syphon.core.errors import SyphonError
 from syphon.core.ledger import Operations, Timings
 from syphon.core.naming import is_dead_letter_path
-from syphon.core.schema import PLACE, REPLAY_RESULT, Detail, Outcome, Stage, Status, spark_schema
+from syphon.core.schema import (
+    PLACE,
+    REPLAY_RESULT,
+    SETTLE_ACTION,
+    SETTLE_RESULT,
+    Detail,
+    Outcome,
+    Stage,
+    Status,
+    names,
+    spark_schema,
+)
 from syphon.job.context import RunContext, fit_shuffle_partitions, service_tasks
+from syphon.job.held import HeldSource
 from syphon.job.journal import journal_folder, outcomes_commit, read_journal, remove_journal
 from syphon.job.lanes import ReplaySettings
 from syphon.job.ledger import record_recovered
@@ -38,6 +50,7 @@ from syphon.job.replay import credit_rates, replay_input, replay_messages, still
 from syphon.job.request import RunRequest, StageResult, timed
 from syphon.job.settle import settle_queues
 from syphon.job.settle_actions import settle_actions
+from syphon.job.settle_held import settle_held
 from syphon.job.snapshot import read_snapshot
 from syphon.job.tally import Tally, tally
 from syphon.obs import failpoints, progress
@@ -302,22 +315,33 @@ class Settled(StageResult):
     tally: Tally
 
 
-def settle(ctx: RunContext, request: RunRequest, wave: PlannedWave, sent: DataFrame) -> Settled:
+def settle(
+    ctx: RunContext,
+    request: RunRequest,
+    wave: PlannedWave,
+    sent: DataFrame,
+    held: HeldSource | None = None,
+) -> Settled:
     """Settles the ``wave``'s rows in the source's queues by what the run ``sent`` (every
-    attempt's replay rows), then commits the outcomes to the audit. The rows the wave
+    attempt's replay rows), then commits the outcomes to the audit: by the locks ``held``
+    holds when the run read its source once, else by receiving again. The rows the wave
     holds size the settle's tasks."""
     rows = wave.rows
     operations = Operations()
     timings = Timings()
     with timed(timings, "settle", "settle_passes"):
         progress.step("settle: completing and dead-lettering in the backlog queues")
-        results = settle_queues(
-            settle_actions(rows, sent),
-            request.source.access,
-            request.run_id,
-            failpoints.for_task("mid_settle"),
-            service_tasks(ctx.spark(), wave.size, ctx.config.run.messages_per_task),
-        )
+        actions = settle_actions(rows, sent)
+        if held is not None:
+            results = _settled_by_locks(ctx, held, actions, request.run_id)
+        else:
+            results = settle_queues(
+                actions,
+                request.source.access,
+                request.run_id,
+                failpoints.for_task("mid_settle"),
+                service_tasks(ctx.spark(), wave.size, ctx.config.run.messages_per_task),
+            )
         results = results.localCheckpoint(eager=True)
     with timed(timings, "settle"):
         from pyspark.sql import functions as F
@@ -334,3 +358,18 @@ def settle(ctx: RunContext, request: RunRequest, wave: PlannedWave, sent: DataFr
     operations.settle_discards = settled.count(Outcome.DISCARDED)
     operations.settle_abandons = settled.total("abandoned")
     return Settled(timings=timings, operations=operations, results=results, tally=settled)
+
+
+def _settled_by_locks(
+    ctx: RunContext, held: HeldSource, actions: DataFrame, run_id: str
+) -> DataFrame:
+    """:func:`~syphon.job.settle_held.settle_held` of ``actions``, on the driver, as a
+    DataFrame of settle rows."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    wanted = actions.select(*names(SETTLE_ACTION)).collect()
+    rows = settle_held(held, [tuple(r) for r in wanted], run_id)
+    schema = spark_schema(SETTLE_RESULT)
+    table = pa.Table.from_pylist(rows, schema=to_arrow_schema(schema, timezone="UTC"))
+    return ctx.spark().createDataFrame(table, schema)

@@ -52,10 +52,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from syphon.core.config import MESSAGES_PER_TASK_DEFAULT
 from syphon.core.ledger import Timings
 from syphon.core.naming import PARTITIONED_SEQUENCE, is_dead_letter_path
-from syphon.job.context import service_tasks
+from syphon.job.reading import Reading
 from syphon.job.request import StageResult, timed
 from syphon.job.rows import utc
 from syphon.servicebus.access import Access
@@ -63,7 +62,7 @@ from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.peek import first_sequence_number
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
 
 
 @dataclass(frozen=True)
@@ -240,32 +239,28 @@ class WaveRead:
 
 
 def read_wave(
-    spark: SparkSession,
-    access: Access,
+    reading: Reading,
     paths: list[str],
     cursors: Mapping[str, int],
     limit: int,
     before: datetime | None = None,
-    per_task: int = MESSAGES_PER_TASK_DEFAULT,
     carried: Carried | None = None,
 ) -> tuple[WaveRead, Carried | None]:
     """Reads the next wave of ``paths`` (each from its cursor; 1: its head), at most
     ``limit`` messages per queue and their fronts, ``carried`` (the previous wave's read
     beyond its watermark) counted as read; twice the limit, again, while the cut would
     take nothing although a queue was not read to its end. The cut is at most ``before``
-    (the run's start; None: no bound). Two Spark jobs per read: the peek, and the
-    (queue, sequence number, enqueue time) of what it read, which the driver cuts, in a
-    task per ``per_task`` messages it may read, at most the cores. Returns the wave and
-    what the next one takes as read (None: nothing).
+    (the run's start; None: no bound). Two Spark jobs per read: the read, and the
+    (queue, sequence number, enqueue time) of what it read, which the driver cuts.
+    Returns the wave and what the next one takes as read (None: nothing).
 
     Raises:
         ValueError: ``limit`` below 1.
     """
-    from syphon.job.snapshot import QueueRange, peek_frame
+    from syphon.job.snapshot import QueueRange
 
     if limit < 1:
         raise ValueError("a wave's limit is at least one message per queue")
-    tasks = service_tasks(spark, (limit + 1) * len(paths), per_task)
     have: DataFrame | None = None if carried is None else carried.rows
     marks: list[Mark] = [] if carried is None else list(carried.marks)
     after = {p: cursors.get(p, 1) for p in paths}
@@ -279,7 +274,7 @@ def read_wave(
             for p in paths
             if limit + 1 - held[p] > 0
         ]
-        fresh = peek_frame(spark, access, ranges, tasks)
+        fresh = reading.frame(ranges, (limit + 1) * len(paths))
         read = (fresh if have is None else have.unionByName(fresh)).localCheckpoint(eager=True)
         had = len(marks)
         marks = [
@@ -345,38 +340,35 @@ class Wave(StageResult):
 
 
 def read_waves(
-    spark: SparkSession,
-    access: Access,
+    reading: Reading,
     queues: list[DiscoveredQueue],
     wave_messages: int | None,
-    split_messages: int,
     before: datetime,
     max_waves: int | None = None,
-    per_task: int = MESSAGES_PER_TASK_DEFAULT,
 ) -> Iterator[Wave]:
-    """The waves of ``queues`` (their readable, non-empty ones): one wave of everything
-    when ``wave_messages`` is None, else waves of at most about ``wave_messages``
-    messages (a limit per queue of ``wave_messages`` over the queues, rounded up),
-    none of them past ``before``, at most ``max_waves`` (None: to the end); each read in
-    a task per ``per_task`` messages, at most the cores.
+    """The waves of ``queues`` (their readable, non-empty ones), read through
+    ``reading``: one wave of everything when ``wave_messages`` is None, else waves of at
+    most about ``wave_messages`` messages (a limit per queue of ``wave_messages`` over
+    the queues, rounded up), none of them past ``before``, at most ``max_waves`` (None:
+    to the end).
 
-    A wave's cursors are known as soon as it is read, so the next wave is read (peeked:
-    nothing is locked or removed) in the background while the caller plans, replays and
-    settles this one; the caller's Spark jobs and the read's share the cores. The read
-    of a wave taken when the caller stops early is thrown away."""
-    from syphon.job.snapshot import read_snapshot
-
+    A wave's cursors are known as soon as it is read, so the next wave is read in the
+    background while the caller plans, replays and settles this one; the caller's Spark
+    jobs and the read's share the cores. The read of a wave taken when the caller stops
+    early is thrown away (peeked: nothing was locked; received: what it holds is given
+    back with the rest when the run ends)."""
     readable = [q for q in queues if not q.empty and q.unreadable is None]
     if wave_messages is None:
         timings = Timings()
         with timed(timings, "snapshot"):
-            snapshot = read_snapshot(spark, access, readable, split_messages, per_task)
+            snapshot, received = reading.whole(readable)
         yield Wave(
             number=1,
             snapshot=snapshot,
             watermark=None,
             last=True,
             queues=len(readable),
+            peeked=received,
             timings=timings,
         )
         return
@@ -387,7 +379,7 @@ def read_waves(
         cursors: Mapping[str, int], carried: Carried | None
     ) -> tuple[WaveRead, Carried | None, float]:
         clock = time.monotonic()
-        got, carry = read_wave(spark, access, paths, cursors, limit, before, per_task, carried)
+        got, carry = read_wave(reading, paths, cursors, limit, before, carried)
         return got, carry, time.monotonic() - clock
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="syphon-wave-read") as pool:

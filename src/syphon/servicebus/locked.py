@@ -35,10 +35,12 @@ from syphon.servicebus.raw import (
     SUSPENDED,
     complete_decoder,
     delivery_tag,
+    keep_delivered,
     keep_encoded,
     lean,
     renew_lock_tokens,
     settle_tokens,
+    stop_credit,
 )
 
 #: How a message is settled: completed, dead-lettered (suspended) or given back.
@@ -81,7 +83,8 @@ class LockedQueue:
         with self._stack as stack:
             client = stack.enter_context(self.__access.client())
             receiver = client.get_queue_receiver(self.queue, prefetch_count=0)
-            self._receiver = stack.enter_context(lean(keep_encoded(receiver, self._encoded)))
+            receiver = keep_delivered(keep_encoded(receiver, self._encoded))
+            self._receiver = stack.enter_context(lean(receiver))
             self._stack = stack.pop_all()
         return self
 
@@ -115,6 +118,8 @@ class LockedQueue:
             if not page:
                 break
             out.extend(page)
+        with self._calls:
+            stop_credit(self._receiver)  # read enough: nothing more is delivered
         return out
 
     def _receive_page(self, count: int, wait_seconds: float) -> list[bytes]:
@@ -129,7 +134,6 @@ class LockedQueue:
                 encoded = self._encoded.pop(delivery_tag(m))
                 self._tokens[sequence_number(encoded)] = m.lock_token
                 page.append(encoded)
-            self._encoded.clear()  # what the SDK released between receives
             self.received += len(page)
             return page
 

@@ -24,7 +24,7 @@ SDK internals this module uses (where an SDK upgrade must look first):
 - ``azure.servicebus.ServiceBusReceiver._amqp_transport``,
   ``._populate_message_properties``, ``._mgmt_request_response_with_retry``,
   ``._settle_message_via_mgmt_link``
-- ``azure.servicebus.ServiceBusReceiver._renew_locks``
+- ``azure.servicebus.ServiceBusReceiver._renew_locks``, ``._receive_context``
 - ``azure.servicebus.ServiceBusReceivedMessage._settled``, ``._delivery_tag``
 - ``azure.servicebus._pyamqp.client.ReceiveClient._client_ready``, ``._link``
 - ``azure.servicebus._pyamqp.receiver.ReceiverLink._incoming_transfer``,
@@ -188,8 +188,8 @@ def keep_encoded(receiver: Any, encoded: dict[bytes, bytes]) -> Any:
     replay keeps (see the module docstring). The link assembles a message's transfer
     frames (``more`` set on all but the last) into one payload and decodes it as the
     last frame comes; here the payload is copied first, before the link's own handling,
-    which is unchanged. The caller takes what it wants out of ``encoded`` and clears the
-    rest (messages the SDK releases between two receives are kept here too).
+    which is unchanged. The caller takes out what each receive hands it; a delivery the
+    SDK releases unread stays until ``encoded`` is dropped with the receiver.
     """
     create = receiver._create_handler
 
@@ -227,6 +227,44 @@ def _keep_payloads(link: Any, encoded: dict[bytes, bytes]) -> None:
 
     link._incoming_transfer = incoming_transfer
     link.syphon_keeps_payloads = True
+
+
+class _Receiving:
+    """A receiver's receive context that is always set (see :func:`keep_delivered`)."""
+
+    def set(self) -> None:
+        return None
+
+    def clear(self) -> None:
+        return None
+
+    def is_set(self) -> bool:
+        return True
+
+
+def keep_delivered(receiver: Any) -> Any:
+    """``receiver`` (a ``ServiceBusReceiver`` in peek-lock without prefetch), made to keep
+    what its link delivers while no receive is waiting, for its next receive; returns it.
+
+    A receive gives the link credit for what it asks; when it returns with fewer (it
+    waits a fraction of a second for more after the first), the credit stays, and what
+    the service delivers on it later is received while no receive waits: the SDK then
+    releases it (the service counts the delivery all the same), when any call pumps the
+    connection (a renewal, a settlement). Kept, it is the next receive's, which a reader
+    that goes on reading wants anyway. :func:`stop_credit` ends the credit when a reader
+    has read enough; the receiver's close releases what is still kept.
+    """
+    receiver._receive_context = _Receiving()
+    return receiver
+
+
+def stop_credit(receiver: Any) -> None:
+    """Takes back the link credit a receive left (a flow of credit 0): the service
+    delivers nothing more on it, but what it sent already."""
+    handler = receiver._handler
+    link = None if handler is None else handler._link
+    if link is not None and link.current_link_credit > 0:
+        link.flow(link_credit=0)
 
 
 def delivery_tag(message: Any) -> bytes:

@@ -1,0 +1,164 @@
+"""A run's source read once: every message received under lock beside the driver, held
+until the run has settled it, and never read again.
+
+A :class:`HeldSource` opens one :class:`~syphon.servicebus.locked.LockedQueue` per
+source queue when the run starts and keeps it for the whole run, across the Spark
+stages of every wave (a Spark task would close its receivers when it ends, and with
+them what they hold). A wave's read receives from each queue (the queues side by side)
+and hands the messages to Spark as Arrow (:meth:`HeldSource.frame`): a snapshot row per
+message, made from the bytes the service sent, exactly as a peek's. A message stays
+locked, so no later receive of the run sees it again, until the wave's outcomes are in
+the audit and :mod:`syphon.job.settle_held` completes or dead-letters it by its lock
+token; what the run leaves (failed sends, held-back keys, what was read beyond the last
+wave) stays held until the run ends, and is then given back (abandoned) for the next run.
+
+A thread renews every held lock, a page of tokens per request, at a third of the
+queues' lock duration (the first message received tells it). A lock that lapses anyway
+(the driver stalled, or the namespace refused the renewal) is recorded as lost: its
+message is the queue's again, and the settle leaves it for a later run, which finds its
+outcome in the audit (a message sent is then a duplicate, completed unsent).
+
+If the driver dies, its links die with it: what it held comes back when the locks lapse
+(the queue's lock duration), and the next run reads it as any other message.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from syphon.core.peeked import snapshot_row
+from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.job.snapshot import QueueRange, side_by_side
+from syphon.servicebus.access import Access
+from syphon.servicebus.locked import LockedQueue
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+#: How long a receive waits for a queue's next message before taking it as read to its
+#: end (the service answers at once what is available).
+RECEIVE_WAIT_SECONDS = 1.0
+#: How often, at most, the renewal looks at the locks while none is held yet.
+_IDLE_RENEWAL_SECONDS = 1.0
+#: Queues opened side by side.
+_OPEN_THREADS = 16
+
+
+class HeldSource:
+    """The run's queues of one source, each received once under lock and held (see the
+    module docstring). Use it as a context manager: it opens every queue and starts the
+    renewal, and on leaving gives back what is still held and closes them."""
+
+    def __init__(
+        self, access: Access, paths: list[str], wait_seconds: float = RECEIVE_WAIT_SECONDS
+    ) -> None:
+        self.__access = access
+        self.paths = list(paths)
+        self.wait_seconds = wait_seconds
+        self.queues: dict[str, LockedQueue] = {}
+        #: (queue, sequence number) of the messages whose lock lapsed while held
+        self.lost: set[tuple[str, int]] = set()
+        self.given_back = 0
+        self._stop = threading.Event()
+        self._renewal: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        return f"HeldSource({len(self.paths)} queues)"
+
+    def __enter__(self) -> HeldSource:
+        def open_one(path: str) -> LockedQueue:
+            return LockedQueue(self.__access, path).__enter__()
+
+        with ThreadPoolExecutor(max_workers=max(1, min(_OPEN_THREADS, len(self.paths)))) as pool:
+            opened = list(pool.map(open_one, self.paths))
+        self.queues = dict(zip(self.paths, opened, strict=True))
+        self._renewal = threading.Thread(
+            target=self._renew_forever, name="syphon-lock-renewal", daemon=True
+        )
+        self._renewal.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._renewal is not None:
+            self._renewal.join()
+        held = sum(len(q.held) for q in self.queues.values())
+        for queue in self.queues.values():
+            queue.__exit__(None, None, None)
+        self.given_back = held
+        if held:
+            log.info("gave back %d messages held, for the next run", held)
+
+    @property
+    def received(self) -> int:
+        """How many messages the run received (each a credit)."""
+        return sum(q.received for q in self.queues.values())
+
+    @property
+    def requests(self) -> int:
+        """How many settlement and renewal requests the run made."""
+        return sum(q.requests for q in self.queues.values())
+
+    def queue(self, path: str) -> LockedQueue:
+        """The queue ``path``'s receiver."""
+        return self.queues[path]
+
+    def rows(self, ranges: list[QueueRange]) -> Iterator[dict[str, Any]]:
+        """Snapshot rows of what each range's queue hands out next, at most its
+        ``limit`` (None: to the queue's end), the queues side by side. A range's
+        sequence numbers do not bound a receive: the queue hands out what no one holds,
+        in order."""
+
+        def reader(r: QueueRange) -> Any:
+            def rows() -> Iterator[dict[str, Any]]:
+                count = r.limit if r.limit is not None else 2**62
+                for encoded in self.queues[r.queue].receive(count, self.wait_seconds):
+                    yield snapshot_row(encoded, r.queue)
+
+            return rows
+
+        yield from side_by_side([reader(r) for r in ranges])
+
+    def frame(self, spark: SparkSession, ranges: list[QueueRange]) -> DataFrame:
+        """:meth:`rows` as a DataFrame of the snapshot schema, handed to Spark as Arrow
+        (kept by Spark: the caller checkpoints it; a second read would receive more)."""
+        import pyarrow as pa  # type: ignore[import-untyped]
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = spark_schema(SNAPSHOT)
+        rows = list(self.rows(ranges))
+        table = pa.Table.from_pylist(rows, schema=to_arrow_schema(schema, timezone="UTC"))
+        del rows
+        return spark.createDataFrame(table, schema)
+
+    def _renew_forever(self) -> None:
+        every = _IDLE_RENEWAL_SECONDS
+        while not self._stop.wait(every):
+            known = [q.lock_seconds for q in self.queues.values() if q.lock_seconds]
+            if not known:
+                continue
+            every = max(0.05, min(known) / 3)
+            self._renew_once()
+
+    def _renew_once(self) -> None:
+        for path, queue in self.queues.items():
+            try:
+                lost = queue.renew()
+            except Exception as exc:  # the namespace: the next renewal tries again
+                log.warning("renewing the locks of %s failed: %s", path, type(exc).__name__)
+                continue
+            if lost:
+                log.warning("%d locks of %s lapsed while held", len(lost), path)
+                self.lost.update((path, seq) for seq in lost)
