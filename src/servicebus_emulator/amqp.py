@@ -335,6 +335,12 @@ class AmqpHandler:
         state: LinkState | None = getattr(link, "state_info", None)
         if state is None or state.kind != "out":
             return
+        if state.session_id is None:
+            # the service keeps the locks of a closed link's unsettled deliveries until
+            # they lapse (then each is delivered again, its delivery count one higher);
+            # a client releases what it never handed out before it closes
+            state.unsettled.clear()
+            return
         for tag, msg in state.unsettled.items():
             with contextlib.suppress(BrokerError):
                 self.broker.release_unsent(state.entity, msg, uuid.UUID(bytes_le=bytes(tag)))

@@ -3,7 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000] [--delays 0,5]
         [--sizes 5000,20000,60000] [--warm] [--syphon-only] [--sizes-syphon-only]
         [--redrive] [--no-floor] [--against DIR] [--repeat N] [--spark-conf KEY=VALUE]
-        [--connect]
+        [--connect] [--read-once]
 
 Both local Service Bus namespaces run in a child process (the same for both tools). The
 backlog: ``--messages`` messages (1 KB bodies) over 10 backlog queues, 50 destination
@@ -63,6 +63,11 @@ server (tests/support/connect_server.py), as serverless compute runs it: no mast
 ``SPARK_REMOTE`` set. The server starts once, before the runs, as a platform's does; the
 row ``syphon@connect`` measures the client's process tree cold, and the server's tree (its
 JVM and Python workers) is measured over the run (CPU, and memory resident after it).
+
+``--read-once`` adds, at each delay, ``syphon run`` with ``run.read: once`` on the same
+work (rows ``syphon-once`` and, with ``--redrive``, ``dlq-syphon-once``), and each syphon
+row prints how its source was read: messages peeked, received by the read and by the
+settle (the credits the secondary counts for reading).
 
 Last, the empty run: ``syphon run`` as a process on empty backlog queues, with discovery
 by management listing and by probing.
@@ -472,6 +477,7 @@ def measure(
     redrive: bool = False,
     against: Path | None = None,
     connect: Any = None,
+    once: bool = False,
 ) -> list[Row]:
     """The loop and ``syphon run``, each a cold process, on the same work through the
     endpoints ``ns`` (parking and checking go direct): the backlog drain, or
@@ -479,7 +485,9 @@ def measure(
     source tree (another commit's worktree) whose syphon is measured too, after this
     one's, on the same work (a row named ``syphon@against``). ``connect``: a running
     Spark Connect server, whose client ``syphon run`` is measured too (a row named
-    ``syphon@connect``; the server's own CPU is printed beside it)."""
+    ``syphon@connect``; the server's own CPU is printed beside it). ``once``: ``syphon
+    run`` with ``run.read: once`` is measured too, on the same work (a row named
+    ``syphon-once`` or ``dlq-syphon-once``)."""
     if redrive:
         names, source = ("dlq-loop", "dlq-syphon"), "redrive"
 
@@ -522,6 +530,9 @@ def measure(
         )
 
     rows.append(_syphon_row(ns, direct, pid, total, tmp, fill, names[1], source, os.environ))
+    if once:
+        env = {**os.environ, "SYPHON__RUN__READ": "once"}
+        rows.append(_syphon_row(ns, direct, pid, total, tmp, fill, f"{names[1]}-once", source, env))
     if against is not None:
         env = {**os.environ, "PYTHONPATH": str(against / "src")}
         rows.append(
@@ -681,7 +692,7 @@ def print_rows(
     total: int, table: list[tuple[float, list[Row]]], floor_usage: TreeUsage | None
 ) -> None:
     head = (
-        f"{'delay':>6} {'tool':<10} {'wall s':>8} {'msg/s':>8} {'delivered':>10} "
+        f"{'delay':>6} {'tool':<15} {'wall s':>8} {'msg/s':>8} {'delivered':>10} "
         f"{'violations':>10} {'credits/msg':>11} {'transfers':>9} {'settle req':>10} "
         f"{'CPU s':>7} {'CPU ms/msg':>10} {'peak GB':>8} {'SB CPU s':>8}"
     )
@@ -692,7 +703,7 @@ def print_rows(
             u = r.usage
             peak = f"{u.peak_pss / 1e9:>8.2f}" if u.peak_pss else f"{'-':>8}"
             print(
-                f"{delay:>4g}ms {r.name:<10} {u.wall:>8.1f} {r.moved / u.wall:>8,.0f} "
+                f"{delay:>4g}ms {r.name:<15} {u.wall:>8.1f} {r.moved / u.wall:>8,.0f} "
                 f"{r.received:>10,} {r.violations:>10} {r.credits:>11.3f} {r.transfers:>9,} "
                 f"{r.settles:>10,} {u.cpu:>7.1f} {1000 * u.cpu / max(r.moved, 1):>10.2f} "
                 f"{peak} {r.sb_cpu:>8.1f}"
@@ -703,6 +714,8 @@ def print_rows(
             ("loop", "syphon@against"),
             ("loop", "warm"),
             ("dlq-loop", "dlq-syphon"),
+            ("syphon", "syphon-once"),
+            ("dlq-syphon", "dlq-syphon-once"),
         ):
             if loop in walls and tool in walls:
                 print(
@@ -710,7 +723,15 @@ def print_rows(
                     f"{loop}, wall)"
                 )
         for r in rows:
-            if r.name in ("syphon", "dlq-syphon"):
+            if r.record is not None and r.name != "warm":
+                o = r.record.operations
+                print(
+                    f"{'':>6} {r.name} reads: peeked {o.snapshot_messages_peeked or 0:,}, "
+                    f"received by the read {o.snapshot_messages_received or 0:,} and by the "
+                    f"settle {o.settle_receives or 0:,}; credits per replayed message "
+                    f"{r.credits:.3f}"
+                )
+            if r.name in ("syphon", "dlq-syphon", "syphon-once", "dlq-syphon-once"):
                 kinds = ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.usage.by_kind.items()))
                 print(f"{'':>6} {r.name} CPU by process (sampled): {kinds}")
                 print(
@@ -873,6 +894,12 @@ def main() -> None:
         "--no-floor", action="store_true", help="leave out the floor (Spark's start and one action)"
     )
     parser.add_argument(
+        "--read-once",
+        action="store_true",
+        help="also run syphon with run.read: once on the same work, at each delay (rows "
+        "syphon-once and, with --redrive, dlq-syphon-once)",
+    )
+    parser.add_argument(
         "--connect",
         action="store_true",
         help="also run syphon as the client of a local Spark Connect server (started once, "
@@ -918,6 +945,7 @@ def main() -> None:
                     not args.syphon_only,
                     against=args.against,
                     connect=server,
+                    once=args.read_once,
                 )
                 if args.redrive:
                     rows += measure(
@@ -928,6 +956,7 @@ def main() -> None:
                         root,
                         not args.syphon_only,
                         redrive=True,
+                        once=args.read_once,
                     )
                 table.append((delay, rows))
                 print(

@@ -3,7 +3,7 @@ processes (issue 38's targets).
 
     .venv/bin/python tests/benchmarks/bench_waves.py [--messages 200000] [--small 20000]
         [--wave-messages 40000[,20000...]] [--poll 1.0] [--runs small,waves,one wave]
-        [--against DIR]
+        [--against DIR] [--read peek|once]
 
 The backlog is bench_run.py's (1 KB bodies over 10 backlog queues, 50 destinations, keys
 and sessions spread over the queues), parked afresh for each run, each run with an
@@ -25,7 +25,8 @@ waves and violations, and per message sent what the ledger counts: messages peek
 settle receives and abandons, estimated credits (``--against DIR``: each run again with
 that tree's syphon, its ``src/`` first on the path, right after); then the targets:
 first message home within 30 s, peak memory with waves at most 1.2x the small run's,
-total wall with waves at most 1.1x one wave.
+total wall with waves at most 1.1x one wave. ``--read once`` runs every run with
+``run.read: once`` (the source received once under lock, beside the driver).
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def run_one(
     wave_messages: int,
     poll: float,
     against: Path | None = None,
+    read: str = "peek",
 ) -> WaveRun:
     """Parks ``total`` messages, then one cold ``syphon run`` with ``run.wave_messages``
     set (of the tree ``against``, when given), the primary's depth polled meanwhile."""
@@ -103,7 +105,7 @@ def run_one(
     (root / run_id).mkdir()
     conf = write_config(root / run_id, direct)
     with conf.open("a", encoding="utf-8") as f:
-        f.write(f"run:\n  wave_messages: {wave_messages}\n")
+        f.write(f"run:\n  wave_messages: {wave_messages}\n  read: {read}\n")
     admin = ServiceBusAdministrationClient.from_connection_string(
         direct["primary"]["admin_conn"], connection_verify=direct["primary"]["ca"]
     )
@@ -139,6 +141,7 @@ def run_one(
     per = max(o.replay_messages_sent or 0, 1)
     print(
         f"  {name}: per message sent: peeked {(o.snapshot_messages_peeked or 0) / per:.3f}, "
+        f"received by the read {(o.snapshot_messages_received or 0) / per:.3f}, "
         f"settle receives {(o.settle_receives or 0) / per:.3f}, abandons "
         f"{(o.settle_abandons or 0) / per:.3f}, credits {o.credits_estimated / per:.3f} "
         f"({o.credits_estimated:,} for {o.replay_messages_sent or 0:,} sent)",
@@ -199,6 +202,12 @@ def main() -> None:
         help="also run each of the runs with another tree's syphon (its src/), after this one",
     )
     parser.add_argument(
+        "--read",
+        choices=("peek", "once"),
+        default="peek",
+        help="run.read of every run (default peek)",
+    )
+    parser.add_argument(
         "--runs", default="small,waves,one wave", help="which of the three runs (comma-separated)"
     )
     parser.add_argument(
@@ -227,11 +236,18 @@ def main() -> None:
             for name, total, size in plan:
                 if name.split(" of ")[0] not in wanted:
                     continue
-                run = run_one(name, direct, root, total, size, args.poll)
+                run = run_one(name, direct, root, total, size, args.poll, read=args.read)
                 runs.append(run)
                 if args.against is not None:
                     other = run_one(
-                        f"{name}@against", direct, root, total, size, args.poll, args.against
+                        f"{name}@against",
+                        direct,
+                        root,
+                        total,
+                        size,
+                        args.poll,
+                        args.against,
+                        args.read,
                     )
                     print(
                         f"{other.name}: wall {other.usage.wall:.1f} s, CPU "
@@ -255,6 +271,7 @@ def main() -> None:
             if len(runs) < len(plan):
                 return
             small, *in_waves, one = runs
+            print(f"every run read its source with run.read: {args.read}")
             for waves in in_waves:
                 targets(waves, small, one, args.messages, args.small)
 

@@ -2,7 +2,8 @@
 each wave received under lock beside the driver, held until its outcomes are in the
 audit, settled by those locks. Nothing is peeked, each message is received once (the
 secondary counts it), a key's messages spread over queues and waves arrive in order and
-once, and what a wave leaves is held, not received again by the later waves."""
+once, and what a wave leaves is held, not received again by the later waves; a
+dead-letter re-drive with a repair is read once too."""
 
 from __future__ import annotations
 
@@ -10,8 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from azure.servicebus import ServiceBusMessage
 
-from support.paired_env import Pair, backlog_state, context, job_config, run_job
+from support.paired_env import (
+    Pair,
+    application_properties,
+    backlog_state,
+    command_config,
+    context,
+    dead_letter,
+    dead_letters,
+    job_config,
+    redrive_sources,
+    run_job,
+    stored,
+)
 from support.waves import QUEUES, arrived, park_spread, queue
 from syphon.core.schema import Status
 
@@ -100,3 +114,48 @@ def test_what_a_wave_leaves_is_held_not_read_again_and_the_next_run_finishes_in_
     assert arrived(pair) == keys
     assert not any(backlog_state(pair).values())
     assert reads(pair) == (0, MESSAGES + MESSAGES // 2)
+
+
+def test_a_dead_letter_redrive_is_read_once_with_a_repair(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead-letter queue is read in one wave, received once under lock: the selected
+    messages sent repaired in their keys' order and completed by their locks, the one
+    left out given back to the dead-letter queue when the run ends; nothing peeked."""
+    from syphon.app.cli import main
+
+    sent = [
+        ServiceBusMessage(
+            f"body of {mid}".encode(),
+            message_id=mid,
+            partition_key=key,
+            application_properties={"tenant": tenant, "legacy": True},
+        )
+        for mid, key, tenant in (
+            ("a-1", "k1", "contoso"),
+            ("b-1", "k2", "contoso"),
+            ("a-2", "k1", "contoso"),
+            ("x-1", "k3", "fabrikam"),
+            ("a-3", "k1", "contoso"),
+        )
+    ]
+    dead_letter(pair, "orders", sent)
+    extra = redrive_sources("orders") + "run:\n  read: once\n"
+    conf = command_config(pair, spark, tmp_path, monkeypatch, extra=extra)
+    repair = ["--where", "properties['tenant'] = 'contoso'", "--set", "tenant='CONTOSO'"]
+    assert main(["run", "--config", conf, "--source", "redrive", "--run-id", "r", *repair]) == 0
+    got = stored(pair, "orders")
+    assert [str(m.message_id) for m in got if str(m.message_id).startswith("a")] == [
+        "a-1",
+        "a-2",
+        "a-3",
+    ]
+    assert sorted(str(m.message_id) for m in got) == ["a-1", "a-2", "a-3", "b-1"]
+    assert {application_properties(m)["tenant"] for m in got} == {("string", "CONTOSO")}
+    assert dead_letters(pair, "orders") == ["x-1"]
+    (left,) = pair.primary.broker.entity("orders").dlq.messages.values()
+    assert (left.lock_token, left.delivery_count) == (None, 1)  # held, then given back
+    broker = pair.primary.broker
+    dlq = "orders/$deadletterqueue"
+    # the discovery's one peek tells the queue is not empty; the read peeks nothing
+    assert (broker.messages_peeked[dlq], broker.messages_received[dlq]) == (1, len(sent))

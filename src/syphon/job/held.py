@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from syphon.core.peeked import snapshot_row
 from syphon.core.schema import SNAPSHOT, spark_schema
-from syphon.job.snapshot import QueueRange, side_by_side
+from syphon.job.snapshot import ARROW_ROWS, QueueRange, side_by_side
 from syphon.servicebus.access import Access
 from syphon.servicebus.locked import LockedQueue
 
@@ -133,15 +133,23 @@ class HeldSource:
 
     def frame(self, spark: SparkSession, ranges: list[QueueRange]) -> DataFrame:
         """:meth:`rows` as a DataFrame of the snapshot schema, handed to Spark as Arrow
-        (kept by Spark: the caller checkpoints it; a second read would receive more)."""
+        (kept by Spark: the caller checkpoints it; a second read would receive more).
+        The rows become Arrow record batches as they come, a few at a time: the driver
+        holds the wave's bytes once, not as Python rows besides."""
         import pyarrow as pa  # type: ignore[import-untyped]
         from pyspark.sql.pandas.types import to_arrow_schema
 
         schema = spark_schema(SNAPSHOT)
-        rows = list(self.rows(ranges))
-        table = pa.Table.from_pylist(rows, schema=to_arrow_schema(schema, timezone="UTC"))
-        del rows
-        return spark.createDataFrame(table, schema)
+        arrow = to_arrow_schema(schema, timezone="UTC")
+        batches, rows = [], []
+        for row in self.rows(ranges):
+            rows.append(row)
+            if len(rows) >= ARROW_ROWS:
+                batches.append(pa.RecordBatch.from_pylist(rows, schema=arrow))
+                rows = []
+        if rows:
+            batches.append(pa.RecordBatch.from_pylist(rows, schema=arrow))
+        return spark.createDataFrame(pa.Table.from_batches(batches, schema=arrow), schema)
 
     def _renew_forever(self) -> None:
         every = _IDLE_RENEWAL_SECONDS
