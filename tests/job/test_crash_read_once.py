@@ -3,7 +3,7 @@ in waves, killed with SIGKILL in the middle of its second wave's replay, while i
 receivers hold the second wave (and the read-ahead of the third) locked.
 
 The kill severs the receivers' connections: the service keeps what they held locked
-until the locks lapse (the backlog queues' lock duration, 4 s here), and nothing leaves
+until the locks lapse (the backlog queues' lock duration, 3 s here), and nothing leaves
 the backlog without its outcome in the audit. The next run reads the journal into the
 audit, receives the lapsed messages again (one more delivery each), marks only the
 transfer the kill cut off as in doubt, and finishes everything."""
@@ -11,8 +11,6 @@ transfer the kill cut off as in doubt, and finishes everything."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,34 +25,16 @@ from support.crash_scenario import (
     everything_home,
     free_the_killed_runs_lease,
     kill_with_sigkill,
+    locked,
     settled_safely,
+    short_locks,
+    wait_for_the_killed_runs_locks,
 )
-from support.paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, make_pair, run_job
-from support.waiting import wait_until
+from support.paired_env import job_config, make_pair, run_job
 from syphon.store.audit import AUDIT_TABLE
 from syphon.store.delta import read_table
 
 pytestmark = pytest.mark.timeout(600)
-
-LOCK_SECONDS = 4
-
-
-def backlog_entities(pair: Pair) -> list[Any]:
-    return [
-        pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/{q}")
-        for q in range(BACKLOG_QUEUES)
-    ]
-
-
-def locked(pair: Pair) -> int:
-    """How many backlog messages are locked now (by the local Service Bus's clock)."""
-    now = pair.secondary.broker.clock.now_ms()
-    return sum(
-        1
-        for e in backlog_entities(pair)
-        for m in e.messages.values()
-        if m.lock_token is not None and (m.locked_until_ms or 0) > now
-    )
 
 
 def test_a_read_once_run_killed_mid_wave_loses_nothing_and_the_next_run_finishes(
@@ -62,10 +42,7 @@ def test_a_read_once_run_killed_mid_wave_loses_nothing_and_the_next_run_finishes
 ) -> None:
     pair = make_pair(servicebus_emulator)
     pair.primary.broker.declare(QueueSpec(UNIQUE, requires_duplicate_detection=True))
-    for entity in backlog_entities(pair):
-        pair.secondary.broker.update_queue(
-            replace(entity.spec, lock_duration=timedelta(seconds=LOCK_SECONDS))
-        )
+    short_locks(pair)
     extra = "run:\n  lease_seconds: 10\n  wave_messages: 12\n  read: once\n"
     config = job_config(pair, tmp_path, monkeypatch, extra=extra)
     root = Path(config.audit.path)
@@ -91,7 +68,7 @@ def test_a_read_once_run_killed_mid_wave_loses_nothing_and_the_next_run_finishes
     assert in_flight  # the kill came after wave 2 sent a batch
 
     free_the_killed_runs_lease(root)
-    wait_until(lambda: locked(pair) == 0, timeout=60, what="the killed run's locks lapse")
+    wait_for_the_killed_runs_locks(pair)
     last = run_job(config, spark, "after-the-kill")
     assert last.status == "done", last
 

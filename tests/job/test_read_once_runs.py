@@ -159,3 +159,65 @@ def test_a_dead_letter_redrive_is_read_once_with_a_repair(
     dlq = "orders/$deadletterqueue"
     # the discovery's one peek tells the queue is not empty; the read peeks nothing
     assert (broker.messages_peeked[dlq], broker.messages_received[dlq]) == (1, len(sent))
+
+
+def test_locks_that_lapse_while_a_destination_stalls_lose_nothing_and_send_nothing_twice(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A destination stalls (1.5 s a send) while the run cannot renew its locks (the
+    renewal is off for the whole first run, as when the namespace refuses it; 3 s locks
+    here), and the first wave's settle starts only once every lock the run holds has
+    lapsed. Its settlements fail and are recorded ``left``; the messages are the
+    queue's again. The later waves of the run receive them again and hold them without
+    taking them; the next run (renewing) reads them with their outcomes in the audit:
+    what was sent is a duplicate, completed unsent. Every key arrives in order and once,
+    and the backlog ends empty."""
+    import threading
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from support.crash_scenario import locked
+    from support.waiting import wait_until
+    from syphon.job import runner
+    from syphon.job.held import HeldSource
+
+    for q in range(QUEUES):
+        entity = pair.secondary.broker.entity(queue(q))
+        pair.secondary.broker.update_queue(replace(entity.spec, lock_duration=timedelta(seconds=3)))
+    stalled, first = threading.Event(), threading.Event()
+    stalled.set()
+    first.set()
+    renew, settle = HeldSource._renew_once, runner.settle
+
+    def renew_unless_stalled(self: HeldSource) -> None:
+        if not stalled.is_set():
+            renew(self)
+
+    def settle_once_the_locks_lapsed(*args: Any, **kwargs: Any) -> Any:
+        if first.is_set():
+            first.clear()
+            wait_until(lambda: locked(pair) == 0, timeout=30, what="the locks lapse")
+            pair.primary.broker.clear_faults()
+        return settle(*args, **kwargs)
+
+    monkeypatch.setattr(HeldSource, "_renew_once", renew_unless_stalled)
+    monkeypatch.setattr(runner, "settle", settle_once_the_locks_lapsed)
+    keys = park_spread(pair, "l", 12)
+    config = once_config(pair, tmp_path, monkeypatch)
+    pair.primary.broker.set_fault("orders", delay_s=1.5)  # a send takes 1.5 s to answer
+    runs = [run_job(config, spark, "stalled")]
+    stalled.clear()
+    assert runs[0].status == Status.PARTIAL, runs[0]
+    assert runs[0].outcomes.get("settle_left", 0) > 0, runs[0]  # the lapsed locks
+    while runs[-1].status != Status.DONE:
+        assert len(runs) < 4, [(r.run_id, r.status, r.counts, r.outcomes, r.detail) for r in runs]
+        runs.append(run_job(config, spark, f"after-{len(runs)}"))
+    assert arrived(pair) == keys  # each key in order, no message sent twice
+    assert not any(backlog_state(pair).values())
+    settled = context(config, spark).store.run_rows("stalled", "settle")
+    assert settled is not None
+    failed = [r["detail"] for r in settled.where("outcome = 'left'").select("detail").collect()]
+    assert failed
+    assert all(str(d).startswith("settle_failed_MessageLockLost") for d in failed), failed
+    # what was sent and read again was completed unsent, by the next run
+    assert sum(r.counts.get("duplicate", 0) for r in runs[1:]) == len(failed)

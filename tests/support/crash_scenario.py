@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from azure.servicebus import ServiceBusMessage
 
 from servicebus_emulator import QueueSpec
 from support.paired_env import BACKLOG_QUEUES, PRIMARY, job_config, make_pair, run_job, send_raw
+from support.waiting import wait_until
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.store.delta import read_table
@@ -172,6 +174,40 @@ def settled_safely(root: Path | Location, table: str = AUDIT_TABLE) -> set[str]:
     }
 
 
+#: The backlog queues' lock duration in the crash tests: a killed run's locks hold until
+#: they lapse, as the service keeps them (tests/emulator/test_locks.py), and the next
+#: run is started once they have.
+LOCK_SECONDS = 3
+
+
+def short_locks(pair: Any, seconds: float = LOCK_SECONDS) -> None:
+    """Gives the backlog queues a lock duration of ``seconds``."""
+    for q in range(BACKLOG_QUEUES):
+        entity = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/{q}")
+        pair.secondary.broker.update_queue(
+            replace(entity.spec, lock_duration=timedelta(seconds=seconds))
+        )
+
+
+def locked(pair: Any) -> int:
+    """How many backlog messages are locked now (by the local Service Bus's clock)."""
+    now = pair.secondary.broker.clock.now_ms()
+    return sum(
+        1
+        for q in range(BACKLOG_QUEUES)
+        for m in pair.secondary.broker.entity(
+            f"{PRIMARY}/x-servicebus-transfer/{q}"
+        ).messages.values()
+        if m.lock_token is not None and (m.locked_until_ms or 0) > now
+    )
+
+
+def wait_for_the_killed_runs_locks(pair: Any) -> None:
+    """Returns once no backlog message is locked: what a killed run held has lapsed (a
+    scheduled run starts after the lease's expiry, longer than the locks')."""
+    wait_until(lambda: locked(pair) == 0, timeout=60, what="the killed run's locks lapse")
+
+
 def free_the_killed_runs_lease(root: Path | Location | LeaseLog) -> None:
     """Releases the killed run's lease in its holder's name: the next run finds it free,
     as it would once the lease expired, without the test waiting out its TTL by the
@@ -260,6 +296,7 @@ def kill_at_each_then_finish(
     # long enough that a busy machine does not lose it mid-run (renewed every 3 s); a
     # killed run's lease is waited out below
     config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 10\n")
+    short_locks(pair)
     root = Path(config.audit.path)
     sent: dict[str, str] = {}
 
@@ -275,6 +312,7 @@ def kill_at_each_then_finish(
         gone -= backlog_ids(pair)
         assert gone <= settled_safely(root), (point, gone - settled_safely(root))
         free_the_killed_runs_lease(root)
+        wait_for_the_killed_runs_locks(pair)
         if point in resume:
             resume_the_killed_run(config, spark, pair, point, before)
 

@@ -16,7 +16,9 @@ A thread renews every held lock, a page of tokens per request, at a third of the
 queues' lock duration (the first message received tells it). A lock that lapses anyway
 (the driver stalled, or the namespace refused the renewal) is recorded as lost: its
 message is the queue's again, and the settle leaves it for a later run, which finds its
-outcome in the audit (a message sent is then a duplicate, completed unsent).
+outcome in the audit (a message sent is then a duplicate, completed unsent). A later
+wave of the same run that receives it again holds it without taking it: no wave plans
+a message another wave of its run planned.
 
 If the driver dies, its links die with it: what it held comes back when the locks lapse
 (the queue's lock duration), and the next run reads it as any other message.
@@ -26,12 +28,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.peeked import snapshot_row
+from syphon.core.errors import SyphonError
+from syphon.core.naming import PARTITIONED_SEQUENCE
+from syphon.core.peeked import sequence_number, snapshot_row
 from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.job.snapshot import ARROW_ROWS, QueueRange, side_by_side
 from syphon.servicebus.access import Access
@@ -45,8 +50,8 @@ log = logging.getLogger(__name__)
 #: How long a receive waits for a queue's next message before taking it as read to its
 #: end (the service answers at once what is available).
 RECEIVE_WAIT_SECONDS = 1.0
-#: How often, at most, the renewal looks at the locks while none is held yet.
-_IDLE_RENEWAL_SECONDS = 1.0
+#: How often the renewal looks at the clock.
+_RENEWAL_POLL_SECONDS = 0.1
 #: Queues opened side by side.
 _OPEN_THREADS = 16
 
@@ -66,6 +71,11 @@ class HeldSource:
         #: (queue, sequence number) of the messages whose lock lapsed while held
         self.lost: set[tuple[str, int]] = set()
         self.given_back = 0
+        #: messages received again after their lock lapsed (held, not taken again)
+        self.again = 0
+        self._highest: dict[str, int] = {}
+        self._partitioned: dict[str, set[int]] = {}
+        self._marks = threading.Lock()
         self._stop = threading.Event()
         self._renewal: threading.Thread | None = None
 
@@ -100,6 +110,12 @@ class HeldSource:
         self.given_back = held
         if held:
             log.info("gave back %d messages held, for the next run", held)
+        if self.again:
+            log.warning(
+                "%d messages came back after their lock lapsed, and were left for the "
+                "next run, which finds their outcomes in the audit",
+                self.again,
+            )
 
     @property
     def received(self) -> int:
@@ -116,20 +132,71 @@ class HeldSource:
         return self.queues[path]
 
     def rows(self, ranges: list[QueueRange]) -> Iterator[dict[str, Any]]:
-        """Snapshot rows of what each range's queue hands out next, at most its
-        ``limit`` (None: to the queue's end), the queues side by side. A range's
-        sequence numbers do not bound a receive: the queue hands out what no one holds,
-        in order."""
+        """Snapshot rows of what each range's queue hands out next that the run never
+        took, at most the range's ``limit`` (None: to the queue's end), the queues side
+        by side. A range's sequence numbers do not bound a receive: the queue hands out
+        what no one holds, in order."""
 
         def reader(r: QueueRange) -> Any:
             def rows() -> Iterator[dict[str, Any]]:
-                count = r.limit if r.limit is not None else 2**62
-                for encoded in self.queues[r.queue].receive(count, self.wait_seconds):
+                for encoded in self._fresh(r.queue, r.limit):
                     yield snapshot_row(encoded, r.queue)
 
             return rows
 
         yield from side_by_side([reader(r) for r in ranges])
+
+    def _fresh(self, path: str, limit: int | None) -> Iterator[bytes]:
+        """Up to ``limit`` messages of ``path`` the run never took (None: to the end).
+
+        A message whose lock lapsed while the run held it is the queue's again, and a
+        receive hands it out again, ahead of the rest. An earlier wave of the run took
+        it, and its outcome is in the audit (or its wave's settle recorded it left): it
+        is held again, given back when the run ends, and no wave takes it twice (a run
+        would otherwise plan it again and again while its locks keep lapsing). A queue
+        hands out its messages in sequence order, so one the run took has a sequence
+        number at most the highest it received there; a partitioned queue (read in one
+        wave) numbers each partition apart, and its own are remembered one by one."""
+        queue = self.queues[path]
+        want = limit if limit is not None else 2**62
+        got = 0
+        again: set[int] = set()
+        try:
+            while got < want:
+                asked = want - got
+                page = queue.receive(asked, self.wait_seconds)
+                for encoded in page:
+                    seq = sequence_number(encoded)
+                    if not self._taken(path, seq):
+                        got += 1
+                        yield encoded
+                    elif seq in again:  # back twice in one read: it would never end
+                        raise SyphonError(
+                            f"the locks of {path} lapse faster than the run reads it (a "
+                            "message came back twice): check that the run can renew them, "
+                            "or lengthen the queue's lock duration"
+                        )
+                    else:
+                        again.add(seq)
+                if len(page) < asked:  # the queue had no more (a receive came back empty)
+                    return
+        finally:
+            with self._marks:
+                self.again += len(again)
+
+    def _taken(self, path: str, seq: int) -> bool:
+        """Whether the run took ``seq`` of ``path`` before (and remembers it now)."""
+        with self._marks:
+            if seq >= PARTITIONED_SEQUENCE:
+                seen = self._partitioned.setdefault(path, set())
+                if seq in seen:
+                    return True
+                seen.add(seq)
+                return False
+            if seq <= self._highest.get(path, 0):
+                return True
+            self._highest[path] = seq
+            return False
 
     def frame(self, spark: SparkSession, ranges: list[QueueRange]) -> DataFrame:
         """:meth:`rows` as a DataFrame of the snapshot schema, handed to Spark as Arrow
@@ -152,13 +219,14 @@ class HeldSource:
         return spark.createDataFrame(pa.Table.from_batches(batches, schema=arrow), schema)
 
     def _renew_forever(self) -> None:
-        every = _IDLE_RENEWAL_SECONDS
-        while not self._stop.wait(every):
+        """Renews every held lock each third of the shortest lock duration (known from
+        the first message received), from the run's start on."""
+        last = time.monotonic()
+        while not self._stop.wait(_RENEWAL_POLL_SECONDS):
             known = [q.lock_seconds for q in self.queues.values() if q.lock_seconds]
-            if not known:
-                continue
-            every = max(0.05, min(known) / 3)
-            self._renew_once()
+            if known and time.monotonic() - last >= min(known) / 3:
+                last = time.monotonic()
+                self._renew_once()
 
     def _renew_once(self) -> None:
         for path, queue in self.queues.items():

@@ -8,9 +8,10 @@ receives in pages, keeps each message's encoded bytes (:func:`syphon.servicebus.
 keep_encoded`) and its lock token, and answers the bytes; the SDK's decoded message is
 dropped at once. Its messages stay locked, and so invisible to every receive of the
 queue, until it settles them (complete or dead-letter, a page in one request by lock
-tokens), gives them back (abandon) or closes. Its calls are serialized: a run receives,
-renews and settles one queue from several threads (the next wave's read, the renewal,
-the settle).
+tokens), gives them back (abandon) or closes. A run receives, renews and settles one
+queue from several threads (the next wave's read, the renewal, the settle): receives go
+through one link, the management requests through another (a lock token settles its
+message from any link), each link's calls one at a time.
 
 A lock lasts the queue's lock duration from its receive or its last renewal;
 :meth:`LockedQueue.renew` renews every held lock in pages of tokens, one request each.
@@ -68,7 +69,10 @@ class LockedQueue:
         self._encoded: dict[bytes, bytes] = {}
         self._stack = contextlib.ExitStack()
         self._receiver: Any = None
-        self._calls = threading.RLock()
+        self._manager: Any = None
+        self._receiving = threading.Lock()  # the receiver's calls
+        self._managing = threading.RLock()  # the manager's calls
+        self._state = threading.Lock()  # the tokens held, the counts
         self.received = 0
         self.requests = 0
         #: how long a lock lasts, learned from the first message received (None: none
@@ -79,12 +83,19 @@ class LockedQueue:
         return f"LockedQueue({self.queue!r}, {len(self._tokens)} held)"
 
     def __enter__(self) -> LockedQueue:
+        """Opens two links on two connections: the receiver, and a second receiver that
+        never receives, for the management requests (settle, renew, look up). A lock is
+        the message's, and its token settles it from any link of the namespace; a
+        receive that waits for messages then never holds up a renewal or a settle."""
         complete_decoder()  # the SDK decodes what it hands out, whatever syphon keeps
         with self._stack as stack:
             client = stack.enter_context(self.__access.client())
             receiver = client.get_queue_receiver(self.queue, prefetch_count=0)
             receiver = keep_delivered(keep_encoded(receiver, self._encoded))
             self._receiver = stack.enter_context(lean(receiver))
+            other = stack.enter_context(self.__access.client())
+            manager = other.get_queue_receiver(self.queue, prefetch_count=1, keep_alive=None)
+            self._manager = stack.enter_context(lean(manager))
             self._stack = stack.pop_all()
         return self
 
@@ -96,15 +107,16 @@ class LockedQueue:
     ) -> None:
         try:
             with contextlib.suppress(Exception):  # a lapsed lock needs no give-back
-                self.give_back(list(self._tokens))
+                self.give_back(self.held)
         finally:
-            self._tokens.clear()
+            with self._state:
+                self._tokens.clear()
             self._stack.close()
 
     @property
     def held(self) -> list[int]:
         """The sequence numbers of the messages held locked."""
-        with self._calls:
+        with self._state:
             return sorted(self._tokens)
 
     def receive(self, count: int, wait_seconds: float) -> list[bytes]:
@@ -113,29 +125,29 @@ class LockedQueue:
         the queue handed them out. Fewer than ``count``: the queue had no more available
         (an empty page ends it)."""
         out: list[bytes] = []
-        while len(out) < count:
-            page = self._receive_page(min(RECEIVE_PAGE, count - len(out)), wait_seconds)
-            if not page:
-                break
-            out.extend(page)
-        with self._calls:
+        with self._receiving:
+            while len(out) < count:
+                page = self._receive_page(min(RECEIVE_PAGE, count - len(out)), wait_seconds)
+                if not page:
+                    break
+                out.extend(page)
             stop_credit(self._receiver)  # read enough: nothing more is delivered
         return out
 
     def _receive_page(self, count: int, wait_seconds: float) -> list[bytes]:
-        with self._calls:
-            messages = self._receiver.receive_messages(
-                max_message_count=count, max_wait_time=wait_seconds
-            )
-            page = []
-            if messages and self.lock_seconds is None:
-                self.lock_seconds = _lock_seconds(messages[0])
+        messages = self._receiver.receive_messages(
+            max_message_count=count, max_wait_time=wait_seconds
+        )
+        page = []
+        if messages and self.lock_seconds is None:
+            self.lock_seconds = _lock_seconds(messages[0])
+        with self._state:
             for m in messages:
                 encoded = self._encoded.pop(delivery_tag(m))
                 self._tokens[sequence_number(encoded)] = m.lock_token
                 page.append(encoded)
             self.received += len(page)
-            return page
+        return page
 
     def settle(
         self,
@@ -151,25 +163,27 @@ class LockedQueue:
         Raises:
             KeyError: a message is not held.
         """
-        with self._calls:
-            named = list(dict.fromkeys(seqs))
+        named = list(dict.fromkeys(seqs))
+        with self._state:
             tokens = [self._tokens[s] for s in named]
+        with self._managing:
             self.requests += 1
-            settle_tokens(self._receiver, tokens, how, reason, description)
+            settle_tokens(self._manager, tokens, how, reason, description)
+        with self._state:
             for s in named:
-                del self._tokens[s]
+                self._tokens.pop(s, None)
 
     def forget(self, seq: int) -> None:
         """Stops holding ``seq`` (its lock lapsed, or a failed request settled it)."""
-        with self._calls:
+        with self._state:
             self._tokens.pop(seq, None)
 
     def gone(self, seq: int) -> bool:
         """Whether the message ``seq`` is no longer in the queue (a settlement that
         failed for the caller was applied); False when the queue cannot tell."""
-        with self._calls:
+        with self._managing:
             try:
-                peeked = self._receiver.peek_messages(max_message_count=1, sequence_number=seq)
+                peeked = self._manager.peek_messages(max_message_count=1, sequence_number=seq)
             except Exception:  # cannot tell: the message is taken to be there
                 return False
             return not peeked or int(peeked[0].sequence_number or 0) != seq
@@ -197,8 +211,10 @@ class LockedQueue:
         numbers whose lock was lost (no longer held: their messages are available)."""
         lost: list[int] = []
         for page in self._pages():
-            with self._calls:
-                if not self._renewed([self._tokens[s] for s in page if s in self._tokens]):
+            with self._state:
+                tokens = [self._tokens[s] for s in page if s in self._tokens]
+            with self._managing:
+                if not self._renewed(tokens):
                     lost.extend(self._renew_each(page))
         return lost
 
@@ -207,7 +223,7 @@ class LockedQueue:
         request failed)."""
         try:
             self.requests += 1
-            renew_lock_tokens(self._receiver, tokens)
+            renew_lock_tokens(self._manager, tokens)
         except Exception:
             return False
         return True
@@ -216,16 +232,17 @@ class LockedQueue:
         """Renews the locks of ``page`` one by one; answers those lost."""
         lost = []
         for seq in page:
-            token = self._tokens.get(seq)
+            with self._state:
+                token = self._tokens.get(seq)
             if token is None:
                 continue
             try:
                 self.requests += 1
-                renew_lock_tokens(self._receiver, [token])
+                renew_lock_tokens(self._manager, [token])
             except Exception as exc:
                 if type(exc).__name__ != LOCK_LOST:
                     raise  # the namespace, not the lock: the next renewal tries
-                del self._tokens[seq]
+                self.forget(seq)
                 lost.append(seq)
         return lost
 
