@@ -102,6 +102,29 @@ def test_a_backlog_drained_in_waves_on_a_connect_session_keeps_order_and_status_
     assert "on-connect" in status.stdout
 
 
+def test_a_backlog_read_once_on_a_connect_session_is_received_once_and_kept_in_order(
+    pair: Pair, connect_server: ConnectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run.read: once`` on a Connect session: the client's driver receives each wave
+    and hands it to the server as Arrow; nothing is peeked, each message received once."""
+    keys = park_spread(pair, "o", 12)
+    waves_config(pair, tmp_path, monkeypatch)  # 2 messages a queue and wave
+    conf = tmp_path / "syphon.yaml"
+    env = {"SYPHON__RUN__READ": "once"}
+    done = syphon(connect_server, conf, "run", "--run-id", "once-on-connect", env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "run once-on-connect: done" in done.stdout
+    assert arrived(pair) == keys  # every key in order, every message once
+    assert not any(backlog_state(pair).values())
+    broker = pair.secondary.broker
+    paths = [p for p in broker.messages_received if "x-servicebus-transfer" in p]
+    assert sum(broker.messages_received[p] for p in paths) == 12
+    assert sum(broker.messages_peeked[p] for p in paths) == 0
+    runs = read_table(tmp_path / "delta" / RUNS_TABLE).to_pylist()
+    waves = [r for r in runs if r["run_id"] == "once-on-connect" and r["status"] == "planned"]
+    assert len(waves) >= 2
+
+
 def test_a_discard_then_a_dead_letter_redrive_planned_with_a_repair_and_replayed_on_connect(
     pair: Pair, connect_server: ConnectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
