@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from syphon.core.errors import SyphonError
 from syphon.core.naming import PARTITIONED_SEQUENCE
-from syphon.core.peeked import sequence_number, snapshot_row
+from syphon.core.peeked import snapshot_row
 from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.job.snapshot import ARROW_ROWS, QueueRange, side_by_side
 from syphon.servicebus.access import Access
@@ -131,16 +131,16 @@ class HeldSource:
         """The queue ``path``'s receiver."""
         return self.queues[path]
 
-    def rows(self, ranges: list[QueueRange]) -> Iterator[dict[str, Any]]:
-        """Snapshot rows of what each range's queue hands out next that the run never
-        took, at most the range's ``limit`` (None: to the queue's end), the queues side
-        by side. A range's sequence numbers do not bound a receive: the queue hands out
-        what no one holds, in order."""
+    def rows(self, ranges: list[QueueRange]) -> Iterator[tuple[str, bytes]]:
+        """(queue, encoded message) of what each range's queue hands out next that the
+        run never took, at most the range's ``limit`` (None: to the queue's end), the
+        queues side by side. A range's sequence numbers do not bound a receive: the
+        queue hands out what no one holds, in order."""
 
         def reader(r: QueueRange) -> Any:
-            def rows() -> Iterator[dict[str, Any]]:
+            def rows() -> Iterator[tuple[str, bytes]]:
                 for encoded in self._fresh(r.queue, r.limit):
-                    yield snapshot_row(encoded, r.queue)
+                    yield r.queue, encoded
 
             return rows
 
@@ -164,9 +164,8 @@ class HeldSource:
         try:
             while got < want:
                 asked = want - got
-                page = queue.receive(asked, self.wait_seconds)
-                for encoded in page:
-                    seq = sequence_number(encoded)
+                page = queue.receive_numbered(asked, self.wait_seconds)
+                for seq, encoded in page:
                     if not self._taken(path, seq):
                         got += 1
                         yield encoded
@@ -199,24 +198,27 @@ class HeldSource:
             return False
 
     def frame(self, spark: SparkSession, ranges: list[QueueRange]) -> DataFrame:
-        """:meth:`rows` as a DataFrame of the snapshot schema, handed to Spark as Arrow
-        (kept by Spark: the caller checkpoints it; a second read would receive more).
-        The rows become Arrow record batches as they come, a few at a time: the driver
-        holds the wave's bytes once, not as Python rows besides."""
+        """:meth:`rows` as a DataFrame of the snapshot schema (kept by Spark: the caller
+        checkpoints it; a second read would receive more). The driver hands Spark the
+        queue and the bytes of each message as Arrow, and Spark's tasks read the rest
+        from the bytes (:func:`syphon.core.peeked.snapshot_row`), side by side, as a
+        peek's tasks do: the driver does not parse a message."""
         import pyarrow as pa  # type: ignore[import-untyped]
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        received = pa.schema([("backlog_queue", pa.string()), ("encoded", pa.binary())])
+        queues, encoded = [], []
+        for queue, message in self.rows(ranges):
+            queues.append(queue)
+            encoded.append(message)
+        table = pa.table(
+            [pa.array(queues, pa.string()), pa.array(encoded, pa.binary())], schema=received
+        )
+        del queues, encoded
         schema = spark_schema(SNAPSHOT)
-        arrow = to_arrow_schema(schema, timezone="UTC")
-        batches, rows = [], []
-        for row in self.rows(ranges):
-            rows.append(row)
-            if len(rows) >= ARROW_ROWS:
-                batches.append(pa.RecordBatch.from_pylist(rows, schema=arrow))
-                rows = []
-        if rows:
-            batches.append(pa.RecordBatch.from_pylist(rows, schema=arrow))
-        return spark.createDataFrame(pa.Table.from_batches(batches, schema=arrow), schema)
+        parse = _Parse(to_arrow_schema(schema, timezone="UTC"))
+        frame = spark.createDataFrame(table)
+        return frame.mapInArrow(parse, schema)
 
     def _renew_forever(self) -> None:
         """Renews every held lock each third of the shortest lock duration (known from
@@ -238,3 +240,28 @@ class HeldSource:
             if lost:
                 log.warning("%d locks of %s lapsed while held", len(lost), path)
                 self.lost.update((path, seq) for seq in lost)
+
+
+class _Parse:
+    """What Spark's tasks run over the received messages (``mapInArrow``): a snapshot
+    row of each, from its bytes."""
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        for batch in batches:
+            queues = batch.column(0).to_pylist()
+            messages = batch.column(1).to_pylist()
+            for start in range(0, len(messages), ARROW_ROWS):
+                rows = [
+                    snapshot_row(m, q)
+                    for q, m in zip(
+                        queues[start : start + ARROW_ROWS],
+                        messages[start : start + ARROW_ROWS],
+                        strict=True,
+                    )
+                ]
+                yield pa.RecordBatch.from_pylist(rows, schema=self.schema)

@@ -28,7 +28,6 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
-from syphon.core.peeked import sequence_number
 from syphon.servicebus.access import Access
 from syphon.servicebus.raw import (
     ABANDONED,
@@ -124,7 +123,12 @@ class LockedQueue:
         for each page's first), holds them locked and answers them encoded, in the order
         the queue handed them out. Fewer than ``count``: the queue had no more available
         (an empty page ends it)."""
-        out: list[bytes] = []
+        return [encoded for _, encoded in self.receive_numbered(count, wait_seconds)]
+
+    def receive_numbered(self, count: int, wait_seconds: float) -> list[tuple[int, bytes]]:
+        """:meth:`receive`, each message with its sequence number (the service's, as the
+        SDK read it: the bytes are not parsed here)."""
+        out: list[tuple[int, bytes]] = []
         with self._receiving:
             while len(out) < count:
                 page = self._receive_page(min(RECEIVE_PAGE, count - len(out)), wait_seconds)
@@ -134,7 +138,7 @@ class LockedQueue:
             stop_credit(self._receiver)  # read enough: nothing more is delivered
         return out
 
-    def _receive_page(self, count: int, wait_seconds: float) -> list[bytes]:
+    def _receive_page(self, count: int, wait_seconds: float) -> list[tuple[int, bytes]]:
         messages = self._receiver.receive_messages(
             max_message_count=count, max_wait_time=wait_seconds
         )
@@ -143,9 +147,9 @@ class LockedQueue:
             self.lock_seconds = _lock_seconds(messages[0])
         with self._state:
             for m in messages:
-                encoded = self._encoded.pop(delivery_tag(m))
-                self._tokens[sequence_number(encoded)] = m.lock_token
-                page.append(encoded)
+                seq = int(m.sequence_number)
+                self._tokens[seq] = m.lock_token
+                page.append((seq, self._encoded.pop(delivery_tag(m))))
             self.received += len(page)
         return page
 
