@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 #: How long a receive waits for a queue's next message before taking it as read to its
 #: end (the service answers at once what is available).
 RECEIVE_WAIT_SECONDS = 1.0
+#: Queues a read receives from side by side (a receive mostly waits on the service).
+_READ_THREADS = 64
 #: How often the renewal looks at the clock.
 _RENEWAL_POLL_SECONDS = 0.1
 #: Queues opened side by side.
@@ -62,11 +64,20 @@ class HeldSource:
     renewal, and on leaving gives back what is still held and closes them."""
 
     def __init__(
-        self, access: Access, paths: list[str], wait_seconds: float = RECEIVE_WAIT_SECONDS
+        self,
+        access: Access,
+        paths: list[str],
+        counts: Mapping[str, int | None] | None = None,
+        wait_seconds: float = RECEIVE_WAIT_SECONDS,
     ) -> None:
+        """``counts``: how many messages each queue held when the run found it (None or
+        missing: unknown); a queue's reads stop once they took that many, instead of
+        waiting on an empty receive (what arrived since is the next run's)."""
         self.__access = access
         self.paths = list(paths)
+        self.counts = dict(counts or {})
         self.wait_seconds = wait_seconds
+        self._took: dict[str, int] = {}
         self.queues: dict[str, LockedQueue] = {}
         #: (queue, sequence number) of the messages whose lock lapsed while held
         self.lost: set[tuple[str, int]] = set()
@@ -144,7 +155,7 @@ class HeldSource:
 
             return rows
 
-        yield from side_by_side([reader(r) for r in ranges])
+        yield from side_by_side([reader(r) for r in ranges], _READ_THREADS)
 
     def _fresh(self, path: str, limit: int | None) -> Iterator[bytes]:
         """Up to ``limit`` messages of ``path`` the run never took (None: to the end).
@@ -159,6 +170,10 @@ class HeldSource:
         wave) numbers each partition apart, and its own are remembered one by one."""
         queue = self.queues[path]
         want = limit if limit is not None else 2**62
+        count = self.counts.get(path)
+        if count is not None:
+            with self._marks:
+                want = min(want, max(0, count - self._took.get(path, 0)))
         got = 0
         again: set[int] = set()
         try:
@@ -182,6 +197,7 @@ class HeldSource:
         finally:
             with self._marks:
                 self.again += len(again)
+                self._took[path] = self._took.get(path, 0) + got
 
     def _taken(self, path: str, seq: int) -> bool:
         """Whether the run took ``seq`` of ``path`` before (and remembers it now)."""

@@ -185,8 +185,9 @@ def _drain(runner: WaveRunner, queues: list[DiscoveredQueue], wave_messages: int
             log.info("run %s peeks its source: %s", request.run_id, why_not)
         _waves(runner, reading, queues, wave_messages, listed)
         return
-    paths = [q.path for q in queues if not q.empty and q.unreadable is None]
-    with HeldSource(request.source.access, paths) as held:
+    readable = [q for q in queues if not q.empty and q.unreadable is None]
+    counts = {q.path: q.message_count for q in readable}
+    with HeldSource(request.source.access, list(counts), counts) as held:
         runner.held = held
         try:
             _waves(runner, Receiving(ctx.spark(), held), queues, wave_messages, listed)
