@@ -81,7 +81,6 @@ class HeldSource:
         self.queues: dict[str, LockedQueue] = {}
         #: (queue, sequence number) of the messages whose lock lapsed while held
         self.lost: set[tuple[str, int]] = set()
-        self.given_back = 0
         #: messages received again after their lock lapsed (held, not taken again)
         self.again = 0
         self._highest: dict[str, int] = {}
@@ -118,7 +117,6 @@ class HeldSource:
         held = sum(len(q.held) for q in self.queues.values())
         for queue in self.queues.values():
             queue.__exit__(None, None, None)
-        self.given_back = held
         if held:
             log.info("gave back %d messages held, for the next run", held)
         if self.again:
@@ -132,11 +130,6 @@ class HeldSource:
     def received(self) -> int:
         """How many messages the run received (each a credit)."""
         return sum(q.received for q in self.queues.values())
-
-    @property
-    def requests(self) -> int:
-        """How many settlement and renewal requests the run made."""
-        return sum(q.requests for q in self.queues.values())
 
     def queue(self, path: str) -> LockedQueue:
         """The queue ``path``'s receiver."""

@@ -35,11 +35,6 @@ class Peeking:
     split_messages: int = BacklogConfig.split_messages
     per_task: int = MESSAGES_PER_TASK_DEFAULT
 
-    @property
-    def held(self) -> HeldSource | None:
-        """What the read holds locked: nothing."""
-        return None
-
     def frame(self, ranges: list[QueueRange], messages: int) -> DataFrame:
         """The messages of ``ranges`` (about ``messages`` of them), lazy: every action
         peeks again."""
