@@ -5,6 +5,7 @@ token, a renewal keeps them past their lock, and a lapsed lock is reported lost.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,8 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from servicebus_emulator import ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.core.peeked import sequence_number, snapshot_row
+from syphon.job.held import HeldSource
+from syphon.job.snapshot import QueueRange
 from syphon.servicebus.access import Access
 from syphon.servicebus.locked import COMPLETE, DEAD_LETTER, LockedQueue
 from syphon.servicebus.peek import peek_queue
@@ -103,3 +106,26 @@ def test_a_renewal_keeps_the_locks_past_their_duration_and_a_lapsed_one_is_lost(
         with client.get_queue_receiver("q") as receiver:
             again = receiver.receive_messages(5, max_wait_time=1)
     assert [m.sequence_number for m in again] == [seqs[1]]
+
+
+def test_a_read_waits_on_a_busy_queue_that_still_holds_what_the_run_counted(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    """A receive that comes back empty while the queue holds messages the run counted
+    does not end the read: a busy (throttling) queue hands them out a little later, and a
+    read that took the empty receive as the queue's end would leave them for the next
+    run while the run said it was done. A read of a queue of unknown count still ends at
+    the first empty receive."""
+    sb = servicebus_emulator(QueueSpec("q"))
+    _send(sb, "q", [b"one", b"two", b"three"])
+    sb.broker.set_fault("q", busy=True)
+    # the throttling ends after a while: later than the first receive gives up waiting
+    threading.Timer(0.5, sb.broker.clear_faults).start()
+    with HeldSource(_access(sb), ["q"], counts={"q": 3}, wait_seconds=0.1) as held:
+        got = [body for _, body in held.rows([QueueRange("q")])]
+        assert len(got) == 3
+        assert held.received == 3
+    with HeldSource(_access(sb), ["q"], wait_seconds=0.1) as held:
+        sb.broker.set_fault("q", busy=True)  # unknown count: the empty receive ends it
+        assert list(held.rows([QueueRange("q")])) == []
+        sb.broker.clear_faults()

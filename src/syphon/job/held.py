@@ -50,12 +50,18 @@ log = logging.getLogger(__name__)
 #: How long a receive waits for a queue's next message before taking it as read to its
 #: end (the service answers at once what is available).
 RECEIVE_WAIT_SECONDS = 1.0
+#: How long the receives wait, one after another, when a queue hands out nothing although
+#: it holds messages the run counted and never took, before the read takes it as read to
+#: its end (a queue answers at once what is available, but a busy one may be slower).
+_SHORT_PAGE_WAITS = (2.0, 4.0, 8.0)
 #: Queues a read receives from side by side (a receive mostly waits on the service).
 _READ_THREADS = 64
 #: How often the renewal looks at the clock.
 _RENEWAL_POLL_SECONDS = 0.1
 #: Queues opened side by side.
 _OPEN_THREADS = 16
+#: Messages per Arrow batch of a read's handoff to Spark.
+_HANDOFF_ROWS = 4_096
 
 
 class HeldSource:
@@ -169,10 +175,12 @@ class HeldSource:
                 want = min(want, max(0, count - self._took.get(path, 0)))
         got = 0
         again: set[int] = set()
+        waits = iter(_SHORT_PAGE_WAITS if count is not None else ())
+        wait = self.wait_seconds
         try:
             while got < want:
                 asked = want - got
-                page = queue.receive_numbered(asked, self.wait_seconds)
+                page = queue.receive_numbered(asked, wait)
                 for seq, encoded in page:
                     if not self._taken(path, seq):
                         got += 1
@@ -185,8 +193,20 @@ class HeldSource:
                         )
                     else:
                         again.add(seq)
-                if len(page) < asked:  # the queue had no more (a receive came back empty)
-                    return
+                if len(page) < asked:  # a receive came back empty
+                    # the queue had no more, or it was slow to hand out the next while it
+                    # still holds what the run counted: wait longer before taking the
+                    # queue as read to its end (which would leave those for the next run)
+                    wait = next(waits, None) or 0.0
+                    if not wait:
+                        if count is not None and got < want:
+                            log.warning(
+                                "%s handed out %d fewer messages than it held when the run "
+                                "found it (expired, or removed): the next run reads on",
+                                path,
+                                want - got,
+                            )
+                        return
         finally:
             with self._marks:
                 self.again += len(again)
@@ -216,14 +236,20 @@ class HeldSource:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         received = pa.schema([("backlog_queue", pa.string()), ("encoded", pa.binary())])
-        queues, encoded = [], []
+        batches = []
+        queues: list[str] = []
+        encoded: list[bytes] = []
+        # a batch at a time: the received bytes are in the driver's memory once, as Arrow,
+        # not also as a list of Python objects the size of the wave
         for queue, message in self.rows(ranges):
             queues.append(queue)
             encoded.append(message)
-        table = pa.table(
-            [pa.array(queues, pa.string()), pa.array(encoded, pa.binary())], schema=received
-        )
-        del queues, encoded
+            if len(encoded) == _HANDOFF_ROWS:
+                batches.append(pa.record_batch([queues, encoded], schema=received))
+                queues, encoded = [], []
+        batches.append(pa.record_batch([queues, encoded], schema=received))
+        table = pa.Table.from_batches(batches, schema=received)
+        del queues, encoded, batches
         schema = spark_schema(SNAPSHOT)
         parse = _Parse(to_arrow_schema(schema, timezone="UTC"))
         frame = spark.createDataFrame(table)
