@@ -221,3 +221,41 @@ def test_locks_that_lapse_while_a_destination_stalls_lose_nothing_and_send_nothi
     assert all(str(d).startswith("settle_failed_MessageLockLost") for d in failed), failed
     # what was sent and read again was completed unsent, by the next run
     assert sum(r.counts.get("duplicate", 0) for r in runs[1:]) == len(failed)
+
+
+def test_a_queue_whose_messages_another_receiver_holds_leaves_the_run_partial_naming_it(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another receiver holds a backlog queue's messages locked (as a killed run's locks
+    hold until they lapse): a receive hands none of them out. The run sends the rest,
+    and ends ``partial`` naming the queue as not read, instead of ``done`` while the queue
+    still holds them; the next run, once the locks lapsed, takes them."""
+    from support.crash_scenario import short_locks, wait_for_the_killed_runs_locks
+    from support.paired_env import send_raw
+    from support.quick_client import QuickClient
+    from syphon.servicebus.backlog_messages import to_backlog_message
+
+    short_locks(pair)
+    # a receive that comes back empty waits once more, briefly (not 2 + 4 + 8 s)
+    monkeypatch.setattr("syphon.job.held._SHORT_PAGE_WAITS", (0.3,))
+    for q, ids in ((0, ["held-1", "held-2"]), (1, ["free-1", "free-2"])):
+        messages = [ServiceBusMessage(m.encode(), message_id=m) for m in ids]
+        send_raw(pair, q, [to_backlog_message(m, "orders") for m in messages])
+    config = once_config(pair, tmp_path, monkeypatch)
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
+        with client.get_queue_receiver(queue(0)) as other:
+            assert len(other.receive_messages(max_message_count=2, max_wait_time=5)) == 2
+            first = run_job(config, spark, "short")
+    assert first.status == Status.PARTIAL, first
+    assert f"not read: {queue(0)} (2 of its messages were not handed out" in (first.detail or "")
+    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == ["free-1", "free-2"]
+
+    wait_for_the_killed_runs_locks(pair)
+    second = run_job(config, spark, "after")
+    assert second.status == Status.DONE, second
+    assert sorted(str(m.message_id) for m in stored(pair, "orders")) == [
+        "free-1",
+        "free-2",
+        "held-1",
+        "held-2",
+    ]

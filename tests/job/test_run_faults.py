@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
+from support.crash_scenario import short_locks, wait_for_the_killed_runs_locks
 from support.paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, run_job, send_raw, stored
+from support.waiting import wait_until
 from syphon.core.errors import ExitCode
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE
@@ -135,29 +137,38 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
     assert [str(m.message_id) for m in stored(pair, "orders")] == [f"t-{i}" for i in range(5)]
 
 
+@pytest.mark.parametrize("read", ["peek", "once"])
 def test_a_secondary_that_goes_down_while_settling_fails_the_run_and_the_next_run_finishes(
-    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read: str
 ) -> None:
+    """Peeked, the settle receives again (and fails); read once, the settle's requests by
+    the read's locks fail. Either way the run fails naming the secondary, nothing is
+    settled, and the next run completes the sent messages as duplicates."""
     import syphon.job.stages
 
     messages = [ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}") for i in range(4)]
     send_raw(pair, 2, [to_backlog_message(m, "orders") for m in messages])
-    config = job_config(pair, tmp_path, monkeypatch)
-    settle_queues = syphon.job.stages.settle_queues
+    config = job_config(pair, tmp_path, monkeypatch, extra=f"run:\n  read: {read}\n")
+    short_locks(pair)  # what the failed run held lapses before the next run
+    name = "settle_queues" if read == "peek" else "settle_held"
+    settling = getattr(syphon.job.stages, name)
 
     def settle_with_the_secondary_down(*args: Any, **kwargs: Any) -> Any:
         pair.secondary.make_namespace_unavailable()
-        return settle_queues(*args, **kwargs)
+        # the open connections (the read's, read once) are dropped at its next tick
+        wait_until(lambda: not pair.secondary.handler.drop_requested, what="the drop")
+        return settling(*args, **kwargs)
 
-    monkeypatch.setattr("syphon.job.stages.settle_queues", settle_with_the_secondary_down)
+    monkeypatch.setattr(f"syphon.job.stages.{name}", settle_with_the_secondary_down)
     first = run_job(config, spark)
     assert (first.status, first.detail) == ("failed", "namespace_fault: secondary"), first
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == [f"s-{i}" for i in range(4)]
     backlog = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/2").messages
     assert len(backlog) == 4  # sent, but nothing settled
 
-    monkeypatch.setattr("syphon.job.stages.settle_queues", settle_queues)
+    monkeypatch.setattr(f"syphon.job.stages.{name}", settling)
     pair.secondary.clear_faults()
+    wait_for_the_killed_runs_locks(pair)
     second = run_job(config, spark)
     assert second.status == "done", second
     assert second.counts == {"duplicate": 4}  # already replayed: completed, not sent again

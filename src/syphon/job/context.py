@@ -16,7 +16,7 @@ from syphon.servicebus.access import Namespaces
 from syphon.store.audit import AuditStore
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -134,3 +134,31 @@ def tasks_for(messages: int | None, per_task: int, cores: int) -> int:
     if messages is None:
         return cores
     return max(1, min(cores, -(-messages // max(1, per_task))))
+
+
+#: The session key by which a run in waves has its checkpoints (:func:`keep`) kept on
+#: local disk rather than in memory (``"true"``).
+KEEP_ON_DISK = "spark.syphon.checkpoints.onDisk"
+
+
+def keep_on_disk(spark: SparkSession, on_disk: bool) -> None:
+    """Tells :func:`keep` where this session's run keeps its frames: on the executors'
+    local disk (``on_disk``: a run in waves) or in memory. A run in waves holds the wave
+    it settles and the one it reads meanwhile, each with its snapshot, plan and results:
+    in memory they made its peak grow with the waves' size (the README's "Waves" has the
+    figures, from bench_waves.py). A run of one wave keeps them in memory. A platform
+    that refuses the key keeps them in memory."""
+    with contextlib.suppress(Exception):
+        spark.conf.set(KEEP_ON_DISK, "true" if on_disk else "false")
+
+
+def keep(frame: DataFrame) -> DataFrame:
+    """``frame`` computed now and kept by Spark (a local checkpoint: every later use reads
+    these rows, nothing is computed or read from Service Bus again), where
+    :func:`keep_on_disk` said."""
+    from pyspark import StorageLevel
+
+    on_disk = frame.sparkSession.conf.get(KEEP_ON_DISK, "false") == "true"
+    return frame.localCheckpoint(
+        eager=True, storageLevel=StorageLevel.DISK_ONLY if on_disk else None
+    )

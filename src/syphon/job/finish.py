@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from syphon.core.schema import Detail, Outcome, Status, Verdict
 from syphon.job.classify import DESTINATION_UNKNOWN
-from syphon.job.context import RunContext
+from syphon.job.context import RunContext, keep
 from syphon.job.failures import Failure, missing_destinations
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.replay import LeftBehind
@@ -44,7 +44,7 @@ def held(ctx: RunContext, request: RunRequest, settled: DataFrame, rows: DataFra
     earlier run left waiting too (none for a source that reads no dead-letter queue)."""
     if not request.source.reads_dead_letters:
         return Held()
-    waiting = queries.held_dead_letters(settled, rows).localCheckpoint(eager=True)
+    waiting = keep(queries.held_dead_letters(settled, rows))
     now = waiting.count()
     return Held(now, ctx.store.held_before(waiting, request.run_id).count() if now else 0)
 

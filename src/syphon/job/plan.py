@@ -23,7 +23,7 @@ from syphon.core.repair import Repair
 from syphon.core.schema import DESTINATIONS, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
 from syphon.job.classify import DESTINATION_UNKNOWN, REPAIR_INVALID, Against
-from syphon.job.context import RunContext, fit_shuffle_partitions
+from syphon.job.context import RunContext, fit_shuffle_partitions, keep
 from syphon.job.ledger import record_planned
 from syphon.job.reconcile import REPAIRED_NAMES, reconcile_snapshot, wave_messages
 from syphon.job.repair import check_repair
@@ -301,7 +301,7 @@ def plan_snapshot(
             restored, against(ctx, request, listed), request.selection, request.discard
         )
         # checkpointed: the audit, the counts and the summary read it
-        planned = with_source(planned, source).localCheckpoint(eager=True)
+        planned = keep(with_source(planned, source))
 
     audit_rows = queries.plan_audit_rows(planned, request.run_id, planned_at)
     with timed(timings, "audit"):

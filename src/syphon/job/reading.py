@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from syphon.core.config import MESSAGES_PER_TASK_DEFAULT, BacklogConfig
-from syphon.job.context import RunContext, service_tasks
+from syphon.job.context import RunContext, keep, service_tasks
 from syphon.job.held import HeldSource
 from syphon.job.request import RunRequest
 from syphon.job.snapshot import QueueRange, peek_frame, read_snapshot
@@ -65,7 +65,7 @@ class Receiving:
         how many were received."""
         before = self.held.received
         frame = self.held.frame(self.spark, [QueueRange(q.path) for q in queues])
-        return frame.localCheckpoint(eager=True), self.held.received - before
+        return keep(frame), self.held.received - before
 
 
 #: A run's way of reading.

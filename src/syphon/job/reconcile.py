@@ -29,6 +29,7 @@ from syphon.core.schema import (
 from syphon.core.selection import Selection
 from syphon.job.batches import plan_batches
 from syphon.job.classify import ORDER_COLUMNS, REPAIR_INVALID, Against, classify
+from syphon.job.context import keep
 from syphon.job.repair import REPAIR, with_repair
 from syphon.job.restore import Redrive, restore
 from syphon.job.selection import select
@@ -126,7 +127,7 @@ def reconcile_snapshot(
     classified = classify(selected, against).drop("original_application_properties")
     classified = with_discards(classified, discard)
     # materialized once: the batch plan reads it twice (its groups, and the join back)
-    ordered = order_groups(classified).localCheckpoint(eager=True)
+    ordered = keep(order_groups(classified))
     return with_repaired(plan_batches(ordered))
 
 

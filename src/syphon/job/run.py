@@ -41,7 +41,7 @@ from syphon.core.errors import SyphonError
 from syphon.core.repair import Repair
 from syphon.core.schema import Status
 from syphon.core.sessions import SessionFit, is_connect
-from syphon.job.context import RunContext
+from syphon.job.context import RunContext, keep_on_disk
 from syphon.job.finish import Drained
 from syphon.job.held import HeldSource
 from syphon.job.ledger import Ledger, RunResult
@@ -173,6 +173,7 @@ def _drain(runner: WaveRunner, queues: list[DiscoveredQueue], wave_messages: int
     ctx, request = runner.ctx, runner.request
     listed = list_primaries(ctx)
     runner.ledger.add(listed)
+    keep_on_disk(ctx.spark(), wave_messages is not None)
     why_not = peeks_instead(ctx, request)
     if why_not is not None:
         reading: Reading = Peeking(
@@ -193,6 +194,18 @@ def _drain(runner: WaveRunner, queues: list[DiscoveredQueue], wave_messages: int
             _waves(runner, Receiving(ctx.spark(), held), queues, wave_messages, listed)
         finally:
             runner.held = None
+        _not_handed_out(runner, held)
+
+
+def _not_handed_out(runner: WaveRunner, held: HeldSource) -> None:
+    """Names, as not read (the run ends partial), each queue that handed out fewer
+    messages than it held when the run found it: another receiver held them locked (a
+    killed run's locks hold until they lapse), or they expired."""
+    for path, missing in sorted(held.short.items()):
+        runner.ledger.unread[path] = (
+            f"{missing} of its messages were not handed out: locked by another receiver "
+            "(a killed run's locks hold for the queue's lock duration) or expired"
+        )
 
 
 def _waves(

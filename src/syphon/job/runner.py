@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from syphon.core.schema import Status
-from syphon.job.context import RunContext
+from syphon.job.context import RunContext, keep
 from syphon.job.failures import refused_primaries
 from syphon.job.finish import Drained, finish, held, unknown_destinations
 from syphon.job.held import HeldSource
@@ -119,4 +119,4 @@ def _in_doubt(ctx: RunContext) -> DataFrame | None:
     run that leaves a message in doubt leaves it in the backlog, where no later wave of
     the run reads it."""
     doubt = ctx.store.in_doubt()
-    return None if doubt is None else doubt.localCheckpoint(eager=True)
+    return None if doubt is None else keep(doubt)

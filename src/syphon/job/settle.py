@@ -154,7 +154,7 @@ class _SettleTask:
                 )
         if not todo:
             return
-        counter = _Counter(self.failpoint)
+        counter = SettledCount(self.failpoint)
         with ThreadPoolExecutor(max_workers=min(SETTLE_THREADS, len(todo))) as pool:
             passes = [
                 pool.submit(_QueuePass(self.__access, self.run_id, queue, rows, counter).run)
@@ -164,8 +164,9 @@ class _SettleTask:
                 yield done.result()
 
 
-class _Counter:
-    """Messages a task settled, for the fail point (its queues settle side by side)."""
+class SettledCount:
+    """Messages a task (or a read-once settle on the driver) settled, for the fail point
+    (its queues settle side by side)."""
 
     def __init__(self, failpoint: FailPoint | None) -> None:
         self.failpoint = failpoint
@@ -187,7 +188,12 @@ class _QueuePass:
     :class:`~syphon.servicebus.settlement.QueueLocks`)."""
 
     def __init__(
-        self, access: Access, run_id: str, queue: str, todo: dict[int, Action], counter: _Counter
+        self,
+        access: Access,
+        run_id: str,
+        queue: str,
+        todo: dict[int, Action],
+        counter: SettledCount,
     ) -> None:
         self.__access = access
         self.run_id = run_id

@@ -8,7 +8,8 @@ to dead-letter (one group per reason and description) or to discard are settled 
 of lock tokens per request; a request that fails is followed by its page one by one,
 and a message whose own settlement then fails is looked up by its sequence number: gone
 from the queue, the failed request had settled it; still there, it is ``left`` with the
-error. A namespace fault stops the queue: the rest of it is ``left``.
+error. A namespace fault stops the queue: the rest of it is ``left`` (``namespace_fault``,
+as a peek's settle records it: the run ends failed).
 
 What the wave leaves (failed, skipped or in-doubt sends, what is not selected, a
 dead-letter queue's messages not sent) stays held, so no later wave of the run receives
@@ -30,8 +31,9 @@ from typing import Any
 
 from syphon.core.schema import Detail, Outcome
 from syphon.job.held import HeldSource
-from syphon.job.settle import SETTLED, Settlement, result_row, settlement_of
+from syphon.job.settle import SETTLED, SettledCount, Settlement, result_row, settlement_of
 from syphon.job.settle_actions import Action
+from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.errors import NAMESPACE_FAULTS
 from syphon.servicebus.locked import TOKENS_PER_REQUEST, LockedQueue
 
@@ -44,17 +46,22 @@ _THREADS = 16
 
 
 def settle_held(
-    held: HeldSource, actions: Iterable[tuple[str, int, str, str | None, str]], run_id: str
+    held: HeldSource,
+    actions: Iterable[tuple[str, int, str, str | None, str]],
+    run_id: str,
+    failpoint: FailPoint | None = None,
 ) -> list[dict[str, Any]]:
     """Settles each message of ``actions`` ((queue, sequence number, action, reason,
     verdict), as :func:`~syphon.job.settle_actions.settle_actions` says) by the lock
-    ``held`` holds; answers a settle row per message."""
+    ``held`` holds; answers a settle row per message. ``failpoint``: the crash tests'
+    ``mid_settle``, counting the messages settled."""
     todo: dict[str, dict[int, Action]] = {}
     for queue, seq, action, reason, verdict in actions:
         todo.setdefault(queue, {})[int(seq)] = (action, reason, verdict)
     if not todo:
         return []
-    passes = [_HeldPass(held, run_id, queue, rows) for queue, rows in sorted(todo.items())]
+    counter = SettledCount(failpoint)
+    passes = [_HeldPass(held, run_id, queue, rows, counter) for queue, rows in sorted(todo.items())]
     with ThreadPoolExecutor(max_workers=min(_THREADS, len(passes))) as pool:
         done = list(pool.map(lambda p: p.run(), passes))
     return [row for rows in done for row in rows]
@@ -63,8 +70,16 @@ def settle_held(
 class _HeldPass:
     """One queue's settlements, by the locks the read holds."""
 
-    def __init__(self, held: HeldSource, run_id: str, queue: str, todo: dict[int, Action]):
+    def __init__(
+        self,
+        held: HeldSource,
+        run_id: str,
+        queue: str,
+        todo: dict[int, Action],
+        counter: SettledCount,
+    ) -> None:
         self.locks: LockedQueue = held.queue(queue)
+        self.counter = counter
         self.lost = {seq for q, seq in held.lost if q == queue}
         self.run_id = run_id
         self.queue = queue
@@ -90,9 +105,14 @@ class _HeldPass:
         except Exception as exc:  # the namespace failed: the rest waits
             name = type(exc).__name__
             log.warning("settling %s stopped: %s", self.queue, name)
+            # as a peek's settle records it: the run ends failed, naming the namespace
+            failed = (
+                Detail.NAMESPACE_FAULT
+                if name in NAMESPACE_FAULTS
+                else f"{Detail.SETTLE_FAILED}{name}"
+            )
             for seq in self.todo:
                 if seq not in self.out:
-                    failed = f"{Detail.SETTLE_FAILED}{name}"
                     self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, failed, 0)
         return list(self.out.values())
 
@@ -114,6 +134,7 @@ class _HeldPass:
             self.out[seq] = result_row(
                 self.queue, seq, how.outcome, how.recorded, 0, requests=int(i == 0)
             )
+        self.counter.add(len(page))
 
     def _settle_one(self, seq: int, how: Settlement) -> None:
         try:
@@ -125,8 +146,10 @@ class _HeldPass:
             self.locks.forget(seq)
             if self.locks.gone(seq):
                 self.out[seq] = result_row(self.queue, seq, how.outcome, how.recorded, 0, 1)
+                self.counter.add(1)
             else:
                 failed = f"{Detail.SETTLE_FAILED}{name}"
                 self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, failed, 0, 1)
             return
         self.out[seq] = result_row(self.queue, seq, how.outcome, how.recorded, 0, requests=1)
+        self.counter.add(1)

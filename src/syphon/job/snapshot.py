@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from syphon.core.config import MESSAGES_PER_TASK_DEFAULT
 from syphon.core.schema import SNAPSHOT, spark_schema
-from syphon.job.context import service_tasks
+from syphon.job.context import keep, service_tasks
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.peek import PEEK_PAGE, first_sequence_number, peek_queue
@@ -231,4 +231,4 @@ def read_snapshot(
     counts = [q.message_count for q in queues]
     messages = None if None in counts else sum(c or 0 for c in counts)
     tasks = service_tasks(spark, messages, per_task)
-    return peek_frame(spark, access, ranges, tasks).localCheckpoint(eager=True)
+    return keep(peek_frame(spark, access, ranges, tasks))

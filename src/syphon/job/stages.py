@@ -38,7 +38,7 @@ from syphon.core.schema import (
     names,
     spark_schema,
 )
-from syphon.job.context import RunContext, fit_shuffle_partitions, service_tasks
+from syphon.job.context import RunContext, fit_shuffle_partitions, keep, service_tasks
 from syphon.job.held import HeldSource
 from syphon.job.journal import journal_folder, outcomes_commit, read_journal, remove_journal
 from syphon.job.lanes import ReplaySettings
@@ -193,7 +193,7 @@ def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
         same = [F.col(f"p.{c}") == F.col(f"s.{c}") for c in PLACE]
         after = F.col("s.recorded_at") >= F.col("p.recorded_at")
         rows = p.join(s, [*same, after], "left_anti")
-    rows = rows.localCheckpoint(eager=True)
+    rows = keep(rows)
     counts = {r["verdict"]: int(r["count"]) for r in rows.groupBy("verdict").count().collect()}
     # not sized by its plan: fitted to it now
     fit_shuffle_partitions(spark, sum(counts.values()), ctx.config.spark.conf)
@@ -293,7 +293,7 @@ def send(
             journal=journal.for_tasks() if journal is not None else None,
             tasks=service_tasks(ctx.spark(), wave.replays, ctx.config.run.messages_per_task),
         )
-        results = results.localCheckpoint(eager=True)  # the sends happen here, exactly once
+        results = keep(results)  # the sends happen here, exactly once
     with timed(timings, "replay"):
         seconds = timings.replay_sends or 0.0
         operations.credit_rates = credit_rates(results, rows, budgets, seconds)
@@ -342,7 +342,7 @@ def settle(
                 failpoints.for_task("mid_settle"),
                 service_tasks(ctx.spark(), wave.size, ctx.config.run.messages_per_task),
             )
-        results = results.localCheckpoint(eager=True)
+        results = keep(results)
     with timed(timings, "settle"):
         from pyspark.sql import functions as F
 
@@ -369,7 +369,7 @@ def _settled_by_locks(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     wanted = actions.select(*names(SETTLE_ACTION)).collect()
-    rows = settle_held(held, [tuple(r) for r in wanted], run_id)
+    rows = settle_held(held, [tuple(r) for r in wanted], run_id, failpoints.for_task("mid_settle"))
     schema = spark_schema(SETTLE_RESULT)
     table = pa.Table.from_pylist(rows, schema=to_arrow_schema(schema, timezone="UTC"))
     return ctx.spark().createDataFrame(table, schema)

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 
 from syphon.core.ledger import Timings
 from syphon.core.naming import PARTITIONED_SEQUENCE, is_dead_letter_path
+from syphon.job.context import keep
 from syphon.job.reading import Reading
 from syphon.job.request import StageResult, timed
 from syphon.job.rows import utc
@@ -275,7 +276,7 @@ def read_wave(
             if limit + 1 - held[p] > 0
         ]
         fresh = reading.frame(ranges, (limit + 1) * len(paths))
-        read = (fresh if have is None else have.unionByName(fresh)).localCheckpoint(eager=True)
+        read = keep(fresh if have is None else have.unionByName(fresh))
         had = len(marks)
         marks = [
             (r[0], r[1], utc(r[2]))

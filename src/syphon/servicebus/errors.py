@@ -48,10 +48,13 @@ IN_DOUBT = frozenset(
 )
 
 #: The namespace itself failed (not one entity): every client of it is closed at once
-#: and the rest of the work there waits for the next run.
+#: and the rest of the work there waits for the next run. The AMQP layer's own
+#: connection error is one too: the SDK wraps it, but a management request of a link
+#: syphon holds for the run (read once) can raise it as it is.
 NAMESPACE_FAULTS = frozenset(
     {
         "ServiceBusConnectionError",
+        "AMQPConnectionError",
         "ServiceBusCommunicationError",
         "ServiceBusAuthenticationError",
         "ServiceBusAuthorizationError",
