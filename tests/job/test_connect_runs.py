@@ -33,6 +33,8 @@ from support.crash_scenario import (
     everything_home,
     free_the_killed_runs_lease,
     settled_safely,
+    short_locks,
+    wait_for_the_killed_runs_locks,
 )
 from support.notebook_run import check_the_notebook
 from support.paired_env import (
@@ -179,6 +181,7 @@ def test_a_run_killed_mid_replay_on_connect_with_the_audit_in_delta_through_spar
     # renewals through the server: at 10 s, a suite loading both cores once made one
     # run go two renewals without an answer and lose its lease (freed below anyway)
     job_config(pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 60\n")
+    short_locks(pair)  # read once: the killed run's locks lapse before the next run
     conf, table = tmp_path / "syphon.yaml", f"crash_{uuid.uuid4().hex[:8]}"
     catalog, warehouse = catalog_env(table), connect_server.warehouse
     sent: dict[str, str] = {}
@@ -194,6 +197,7 @@ def test_a_run_killed_mid_replay_on_connect_with_the_audit_in_delta_through_spar
     # the lease is a Delta table through Spark: released here, by another JVM's Delta
     free_the_killed_runs_lease(SparkLeaseLog(f"delta.`{warehouse / table}_leases`", lambda: spark))
     assert not (tmp_path / "delta" / "leases").exists()  # none at audit.path
+    wait_for_the_killed_runs_locks(pair)
 
     add_round(pair, 1, sent)  # the next scheduled run has work of its own
     done = syphon(connect_server, conf, "run", env=catalog)

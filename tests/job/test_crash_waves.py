@@ -25,6 +25,8 @@ from support.crash_scenario import (
     free_the_killed_runs_lease,
     kill_with_sigkill,
     settled_safely,
+    short_locks,
+    wait_for_the_killed_runs_locks,
 )
 from support.paired_env import job_config, make_pair, run_job
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
@@ -42,6 +44,7 @@ def test_a_run_killed_in_its_second_wave_leaves_the_first_done_and_the_next_run_
         pair, tmp_path, monkeypatch, extra="run:\n  lease_seconds: 10\n  wave_messages: 12\n"
     )
     root = Path(config.audit.path)
+    short_locks(pair)  # read once: the killed run's locks lapse before the next run
     sent: dict[str, str] = {}
     for r in range(3):  # three rounds, each a time apart: three waves at least
         add_round(pair, r, sent)
@@ -82,6 +85,7 @@ def test_a_run_killed_in_its_second_wave_leaves_the_first_done_and_the_next_run_
     assert in_flight <= second
 
     free_the_killed_runs_lease(root)
+    wait_for_the_killed_runs_locks(pair)
     last = run_job(config, spark, "after-the-kill")
     assert last.status == "done", last
 

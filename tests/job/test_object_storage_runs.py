@@ -29,7 +29,9 @@ from support.crash_scenario import (
     everything_home,
     free_the_killed_runs_lease,
     settled_safely,
+    short_locks,
     start_killed_run,
+    wait_for_the_killed_runs_locks,
 )
 from support.paired_env import Pair, context, job_config, run_job, send_raw
 from syphon.app import notebook
@@ -130,6 +132,7 @@ def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_fi
         extra="run:\n  lease_seconds: 10\n",
     )
     root = resolve_location(config.audit)
+    short_locks(pair)  # read once: the killed run's locks lapse before the next run
     sent: dict[str, str] = {}
     add_round(pair, 0, sent)
     add_round(pair, 1, sent)  # four batches per destination: the kill falls among them
@@ -151,6 +154,7 @@ def test_a_run_killed_mid_replay_on_abfss_holds_off_a_second_run_and_the_next_fi
     after_kill = {d: destination_ids(pair, d) for d in ("orders", UNIQUE)}
     assert any(after_kill[d] != before[d] for d in after_kill)  # it had sent batches
     free_the_killed_runs_lease(root)
+    wait_for_the_killed_runs_locks(pair)
 
     last = run_job(config, spark)
     assert last.status == "done", last

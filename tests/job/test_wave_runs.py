@@ -49,7 +49,8 @@ def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     keys = park_spread(pair, "w", MESSAGES)
-    config = waves_config(pair, tmp_path, monkeypatch)  # 2 messages a queue and wave
+    # peeked (read once: tests/job/test_read_once_runs.py); 2 messages a queue and wave
+    config = waves_config(pair, tmp_path, monkeypatch, read="peek")
     with caplog.at_level(logging.INFO, logger="syphon.job.run"):
         result = run_job(config, spark, "waves")
     assert result.status == Status.DONE, result
@@ -100,7 +101,8 @@ def test_a_destination_failing_in_the_first_wave_is_held_back_then_finished_in_o
     pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keys = park_spread(pair, "f", 24)  # four waves of six
-    config = waves_config(pair, tmp_path, monkeypatch)
+    # peeked: the settle receives (read once: tests/job/test_read_once_runs.py)
+    config = waves_config(pair, tmp_path, monkeypatch, read="peek")
     pair.primary.broker.set_fault("orders", sends_left=0)  # probes answer, sends fail
     first = run_job(config, spark, "failing")
     assert first.status == Status.PARTIAL, first

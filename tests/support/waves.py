@@ -21,9 +21,14 @@ def queue(i: int) -> str:
     return f"{PRIMARY}/x-servicebus-transfer/{i}"
 
 
-def waves_config(pair: Pair, tmp_path: Path, monkeypatch: Any, wave_messages: int = 6) -> Any:
+def waves_config(
+    pair: Pair, tmp_path: Path, monkeypatch: Any, wave_messages: int = 6, read: str | None = None
+) -> Any:
+    """A job config whose runs take waves of ``wave_messages``; ``read``: its
+    ``run.read`` (None: the default)."""
+    reads = "" if read is None else f"  read: {read}\n"
     return job_config(
-        pair, tmp_path, monkeypatch, extra=f"run:\n  wave_messages: {wave_messages}\n"
+        pair, tmp_path, monkeypatch, extra=f"run:\n  wave_messages: {wave_messages}\n{reads}"
     )
 
 

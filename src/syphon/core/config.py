@@ -293,6 +293,8 @@ MESSAGES_PER_TASK_DEFAULT = 1_000
 
 #: ``run.read``'s values.
 READ_MODES = ("peek", "once")
+#: How a run reads its source unless its config says otherwise.
+READ_DEFAULT = "once"
 
 
 @dataclass(frozen=True)
@@ -309,17 +311,18 @@ class RunConfig:
         messages_per_task: a Spark task of the snapshot, the replay and the settle per
             this many messages, at most one per core; at least 1. Default
             :data:`MESSAGES_PER_TASK_DEFAULT`.
-        read: how a run reads its source (:data:`READ_MODES`): ``peek`` (Spark tasks
-            peek each wave, and the settle receives in peek-lock what it settles: two
-            reads a message) or ``once`` (the driver receives each wave in peek-lock and
-            holds the locks until the settle completes by them: one read a message;
-            a namespace source and a resumed run still peek). Default ``peek``.
+        read: how a run reads its source (:data:`READ_MODES`): ``once`` (the driver
+            receives each wave in peek-lock and holds the locks until the settle
+            completes by them: one read a message; a namespace source and a resumed run
+            peek) or ``peek`` (Spark tasks peek each wave, and the settle receives in
+            peek-lock what it settles: two reads a message). Default
+            :data:`READ_DEFAULT`.
     """
 
     lease_seconds: int = LEASE_SECONDS_DEFAULT
     wave_messages: int = WAVE_MESSAGES_DEFAULT
     messages_per_task: int = MESSAGES_PER_TASK_DEFAULT
-    read: str = "peek"
+    read: str = READ_DEFAULT
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from syphon.core.config import (
     LEASE_SECONDS_MIN,
     LOG_LEVELS,
     MESSAGES_PER_TASK_DEFAULT,
+    READ_DEFAULT,
     READ_MODES,
     WAVE_MESSAGES_DEFAULT,
     AuditConfig,
@@ -296,7 +297,7 @@ class _Builder(NamespaceReader):
         per_task = self.typed(r, "run", "messages_per_task", int, MESSAGES_PER_TASK_DEFAULT)
         if per_task < 1:
             raise self.fail("run.messages_per_task", f"must be at least 1 (got {per_task})")
-        read = self.typed(r, "run", "read", str, "peek")
+        read = self.typed(r, "run", "read", str, READ_DEFAULT)
         if read not in READ_MODES:
             raise self.fail("run.read", f"must be one of {', '.join(READ_MODES)} (got {read!r})")
         return RunConfig(

@@ -145,9 +145,9 @@ def keep_on_disk(spark: SparkSession, on_disk: bool) -> None:
     """Tells :func:`keep` where this session's run keeps its frames: on the executors'
     local disk (``on_disk``: a run in waves) or in memory. A run in waves holds the wave
     it settles and the one it reads meanwhile, each with its snapshot, plan and results:
-    in memory they made its peak grow with the waves' size (the README's "Waves" has the
-    figures, from bench_waves.py). A run of one wave keeps them in memory. A platform
-    that refuses the key keeps them in memory."""
+    in memory they made its peak grow with the waves' size (the README's "Reading
+    once" has the figures, from bench_waves.py). A run of one wave keeps them in
+    memory, as does a platform that refuses the key."""
     with contextlib.suppress(Exception):
         spark.conf.set(KEEP_ON_DISK, "true" if on_disk else "false")
 
