@@ -39,7 +39,7 @@ from syphon.core.errors import SyphonError
 from syphon.core.naming import PARTITIONED_SEQUENCE
 from syphon.core.peeked import snapshot_row
 from syphon.core.schema import SNAPSHOT, spark_schema
-from syphon.job.snapshot import ARROW_ROWS, QueueRange, side_by_side
+from syphon.job.snapshot import QueueRange, record_batches, side_by_side
 from syphon.servicebus.access import Access
 from syphon.servicebus.locked import LockedQueue
 
@@ -249,7 +249,8 @@ class HeldSource:
             if len(encoded) == _HANDOFF_ROWS:
                 batches.append(pa.record_batch([queues, encoded], schema=received))
                 queues, encoded = [], []
-        batches.append(pa.record_batch([queues, encoded], schema=received))
+        if encoded:
+            batches.append(pa.record_batch([queues, encoded], schema=received))
         table = pa.Table.from_batches(batches, schema=received)
         del queues, encoded, batches
         schema = spark_schema(SNAPSHOT)
@@ -284,13 +285,12 @@ class HeldSource:
 def _trim_freed_memory() -> None:
     """Has the C allocator hand the freed pages of a read back to the system: the read's
     threads allocate in arenas of their own, which keep what was freed (a wave's bytes)
-    for the next wave otherwise. Nothing where the C library is not glibc."""
+    for the next wave otherwise. Nothing where the C library is not glibc (the process's
+    own symbols: no library is looked up)."""
     import ctypes
-    import ctypes.util
 
-    name = ctypes.util.find_library("c")
-    with contextlib.suppress(OSError, AttributeError, TypeError):
-        ctypes.CDLL(name).malloc_trim(0)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 class _Parse:
@@ -301,18 +301,6 @@ class _Parse:
         self.schema = schema
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
         for batch in batches:
-            queues = batch.column(0).to_pylist()
-            messages = batch.column(1).to_pylist()
-            for start in range(0, len(messages), ARROW_ROWS):
-                rows = [
-                    snapshot_row(m, q)
-                    for q, m in zip(
-                        queues[start : start + ARROW_ROWS],
-                        messages[start : start + ARROW_ROWS],
-                        strict=True,
-                    )
-                ]
-                yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
+            pairs = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+            yield from record_batches((snapshot_row(m, q) for q, m in pairs), self.schema)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import queue as queues_
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -156,18 +156,25 @@ class _PeekTask:
         return rows
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa  # type: ignore[import-untyped]
-
         for batch in batches:
             for group in batch.column(0).to_pylist():
-                rows: list[dict[str, Any]] = []
-                for row in side_by_side([self._peek(r) for r in self.groups[group]]):
-                    rows.append(row)
-                    if len(rows) >= ARROW_ROWS:
-                        yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
-                        rows = []
-                if rows:
-                    yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
+                peeks = side_by_side([self._peek(r) for r in self.groups[group]])
+                yield from record_batches(peeks, self.schema)
+
+
+def record_batches(rows: Iterable[dict[str, Any]], schema: Any) -> Iterator[Any]:
+    """``rows`` as Arrow record batches of ``schema``, :data:`ARROW_ROWS` rows at most
+    each, as they come (what a task hands Spark)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= ARROW_ROWS:
+            yield pa.RecordBatch.from_pylist(batch, schema=schema)
+            batch = []
+    if batch:
+        yield pa.RecordBatch.from_pylist(batch, schema=schema)
 
 
 def peek_frame(
