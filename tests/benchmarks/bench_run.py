@@ -111,6 +111,8 @@ PRIMARY = "bench-primary"
 QUEUES = 10
 DESTINATIONS = 50
 PER_BATCH = 20
+#: Each parked message's body (bench_waves.py --body-bytes sets it).
+BODY_BYTES = 1024
 
 
 def serve(ready: Any, stop: Any, delays: list[float]) -> None:
@@ -174,7 +176,7 @@ def serving(delays: list[float]) -> Iterator[dict[str, Any]]:
 def park(secondary: str, total: int) -> None:
     """Fills the backlog queues (see the module docstring)."""
     rng = random.Random(7)
-    body = bytes(1024)
+    body = bytes(BODY_BYTES)
     order: dict[tuple[str, str], int] = defaultdict(int)
     with ServiceBusClient.from_connection_string(secondary) as client:
         senders = [
@@ -245,7 +247,7 @@ def park_dead_letters(primary: str, total: int) -> None:
     """The backlog's messages sent straight to their destinations and dead-lettered there,
     in order (see the module docstring)."""
     rng = random.Random(7)
-    body = bytes(1024)
+    body = bytes(BODY_BYTES)
     order: dict[tuple[str, str], int] = defaultdict(int)
     by_dest: dict[str, list[ServiceBusMessage]] = defaultdict(list)
     for i in range(total):

@@ -47,6 +47,7 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_run.py, proctree.py
 
+import bench_run
 from bench_run import (
     SPARK_CONF,
     SYPHON,
@@ -211,6 +212,12 @@ def main() -> None:
         "--runs", default="small,waves,one wave", help="which of the three runs (comma-separated)"
     )
     parser.add_argument(
+        "--body-bytes",
+        type=int,
+        default=bench_run.BODY_BYTES,
+        help="each parked message's body (default 1 KB)",
+    )
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
@@ -219,6 +226,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     SPARK_CONF.update(dict(kv.split("=", 1) for kv in args.spark_conf))
+    bench_run.BODY_BYTES = args.body_bytes
     wanted = {n.strip() for n in args.runs.split(",")}
     become_subreaper()
     with serving([]) as info:

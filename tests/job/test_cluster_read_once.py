@@ -16,6 +16,7 @@ import pytest
 
 from support.paired_env import Pair, backlog_state, job_config
 from support.waves import QUEUES, arrived, park_spread, queue
+from syphon.app.spark import WAVE_HEAP_MIN_MB
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -44,6 +45,16 @@ def executors_that_ran_tasks(events: Path) -> set[str]:
             if event.get("Event") == "SparkListenerTaskEnd":
                 ran.add(event["Task Info"]["Executor ID"])
     return ran
+
+
+def spark_properties(events: Path) -> dict[str, str]:
+    """The driver's Spark properties, as its event log recorded them."""
+    for log in events.rglob("events_*"):
+        for line in log.read_text(encoding="utf-8").splitlines():
+            event = json.loads(line)
+            if event.get("Event") == "SparkListenerEnvironmentUpdate":
+                return dict(event["Spark Properties"])
+    raise AssertionError("no environment in the event log")
 
 
 def test_a_backlog_read_once_on_a_two_worker_cluster_arrives_in_order_and_once(
@@ -83,4 +94,7 @@ def test_a_backlog_read_once_on_a_two_worker_cluster_arrives_in_order_and_once(
     assert sum(broker.messages_received[p] for p in paths) == MESSAGES
     # the tasks ran on the cluster's executors, both of them, not in the driver
     assert executors_that_ran_tasks(events) == {"0", "1"}
+    # a run in waves of known bytes (a few hundred) sizes the driver's heap: the least
+    # (syphon.app.spark.wave_heap_mb)
+    assert spark_properties(events)["spark.driver.memory"] == f"{WAVE_HEAP_MIN_MB}m"
     assert pair.secondary.connection_string not in result.stdout + result.stderr

@@ -15,6 +15,7 @@ from azure.servicebus import (
     ServiceBusMessageState,
     ServiceBusSubQueue,
 )
+from azure.servicebus.management import ServiceBusAdministrationClient
 
 from servicebus_emulator import QueueSpec
 from support.paired_env import (
@@ -577,11 +578,16 @@ def test_the_session_is_told_how_many_messages_the_discovery_counted(
                 for i in range(n)
             ],
         )
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        pair.secondary.admin_connection_string, connection_verify=pair.secondary.ca_bundle
+    )
+    size = sum(q.size_in_bytes for q in admin.list_queues_runtime_properties())
+    assert size > len("c0-0") * 7
     config = job_config(pair, tmp_path, monkeypatch)
-    told: list[int | None] = []
+    told: list[tuple[int | None, int | None]] = []
 
     def factory() -> Any:
-        told.append(ctx.spark.fitted.expected_messages)
+        told.append((ctx.spark.fitted.expected_messages, ctx.spark.fitted.wave_bytes))
         return spark
 
     from syphon.app.spark import LOCAL_CONF
@@ -592,5 +598,5 @@ def test_the_session_is_told_how_many_messages_the_discovery_counted(
         spark.conf.set(key, LOCAL_CONF[key])  # as a local session starts
     ctx = build_context(config, spark_factory=factory)
     assert run_with_report(ctx).status == "done"
-    assert told == [7]
+    assert told == [(7, size)]  # one wave: the backlog's bytes, as the namespace said
     assert spark.conf.get(shuffles) == "1"

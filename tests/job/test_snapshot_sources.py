@@ -67,6 +67,9 @@ def test_management_discovery_finds_extras_and_counts(pair: Pair) -> None:
     assert [q.extra for q in found] == [False, False, False, False, True]
     assert [q.message_count for q in found] == [0, 3, 0, 0, 0]
     assert [q.empty for q in found] == [True, False, True, True, True]
+    # what the namespace says its messages take: a local session's heap is sized by it
+    assert [q.size_bytes == 0 for q in found] == [True, False, True, True, True]
+    assert all(q.size_bytes is not None for q in found)
 
 
 def test_probe_discovery(pair: Pair) -> None:

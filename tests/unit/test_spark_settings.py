@@ -137,3 +137,35 @@ def test_a_connect_client_gives_its_session_session_settings_only() -> None:
         }
     )
     assert kept == {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "4"}
+
+
+def test_a_local_run_in_waves_of_known_bytes_sizes_its_heap_to_a_wave() -> None:
+    """The heap is what a wave's bytes take on top of a base, in steps, never under the
+    least (syphon.app.spark.WAVE_HEAP_BASE_MB); unknown bytes, one wave, a cluster or the
+    config's own setting leave it alone."""
+    from syphon.app.spark import (
+        WAVE_HEAP_BASE_MB,
+        WAVE_HEAP_MIN_MB,
+        WAVE_HEAP_STEP_MB,
+        wave_heap_mb,
+    )
+
+    mb = 2**20
+    assert wave_heap_mb(0) == WAVE_HEAP_MIN_MB
+    assert wave_heap_mb(50 * mb) == WAVE_HEAP_MIN_MB
+    # 40,000 messages of 8 KB: 384 + 330 MB, up to the next step
+    assert wave_heap_mb(330 * mb) == 768
+    big = 5000 * mb
+    assert wave_heap_mb(big) % WAVE_HEAP_STEP_MB == 0
+    assert 0 <= wave_heap_mb(big) - (WAVE_HEAP_BASE_MB + 5000) < WAVE_HEAP_STEP_MB
+
+    memory = "spark.driver.memory"
+    local = SparkConfig(master="local[2]")
+    fitted = spark_settings(local, expected_messages=40_000, waves=True, wave_bytes=330 * mb)
+    assert fitted[memory] == "768m"
+    assert memory not in spark_settings(local, expected_messages=40_000, waves=True)
+    assert memory not in spark_settings(local, expected_messages=40_000, wave_bytes=330 * mb)
+    cluster = SparkConfig(master=None)
+    assert memory not in spark_settings(cluster, waves=True, wave_bytes=330 * mb)
+    own = SparkConfig(master="local[2]", conf={memory: "3g"})
+    assert spark_settings(own, waves=True, wave_bytes=330 * mb)[memory] == "3g"

@@ -105,6 +105,22 @@ QUICK_START_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 #: --runs waves, with and without them as --spark-conf).
 WAVE_JAVA_OPTIONS = "-XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=20"
 
+#: The heap of a local session of a run in waves whose wave's bytes are known (the
+#: management discovery's queue sizes), unless ``spark.conf`` sets
+#: ``spark.driver.memory``: :data:`WAVE_HEAP_BASE_MB` plus a wave's bytes, in steps of
+#: :data:`WAVE_HEAP_STEP_MB`, at least :data:`WAVE_HEAP_MIN_MB` (Spark refuses a heap
+#: under 450 MB). A wave's frames are on the executors' disk (syphon.job.context.keep), but
+#: its messages cross the JVM's heap when the driver hands them to Spark. Spark's default
+#: heap (1 GB) left the JVM at 1.21 GB resident for 200,000 messages of 1 KB in waves of
+#: 40,000; 512 MB left it at 0.89 GB, at the same wall time (bench_waves.py --read once
+#: --runs waves --spark-conf spark.driver.memory=512m). Waves of 40,000 messages of 8 KB
+#: (about 340 MB a wave, bench_waves.py --messages 80000 --body-bytes 8192) ran out of
+#: heap at 512 MB, took 115 s at 640 MB, 97 s at 768 MB (this rule's) and 89 s at 1 GB.
+WAVE_HEAP_BASE_MB = 384
+WAVE_HEAP_MIN_MB = 512
+WAVE_HEAP_STEP_MB = 64
+_DRIVER_MEMORY = "spark.driver.memory"
+
 #: The query settings of a quick start (the config's own win).
 QUICK_START_CONF: dict[str, str] = {
     "spark.sql.adaptive.enabled": "false",
@@ -207,12 +223,14 @@ def spark_settings(
     environ: Mapping[str, str] | None = None,
     expected_messages: int | None = None,
     waves: bool = False,
+    wave_bytes: int | None = None,
 ) -> dict[str, str]:
     """Every setting the session gets: syphon's (for a local session of a run expecting
     at most :data:`QUICK_START_MESSAGES` messages, a quick start's, without code
     generation up to :data:`INTERPRETED_MESSAGES`; for a run in ``waves``, a heap kept
-    close to what it holds: :data:`WAVE_JAVA_OPTIONS`), then the config's (its secret
-    references read here, never logged).
+    close to what it holds: :data:`WAVE_JAVA_OPTIONS`, and sized to ``wave_bytes`` when
+    known: :func:`wave_heap_mb`), then the config's (its secret references read here,
+    never logged).
 
     Raises:
         SecretError: a referenced secret is not set.
@@ -231,6 +249,8 @@ def spark_settings(
             settings[_JAVA_OPTIONS] = (
                 f"{options} {WAVE_JAVA_OPTIONS}" if options else WAVE_JAVA_OPTIONS
             )
+            if wave_bytes is not None:
+                settings[_DRIVER_MEMORY] = f"{wave_heap_mb(wave_bytes)}m"
     for key, value in config.conf.items():
         if isinstance(value, SecretRef):
             try:
@@ -241,6 +261,14 @@ def spark_settings(
             value = f"{settings[key]} {value}"
         settings[key] = value
     return settings
+
+
+def wave_heap_mb(wave_bytes: int) -> int:
+    """The heap, in MB, of a local session of a run in waves of ``wave_bytes`` (see
+    :data:`WAVE_HEAP_BASE_MB`)."""
+    wanted = WAVE_HEAP_BASE_MB + -(-wave_bytes // 2**20)
+    steps = -(-wanted // WAVE_HEAP_STEP_MB)
+    return max(WAVE_HEAP_MIN_MB, steps * WAVE_HEAP_STEP_MB)
 
 
 def build_spark_session(
@@ -286,7 +314,11 @@ def build_spark_session(
 
     fit = fit or SessionFit()
     settings = spark_settings(
-        config, dbutils_get, expected_messages=fit.expected_messages, waves=fit.waves
+        config,
+        dbutils_get,
+        expected_messages=fit.expected_messages,
+        waves=fit.waves,
+        wave_bytes=fit.wave_bytes,
     )
     if local:  # the JVM's own log: errors only (its start-up lines come before any setting)
         quiet = f"-Dlog4j2.configurationFile={resources.files('syphon.app') / 'log4j2.properties'}"

@@ -23,10 +23,12 @@ class SessionFit:
         expected_messages: how many messages a wave of the run reads at most (None:
             unknown).
         waves: whether the run drains its source in several waves.
+        wave_bytes: about how many bytes a wave's messages take (None: unknown).
     """
 
     expected_messages: int | None = None
     waves: bool = False
+    wave_bytes: int | None = None
 
 
 #: The task count a Spark Connect session's stages take when its configuration does not

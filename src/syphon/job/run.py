@@ -144,11 +144,16 @@ def _take_up(runner: WaveRunner) -> None:
 
 
 def _fit(discovered: Discovered, wave_messages: int | None) -> SessionFit:
-    """What the run's session is fitted to: a wave's messages, at most."""
-    expected = discovered.messages
+    """What the run's session is fitted to: a wave's messages, at most, and about what
+    they take (the source's bytes in the share of its messages a wave reads)."""
+    total, size = discovered.messages, discovered.size_bytes
+    expected = total
     if expected is not None and wave_messages is not None:
         expected = min(expected, wave_messages)
-    return SessionFit(expected, waves=wave_messages is not None)
+    wave_bytes = None
+    if size is not None and total and expected is not None:
+        wave_bytes = -(-size * expected // total)
+    return SessionFit(expected, waves=wave_messages is not None, wave_bytes=wave_bytes)
 
 
 def _wave_messages(

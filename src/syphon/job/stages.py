@@ -82,6 +82,12 @@ class Discovered(StageResult):
         counts = [q.message_count for q in self.queues if q.unreadable is None]
         return None if None in counts else sum(c or 0 for c in counts)
 
+    @property
+    def size_bytes(self) -> int | None:
+        """The bytes the readable queues' messages take (None: a size is unknown)."""
+        sizes = [q.size_bytes for q in self.queues if q.unreadable is None]
+        return None if None in sizes else sum(s or 0 for s in sizes)
+
 
 def discover(ctx: RunContext, request: RunRequest) -> Discovered:
     """The queues of the request's source, and what finding them cost."""

@@ -52,6 +52,8 @@ class DiscoveredQueue:
         unreadable: why syphon cannot read it (None: it can): ``requires_session``, an
             entity whose messages only a session receiver sees (a peek of all its
             sessions' messages is not possible without locking each session).
+        size_bytes: the bytes its messages take when the discovery knew (None:
+            unknown): what a local session sizes its heap by.
     """
 
     primary: str
@@ -60,6 +62,7 @@ class DiscoveredQueue:
     message_count: int | None
     extra: bool
     unreadable: str | None = None
+    size_bytes: int | None = None
 
     @property
     def empty(self) -> bool:
@@ -94,6 +97,7 @@ def discover_by_management(
                 path=runtime.name,
                 message_count=count,
                 extra=parsed.index >= queue_count,
+                size_bytes=runtime.size_in_bytes,
             )
         )
     return sorted(found)
