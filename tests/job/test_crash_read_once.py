@@ -10,6 +10,8 @@ transfer the kill cut off as in doubt, and finishes everything."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,9 +30,12 @@ from support.crash_scenario import (
     locked,
     settled_safely,
     short_locks,
+    start_killed_run,
     wait_for_the_killed_runs_locks,
 )
 from support.paired_env import job_config, make_pair, run_job
+from support.waiting import wait_until
+from syphon.core.errors import ExitCode
 from syphon.store.audit import AUDIT_TABLE
 from syphon.store.delta import read_table
 
@@ -86,3 +91,61 @@ def test_a_read_once_run_killed_mid_wave_loses_nothing_and_the_next_run_finishes
     assert set(twice) <= marked
     assert not backlog_ids(pair)
     assert last.operations.snapshot_messages_peeked == 0
+
+
+def _java_under(pid: int) -> int | None:
+    """The pid of the Java process under ``pid`` (its Spark JVM), if one runs yet."""
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :]
+        child = int(stat.parent.name)
+        names[child] = name
+        children.setdefault(int(rest.split()[1]), []).append(child)
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        if names.get(child) == "java":
+            return child
+        todo += children.get(child, [])
+    return None
+
+
+def test_a_run_whose_spark_jvm_dies_mid_wave_says_so_and_the_next_run_finishes(
+    servicebus_emulator: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's JVM killed under a read-once run while it holds a wave locked (as the
+    kernel's OOM killer, or an OutOfMemoryError, ends it): the run exits 1 naming Spark's
+    JVM and the driver's memory, not an unreachable namespace; what it held goes back to
+    the backlog, and the next run brings everything home."""
+    pair = make_pair(servicebus_emulator)
+    pair.primary.broker.declare(QueueSpec(UNIQUE, requires_duplicate_detection=True))
+    short_locks(pair)
+    extra = "run:\n  lease_seconds: 10\n  wave_messages: 12\n  read: once\n"
+    config = job_config(pair, tmp_path, monkeypatch, extra=extra)
+    sent: dict[str, str] = {}
+    for r in range(3):
+        add_round(pair, r, sent)
+
+    run = start_killed_run(tmp_path, "none")  # no fail point is named "none"
+    wait_until(lambda: locked(pair) > 0 or run.poll() is not None, timeout=180, what="a wave")
+    java = _java_under(run.pid)
+    assert run.poll() is None
+    assert java is not None
+    os.kill(java, signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=240)
+    said = stdout + stderr
+    assert run.returncode == ExitCode.FAILED, said[-3000:]
+    assert "Spark's JVM is gone" in said, said[-3000:]
+    assert "fix: Spark's JVM exited under the run" in said, said[-3000:]
+    assert "cannot be reached" not in said, said[-3000:]
+
+    free_the_killed_runs_lease(Path(config.audit.path))
+    wait_for_the_killed_runs_locks(pair)
+    last = run_job(config, spark, "after-the-jvm")
+    assert last.status == "done", last
+    everything_home(pair, sent)

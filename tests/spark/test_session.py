@@ -129,6 +129,47 @@ def test_a_killed_sessions_scratch_files_hold_no_clear_body_and_the_next_start_r
     assert not folder.exists()
 
 
+JVM_GONE_SCRIPT = """
+import os, signal, sys
+from syphon.app.spark import build_spark_session
+from syphon.core.config import SparkConfig
+from syphon.job.failures import explain
+spark = build_spark_session(SparkConfig(master="local[1]",
+                                        conf={"spark.driver.extraJavaOptions": sys.argv[1]}))
+spark.range(3).count()
+proc = spark.sparkContext._gateway.proc
+os.kill(proc.pid, signal.SIGKILL)
+proc.wait()
+try:
+    spark.range(3).count()
+except Exception as exc:
+    failure = explain(exc)
+    print(type(exc).__name__, int(failure.code), failure.why, sep="\\n")
+    print(failure.fix)
+"""
+
+
+def test_a_session_whose_jvm_died_is_told_apart_from_an_unreachable_namespace() -> None:
+    """The first Spark call after the JVM died (an OutOfMemoryError, the OOM killer) finds
+    Py4J's port closed: a ConnectionRefusedError, which by its name alone would read as an
+    unreachable namespace (exit 7). The failure names Spark's JVM and the driver's memory."""
+    from syphon.core.errors import ExitCode
+    from syphon.job.failures import SPARK_GONE_FIX
+
+    done = subprocess.run(
+        [sys.executable, "-c", JVM_GONE_SCRIPT, java_options()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4, done.stdout + done.stderr[-2000:]
+    assert lines[0] == "ConnectionRefusedError"
+    assert int(lines[1]) == ExitCode.FAILED
+    assert lines[2].startswith("Spark's JVM is gone: "), lines[2]
+    assert lines[3] == SPARK_GONE_FIX
+
+
 CLEAN_EXIT_SCRIPT = """
 import sys
 from syphon.app.spark import build_spark_session

@@ -75,3 +75,19 @@ def test_syphon_s_own_error_without_a_fix_gets_its_codes_action() -> None:
     failure = explain(SyphonError("something of ours"))
     assert failure.fix is not None
     assert failure.why == "something of ours"
+
+
+def test_a_refused_connection_outside_py4j_is_still_an_unreachable_namespace() -> None:
+    """A real refused connect (a port nothing listens on) met outside Py4J: the line
+    keeps saying the namespace cannot be reached (Spark's JVM gone is told apart by where
+    the error was raised: tests/spark/test_session.py)."""
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2)
+    except ConnectionRefusedError as exc:
+        failure = explain(exc)
+    assert (failure.code, failure.fix) == (ExitCode.UNREACHABLE, UNREACHABLE_FIX)

@@ -59,6 +59,14 @@ DENIED_FIX = (
     "needs Manage and Listen rights, a primary Send and Manage), or with Azure AD that "
     "the identity is found and holds Azure Service Bus Data Owner"
 )
+#: The fix of a run whose local Spark JVM went away under it (an OutOfMemoryError ends
+#: the JVM; so does the OOM killer).
+SPARK_GONE_FIX = (
+    "Spark's JVM exited under the run, most often for want of memory (look above for "
+    "java.lang.OutOfMemoryError): give the driver more with spark.driver.memory under "
+    "spark.conf in the config or lower run.wave_messages, then rerun (the next run "
+    "finishes what is in doubt)"
+)
 #: How long the error's own words may be on the operator's line.
 WHY_CHARS = 300
 
@@ -73,6 +81,8 @@ def explain(exc: BaseException, namespace: Access | None = None) -> Failure:
         return Failure(type(exc).__name__, exc.exit_code, fix, str(exc) or None)
     name = error_name(exc)
     why = foreign_why(exc)
+    if spark_gone(exc):
+        return Failure(name, ExitCode.FAILED, SPARK_GONE_FIX, f"Spark's JVM is gone: {why}")
     if name in UNREACHABLE:
         fix = unreachable_fix(namespace) if namespace is not None else UNREACHABLE_FIX
         return Failure(name, ExitCode.UNREACHABLE, fix, why)
@@ -80,6 +90,31 @@ def explain(exc: BaseException, namespace: Access | None = None) -> Failure:
         fix = denied_fix(namespace) if namespace is not None else DENIED_FIX
         return Failure(name, ExitCode.DENIED, fix, why)
     return Failure(name, ExitCode.FAILED, FAILED_FIX, why)
+
+
+def spark_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` says that the Spark JVM the driver talks to over Py4J is gone:
+    Py4J's own network error, or a connection error raised inside Py4J (a call after the
+    JVM died finds its port closed: ConnectionRefusedError, which would otherwise read
+    as an unreachable namespace). Its causes and contexts are looked at too."""
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        error = todo.pop()
+        if error is None or any(error is e for e in seen):
+            continue
+        seen.append(error)
+        if type(error).__name__ == "Py4JNetworkError":
+            return True
+        if isinstance(error, ConnectionError) and _raised_in_py4j(error):
+            return True
+        todo += [error.__cause__, error.__context__]
+    return False
+
+
+def _raised_in_py4j(exc: BaseException) -> bool:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and "/py4j/" in frames[-1].filename.replace("\\", "/")
 
 
 def foreign_why(exc: BaseException) -> str | None:
