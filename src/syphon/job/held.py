@@ -55,8 +55,11 @@ RECEIVE_WAIT_SECONDS = 1.0
 #: it holds messages the run counted and never took, before the read takes it as read to
 #: its end (a queue answers at once what is available, but a busy one may be slower).
 _SHORT_PAGE_WAITS = (2.0, 4.0, 8.0)
-#: Queues a read receives from side by side (a receive mostly waits on the service).
-_READ_THREADS = 64
+#: Queues a read receives from side by side. A receive decodes what it gets in this
+#: process, under its one interpreter lock: on 2 cores, 20,000 messages of 1 KB from 10
+#: queues took 2.2-2.9 s a thread a queue and 1.5-1.9 s with 2 or 4 threads, on loopback
+#: and at 5 ms (tests/benchmarks/bench_receive.py); more threads only contend.
+_READ_THREADS = 4
 #: How often the renewal looks at the clock.
 _RENEWAL_POLL_SECONDS = 0.1
 #: Queues opened side by side.
@@ -150,18 +153,25 @@ class HeldSource:
         run never took, at most the range's ``limit`` (None: to the queue's end), the
         queues side by side. A range's sequence numbers do not bound a receive: the
         queue hands out what no one holds, in order."""
+        for queue, page in self.pages(ranges):
+            for encoded in page:
+                yield queue, encoded
+
+    def pages(self, ranges: list[QueueRange]) -> Iterator[tuple[str, list[bytes]]]:
+        """:meth:`rows`, a receive's page at a time: (queue, its encoded messages)."""
 
         def reader(r: QueueRange) -> Any:
-            def rows() -> Iterator[tuple[str, bytes]]:
-                for encoded in self._fresh(r.queue, r.limit):
-                    yield r.queue, encoded
+            def pages() -> Iterator[tuple[str, list[bytes]]]:
+                for page in self._fresh(r.queue, r.limit):
+                    yield r.queue, page
 
-            return rows
+            return pages
 
         yield from side_by_side([reader(r) for r in ranges], _READ_THREADS)
 
-    def _fresh(self, path: str, limit: int | None) -> Iterator[bytes]:
-        """Up to ``limit`` messages of ``path`` the run never took (None: to the end).
+    def _fresh(self, path: str, limit: int | None) -> Iterator[list[bytes]]:
+        """Up to ``limit`` messages of ``path`` the run never took (None: to the end), a
+        receive's page at a time.
 
         A message whose lock lapsed while the run held it is the queue's again, and a
         receive hands it out again, ahead of the rest. An earlier wave of the run took
@@ -187,10 +197,10 @@ class HeldSource:
             while got < want:
                 asked = want - got
                 page = queue.receive_numbered(asked, wait)
+                fresh = []
                 for seq, encoded in page:
                     if not self._taken(path, seq):
-                        got += 1
-                        yield encoded
+                        fresh.append(encoded)
                     elif seq in again:  # back twice in one read: it would never end
                         raise SyphonError(
                             f"the locks of {path} lapse faster than the run reads it (a "
@@ -199,6 +209,9 @@ class HeldSource:
                         )
                     else:
                         again.add(seq)
+                if fresh:
+                    got += len(fresh)
+                    yield fresh
                 if len(page) < asked:  # a receive came back empty
                     # the queue had no more, or it was slow to hand out the next while it
                     # still holds what the run counted: wait longer before taking the
@@ -243,10 +256,10 @@ class HeldSource:
         encoded: list[bytes] = []
         # a batch at a time: the received bytes are in the driver's memory once, as Arrow,
         # not also as a list of Python objects the size of the wave
-        for queue, message in self.rows(ranges):
-            queues.append(queue)
-            encoded.append(message)
-            if len(encoded) == _HANDOFF_ROWS:
+        for queue, page in self.pages(ranges):
+            queues += [queue] * len(page)
+            encoded += page
+            if len(encoded) >= _HANDOFF_ROWS:
                 batches.append(pa.record_batch([queues, encoded], schema=received))
                 queues, encoded = [], []
         if encoded:
