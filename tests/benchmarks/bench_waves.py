@@ -3,7 +3,7 @@ processes (issue 38's targets).
 
     .venv/bin/python tests/benchmarks/bench_waves.py [--messages 200000] [--small 20000]
         [--wave-messages 40000[,20000...]] [--poll 1.0] [--runs small,waves,one wave]
-        [--against DIR] [--read peek|once]
+        [--against DIR] [--read peek|once] [--against-read peek|once]
 
 The backlog is bench_run.py's (1 KB bodies over 10 backlog queues, 50 destinations, keys
 and sessions spread over the queues), parked afresh for each run, each run with an
@@ -26,7 +26,9 @@ settle receives and abandons, estimated credits (``--against DIR``: each run aga
 that tree's syphon, its ``src/`` first on the path, right after); then the targets:
 first message home within 30 s, peak memory with waves at most 1.2x the small run's,
 total wall with waves at most 1.1x one wave. ``--read once`` runs every run with
-``run.read: once`` (the source received once under lock, beside the driver).
+``run.read: once`` (the source received once under lock, beside the driver);
+``--against-read`` sets the ``--against`` runs' (``--against`` this tree's own folder:
+both reads of one tree side by side).
 """
 
 from __future__ import annotations
@@ -209,6 +211,13 @@ def main() -> None:
         help="run.read of every run (default peek)",
     )
     parser.add_argument(
+        "--against-read",
+        choices=("peek", "once"),
+        default=None,
+        help="run.read of the --against runs (default: --read); with --against set to this "
+        "tree, both reads side by side",
+    )
+    parser.add_argument(
         "--runs", default="small,waves,one wave", help="which of the three runs (comma-separated)"
     )
     parser.add_argument(
@@ -255,11 +264,13 @@ def main() -> None:
                         size,
                         args.poll,
                         args.against,
-                        args.read,
+                        args.against_read or args.read,
                     )
+                    home = other.first_home
                     print(
                         f"{other.name}: wall {other.usage.wall:.1f} s, CPU "
                         f"{other.usage.cpu:.1f} s, peak {other.usage.peak_pss / 1e9:.2f} GB, "
+                        f"first message home {'never' if home is None else f'{home:.1f} s'}, "
                         f"{other.waves} waves, {other.status}, delivered {other.received:,}, "
                         f"order violations {other.violations}",
                         flush=True,

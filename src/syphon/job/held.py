@@ -4,7 +4,7 @@ until the run has settled it, and never read again.
 A :class:`HeldSource` opens one :class:`~syphon.servicebus.locked.LockedQueue` per
 source queue when the run starts and keeps it for the whole run, across the Spark
 stages of every wave (a Spark task would close its receivers when it ends, and with
-them what they hold). A wave's read receives from each queue (the queues side by side)
+them what they hold). A wave's read receives from each queue (four queues at a time)
 and hands the messages to Spark as Arrow (:meth:`HeldSource.frame`): a snapshot row per
 message, made from the bytes the service sent, exactly as a peek's. A message stays
 locked, so no later receive of the run sees it again, until the wave's outcomes are in
@@ -151,7 +151,7 @@ class HeldSource:
     def rows(self, ranges: list[QueueRange]) -> Iterator[tuple[str, bytes]]:
         """(queue, encoded message) of what each range's queue hands out next that the
         run never took, at most the range's ``limit`` (None: to the queue's end), the
-        queues side by side. A range's sequence numbers do not bound a receive: the
+        queues four at a time. A range's sequence numbers do not bound a receive: the
         queue hands out what no one holds, in order."""
         for queue, page in self.pages(ranges):
             for encoded in page:
