@@ -157,10 +157,10 @@ def overlapped(spark: Any, held: Any, ranges: list[Any], chunk: int) -> Any:
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         parts, queues, encoded = [], [], []
-        for queue, message in held.rows(ranges):
-            queues.append(queue)
-            encoded.append(message)
-            if len(encoded) == chunk:
+        for queue, page in held.pages(ranges):
+            queues += [queue] * len(page)
+            encoded += page
+            if len(encoded) >= chunk:
                 parts.append(pool.submit(hand, queues, encoded))
                 queues, encoded = [], []
         if encoded:

@@ -122,10 +122,10 @@ def test_a_read_waits_on_a_busy_queue_that_still_holds_what_the_run_counted(
     # the throttling ends after a while: later than the first receive gives up waiting
     threading.Timer(0.5, sb.broker.clear_faults).start()
     with HeldSource(_access(sb), ["q"], counts={"q": 3}, wait_seconds=0.1) as held:
-        got = [body for _, body in held.rows([QueueRange("q")])]
+        got = [body for _, page in held.pages([QueueRange("q")]) for body in page]
         assert len(got) == 3
         assert held.received == 3
     with HeldSource(_access(sb), ["q"], wait_seconds=0.1) as held:
         sb.broker.set_fault("q", busy=True)  # unknown count: the empty receive ends it
-        assert list(held.rows([QueueRange("q")])) == []
+        assert list(held.pages([QueueRange("q")])) == []
         sb.broker.clear_faults()

@@ -148,17 +148,11 @@ class HeldSource:
         """The queue ``path``'s receiver."""
         return self.queues[path]
 
-    def rows(self, ranges: list[QueueRange]) -> Iterator[tuple[str, bytes]]:
-        """(queue, encoded message) of what each range's queue hands out next that the
-        run never took, at most the range's ``limit`` (None: to the queue's end), the
-        queues four at a time. A range's sequence numbers do not bound a receive: the
-        queue hands out what no one holds, in order."""
-        for queue, page in self.pages(ranges):
-            for encoded in page:
-                yield queue, encoded
-
     def pages(self, ranges: list[QueueRange]) -> Iterator[tuple[str, list[bytes]]]:
-        """:meth:`rows`, a receive's page at a time: (queue, its encoded messages)."""
+        """(queue, encoded messages) of what each range's queue hands out next that the
+        run never took, a receive's worth at a time, at most the range's ``limit`` (None:
+        to the queue's end), the queues four at a time. A range's sequence numbers do not
+        bound a receive: the queue hands out what no one holds, in order."""
 
         def reader(r: QueueRange) -> Any:
             def pages() -> Iterator[tuple[str, list[bytes]]]:
@@ -242,7 +236,7 @@ class HeldSource:
             return False
 
     def frame(self, spark: SparkSession, ranges: list[QueueRange]) -> DataFrame:
-        """:meth:`rows` as a DataFrame of the snapshot schema (kept by Spark: the caller
+        """:meth:`pages` as a DataFrame of the snapshot schema (kept by Spark: the caller
         checkpoints it; a second read would receive more). The driver hands Spark the
         queue and the bytes of each message as Arrow, and Spark's tasks read the rest
         from the bytes (:func:`syphon.core.peeked.snapshot_row`), side by side, as a
