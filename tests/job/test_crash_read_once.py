@@ -90,7 +90,10 @@ def test_a_read_once_run_killed_mid_wave_loses_nothing_and_the_next_run_finishes
     twice = Counter({m: n for m, n in orders.items() if n > 1})
     assert set(twice) <= marked
     assert not backlog_ids(pair)
-    assert last.operations.snapshot_messages_peeked == 0
+    # the next run receives what is left once; its gap check peeks the holes the killed
+    # run's completions left, a message each, far fewer than it receives
+    ops = last.operations
+    assert (ops.snapshot_messages_peeked or 0) * 4 <= (ops.snapshot_messages_received or 0)
 
 
 def _java_under(pid: int) -> int | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
 from servicebus_emulator import ManualClock, QueueSpec
@@ -99,8 +98,9 @@ def test_a_renewal_keeps_the_locks_past_their_duration_and_a_lapsed_one_is_lost(
         sb.advance(11)  # past the renewed lock
         assert locked.renew() == [seqs[1]]
         assert locked.held == []
-        with pytest.raises(KeyError):
-            locked.settle([seqs[1]], COMPLETE)
+        assert locked.lost == {seqs[1]}
+        # a settle of a lapsed lock settles nothing and says so, whatever thread asks
+        assert locked.settle([seqs[1]], COMPLETE) == [seqs[1]]
     # the lapsed one is available again; the completed one is gone
     with ServiceBusClient.from_connection_string(sb.connection_string) as client:
         with client.get_queue_receiver("q") as receiver:
@@ -127,5 +127,7 @@ def test_a_read_waits_on_a_busy_queue_that_still_holds_what_the_run_counted(
         assert held.received == 3
     with HeldSource(_access(sb), ["q"], wait_seconds=0.1) as held:
         sb.broker.set_fault("q", busy=True)  # unknown count: the empty receive ends it
+        # the gap check's peek of the queue's tail, retried by the SDK, goes through
+        # once the throttling ends
+        threading.Timer(0.3, sb.broker.clear_faults).start()
         assert list(held.pages([QueueRange("q")])) == []
-        sb.broker.clear_faults()

@@ -169,7 +169,11 @@ def test_a_lane_an_earlier_wave_broke_reaches_the_task_and_is_not_sent(
     messages stay in the backlog (``earlier_batch_failed``), the rest is sent."""
     sb = servicebus_emulator(QueueSpec("orders"))
     plan = _TaskPlan(
-        primaries(sb), {}, ReplaySettings(), None, frozenset({(PRIMARY, "orders", "late")})
+        primaries(sb),
+        {},
+        ReplaySettings(),
+        None,
+        {(PRIMARY, "orders", "late"): "earlier_batch_failed"},
     )
     out = pd.concat(
         run_task(

@@ -253,7 +253,10 @@ def test_a_run_stopped_at_a_waves_end_is_partial_and_says_what_it_held_back(
         sent=[sent, sent],
         settled=[completed, completed],
         waves=2,
-        broken=frozenset({("contoso", "orders", "k1"), ("contoso", "orders", "k2")}),
+        broken={
+            ("contoso", "orders", "k1"): Detail.EARLIER_BATCH_FAILED,
+            ("contoso", "orders", "k2"): Detail.EARLIER_BATCH_FAILED,
+        },
         left_destinations={("contoso", "gone"): Detail.DESTINATION_FAILING},
     )
     held_back = finish_run(ledger, drained)

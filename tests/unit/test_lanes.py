@@ -124,10 +124,26 @@ def test_a_lane_an_earlier_wave_broke_sends_nothing_and_the_batchs_other_lanes_g
     messages are skipped as if their earlier batch had failed in this task (the next run
     sends them, in order), the same destination's other keys go."""
     service = FakeService({ORDERS: [Sent("sent")]})
-    r = replayer(service, broken=frozenset({(*ORDERS, "a")}))
+    r = replayer(service, broken={(*ORDERS, "a"): "earlier_batch_failed"})
     results = r.replay([rec(1, "o##0", key="a"), rec(2, "o##0", key="b")])
     assert outcomes(results) == [(1, "skipped", "earlier_batch_failed"), (2, "sent", None)]
     assert [seqs for _, seqs in service.sent] == [[2]]
+
+
+def test_a_lane_held_back_for_a_message_the_run_could_not_read_says_so_and_stays_held() -> None:
+    """A key one of whose messages another receiver holds locked: the run sends none of
+    its messages, each skipped with the reason, even after a batch of it would go."""
+    service = FakeService({ORDERS: [Sent("sent"), Sent("sent")]})
+    r = replayer(service, broken={(*ORDERS, "a"): "earlier_message_unseen"})
+    first = r.replay([rec(1, "o##0", key="a"), rec(2, "o##0", key="b")])
+    second = r.replay([rec(3, "o##1", key="a"), rec(4, "o##1", key="b")])
+    assert outcomes(first + second) == [
+        (1, "skipped", "earlier_message_unseen"),
+        (2, "sent", None),
+        (3, "skipped", "earlier_message_unseen"),
+        (4, "sent", None),
+    ]
+    assert [seqs for _, seqs in service.sent] == [[2], [4]]
 
 
 def test_a_many_key_batch_that_fails_breaks_each_of_its_keys_and_no_other() -> None:

@@ -144,6 +144,15 @@ def sequence_number(encoded: bytes) -> int:
     return number
 
 
+def enqueued_time(encoded: bytes) -> datetime | None:
+    """When the service enqueued a peeked message (None: unreadable, or not given)."""
+    try:
+        value = _annotations({p.code: p for p in ab.sections(encoded)}).get(ENQUEUED_TIME)
+    except ab.AmqpFormatError:
+        return None
+    return value if isinstance(value, datetime) else None
+
+
 def snapshot_row(encoded: bytes, backlog_queue: str) -> dict[str, Any]:
     """One peeked message as a snapshot row.
 

@@ -102,6 +102,8 @@ class Detail:
     INTERRUPTED: Final = "interrupted"
     # replay skips
     EARLIER_BATCH_FAILED: Final = "earlier_batch_failed"
+    # held back: another receiver holds a message of the key locked (the run never saw it)
+    EARLIER_MESSAGE_UNSEEN: Final = "earlier_message_unseen"
     DESTINATION_FAILING: Final = "destination_failing"
     BACKLOG_CHANGED: Final = "backlog_changed"
     EXPIRED_BEFORE_SEND: Final = "expired_before_send"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,71 @@ def unknown_destinations(planned: DataFrame) -> set[Destination]:
     }
 
 
+@dataclass(frozen=True)
+class ReadLocks:
+    """What a run that read its source once under lock could not see or keep.
+
+    Attributes:
+        unseen: per queue, the messages another receiver held locked, which the run
+            could not receive (their keys were held back).
+        lost: per queue, the locks that lapsed while the run held them.
+        renewals_failed: renewal requests the namespace failed.
+        lock_seconds: the queues' lock duration (None: no message was received).
+    """
+
+    unseen: Mapping[str, int] = field(default_factory=dict)
+    lost: Mapping[str, int] = field(default_factory=dict)
+    renewals_failed: int = 0
+    lock_seconds: float | None = None
+
+    def notes(self, keys: int) -> list[str]:
+        """The partial line's words for it; ``keys``: the keys held back for the
+        unseen messages."""
+        out = []
+        if self.unseen:
+            where = ", ".join(f"{p} ({n})" for p, n in sorted(self.unseen.items()))
+            locked = (
+                f"{sum(self.unseen.values())} messages are locked by another receiver in {where}"
+            )
+            if keys:
+                out.append(
+                    f"{keys} keys held back: {locked}, and nothing of their keys is sent "
+                    "before them: the next run takes them in order"
+                )
+            else:
+                out.append(f"{locked} (none of them has a key): the next run takes them")
+        if self.lost:
+            cause = (
+                "the namespace failed renewals"
+                if self.renewals_failed
+                else "the run could not renew them in time: its driver stalled or was paused"
+            )
+            out.append(
+                f"{sum(self.lost.values())} locks lapsed while the run held them ({cause}); "
+                "their messages wait for the next run, which finds their outcomes in the audit"
+            )
+        return out
+
+    def fix(self) -> str | None:
+        """The ``fix:`` line of a run these locks left partial (None: nothing to say)."""
+        parts = []
+        if self.unseen:
+            lapse = f" ({self.lock_seconds:.0f} s)" if self.lock_seconds is not None else ""
+            parts.append(
+                "rerun once the other receiver lets its messages go: a killed syphon run's "
+                f"locks lapse after the queues' lock duration{lapse}; otherwise stop the "
+                "receiver that holds them (an explorer in peek-lock mode, a consumer)"
+            )
+        if self.lost:
+            parts.append(
+                "check the secondary namespace and rerun"
+                if self.renewals_failed
+                else "rerun; give the driver the CPU it needs (it renews the locks every "
+                "third of their duration), or lengthen the backlog queues' lock duration"
+            )
+        return "; ".join(parts) or None
+
+
 @dataclass
 class Drained:
     """What a run's waves did, added up; what one wave left behind is what the later
@@ -71,7 +137,9 @@ class Drained:
     Attributes:
         skipped: per destination the probes or a wave's sends judged, why it is
             skipped (None: it answered).
-        broken: the lanes (primary, destination, partition key) a wave left unsent.
+        broken: the lanes (primary, destination, partition key) held back, each with
+            why: a wave left one of its messages unsent (``earlier_batch_failed``), or
+            the run could not read one (``earlier_message_unseen``).
         unknown: destinations the plans found no entity for.
         waves: how many waves ran.
         planned: messages planned, all waves.
@@ -82,10 +150,11 @@ class Drained:
         left_destinations: the destinations a wave's sends found missing, disabled or
             failing (a subset of ``skipped``), with why.
         in_doubt: the messages earlier runs left in doubt (read once per run).
+        locks: what a run that read its source once could not see or keep.
     """
 
     skipped: dict[Destination, str | None] = field(default_factory=dict)
-    broken: frozenset[tuple[str, str, str]] = frozenset()
+    broken: dict[tuple[str, str, str], str] = field(default_factory=dict)
     unknown: set[Destination] = field(default_factory=set)
     sent: list[Tally] = field(default_factory=list)
     settled: list[Tally] = field(default_factory=list)
@@ -96,6 +165,17 @@ class Drained:
     stopped: str | None = None
     left_destinations: dict[Destination, str] = field(default_factory=dict)
     in_doubt: DataFrame | None = None
+    locks: ReadLocks = ReadLocks()
+
+    def hold_back(self, lanes: Iterable[tuple[str, str, str]], why: str) -> None:
+        """Holds ``lanes`` back for the rest of the run, with ``why`` (a lane held back
+        already keeps its first reason)."""
+        for lane in lanes:
+            self.broken.setdefault(lane, why)
+
+    def keys_held(self, why: str) -> int:
+        """How many lanes are held back for ``why``."""
+        return sum(1 for w in self.broken.values() if w == why)
 
     def add_wave(
         self, sent: Tally, settled: Tally, left: LeftBehind, held: Held, unknown: set[Destination]
@@ -107,7 +187,7 @@ class Drained:
         self.home += sent.count(Outcome.SENT)
         self.held = Held(self.held.now + held.now, self.held.kept + held.kept)
         self.unknown |= unknown
-        self.broken = self.broken | left.lanes
+        self.hold_back(left.lanes, Detail.EARLIER_BATCH_FAILED)
         for dest, why in left.destinations.items():
             if self.skipped.get(dest) is None:
                 self.skipped[dest] = why
@@ -152,16 +232,18 @@ def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> 
     notes = []
     if drained.stopped:
         notes.append(drained.stopped)
-    if drained.waves > 1 and (drained.broken or drained.left_destinations):
+    failed_keys = drained.keys_held(Detail.EARLIER_BATCH_FAILED)
+    if drained.waves > 1 and (failed_keys or drained.left_destinations):
         parts = []
-        if drained.broken:
-            parts.append(f"{len(drained.broken)} keys")
+        if failed_keys:
+            parts.append(f"{failed_keys} keys")
         if drained.left_destinations:
             parts.append(f"{len(drained.left_destinations)} destinations")
         notes.append(
             f"{' and '.join(parts)} that failed in a wave were held back in the later "
             "waves: the next run takes them, in order"
         )
+    notes += drained.locks.notes(drained.keys_held(Detail.EARLIER_MESSAGE_UNSEEN))
     if ledger.unread:
         unread = ", ".join(f"{p} ({why})" for p, why in sorted(ledger.unread.items()))
         notes.append(f"not read: {unread}")
@@ -173,8 +255,11 @@ def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> 
             "discard) or send them again (--allow-resend)"
         )
     detail = "; ".join(notes) or None
-    status = Status.PARTIAL if left or ledger.unread or drained.stopped else Status.DONE
+    waiting = left or ledger.unread or drained.stopped or drained.locks.unseen
+    status = Status.PARTIAL if waiting else Status.DONE
     result = ledger.result(status, detail, outcomes)
+    if status == Status.PARTIAL and (fix := drained.locks.fix()) is not None:
+        result.fix = fix
     skipped = drained.skipped
     missing = sorted(k for k, reason in skipped.items() if reason == Detail.DESTINATION_MISSING)
     failure = refused or missing_destinations(sorted(drained.unknown), missing)

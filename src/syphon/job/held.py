@@ -22,24 +22,39 @@ a message another wave of its run planned.
 
 If the driver dies, its links die with it: what it held comes back when the locks lapse
 (the queue's lock duration), and the next run reads it as any other message.
+
+**What the run could not see.** A receive hands out what no one holds, in sequence
+order, and skips what another receiver holds locked (a killed run's locks until they
+lapse, an explorer in peek-lock mode, a stray consumer). A run that sent the later
+messages of such a message's key would break the key's order. So each read of a queue
+checks its sequence numbers for *gaps* (:meth:`HeldSource._check`): every hole between
+the numbers the run received (and before the first) is peeked, a peek shows locked
+messages too, and so is the queue's tail when a receive came back empty before the run's
+start. What a peek finds there that the run does not hold is *unseen*
+(:attr:`HeldSource.unseen`): the run holds back its keys for the rest of the run and a
+later run, which sees everything, takes them in order. On the normal path a peek of an
+empty hole (messages a run already removed) or of the tail costs a message at most, a
+hole's unseen messages a credit each: the service numbers a queue's messages without
+gaps, so a fresh backlog has no holes and the check costs a credit or two a queue per
+wave.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.errors import SyphonError
 from syphon.core.naming import PARTITIONED_SEQUENCE
-from syphon.core.peeked import snapshot_row
-from syphon.core.schema import SNAPSHOT, spark_schema
-from syphon.job.snapshot import QueueRange, record_batches, side_by_side
+from syphon.core.peeked import enqueued_time, sequence_number
+from syphon.job.handoff import snapshot_frame
+from syphon.job.snapshot import QueueRange, side_by_side
 from syphon.servicebus.access import Access
 from syphon.servicebus.locked import LockedQueue
 
@@ -64,8 +79,9 @@ _READ_THREADS = 4
 _RENEWAL_POLL_SECONDS = 0.1
 #: Queues opened side by side.
 _OPEN_THREADS = 16
-#: Messages per Arrow batch of a read's handoff to Spark.
-_HANDOFF_ROWS = 4_096
+#: The most messages one peek of the gap check asks for (it starts at one and doubles
+#: while it finds unseen messages: an empty hole costs one).
+_GAP_PEEK = 256
 
 
 class HeldSource:
@@ -79,20 +95,32 @@ class HeldSource:
         paths: list[str],
         counts: Mapping[str, int | None] | None = None,
         wait_seconds: float = RECEIVE_WAIT_SECONDS,
+        before: datetime | None = None,
     ) -> None:
         """``counts``: how many messages each queue held when the run found it (None or
         missing: unknown); a queue's reads stop once they took that many, instead of
-        waiting on an empty receive (what arrived since is the next run's)."""
+        waiting on an empty receive (what arrived since is the next run's). ``before``:
+        the run's start; a message enqueued at or after it is not the run's, and the
+        gap check of a queue's tail stops there (None: at the queue's end)."""
         self.__access = access
         self.paths = list(paths)
         self.counts = dict(counts or {})
         self.wait_seconds = wait_seconds
+        self.before = before
         self._took: dict[str, int] = {}
         self.queues: dict[str, LockedQueue] = {}
-        #: (queue, sequence number) of the messages whose lock lapsed while held
-        self.lost: set[tuple[str, int]] = set()
-        #: messages received again after their lock lapsed (held, not taken again)
-        self.again = 0
+        #: per queue, the sequence numbers received again after their lock lapsed (held
+        #: again, not taken again)
+        self.again: dict[str, set[int]] = {}
+        #: per queue, the messages the gap check found that the run could not receive
+        #: (held by another receiver), by sequence number, as the service holds them
+        self.unseen: dict[str, dict[int, bytes]] = {}
+        #: the unseen messages whose keys the run holds back (see :meth:`take_unseen`)
+        self._reported: set[tuple[str, int]] = set()
+        #: per queue, the sequence number up to which the gap check looked
+        self._checked: dict[str, int] = {}
+        #: renewals that failed (the namespace refused them), all queues
+        self.renewals_failed = 0
         #: per queue, how many messages it held when the run found it that it never
         #: handed out (locked by another receiver, expired or removed): read no more
         self.short: dict[str, int] = {}
@@ -127,22 +155,43 @@ class HeldSource:
         self._stop.set()
         if self._renewal is not None:
             self._renewal.join()
-        held = sum(len(q.held) for q in self.queues.values())
+        again = sum(len(self.again.get(p, set()) & set(q.held)) for p, q in self.queues.items())
         for queue in self.queues.values():
             queue.__exit__(None, None, None)
-        if held:
-            log.info("gave back %d messages held, for the next run", held)
-        if self.again:
+        if self.given_back:
+            log.info("gave back %d messages held, for the next run", self.given_back)
+        if again:
             log.warning(
-                "%d messages came back after their lock lapsed, and were left for the "
-                "next run, which finds their outcomes in the audit",
-                self.again,
+                "%d messages came back after their lock lapsed, and were given back for "
+                "the next run, which finds their outcomes in the audit",
+                again,
             )
 
     @property
     def received(self) -> int:
-        """How many messages the run received (each a credit)."""
+        """How many messages the queues handed out (each a credit): every receive,
+        those received again after a lapse included."""
         return sum(q.received for q in self.queues.values())
+
+    @property
+    def peeked(self) -> int:
+        """How many messages the gap check peeked (each a credit)."""
+        return sum(q.peeked for q in self.queues.values())
+
+    @property
+    def given_back(self) -> int:
+        """How many messages the run gave back (abandoned)."""
+        return sum(q.given_back for q in self.queues.values())
+
+    @property
+    def give_back_requests(self) -> int:
+        """How many requests gave messages back."""
+        return sum(q.give_back_requests for q in self.queues.values())
+
+    @property
+    def lost(self) -> dict[str, int]:
+        """Per queue, how many locks lapsed while the run held them (none: missing)."""
+        return {p: len(q.lost) for p, q in self.queues.items() if q.lost}
 
     def queue(self, path: str) -> LockedQueue:
         """The queue ``path``'s receiver."""
@@ -165,7 +214,8 @@ class HeldSource:
 
     def _fresh(self, path: str, limit: int | None) -> Iterator[list[bytes]]:
         """Up to ``limit`` messages of ``path`` the run never took (None: to the end), a
-        receive's page at a time.
+        receive's page at a time; then the gap check of what was received
+        (:meth:`_check`).
 
         A message whose lock lapsed while the run held it is the queue's again, and a
         receive hands it out again, ahead of the rest. An earlier wave of the run took
@@ -174,7 +224,9 @@ class HeldSource:
         would otherwise plan it again and again while its locks keep lapsing). A queue
         hands out its messages in sequence order, so one the run took has a sequence
         number at most the highest it received there; a partitioned queue (read in one
-        wave) numbers each partition apart, and its own are remembered one by one."""
+        wave) numbers each partition apart, and its own are remembered one by one. A
+        message the gap check found unseen, received once its holder let it go, is
+        held too and not taken: its key is held back for the rest of the run."""
         queue = self.queues[path]
         if path in self.short:  # it came up short: a later read would wait again
             return
@@ -185,16 +237,21 @@ class HeldSource:
                 want = min(want, max(0, count - self._took.get(path, 0)))
         got = 0
         again: set[int] = set()
+        taken: list[int] = []
         waits = iter(_SHORT_PAGE_WAITS if count is not None else ())
         wait = self.wait_seconds
+        ended = False
         try:
             while got < want:
                 asked = want - got
                 page = queue.receive_numbered(asked, wait)
                 fresh = []
                 for seq, encoded in page:
+                    if self._was_unseen(path, seq):
+                        continue
                     if not self._taken(path, seq):
                         fresh.append(encoded)
+                        taken.append(seq)
                     elif seq in again:  # back twice in one read: it would never end
                         raise SyphonError(
                             f"the locks of {path} lapse faster than the run reads it (a "
@@ -212,14 +269,93 @@ class HeldSource:
                     # queue as read to its end (which would leave those for the next run)
                     wait = next(waits, None) or 0.0
                     if not wait:
+                        ended = True
                         if count is not None:
                             with self._marks:
                                 self.short[path] = count - self._took.get(path, 0) - got
-                        return
+                        break
+            self._check(path, taken, ended)
         finally:
             with self._marks:
-                self.again += len(again)
+                self.again.setdefault(path, set()).update(again)
                 self._took[path] = self._took.get(path, 0) + got
+
+    def _was_unseen(self, path: str, seq: int) -> bool:
+        """Whether ``seq`` is a message the gap check found unseen and the run held back
+        its key for (now received: held, never taken). One whose key is not held back
+        yet (its holder let it go before the wave was planned) is taken after all."""
+        with self._marks:
+            found = self.unseen.get(path, {})
+            if seq not in found:
+                return False
+            if (path, seq) in self._reported:
+                return True
+            del found[seq]
+            return False
+
+    def take_unseen(self) -> list[tuple[str, bytes]]:
+        """(queue, encoded message) of the unseen messages found since the last call:
+        the caller holds back their keys for the rest of the run."""
+        with self._marks:
+            out = [
+                (p, m)
+                for p, found in sorted(self.unseen.items())
+                for seq, m in sorted(found.items())
+                if (p, seq) not in self._reported
+            ]
+            self._reported.update((p, seq) for p, found in self.unseen.items() for seq in found)
+        return out
+
+    def _check(self, path: str, taken: list[int], ended: bool) -> None:
+        """The gap check of one read of ``path`` that took ``taken``: every hole between
+        the sequence numbers taken, and before the first, is peeked, and the queue's tail
+        when the read ``ended`` on an empty receive (up to the run's start). What a peek
+        finds there is unseen: the run does not hold it (see the module docstring)."""
+        if not taken and not ended:
+            return
+        mark = self._checked.get(path, 0)
+        for seq in sorted(taken):
+            if seq > mark + 1:
+                self._peek_gap(path, mark + 1, seq)
+            mark = max(mark, seq)
+        if ended:
+            self._peek_gap(path, mark + 1, None)
+        self._checked[path] = mark
+
+    def _peek_gap(self, path: str, start: int, end: int | None) -> None:
+        """Peeks ``path`` from ``start`` up to (not including) ``end`` (None: to the
+        run's start, or the queue's end) and records what it finds as unseen. A peek asks
+        for one message first and twice as many each time it finds only unseen ones, so
+        an empty hole costs one message, however wide."""
+        queue = self.queues[path]
+        ask = 1
+        at = start
+        while True:
+            page = queue.peek(at, ask)
+            if not page:
+                return
+            for encoded in page:
+                seq = sequence_number(encoded)
+                if end is not None and seq >= end:
+                    return
+                if end is None and self._not_the_runs(encoded):
+                    return
+                with self._marks:
+                    self.unseen.setdefault(path, {})[seq] = encoded
+                at = seq + 1
+            ask = min(ask * 2, _GAP_PEEK)
+
+    def _not_the_runs(self, encoded: bytes) -> bool:
+        """Whether a message was enqueued at or after the run's start (no wave of the
+        run takes it)."""
+        if self.before is None:
+            return False
+        when = enqueued_time(encoded)
+        if when is None:
+            return False
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        return when >= self.before
 
     def _taken(self, path: str, seq: int) -> bool:
         """Whether the run took ``seq`` of ``path`` before (and remembers it now)."""
@@ -237,35 +373,8 @@ class HeldSource:
 
     def frame(self, spark: SparkSession, ranges: list[QueueRange]) -> DataFrame:
         """:meth:`pages` as a DataFrame of the snapshot schema (kept by Spark: the caller
-        checkpoints it; a second read would receive more). The driver hands Spark the
-        queue and the bytes of each message as Arrow, and Spark's tasks read the rest
-        from the bytes (:func:`syphon.core.peeked.snapshot_row`), side by side, as a
-        peek's tasks do: the driver does not parse a message."""
-        import pyarrow as pa  # type: ignore[import-untyped]
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        received = pa.schema([("backlog_queue", pa.string()), ("encoded", pa.binary())])
-        batches = []
-        queues: list[str] = []
-        encoded: list[bytes] = []
-        # a batch at a time: the received bytes are in the driver's memory once, as Arrow,
-        # not also as a list of Python objects the size of the wave
-        for queue, page in self.pages(ranges):
-            queues += [queue] * len(page)
-            encoded += page
-            if len(encoded) >= _HANDOFF_ROWS:
-                batches.append(pa.record_batch([queues, encoded], schema=received))
-                queues, encoded = [], []
-        if encoded:
-            batches.append(pa.record_batch([queues, encoded], schema=received))
-        table = pa.Table.from_batches(batches, schema=received)
-        del queues, encoded, batches
-        schema = spark_schema(SNAPSHOT)
-        parse = _Parse(to_arrow_schema(schema, timezone="UTC"))
-        frame = spark.createDataFrame(table)
-        del table
-        _trim_freed_memory()
-        return frame.mapInArrow(parse, schema)
+        checkpoints it; a second read would receive more): see :func:`snapshot_frame`."""
+        return snapshot_frame(spark, self.pages(ranges))
 
     def _renew_forever(self) -> None:
         """Renews every held lock each third of the shortest lock duration (known from
@@ -283,31 +392,7 @@ class HeldSource:
                 lost = queue.renew()
             except Exception as exc:  # the namespace: the next renewal tries again
                 log.warning("renewing the locks of %s failed: %s", path, type(exc).__name__)
+                self.renewals_failed += 1
                 continue
             if lost:
                 log.warning("%d locks of %s lapsed while held", len(lost), path)
-                self.lost.update((path, seq) for seq in lost)
-
-
-def _trim_freed_memory() -> None:
-    """Has the C allocator hand the freed pages of a read back to the system: the read's
-    threads allocate in arenas of their own, which keep what was freed (a wave's bytes)
-    for the next wave otherwise. Nothing where the C library is not glibc (the process's
-    own symbols: no library is looked up)."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)
-
-
-class _Parse:
-    """What Spark's tasks run over the received messages (``mapInArrow``): a snapshot
-    row of each, from its bytes."""
-
-    def __init__(self, schema: Any) -> None:
-        self.schema = schema
-
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        for batch in batches:
-            pairs = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
-            yield from record_batches((snapshot_row(m, q) for q, m in pairs), self.schema)

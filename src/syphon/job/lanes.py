@@ -15,7 +15,9 @@ left out of the batch, the rest goes, and a failed batch breaks every lane in it
 - a primary that faulted earlier in the task: ``skipped`` / ``namespace_fault``;
 - a lane whose earlier batch was not sent (in this task, or in an earlier wave of the
   run: the lanes it starts with): its messages ``skipped`` / ``earlier_batch_failed`` (so
-  the next run starts from the first unsent message and order is never broken);
+  the next run starts from the first unsent message and order is never broken); a lane
+  the run holds back because it could not read one of its messages (another receiver
+  holds it locked): ``skipped`` / ``earlier_message_unseen``;
 - a destination with ``failed_batches_per_destination`` failed batches in this task:
   ``skipped`` / ``destination_failing``;
 - within a batch, a message whose snapshot body is not the planned one: ``skipped`` /
@@ -50,6 +52,9 @@ from syphon.core.timespan import TICKS_PER_MICROSECOND
 from syphon.job.journal import TaskJournal
 from syphon.servicebus import errors
 from syphon.servicebus.sending import Destination, Sent
+
+#: A lane: (primary, destination, partition key).
+Lane = tuple[str, str, str]
 
 Record = Mapping[str, Any]
 Result = dict[str, Any]
@@ -152,14 +157,16 @@ class Attempt:
 
     Attributes:
         retried: the task is a retry of one that failed (and may have sent some).
-        broken: lanes (primary, destination, partition key) already broken when the
-            task starts: an earlier wave of the run did not send one of their messages.
+        broken: lanes (primary, destination, partition key) already held back when the
+            task starts, each with why (the detail its messages are skipped with): an
+            earlier wave of the run did not send one of their messages, or the run could
+            not read one.
         journal: where each transfer is journaled (None: nowhere).
         on_sent: called with the number of batches sent so far (the fail point).
     """
 
     retried: bool = False
-    broken: frozenset[tuple[str, str, str]] = frozenset()
+    broken: Mapping[Lane, str] = field(default_factory=dict)
     journal: TaskJournal | None = None
     on_sent: Callable[[int], None] | None = None
 
@@ -211,7 +218,7 @@ class Replayer:
         self._clocks = clocks
         self.pacer = CreditPacer(settings.credits_per_second, clocks.monotonic, clocks.sleep)
         self.batches_sent = 0
-        self.broken_lanes: set[tuple[str, str, str]] = set(attempt.broken)
+        self.broken_lanes: dict[Lane, str] = dict(attempt.broken)
         self.failures: dict[Destination, int] = {}
         self.faulted: set[str] = set()
 
@@ -228,12 +235,15 @@ class Replayer:
             return results
         return results + self._transfer_and_record(dest, sending, messages)
 
-    def _lane(self, rec: Record) -> tuple[str, str, str] | None:
+    def _lane(self, rec: Record) -> Lane | None:
         key = rec["partition_key_effective"]
         return (rec["primary"], rec["destination"], key) if key is not None else None
 
     def _break(self, records: Sequence[Record]) -> None:
-        self.broken_lanes.update(lane for r in records if (lane := self._lane(r)) is not None)
+        for r in records:
+            lane = self._lane(r)
+            if lane is not None:
+                self.broken_lanes.setdefault(lane, Detail.EARLIER_BATCH_FAILED)
 
     def _held_back(
         self, dest: Destination, batch: Sequence[Record]
@@ -249,8 +259,11 @@ class Replayer:
         if dest[0] in self.faulted:
             return all_as(Detail.NAMESPACE_FAULT, batch), []
         # a batch may hold many keys: a key whose earlier batch failed is left out
-        broken = [r for r in batch if self._lane(r) in self.broken_lanes]
-        results = all_as(Detail.EARLIER_BATCH_FAILED, broken)
+        results = [
+            result(r, Outcome.SKIPPED, self.broken_lanes[lane])
+            for r in batch
+            if (lane := self._lane(r)) in self.broken_lanes
+        ]
         left = [r for r in batch if self._lane(r) not in self.broken_lanes]
         if left and self.failures.get(dest, 0) >= self.settings.failed_batches_per_destination:
             return results + all_as(Detail.DESTINATION_FAILING, left), []

@@ -55,10 +55,11 @@ class PlannedWave:
 @dataclass(frozen=True)
 class HeldBack:
     """What a wave's replay does not send, or sends marked: the destinations skipped
-    (with why; None: it answered), the lanes (primary, destination, partition key) an
-    earlier wave left unsent, and the messages earlier runs left in doubt (sent again
+    (with why; None: it answered), the lanes (primary, destination, partition key) the
+    run holds back, each with why (an earlier wave left one of its messages unsent, or
+    the run could not read one), and the messages earlier runs left in doubt (sent again
     marked ``resent_in_doubt``; None: none)."""
 
     skipped: Mapping[Destination, str | None]
-    broken: frozenset[tuple[str, str, str]]
+    broken: Mapping[tuple[str, str, str], str]
     in_doubt: DataFrame | None

@@ -45,7 +45,7 @@ from syphon.core.schema import (
 )
 from syphon.job.context import service_tasks
 from syphon.job.journal import TaskJournal
-from syphon.job.lanes import Attempt, Replayer, ReplaySettings
+from syphon.job.lanes import Attempt, Lane, Replayer, ReplaySettings
 from syphon.job.repair import carried_changes
 from syphon.job.rows import plain_cell
 from syphon.obs.failpoints import FailPoint
@@ -126,7 +126,7 @@ def replay_messages(
     skipped: Mapping[Destination, str | None],
     settings: ReplaySettings | None = None,
     failpoint: FailPoint | None = None,
-    broken: frozenset[tuple[str, str, str]] = frozenset(),
+    broken: Mapping[Lane, str] | None = None,
     journal: Location | None = None,
     tasks: int | None = None,
 ) -> DataFrame:
@@ -134,7 +134,8 @@ def replay_messages(
     one per core; a packing group's batches in one task, in order) and returns one result
     row per message (:data:`syphon.core.schema.REPLAY_RESULT`); the messages of ``broken`` lanes
     (primary, destination, partition key: an earlier wave of the run left one of their
-    messages unsent) are ``skipped`` / ``earlier_batch_failed``. With ``journal`` (a
+    messages unsent, or the run could not read one) are ``skipped`` with the lane's
+    detail (``earlier_batch_failed``, ``earlier_message_unseen``). With ``journal`` (a
     wave's journal folder, as tasks get it), each transfer is journaled
     (:mod:`syphon.job.journal`). Lazy: the sends happen when the result is read, so read
     it exactly once (checkpoint or write it)."""
@@ -155,7 +156,7 @@ def replay_messages(
         {k: v for k, v in skipped.items() if v},
         task_settings,
         failpoint,
-        frozenset(broken),
+        dict(broken or {}),
         journal,
     )
     return laid_out.mapInPandas(_ReplayTask(plan), spark_schema(REPLAY_RESULT))
@@ -227,8 +228,8 @@ class _TaskPlan:
     skip: dict[Destination, str | None]
     settings: ReplaySettings
     failpoint: FailPoint | None = None
-    #: lanes an earlier wave of the run broke (see :class:`~syphon.job.lanes.Replayer`)
-    broken: frozenset[tuple[str, str, str]] = frozenset()
+    #: lanes the run holds back, with why (see :class:`~syphon.job.lanes.Replayer`)
+    broken: Mapping[Lane, str] = field(default_factory=dict)
     #: the wave's journal folder (its storage options, secrets included: never shown)
     journal: Location | None = field(default=None, repr=False)
 
@@ -306,7 +307,7 @@ class LeftBehind:
     tries it again: the lanes (primary, destination, partition key) it broke, and the
     destinations that failed as a whole, with why."""
 
-    lanes: frozenset[tuple[str, str, str]] = frozenset()
+    lanes: frozenset[Lane] = frozenset()
     destinations: Mapping[Destination, str] = field(default_factory=dict)
 
 

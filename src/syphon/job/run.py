@@ -193,24 +193,29 @@ def _drain(runner: WaveRunner, queues: list[DiscoveredQueue], wave_messages: int
         return
     readable = [q for q in queues if not q.empty and q.unreadable is None]
     counts = {q.path: q.message_count for q in readable}
-    with HeldSource(request.source.access, list(counts), counts) as held:
+    access = request.source.access
+    with HeldSource(access, list(counts), counts, before=request.started) as held:
         runner.held = held
         try:
             _waves(runner, Receiving(ctx.spark(), held), queues, wave_messages, listed)
         finally:
             runner.held = None
         _not_handed_out(runner, held)
+    runner.read_closed(held)
 
 
 def _not_handed_out(runner: WaveRunner, held: HeldSource) -> None:
     """Names, as not read (the run ends partial), each queue that handed out fewer
-    messages than it held when the run found it: another receiver held them locked (a
-    killed run's locks hold until they lapse), or they expired."""
+    messages than it held when the run found it, beyond those the gap check found locked
+    by another receiver (their keys were held back, and the partial line names them):
+    they expired, or were removed, while the run read."""
     for path, missing in sorted(held.short.items()):
-        runner.ledger.unread[path] = (
-            f"{missing} of its messages were not handed out: locked by another receiver "
-            "(a killed run's locks hold for the queue's lock duration) or expired"
-        )
+        missing -= len(held.unseen.get(path, {}))
+        if missing > 0:
+            runner.ledger.unread[path] = (
+                f"{missing} of its messages were not handed out: locked by another "
+                "receiver that let them go before the run looked, or expired"
+            )
 
 
 def _waves(
@@ -254,6 +259,8 @@ def _wave(runner: WaveRunner, wave: Wave, listed: Listed, many: bool) -> None:
         wave.operations.snapshot_messages_peeked = wave.peeked
     planned = plan_snapshot(ctx, request, wave.snapshot, listed, mark, wave, wave.messages)
     planned_wave = runner.planned(planned, more=not wave.last)
+    if runner.held is not None:  # before anything of the wave is sent
+        runner.hold_unseen(listed)
     failpoints.check("after_plan")
     runner.replay_and_settle(planned_wave)
 

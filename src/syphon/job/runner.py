@@ -5,25 +5,30 @@ alike (:mod:`syphon.job.run` is the loop that hands them over)."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
-from syphon.core.schema import Status
+from syphon.core.ledger import Operations
+from syphon.core.schema import Detail, Status
 from syphon.job.context import RunContext, keep
 from syphon.job.failures import refused_primaries
-from syphon.job.finish import Drained, finish, held, unknown_destinations
+from syphon.job.finish import Drained, ReadLocks, finish, held, unknown_destinations
 from syphon.job.held import HeldSource
 from syphon.job.journal import new_journal_id, open_journal, remove_journal
 from syphon.job.ledger import Ledger, RunResult
-from syphon.job.plan import PlanResult
+from syphon.job.plan import Listed, PlanResult
 from syphon.job.planned import HeldBack, PlannedWave
 from syphon.job.replay import LeftBehind, left_behind
-from syphon.job.request import RunRequest
+from syphon.job.request import RunRequest, StageResult
 from syphon.job.stages import JOURNAL_PREFIX, Sent, probe, send, settle
+from syphon.job.unseen import unseen_lanes
 from syphon.obs import failpoints
 from syphon.store.lease import Lease
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 #: What the settle reads of every attempt's replay rows.
 _SENT_COLUMNS = ("backlog_queue", "sequence_number", "outcome")
@@ -58,6 +63,45 @@ class WaveRunner:
             more=more,
             unknown=plan.unknown,
             sending_to=plan.sending_to,
+        )
+
+    def hold_unseen(self, listed: Listed) -> None:
+        """Holds back, for the rest of the run, the keys of the messages the run's read
+        found and could not receive (another receiver holds them locked; see
+        :mod:`syphon.job.held`), those found since the last call: every message the
+        run read up to its latest wave is checked by then."""
+        assert self.held is not None
+        new = self.held.take_unseen()
+        if not new:
+            return
+        lanes = unseen_lanes(self.ctx, self.request, listed, new)
+        log.warning(
+            "run %s holds back %d keys: %d of their messages are locked by another receiver",
+            self.request.run_id,
+            len(lanes),
+            len(new),
+        )
+        self.drained.hold_back(lanes, Detail.EARLIER_MESSAGE_UNSEEN)
+
+    def read_closed(self, held: HeldSource) -> None:
+        """Adds what the run's read once did beyond its waves' counts, once it gave back
+        what it held: every message the queues handed out (those received again after a
+        lapse, or read ahead of a wave that never ran, included), the gap check's peeks,
+        the give-backs; and what it could not see or keep."""
+        counted = self.ledger.operations.snapshot_messages_received or 0
+        ops = Operations(
+            snapshot_messages_received=held.received - counted,
+            snapshot_messages_peeked=held.peeked,
+            settle_abandons=held.given_back,
+            settle_requests=held.give_back_requests,
+        )
+        self.ledger.add(StageResult(operations=ops))
+        known = [q.lock_seconds for q in held.queues.values() if q.lock_seconds]
+        self.drained.locks = ReadLocks(
+            unseen={p: len(m) for p, m in held.unseen.items() if m},
+            lost=held.lost,
+            renewals_failed=held.renewals_failed,
+            lock_seconds=min(known) if known else None,
         )
 
     def resumed(self, wave: PlannedWave) -> PlannedWave:

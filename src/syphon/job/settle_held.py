@@ -14,8 +14,9 @@ as a peek's settle records it: the run ends failed).
 What the wave leaves (failed, skipped or in-doubt sends, what is not selected, a
 dead-letter queue's messages not sent) stays held, so no later wave of the run receives
 it again; the run gives it back when it ends. A message whose lock lapsed while held
-is ``left`` with :data:`LOCK_LOST`: the queue has it again, and a later run reads it
-with its outcome in the audit.
+is ``left`` with :data:`LOCK_LOST` (the renewal found it lost, or its settlement did,
+whichever came first): the queue has it again, and a later run reads it with its
+outcome in the audit.
 
 The rows are the settle's (:data:`syphon.core.schema.SETTLE_RESULT`): ``received`` is
 0 (the read received each message once and counted it), ``requests`` counts the
@@ -35,6 +36,7 @@ from syphon.job.settle import SETTLED, SettledCount, Settlement, result_row, set
 from syphon.job.settle_actions import Action
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.errors import NAMESPACE_FAULTS
+from syphon.servicebus.locked import LOCK_LOST as LOCK_LOST_ERROR
 from syphon.servicebus.locked import TOKENS_PER_REQUEST, LockedQueue
 
 log = logging.getLogger(__name__)
@@ -80,20 +82,15 @@ class _HeldPass:
     ) -> None:
         self.locks: LockedQueue = held.queue(queue)
         self.counter = counter
-        self.lost = {seq for q, seq in held.lost if q == queue}
         self.run_id = run_id
         self.queue = queue
         self.todo = todo
         self.out: dict[int, dict[str, Any]] = {}
 
     def run(self) -> list[dict[str, Any]]:
-        holding = set(self.locks.held)
         groups: dict[Settlement, list[int]] = {}
         for seq, (action, reason, verdict) in sorted(self.todo.items()):
-            if seq not in holding:
-                detail = LOCK_LOST if seq in self.lost else Detail.NOT_RECEIVED
-                self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, detail, 0)
-            elif action not in SETTLED:  # held until the run ends, then given back
+            if action not in SETTLED:  # held until the run ends, then given back
                 self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, reason, 0)
             else:
                 how = settlement_of(self.run_id, action, reason, verdict)
@@ -116,9 +113,15 @@ class _HeldPass:
                     self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, failed, 0)
         return list(self.out.values())
 
+    def _not_held(self, seq: int) -> None:
+        """``seq`` was not held when its settle came: its lock lapsed (the renewal found
+        it lost, or a settle did), or the run never received it."""
+        detail = LOCK_LOST if seq in self.locks.lost else Detail.NOT_RECEIVED
+        self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, detail, 0)
+
     def _settle_page(self, page: list[int], how: Settlement) -> None:
         try:
-            self.locks.settle(page, how.status, how.reason, how.description)
+            missing = self.locks.settle(page, how.status, how.reason, how.description)
         except Exception as exc:
             name = type(exc).__name__
             if name in NAMESPACE_FAULTS:
@@ -130,26 +133,33 @@ class _HeldPass:
                 self._settle_one(seq, how)
             self.out[page[0]]["requests"] += 1  # the failed one
             return
-        for i, seq in enumerate(page):
+        for seq in missing:
+            self._not_held(seq)
+        settled = [seq for seq in page if seq not in set(missing)]
+        for i, seq in enumerate(settled):
             self.out[seq] = result_row(
                 self.queue, seq, how.outcome, how.recorded, 0, requests=int(i == 0)
             )
-        self.counter.add(len(page))
+        self.counter.add(len(settled))
 
     def _settle_one(self, seq: int, how: Settlement) -> None:
         try:
-            self.locks.settle([seq], how.status, how.reason, how.description)
+            missing = self.locks.settle([seq], how.status, how.reason, how.description)
         except Exception as exc:  # a lapsed lock, or settled by the failed request
             name = type(exc).__name__
             if name in NAMESPACE_FAULTS:
                 raise
-            self.locks.forget(seq)
+            lapsed = name == LOCK_LOST_ERROR
+            self.locks.forget(seq, lost=lapsed)
             if self.locks.gone(seq):
                 self.out[seq] = result_row(self.queue, seq, how.outcome, how.recorded, 0, 1)
                 self.counter.add(1)
             else:
-                failed = f"{Detail.SETTLE_FAILED}{name}"
+                failed = LOCK_LOST if lapsed else f"{Detail.SETTLE_FAILED}{name}"
                 self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, failed, 0, 1)
+            return
+        if missing:
+            self._not_held(seq)
             return
         self.out[seq] = result_row(self.queue, seq, how.outcome, how.recorded, 0, requests=1)
         self.counter.add(1)

@@ -15,8 +15,13 @@ message from any link), each link's calls one at a time.
 
 A lock lasts the queue's lock duration from its receive or its last renewal;
 :meth:`LockedQueue.renew` renews every held lock in pages of tokens, one request each.
-A lock that lapsed is dropped from what is held: its message is available to the queue
-again, and settling it later fails (the caller records it as left).
+A lock that lapsed is dropped from what is held and remembered as lost (:attr:`LockedQueue.
+lost`): its message is available to the queue again, and a settle of it settles nothing
+and answers it (the caller records it as left, ``lock_lost``).
+
+A receive never hands out what another receiver holds locked; a peek shows it. The
+queue peeks on its management link (:meth:`LockedQueue.peek`), so that a run can learn
+what it could not receive (:mod:`syphon.job.held`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from syphon.servicebus.raw import (
     keep_delivered,
     keep_encoded,
     lean,
+    peek_raw,
     renew_lock_tokens,
     settle_tokens,
     stop_credit,
@@ -74,6 +80,14 @@ class LockedQueue:
         self._state = threading.Lock()  # the tokens held, the counts
         self.received = 0
         self.requests = 0
+        #: messages peeked (each a credit)
+        self.peeked = 0
+        #: messages given back (abandoned), and the requests that gave them back
+        self.given_back = 0
+        self.give_back_requests = 0
+        #: the sequence numbers whose lock lapsed while held (a message received again
+        #: after its lapse is held again, under its new lock)
+        self.lost: set[int] = set()
         #: how long a lock lasts, learned from the first message received (None: none
         #: received yet)
         self.lock_seconds: float | None = None
@@ -159,28 +173,42 @@ class LockedQueue:
         how: str,
         reason: str | None = None,
         description: str | None = None,
-    ) -> None:
-        """Settles held messages ``how`` (:data:`COMPLETE`, :data:`DEAD_LETTER` with
-        ``reason`` and ``description``) in one request. When it raises, the messages
-        stay held: the request may have settled some of them.
-
-        Raises:
-            KeyError: a message is not held.
-        """
+    ) -> list[int]:
+        """Settles the held messages of ``seqs`` ``how`` (:data:`COMPLETE`,
+        :data:`DEAD_LETTER` with ``reason`` and ``description``) in one request, and
+        answers those of ``seqs`` it does not hold (their lock lapsed, see :attr:`lost`,
+        or it never received them): it settles none of them. When the request raises,
+        the messages stay held: it may have settled some of them."""
         named = list(dict.fromkeys(seqs))
         with self._state:
-            tokens = [self._tokens[s] for s in named]
-        with self._managing:
-            self.requests += 1
-            settle_tokens(self._manager, tokens, how, reason, description)
-        with self._state:
-            for s in named:
-                self._tokens.pop(s, None)
+            holding = [s for s in named if s in self._tokens]
+            tokens = [self._tokens[s] for s in holding]
+        if tokens:
+            with self._managing:
+                self.requests += 1
+                settle_tokens(self._manager, tokens, how, reason, description)
+            with self._state:
+                for s in holding:
+                    self._tokens.pop(s, None)
+        kept = set(holding)
+        return [s for s in named if s not in kept]
 
-    def forget(self, seq: int) -> None:
-        """Stops holding ``seq`` (its lock lapsed, or a failed request settled it)."""
+    def forget(self, seq: int, lost: bool = False) -> None:
+        """Stops holding ``seq``: a failed request settled it, or (``lost``) its lock
+        lapsed."""
         with self._state:
             self._tokens.pop(seq, None)
+            if lost:
+                self.lost.add(seq)
+
+    def peek(self, from_sequence_number: int, count: int) -> list[bytes]:
+        """Up to ``count`` messages of the queue from ``from_sequence_number`` on, as the
+        service holds them (locked ones too: a peek locks nothing), in sequence order."""
+        with self._managing:
+            self.requests += 1
+            out = peek_raw(self._manager, max(1, from_sequence_number), count)
+        self.peeked += len(out)
+        return out
 
     def gone(self, seq: int) -> bool:
         """Whether the message ``seq`` is no longer in the queue (a settlement that
@@ -197,17 +225,18 @@ class LockedQueue:
         a lapsed lock needs none: the message is available anyway); answers how many
         were given back."""
         given = 0
+        before = self.requests
         for start in range(0, len(seqs), TOKENS_PER_REQUEST):
             page = list(seqs[start : start + TOKENS_PER_REQUEST])
             try:
-                self.settle(page, GIVE_BACK)
-                given += len(page)
+                given += len(page) - len(self.settle(page, GIVE_BACK))
             except Exception:
                 for seq in page:
                     with contextlib.suppress(Exception):
-                        self.settle([seq], GIVE_BACK)
-                        given += 1
+                        given += 1 - len(self.settle([seq], GIVE_BACK))
                     self.forget(seq)
+        self.given_back += given
+        self.give_back_requests += self.requests - before
         return given
 
     def renew(self) -> list[int]:
@@ -246,7 +275,7 @@ class LockedQueue:
             except Exception as exc:
                 if type(exc).__name__ != LOCK_LOST:
                     raise  # the namespace, not the lock: the next renewal tries
-                self.forget(seq)
+                self.forget(seq, lost=True)
                 lost.append(seq)
         return lost
 

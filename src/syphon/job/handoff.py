@@ -1,0 +1,74 @@
+"""A read's handoff to Spark: received (or peeked) messages, as the service sent them,
+turned into a DataFrame of the snapshot schema by Spark's tasks, not by the driver."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from syphon.core.peeked import snapshot_row
+from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.job.snapshot import record_batches
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Messages per Arrow batch of a read's handoff to Spark.
+_HANDOFF_ROWS = 4_096
+
+
+def snapshot_frame(spark: SparkSession, pages: Iterable[tuple[str, list[bytes]]]) -> DataFrame:
+    """(queue, encoded messages) ``pages`` as a DataFrame of the snapshot schema. The
+    driver hands Spark the queue and the bytes of each message as Arrow, and Spark's tasks
+    read the rest from the bytes (:func:`syphon.core.peeked.snapshot_row`), side by
+    side, as a peek's tasks do: the driver does not parse a message."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    received = pa.schema([("backlog_queue", pa.string()), ("encoded", pa.binary())])
+    batches = []
+    queues: list[str] = []
+    encoded: list[bytes] = []
+    # a batch at a time: the received bytes are in the driver's memory once, as Arrow,
+    # not also as a list of Python objects the size of the wave
+    for queue, page in pages:
+        queues += [queue] * len(page)
+        encoded += page
+        if len(encoded) >= _HANDOFF_ROWS:
+            batches.append(pa.record_batch([queues, encoded], schema=received))
+            queues, encoded = [], []
+    if encoded:
+        batches.append(pa.record_batch([queues, encoded], schema=received))
+    table = pa.Table.from_batches(batches, schema=received)
+    del queues, encoded, batches
+    schema = spark_schema(SNAPSHOT)
+    parse = _Parse(to_arrow_schema(schema, timezone="UTC"))
+    frame = spark.createDataFrame(table)
+    del table
+    _trim_freed_memory()
+    return frame.mapInArrow(parse, schema)
+
+
+def _trim_freed_memory() -> None:
+    """Has the C allocator hand the freed pages of a read back to the system: the read's
+    threads allocate in arenas of their own, which keep what was freed (a wave's bytes)
+    for the next wave otherwise. Nothing where the C library is not glibc (the process's
+    own symbols: no library is looked up)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
+
+
+class _Parse:
+    """What Spark's tasks run over the received messages (``mapInArrow``): a snapshot
+    row of each, from its bytes."""
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            pairs = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+            yield from record_batches((snapshot_row(m, q) for q, m in pairs), self.schema)
