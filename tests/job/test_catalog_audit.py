@@ -53,7 +53,7 @@ def test_a_run_keeps_its_audit_and_ledger_in_catalog_tables(
     assert sorted(str(m.message_id) for m in orders.messages.values()) == ["c1", "c2"]
 
     # the audit, the ledger and the lease are catalog tables; audit.path (a volume on
-    # Databricks) keeps the reports, and the journal while a wave replays: no table
+    # Databricks) keeps the reports, and the journals while a wave replays and settles: no table
     tables = {r["tableName"] for r in spark.sql(f"SHOW TABLES IN {database}").collect()}
     assert tables == {"audit", "audit_runs", "audit_leases"}
     leases = spark.sql(f"DESCRIBE HISTORY {database}.audit_leases").collect()
@@ -74,7 +74,7 @@ def test_a_run_keeps_its_audit_and_ledger_in_catalog_tables(
     }
     delta = tmp_path / "delta"
     assert not list(delta.rglob("_delta_log"))
-    assert {p.name for p in delta.iterdir()} <= {"reports", "journal"}
+    assert {p.name for p in delta.iterdir()} <= {"reports", "journal", "settle-journal"}
     assert first.report is not None
     assert Path(first.report).parent == delta / "reports"
     assert "orders" in Path(first.report).read_text(encoding="utf-8")

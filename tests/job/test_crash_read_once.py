@@ -152,3 +152,39 @@ def test_a_run_whose_spark_jvm_dies_mid_wave_says_so_and_the_next_run_finishes(
     last = run_job(config, spark, "after-the-jvm")
     assert last.status == "done", last
     everything_home(pair, sent)
+
+
+def test_a_run_killed_after_its_settle_removed_everything_has_its_outcomes_recorded_next(
+    servicebus_emulator: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed inside its settle once the settle had removed every message, before the
+    settle's rows were committed: the backlog is empty. The next run is not ``empty``:
+    it reads the settle's journal and records, in the killed run's name, the outcome of
+    every message the killed settle removed; nothing is sent again."""
+    pair = make_pair(servicebus_emulator)
+    pair.primary.broker.declare(QueueSpec(UNIQUE, requires_duplicate_detection=True))
+    config = job_config(pair, tmp_path, monkeypatch, extra="run:\n  read: once\n")
+    root = Path(config.audit.path)
+    sent: dict[str, str] = {}
+    add_round(pair, 0, sent)  # 16 to send and one invalid: 17 removals
+    kill_with_sigkill(tmp_path, f"mid_settle:{len(sent) + 1}")
+    assert not backlog_ids(pair)  # the settle removed everything
+    audit = read_table(root / AUDIT_TABLE).to_pylist()
+    (killed,) = {r["run_id"] for r in audit}
+    assert not [r for r in audit if r["stage"] == "settle"]
+
+    free_the_killed_runs_lease(root)
+    before = {d: destination_ids(pair, d) for d in ("orders", UNIQUE)}
+    last = run_job(config, spark, "after-the-settle")
+    assert last.status == "done", last
+    assert {d: destination_ids(pair, d) for d in ("orders", UNIQUE)} == before
+    audit = read_table(root / AUDIT_TABLE).to_pylist()
+    settled = {
+        r["message_id"]: r["outcome"]
+        for r in audit
+        if r["stage"] == "settle" and r["run_id"] == killed
+    }
+    assert settled == {**dict.fromkeys(sent, "completed"), "bad-r0": "dead_lettered"}
+    # a second recovery finds nothing left to do: the journal is gone
+    again = run_job(config, spark, "once-more")
+    assert again.status == "empty", again

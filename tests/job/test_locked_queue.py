@@ -131,3 +131,59 @@ def test_a_read_waits_on_a_busy_queue_that_still_holds_what_the_run_counted(
         # once the throttling ends
         threading.Timer(0.3, sb.broker.clear_faults).start()
         assert list(held.pages([QueueRange("q")])) == []
+
+
+def test_a_lock_the_renewal_found_lapsed_is_settled_as_lock_lost_whichever_comes_first(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    """The renewal drops a lapsed lock from what the queue holds a moment before the
+    settle comes to it (they run on two threads): the settle row says ``lock_lost``,
+    never ``not_received`` (the run did receive it) or a ``KeyError`` of the lookup."""
+    from syphon.job.settle_held import settle_held
+
+    clock = ManualClock()
+    sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=10)), clock=clock)
+    _send(sb, "q", [b"a", b"b", b"c"])
+    with HeldSource(_access(sb), ["q"], counts={"q": 3}, wait_seconds=0.1) as held:
+        got = [m for _, page in held.pages([QueueRange("q")]) for m in page]
+        seqs = [sequence_number(m) for m in got]
+        sb.advance(11)
+        # the renewal thread's work, as the queue does it: the locks are found lost and
+        # dropped, before the renewal's caller learns of it
+        assert held.queue("q").renew() == seqs
+        rows = settle_held(held, [("q", s, "complete", None, "replay") for s in seqs], "r")
+    assert sorted((r["sequence_number"], r["outcome"], r["detail"]) for r in rows) == [
+        (s, "left", "lock_lost") for s in seqs
+    ]
+    assert held.lost == {"q": 3}
+
+
+def test_the_gap_check_finds_what_another_receiver_holds_and_peeks_an_empty_hole_once(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    """Another receiver holds the second and third of six messages; the fifth was
+    removed before the run. The read receives 1, 4 and 6; the gap check peeks the hole
+    2..3 (finding both, locked) and the hole at 5 (empty: one message peeked, the one
+    after it, which the run holds)."""
+    sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=60)))
+    _send(sb, "q", [b"1", b"2", b"3", b"4", b"5", b"6"])
+    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+        with client.get_queue_receiver("q") as other:
+            first = other.receive_messages(max_message_count=5, max_wait_time=5)
+            assert len(first) == 5
+            other.abandon_message(first[0])
+            other.abandon_message(first[3])
+            other.complete_message(first[4])  # the fifth is gone
+            held_by_other = [first[1].sequence_number, first[2].sequence_number]
+            with HeldSource(_access(sb), ["q"], wait_seconds=0.1) as held:
+                got = [m for _, page in held.pages([QueueRange("q")]) for m in page]
+                assert [sequence_number(m) for m in got] == [1, 4, 6]
+                assert sorted(held.unseen["q"]) == held_by_other == [2, 3]
+                # hole 2..3: a peek of one (2), then of two (3, and 4 ends it); hole 5:
+                # one (6); the tail after 6: nothing
+                assert sb.broker.messages_peeked["q"] == 1 + 2 + 1
+                assert held.peeked == 4
+                assert [q for q, _ in held.take_unseen()] == ["q", "q"]
+                assert held.take_unseen() == []  # reported once
+            for m in first[1:3]:
+                other.abandon_message(m)

@@ -207,13 +207,24 @@ def test_locks_that_lapse_while_a_destination_stalls_lose_nothing_and_send_nothi
 
     monkeypatch.setattr(HeldSource, "_renew_once", renew_unless_stalled)
     monkeypatch.setattr(runner, "settle", settle_once_the_locks_lapsed)
-    keys = park_spread(pair, "l", 12)
+    keys = park_spread(pair, "l", 18)  # three waves: the third is read after the lapse
     config = once_config(pair, tmp_path, monkeypatch)
     pair.primary.broker.set_fault("orders", delay_s=1.5)  # a send takes 1.5 s to answer
     runs = [run_job(config, spark, "stalled")]
     stalled.clear()
     assert runs[0].status == Status.PARTIAL, runs[0]
     assert runs[0].outcomes.get("settle_left", 0) > 0, runs[0]  # the lapsed locks
+    # every message the queues handed out is counted (those received again after their
+    # lock lapsed too): the credit estimate is what the service charges
+    _, received = reads(pair)
+    assert received > 18  # some came back after their lock lapsed
+    assert runs[0].operations.snapshot_messages_received == received
+    # the partial line says that locks lapsed and why, and its fix fits that case
+    assert "locks lapsed while the run held them" in (runs[0].detail or ""), runs[0].detail
+    assert "could not renew them in time" in (runs[0].detail or "")
+    assert runs[0].fix is not None
+    assert "lock duration" in runs[0].fix, runs[0].fix
+    assert "destination" not in runs[0].fix, runs[0].fix
     while runs[-1].status != Status.DONE:
         assert len(runs) < 4, [(r.run_id, r.status, r.counts, r.outcomes, r.detail) for r in runs]
         runs.append(run_job(config, spark, f"after-{len(runs)}"))

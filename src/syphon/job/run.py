@@ -50,6 +50,7 @@ from syphon.job.reading import READ_ONCE, Peeking, Reading, Receiving, peeks_ins
 from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest
 from syphon.job.runner import WaveRunner
+from syphon.job.settle_journal import recover_settles, settles_pending
 from syphon.job.sources import RunSource
 from syphon.job.stages import Discovered, discover, recover, resumed_plan
 from syphon.job.waves import Wave, one_wave, read_waves
@@ -84,7 +85,11 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
             ledger.add(discovered)
             ledger.unread = discovered.unread
             if discovered.empty:
-                return ledger.result(Status.EMPTY)
+                if not settles_pending(ctx.store.files):
+                    return ledger.result(Status.EMPTY)
+                # an interrupted settle removed messages it never recorded: the run
+                # records them under the lease, and reads nothing
+                return _leased_run(ctx, request, ledger, lambda runner: None)
             wave_messages = _wave_messages(ctx, request, discovered.queues)
             ctx.spark.fit(_fit(discovered, wave_messages))  # before anything starts it
 
@@ -132,6 +137,7 @@ def _leased_run(ctx: RunContext, request: RunRequest, ledger: Ledger, waves: Wav
         # judged before any peek: a bad --set exits 2
         request = replace(request, repair=check_repair(spark, request.repair, redrive))
         ledger.add(recover(ctx, request))  # what an interrupted run journaled
+        ledger.add(recover_settles(ctx, request.source.access))
         runner = WaveRunner(ctx, request, ledger, lease)
         waves(runner)
         return runner.finish()

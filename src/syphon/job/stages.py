@@ -21,7 +21,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from syphon.core.errors import SyphonError
 from syphon.core.ledger import Operations, Timings
@@ -51,6 +51,7 @@ from syphon.job.request import RunRequest, StageResult, timed
 from syphon.job.settle import settle_queues
 from syphon.job.settle_actions import settle_actions
 from syphon.job.settle_held import settle_held
+from syphon.job.settle_journal import close_settle_journal, open_settle_journal, removals
 from syphon.job.snapshot import read_snapshot
 from syphon.job.tally import Tally, tally
 from syphon.obs import failpoints, progress
@@ -338,8 +339,12 @@ def settle(
     with timed(timings, "settle", "settle_passes"):
         progress.step("settle: completing and dead-lettering in the backlog queues")
         actions = settle_actions(rows, sent)
+        wanted = [tuple(r) for r in actions.select(*names(SETTLE_ACTION)).collect()]
+        journal = open_settle_journal(
+            ctx.store.files, request.run_id, removals(wanted, request.run_id)
+        )
         if held is not None:
-            results = _settled_by_locks(ctx, held, actions, request.run_id)
+            results = _settled_by_locks(ctx, held, wanted, request.run_id)
         else:
             results = settle_queues(
                 actions,
@@ -356,6 +361,7 @@ def settle(
         # what the passes gave back without it being the wave's is counted, not audited
         audited = results.where(F.col("outcome") != Outcome.GIVEN_BACK)
         ctx.store.append_outcomes(audited, rows, request.run_id, Stage.SETTLE, now)
+        close_settle_journal(ctx.store.files, journal)
     settled = tally(results, "received", "abandoned", "requests")
     operations.settle_receives = settled.total("received")
     operations.settle_requests = settled.total("requests")
@@ -367,15 +373,14 @@ def settle(
 
 
 def _settled_by_locks(
-    ctx: RunContext, held: HeldSource, actions: DataFrame, run_id: str
+    ctx: RunContext, held: HeldSource, wanted: list[tuple[Any, ...]], run_id: str
 ) -> DataFrame:
-    """:func:`~syphon.job.settle_held.settle_held` of ``actions``, on the driver, as a
-    DataFrame of settle rows."""
+    """:func:`~syphon.job.settle_held.settle_held` of the settle actions ``wanted``, on
+    the driver, as a DataFrame of settle rows."""
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    wanted = actions.select(*names(SETTLE_ACTION)).collect()
-    rows = settle_held(held, [tuple(r) for r in wanted], run_id, failpoints.for_task("mid_settle"))
+    rows = settle_held(held, wanted, run_id, failpoints.for_task("mid_settle"))
     schema = spark_schema(SETTLE_RESULT)
     table = pa.Table.from_pylist(rows, schema=to_arrow_schema(schema, timezone="UTC"))
     return ctx.spark().createDataFrame(table, schema)

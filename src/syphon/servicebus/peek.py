@@ -105,3 +105,28 @@ def first_sequence_number(access: Any, queue: str, from_sequence_number: int = 1
     with access.client() as client, peek_receiver(client, queue) as receiver:
         peeked = peek_raw(receiver, from_sequence_number, 1)
     return sequence_number(peeked[0]) if peeked else None
+
+
+def present_sequence_numbers(access: Any, queue: str, seqs: list[int]) -> tuple[set[int], int]:
+    """Which of ``seqs`` are still in ``queue`` (locked or not), and how many messages the
+    peeks handed out (each a credit): a walk by peeks from the lowest to the highest.
+
+    Args:
+        access: a :class:`syphon.servicebus.access.Access` of the queue's namespace.
+    """
+    if not seqs:
+        return set(), 0
+    wanted, last = set(seqs), max(seqs)
+    found: set[int] = set()
+    peeked = 0
+    with access.client() as client, peek_receiver(client, queue) as receiver:
+        at = min(seqs)
+        while at <= last:
+            page = peek_raw(receiver, at, PEEK_PAGE)
+            if not page:
+                break
+            peeked += len(page)
+            numbers = [sequence_number(m) for m in page]
+            found |= {n for n in numbers if n in wanted}
+            at = numbers[-1] + 1
+    return found, peeked
