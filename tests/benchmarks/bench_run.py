@@ -3,7 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_run.py [--messages 20000] [--delays 0,5]
         [--sizes 5000,20000,60000] [--warm] [--syphon-only] [--sizes-syphon-only]
         [--redrive] [--no-floor] [--against DIR] [--repeat N] [--spark-conf KEY=VALUE]
-        [--connect] [--read-once]
+        [--connect] [--read-once] [--driver-io]
 
 Both local Service Bus namespaces run in a child process (the same for both tools). The
 backlog: ``--messages`` messages (1 KB bodies) over 10 backlog queues, 50 destination
@@ -68,6 +68,10 @@ JVM and Python workers) is measured over the run (CPU, and memory resident after
 work (rows ``syphon-once`` and, with ``--redrive``, ``dlq-syphon-once``), and each syphon
 row prints how its source was read: messages peeked, received by the read and by the
 settle (the credits the secondary counts for reading).
+
+``--driver-io`` adds, at each delay, ``syphon run`` with ``run.service_io: driver`` (row
+``syphon-driver``): what compute whose tasks cannot reach Service Bus (Databricks
+serverless) gets, beside the row whose tasks send.
 
 Last, the empty run: ``syphon run`` as a process on empty backlog queues, with discovery
 by management listing and by probing.
@@ -480,6 +484,7 @@ def measure(
     against: Path | None = None,
     connect: Any = None,
     once: bool = False,
+    driver_io: bool = False,
 ) -> list[Row]:
     """The loop and ``syphon run``, each a cold process, on the same work through the
     endpoints ``ns`` (parking and checking go direct): the backlog drain, or
@@ -489,7 +494,9 @@ def measure(
     Spark Connect server, whose client ``syphon run`` is measured too (a row named
     ``syphon@connect``; the server's own CPU is printed beside it). ``once``: ``syphon
     run`` with ``run.read: once`` is measured too, on the same work (a row named
-    ``syphon-once`` or ``dlq-syphon-once``)."""
+    ``syphon-once`` or ``dlq-syphon-once``). ``driver_io``: ``syphon run`` with
+    ``run.service_io: driver`` too (its sends, and a peeking read's peeks and settle, in
+    the driver; a row named ``syphon-driver``), beside the row whose tasks do them."""
     if redrive:
         names, source = ("dlq-loop", "dlq-syphon"), "redrive"
 
@@ -535,6 +542,10 @@ def measure(
     if once:
         env = {**os.environ, "SYPHON__RUN__READ": "once"}
         rows.append(_syphon_row(ns, direct, pid, total, tmp, fill, f"{names[1]}-once", source, env))
+    if driver_io:
+        env = {**os.environ, "SYPHON__RUN__SERVICE_IO": "driver"}
+        name = f"{names[1]}-driver"
+        rows.append(_syphon_row(ns, direct, pid, total, tmp, fill, name, source, env))
     if against is not None:
         env = {**os.environ, "PYTHONPATH": str(against / "src")}
         rows.append(
@@ -718,6 +729,8 @@ def print_rows(
             ("dlq-loop", "dlq-syphon"),
             ("syphon", "syphon-once"),
             ("dlq-syphon", "dlq-syphon-once"),
+            ("syphon", "syphon-driver"),
+            ("dlq-syphon", "dlq-syphon-driver"),
         ):
             if loop in walls and tool in walls:
                 print(
@@ -733,7 +746,12 @@ def print_rows(
                     f"settle {o.settle_receives or 0:,}; credits per replayed message "
                     f"{r.credits:.3f}"
                 )
-            if r.name in ("syphon", "dlq-syphon", "syphon-once", "dlq-syphon-once"):
+            if r.name in (
+                "syphon",
+                "dlq-syphon",
+                "syphon-once",
+                "dlq-syphon-once",
+            ) or r.name.endswith("-driver"):
                 kinds = ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.usage.by_kind.items()))
                 print(f"{'':>6} {r.name} CPU by process (sampled): {kinds}")
                 print(
@@ -902,6 +920,14 @@ def main() -> None:
         "syphon-once and, with --redrive, dlq-syphon-once)",
     )
     parser.add_argument(
+        "--driver-io",
+        action="store_true",
+        help="also run syphon with run.service_io: driver on the same work, at each delay "
+        "(rows syphon-driver and, with --redrive, dlq-syphon-driver): the sends (and a "
+        "peeking read's peeks and settle) in the driver, as on compute whose tasks have no "
+        "network, beside the row whose tasks do them",
+    )
+    parser.add_argument(
         "--connect",
         action="store_true",
         help="also run syphon as the client of a local Spark Connect server (started once, "
@@ -948,6 +974,7 @@ def main() -> None:
                     against=args.against,
                     connect=server,
                     once=args.read_once,
+                    driver_io=args.driver_io,
                 )
                 if args.redrive:
                     rows += measure(
@@ -959,6 +986,7 @@ def main() -> None:
                         not args.syphon_only,
                         redrive=True,
                         once=args.read_once,
+                        driver_io=args.driver_io,
                     )
                 table.append((delay, rows))
                 print(

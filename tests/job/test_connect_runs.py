@@ -80,10 +80,13 @@ def connect_env(server: ConnectServer) -> dict[str, str]:
 def test_a_backlog_drained_in_waves_on_a_connect_session_keeps_order_and_status_reads_it(
     pair: Pair, connect_server: ConnectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Peeked (``run.read: peek``): the server's sandboxed tasks cannot reach Service
+    Bus, so the client's driver peeks, sends and settles (``run.service_io: auto``)."""
     keys = park_spread(pair, "c", 18)
     waves_config(pair, tmp_path, monkeypatch)  # 2 messages a queue and wave
     conf = tmp_path / "syphon.yaml"
-    done = syphon(connect_server, conf, "run", "--run-id", "on-connect")
+    env = {"SYPHON__RUN__READ": "peek"}
+    done = syphon(connect_server, conf, "run", "--run-id", "on-connect", env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "run on-connect: done" in done.stdout
     assert "session ready (master platform)" in done.stderr
@@ -102,6 +105,29 @@ def test_a_backlog_drained_in_waves_on_a_connect_session_keeps_order_and_status_
     status = syphon(connect_server, conf, "status", "--runs", "2")
     assert status.returncode == 0, status.stderr[-3000:]
     assert "on-connect" in status.stdout
+
+
+def test_a_run_told_to_talk_to_service_bus_from_tasks_that_cannot_stops_saying_so(
+    pair: Pair, connect_server: ConnectServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run.service_io: tasks`` on compute whose tasks have no network: the run stops
+    before it reads anything (exit 2), naming the namespaces and the setting, and does
+    not call a namespace the driver reached unreachable."""
+    park_spread(pair, "t", 6)
+    before = backlog_state(pair)
+    waves_config(pair, tmp_path, monkeypatch)
+    conf = tmp_path / "syphon.yaml"
+    env = {"SYPHON__RUN__SERVICE_IO": "tasks"}
+    done = syphon(connect_server, conf, "run", "--run-id", "offline", env=env)
+    said = done.stdout + done.stderr
+    assert done.returncode == ExitCode.CONFIG, said[-3000:]
+    assert "Spark's tasks cannot reach contoso-secondary" in said, said[-3000:]
+    assert "fix: set run.service_io: driver" in said, said[-3000:]
+    assert "cannot be reached" not in said
+    assert backlog_state(pair) == before  # nothing was read or sent
+    assert not stored(pair, "orders")
+    broker = pair.secondary.broker
+    assert not any(n for p, n in broker.messages_received.items() if "x-servicebus" in p)
 
 
 def test_a_backlog_read_once_on_a_connect_session_is_received_once_and_kept_in_order(

@@ -264,3 +264,34 @@ def test_a_run_stopped_at_a_waves_end_is_partial_and_says_what_it_held_back(
     assert held_back.detail is not None
     assert "2 keys and 1 destinations" in held_back.detail
     assert held_back.outcomes == {"replay_sent": 6, "settle_completed": 6}
+
+
+def test_a_run_with_its_service_bus_io_in_the_driver_sends_peeks_and_settles_there_in_order(
+    pair: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run.service_io: driver`` on a classic session: the replay's batches go out from
+    the driver's own process (the test's: a sender counted here, where a Spark worker's
+    would not be), the peeks and the settle too; every key in order, the backlog empty."""
+    from support.paired_env import backlog_state, job_config, run_job
+    from support.waves import arrived, park_spread
+    from syphon.job import replay as replay_module
+    from syphon.servicebus import sending
+
+    sends: list[int] = []
+    pool = sending.SenderPool
+
+    class CountedPool(pool):  # type: ignore[misc,valid-type]
+        def send(self, *args: Any, **kwargs: Any) -> Any:
+            sends.append(1)
+            return super().send(*args, **kwargs)
+
+    monkeypatch.setattr(replay_module, "SenderPool", CountedPool)
+    keys = park_spread(pair, "d", 12)
+    extra = "run:\n  wave_messages: 6\n  read: peek\n  service_io: driver\n"
+    config = job_config(pair, tmp_path, monkeypatch, extra=extra)
+    result = run_job(config, spark, "in-the-driver")
+    assert result.status == "done", result
+    assert arrived(pair) == keys
+    assert not any(backlog_state(pair).values())
+    assert len(sends) == result.operations.replay_send_transfers
+    assert sends

@@ -5,9 +5,17 @@
 The server is a ``spark-submit`` of ``org.apache.spark.sql.connect.service.SparkConnectServer``
 (its jar ships in PySpark's wheel) on ``local[2]``, bound to loopback, with the tests'
 quick JVM (tests/support/jvm.py) and Delta's jars (tests/support/delta_jars.py): the
-platform's settings, which its clients cannot change. Its Python workers run this
-environment's interpreter. Its catalog (Spark's in-memory one) is shared by all its
-clients, as a workspace's is by its jobs.
+platform's settings, which its clients cannot change. Its catalog (Spark's in-memory
+one) is shared by all its clients, as a workspace's is by its jobs.
+
+Its Python workers run in a sandbox, as Databricks serverless runs user code: this
+environment's interpreter started through a wrapper (:func:`sandboxed_python`) that puts
+it in a network namespace of its own (``unshare -n``, or ``unshare -rn`` as a user that
+is not root), whose only interface is a loopback that is down. A task there cannot open
+a connection to anything, the local Service Bus included (a test connects and fails,
+tests/job/test_connect_sandbox.py); it talks to the server's JVM over Unix domain
+sockets (``spark.python.unix.domain.socket.enabled``), which a network namespace does
+not cut. Classic sessions (the ``spark`` fixture) keep their networked workers.
 """
 
 from __future__ import annotations
@@ -58,8 +66,19 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start_connect_server(folder: Path) -> ConnectServer:
-    """Starts a server (its log in ``folder``) and waits until it listens.
+def sandboxed_python(folder: Path) -> Path:
+    """A script in ``folder`` that runs this environment's Python in a network namespace
+    of its own (see the module docstring)."""
+    unshare = "unshare -n" if os.geteuid() == 0 else "unshare -rn"
+    script = folder / "python-sandboxed"
+    script.write_text(f'#!/bin/sh\nexec {unshare} -- "{sys.executable}" "$@"\n', encoding="utf-8")
+    script.chmod(0o755)
+    return script
+
+
+def start_connect_server(folder: Path, sandboxed: bool = True) -> ConnectServer:
+    """Starts a server (its log in ``folder``; with ``sandboxed``, Python workers without
+    a network) and waits until it listens.
 
     Raises:
         RuntimeError: it exited, or did not listen within :data:`START_SECONDS`.
@@ -85,6 +104,10 @@ def start_connect_server(folder: Path) -> ConnectServer:
         # Delta through Spark, as a platform's server has it (the set-up's jars)
         **(delta_jars.session_conf() if delta_jars.fetched() else {}),
     }
+    if sandboxed:  # the workers reach the JVM through Unix domain sockets
+        conf["spark.python.unix.domain.socket.enabled"] = "true"
+    folder.mkdir(parents=True, exist_ok=True)
+    python = sandboxed_python(folder) if sandboxed else Path(sys.executable)
     argv = [str(home / "bin" / "spark-submit"), "--master", "local[2]"]
     argv += ["--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
     for key, value in conf.items():
@@ -93,11 +116,10 @@ def start_connect_server(folder: Path) -> ConnectServer:
     env = {
         **os.environ,
         "SPARK_HOME": str(home),
-        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_PYTHON": str(python),
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
     env.pop("SPARK_REMOTE", None)
-    folder.mkdir(parents=True, exist_ok=True)
     log = folder / "connect-server.log"
     with log.open("wb") as out:
         process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=folder)

@@ -273,11 +273,8 @@ LEASE_SECONDS_DEFAULT = 120
 #: lease outlives the last renewal by at least two thirds of that (6.7 s).
 LEASE_SECONDS_MIN = 10
 #: Messages a wave of a run takes at most (``run.wave_messages``): a run's memory and
-#: the work a crash leaves in doubt are bounded by a wave, not by the backlog. Each wave
-#: costs several seconds of its own (planning and starting its Spark jobs): 200,000
-#: messages of 1 KB on 2 cores took 170 s in waves of 20,000 and 130 s in waves of 40,000,
-#: against about 120 s in one wave; the first message was home after 17 s and 24 s, the
-#: peak 1.86 and 2.00 GB (tests/benchmarks/bench_waves.py --wave-messages 20000,40000).
+#: the work a crash leaves in doubt are bounded by a wave, not by the backlog; each wave
+#: costs seconds of its own (the README's "Waves" has the figures).
 WAVE_MESSAGES_DEFAULT = 40_000
 
 #: Messages per Spark task of the stages that talk to Service Bus (``run.messages_per_task``:
@@ -291,10 +288,12 @@ WAVE_MESSAGES_DEFAULT = 40_000
 MESSAGES_PER_TASK_DEFAULT = 1_000
 
 
-#: ``run.read``'s values.
+#: ``run.read``'s values, and its default.
 READ_MODES = ("peek", "once")
-#: How a run reads its source unless its config says otherwise.
 READ_DEFAULT = "once"
+#: ``run.service_io``'s values (see :mod:`syphon.job.where`), and its default.
+SERVICE_IO_MODES = ("auto", "driver", "tasks")
+SERVICE_IO_DEFAULT = "auto"
 
 
 @dataclass(frozen=True)
@@ -312,17 +311,17 @@ class RunConfig:
             this many messages, at most one per core; at least 1. Default
             :data:`MESSAGES_PER_TASK_DEFAULT`.
         read: how a run reads its source (:data:`READ_MODES`): ``once`` (the driver
-            receives each wave in peek-lock and holds the locks until the settle
-            completes by them: one read a message; a namespace source and a resumed run
-            peek) or ``peek`` (Spark tasks peek each wave, and the settle receives in
-            peek-lock what it settles: two reads a message). Default
-            :data:`READ_DEFAULT`.
+            receives each wave under lock, settled by those locks; a namespace source
+            and a resumed run peek) or ``peek`` (Spark tasks peek, the settle receives).
+        service_io: where the sends, peeks and settles run (:data:`SERVICE_IO_MODES`):
+            in Spark's tasks, in the driver, or ``auto`` (:mod:`syphon.job.where`).
     """
 
     lease_seconds: int = LEASE_SECONDS_DEFAULT
     wave_messages: int = WAVE_MESSAGES_DEFAULT
     messages_per_task: int = MESSAGES_PER_TASK_DEFAULT
     read: str = READ_DEFAULT
+    service_io: str = SERVICE_IO_DEFAULT
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ from syphon.core.config import (
     MESSAGES_PER_TASK_DEFAULT,
     READ_DEFAULT,
     READ_MODES,
+    SERVICE_IO_DEFAULT,
+    SERVICE_IO_MODES,
     WAVE_MESSAGES_DEFAULT,
     AuditConfig,
     BacklogConfig,
@@ -279,7 +281,9 @@ class _Builder(NamespaceReader):
 
     def run(self, raw: Any) -> RunConfig:
         r = self.section(
-            raw, "run", ("lease_seconds", "wave_messages", "messages_per_task", "read")
+            raw,
+            "run",
+            ("lease_seconds", "wave_messages", "messages_per_task", "read", "service_io"),
         )
         lease = self.typed(r, "run", "lease_seconds", int, LEASE_SECONDS_DEFAULT)
         if "wave_messages" in r and r["wave_messages"] is None:
@@ -300,8 +304,16 @@ class _Builder(NamespaceReader):
         read = self.typed(r, "run", "read", str, READ_DEFAULT)
         if read not in READ_MODES:
             raise self.fail("run.read", f"must be one of {', '.join(READ_MODES)} (got {read!r})")
+        io = self.typed(r, "run", "service_io", str, SERVICE_IO_DEFAULT)
+        if io not in SERVICE_IO_MODES:
+            modes = ", ".join(SERVICE_IO_MODES)
+            raise self.fail("run.service_io", f"must be one of {modes} (got {io!r})")
         return RunConfig(
-            lease_seconds=lease, wave_messages=waves, messages_per_task=per_task, read=read
+            lease_seconds=lease,
+            wave_messages=waves,
+            messages_per_task=per_task,
+            read=read,
+            service_io=io,
         )
 
     def replay(self, raw: Any, primaries: list[str]) -> ReplayConfig:

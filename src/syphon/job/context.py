@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from syphon.core.config import MESSAGES_PER_TASK_DEFAULT, SyphonConfig
@@ -75,6 +75,8 @@ class RunContext:
     namespaces: Namespaces
     store: AuditStore
     spark: SparkOnDemand
+    #: what the command decided once and remembers (:func:`syphon.job.where.in_driver`)
+    decisions: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
 
 #: Messages per shuffle partition when syphon sizes a run's shuffles itself.

@@ -31,6 +31,7 @@ from syphon.job.request import RunRequest, StageResult, timed
 from syphon.job.restore import Redrive, expression_type
 from syphon.job.snapshot import read_snapshot
 from syphon.job.sources import RunSource
+from syphon.job.where import in_driver
 from syphon.obs import progress
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.entities import list_destinations, listing_failed
@@ -248,7 +249,8 @@ def plan(
         progress.step(f"snapshot: peeking {len(non_empty)} queues")
         split = ctx.config.backlog.split_messages
         per_task = ctx.config.run.messages_per_task
-        snapshot = read_snapshot(spark, source.access, non_empty, split, per_task)
+        driver = in_driver(ctx)
+        snapshot = read_snapshot(spark, source.access, non_empty, split, per_task, driver)
     before = StageResult(timings=timings, operations=discovery_operations(ctx, queues, source))
     before.timings.add(listed.timings)
     before.operations.add(listed.operations)

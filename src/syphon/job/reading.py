@@ -34,17 +34,19 @@ class Peeking:
     access: Access
     split_messages: int = BacklogConfig.split_messages
     per_task: int = MESSAGES_PER_TASK_DEFAULT
+    driver: bool = False  # peeked by the driver (syphon.job.where)
 
     def frame(self, ranges: list[QueueRange], messages: int) -> DataFrame:
         """The messages of ``ranges`` (about ``messages`` of them), lazy: every action
-        peeks again."""
+        peeks again (peeked by the driver: at once)."""
         tasks = service_tasks(self.spark, messages, self.per_task)
-        return peek_frame(self.spark, self.access, ranges, tasks)
+        return peek_frame(self.spark, self.access, ranges, tasks, driver=self.driver)
 
     def whole(self, queues: list[DiscoveredQueue]) -> tuple[DataFrame, int | None]:
         """Every message of ``queues``, checkpointed, and how many were read (None: not
         counted; the plan counts them)."""
-        frame = read_snapshot(self.spark, self.access, queues, self.split_messages, self.per_task)
+        split, per_task = self.split_messages, self.per_task
+        frame = read_snapshot(self.spark, self.access, queues, split, per_task, self.driver)
         return frame, None
 
 

@@ -48,6 +48,7 @@ from syphon.job.journal import TaskJournal
 from syphon.job.lanes import Attempt, Lane, Replayer, ReplaySettings
 from syphon.job.repair import carried_changes
 from syphon.job.rows import plain_cell
+from syphon.job.where import IN_TASKS, Spread, map_in_pandas
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access
 from syphon.servicebus.raw import EncodedMessage
@@ -128,10 +129,11 @@ def replay_messages(
     failpoint: FailPoint | None = None,
     broken: Mapping[Lane, str] | None = None,
     journal: Location | None = None,
-    tasks: int | None = None,
+    spread: Spread = IN_TASKS,
 ) -> DataFrame:
-    """Sends ``rows`` (the output of :func:`replay_input`) in ``tasks`` Spark tasks (None:
-    one per core; a packing group's batches in one task, in order) and returns one result
+    """Sends ``rows`` (the output of :func:`replay_input`) as ``spread`` says: in its
+    Spark tasks (None: one per core; a packing group's batches in one task, in order),
+    or in the driver (every batch in order, one after another), and returns one result
     row per message (:data:`syphon.core.schema.REPLAY_RESULT`); the messages of ``broken`` lanes
     (primary, destination, partition key: an earlier wave of the run left one of their
     messages unsent, or the run could not read one) are ``skipped`` with the lane's
@@ -145,7 +147,7 @@ def replay_messages(
     # a packing group's batches (batch id: group#number) go out in order, in one task
     group = F.regexp_replace(F.col("batch_id"), "#[0-9]+$", "")
     number = F.expr("try_cast(element_at(split(batch_id, '#'), -1) AS BIGINT)")
-    partitions = tasks or service_tasks(rows.sparkSession, None)
+    partitions = 1 if spread.driver else spread.tasks or service_tasks(rows.sparkSession, None)
     laid_out = rows.repartition(partitions, group).sortWithinPartitions(
         group, number, "batch_position"
     )
@@ -159,7 +161,7 @@ def replay_messages(
         dict(broken or {}),
         journal,
     )
-    return laid_out.mapInPandas(_ReplayTask(plan), spark_schema(REPLAY_RESULT))
+    return map_in_pandas(laid_out, _ReplayTask(plan), spark_schema(REPLAY_RESULT), spread.driver)
 
 
 def credit_rates(

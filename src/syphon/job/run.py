@@ -54,6 +54,7 @@ from syphon.job.settle_journal import recover_settles, settles_pending
 from syphon.job.sources import RunSource
 from syphon.job.stages import Discovered, discover, recover, resumed_plan
 from syphon.job.waves import Wave, one_wave, read_waves
+from syphon.job.where import in_driver
 from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context
 from syphon.servicebus.access import Access
@@ -132,6 +133,7 @@ def _leased_run(ctx: RunContext, request: RunRequest, ledger: Ledger, waves: Wav
             return ledger.busy(lease, ctx.config.run.lease_seconds)
         spark = ctx.spark()  # its start is no stage's time
         progress.watch(spark)
+        in_driver(ctx)  # where the Service Bus I/O runs: decided before anything is read
         redrive = request.source.redrive
         check_selection(spark, request.selection, redrive)
         # judged before any peek: a bad --set exits 2
@@ -192,6 +194,7 @@ def _drain(runner: WaveRunner, queues: list[DiscoveredQueue], wave_messages: int
             request.source.access,
             ctx.config.backlog.split_messages,
             ctx.config.run.messages_per_task,
+            in_driver(ctx),
         )
         if ctx.config.run.read == READ_ONCE:
             log.info("run %s peeks its source: %s", request.run_id, why_not)

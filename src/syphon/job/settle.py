@@ -57,6 +57,7 @@ from syphon.core.schema import (
 )
 from syphon.job.context import service_tasks
 from syphon.job.settle_actions import COMPLETE, DEAD_LETTER, DISCARD, LEAVE, Action
+from syphon.job.where import IN_TASKS, Spread, map_in_pandas
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus import settlement
 from syphon.servicebus.access import Access
@@ -84,20 +85,20 @@ def settle_queues(
     secondary: Access,
     run_id: str,
     failpoint: FailPoint | None = None,
-    tasks: int | None = None,
+    spread: Spread = IN_TASKS,
 ) -> DataFrame:
-    """Settles every queue of ``actions`` (lazy: read the result exactly once).
+    """Settles every queue of ``actions`` (lazy: read the result exactly once; in the
+    driver, when ``spread`` says so, done at once, the queues side by side).
 
-    In ``tasks`` Spark tasks (None: one per core), not one per queue: the rows are
+    In ``spread.tasks`` Spark tasks (None: one per core), not one per queue: the rows are
     hash-partitioned by queue into that many, and each task settles its queues side by
     side (a thread and a receiver each, at most :data:`SETTLE_THREADS`). A receiver's
     link costs the SDK about half a second to open and close, mostly waiting, so ten
     queues on two cores took five such waits one after another as ten tasks."""
-    parallelism = tasks or service_tasks(actions.sparkSession, None)
+    parallelism = 1 if spread.driver else spread.tasks or service_tasks(actions.sparkSession, None)
     task = _SettleTask(secondary, run_id, failpoint)
-    return actions.repartition(parallelism, "backlog_queue").mapInPandas(
-        task, spark_schema(SETTLE_RESULT)
-    )
+    laid_out = actions.repartition(parallelism, "backlog_queue")
+    return map_in_pandas(laid_out, task, spark_schema(SETTLE_RESULT), spread.driver)
 
 
 #: The actions that settle a message (the rest leave it, held until the pass ends).

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from syphon.core.config import MESSAGES_PER_TASK_DEFAULT
 from syphon.core.schema import SNAPSHOT, spark_schema
 from syphon.job.context import keep, service_tasks
+from syphon.job.where import map_in_arrow
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.peek import PEEK_PAGE, first_sequence_number, peek_queue
@@ -183,9 +184,11 @@ def peek_frame(
     ranges: list[QueueRange],
     tasks: int = 0,
     page: int = PEEK_PAGE,
+    driver: bool = False,
 ) -> DataFrame:
     """The messages of ``ranges`` as a DataFrame of the snapshot schema (lazy: every
-    action peeks again).
+    action peeks again; with ``driver``, peeked at once by the driver, its groups one
+    after another, and handed to Spark).
 
     ``ranges`` are dealt out among at most ``tasks`` Spark tasks (below 1: a task per
     range); each task peeks its ranges side by side, a thread and a receiver each. A
@@ -198,9 +201,10 @@ def peek_frame(
     schema = spark_schema(SNAPSHOT)
     if not ranges:
         return spark.createDataFrame([], schema)
-    groups = deal(ranges, tasks)
+    groups = deal(ranges, 1 if driver else tasks)  # the driver: every range side by side
     task = _PeekTask(access, groups, page, to_arrow_schema(schema, timezone="UTC"))
-    return spark.range(len(groups), numPartitions=len(groups)).mapInArrow(task, schema)
+    ids = spark.range(len(groups), numPartitions=len(groups))
+    return map_in_arrow(ids, task, schema, driver)
 
 
 def snapshot_ranges(
@@ -226,9 +230,10 @@ def read_snapshot(
     queues: list[DiscoveredQueue],
     split_messages: int,
     per_task: int = MESSAGES_PER_TASK_DEFAULT,
+    driver: bool = False,
 ) -> DataFrame:
     """Peeks ``queues`` into a DataFrame, read exactly once, in a task per ``per_task``
-    messages the queues hold (the cores when a count is unknown).
+    messages the queues hold (the cores when a count is unknown), or in the driver.
 
     The rows are kept by Spark (``localCheckpoint``) so that every later use sees the
     same snapshot: a second read of the source would peek again and could see messages
@@ -238,4 +243,4 @@ def read_snapshot(
     counts = [q.message_count for q in queues]
     messages = None if None in counts else sum(c or 0 for c in counts)
     tasks = service_tasks(spark, messages, per_task)
-    return keep(peek_frame(spark, access, ranges, tasks))
+    return keep(peek_frame(spark, access, ranges, tasks, driver=driver))

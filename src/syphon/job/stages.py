@@ -54,6 +54,7 @@ from syphon.job.settle_held import settle_held
 from syphon.job.settle_journal import close_settle_journal, open_settle_journal, removals
 from syphon.job.snapshot import read_snapshot
 from syphon.job.tally import Tally, tally
+from syphon.job.where import Spread, in_driver
 from syphon.obs import failpoints, progress
 from syphon.servicebus.discovery import DiscoveredQueue
 from syphon.servicebus.sending import Destination, probe_destinations
@@ -222,7 +223,7 @@ def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
         )
     queues = [DiscoveredQueue("", 0, p, None, False) for p in paths]
     split, per_task = ctx.config.backlog.split_messages, ctx.config.run.messages_per_task
-    snapshot = read_snapshot(spark, source.access, queues, split, per_task)
+    snapshot = read_snapshot(spark, source.access, queues, split, per_task, in_driver(ctx))
     messages = wave_messages(snapshot, source.redrive, request.repair)
     return Resumed(wave=PlannedWave(rows, messages, counts, earlier=earlier))
 
@@ -298,7 +299,10 @@ def send(
             failpoint=failpoints.for_task("mid_replay"),
             broken=held.broken,
             journal=journal.for_tasks() if journal is not None else None,
-            tasks=service_tasks(ctx.spark(), wave.replays, ctx.config.run.messages_per_task),
+            spread=Spread(
+                service_tasks(ctx.spark(), wave.replays, ctx.config.run.messages_per_task),
+                in_driver(ctx),
+            ),
         )
         results = keep(results)  # the sends happen here, exactly once
     with timed(timings, "replay"):
@@ -351,7 +355,10 @@ def settle(
                 request.source.access,
                 request.run_id,
                 failpoints.for_task("mid_settle"),
-                service_tasks(ctx.spark(), wave.size, ctx.config.run.messages_per_task),
+                Spread(
+                    service_tasks(ctx.spark(), wave.size, ctx.config.run.messages_per_task),
+                    in_driver(ctx),
+                ),
             )
         results = keep(results)
     with timed(timings, "settle"):
