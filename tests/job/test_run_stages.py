@@ -295,3 +295,34 @@ def test_a_run_with_its_service_bus_io_in_the_driver_sends_peeks_and_settles_the
     assert not any(backlog_state(pair).values())
     assert len(sends) == result.operations.replay_send_transfers
     assert sends
+
+
+def test_a_run_given_its_job_run_id_writes_it_on_every_ledger_row_and_its_plans_audit_rows(
+    pair: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--job-run-id`` (the bundle passes Databricks' ``{{job.run_id}}``): the run's
+    ledger rows and its plan's audit rows carry it, so that a run joins the platform's
+    job history; a run without it writes null, as before."""
+    from support.paired_env import run_job
+    from syphon.app.services import run_with_report
+    from syphon.job.request import Asked, run_request
+    from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
+    from syphon.store.delta import read_table
+
+    park_orders(pair, "j", 2, 2)
+    config = job_config(pair, tmp_path, monkeypatch)
+    ctx = context(config, spark)
+    asked = Asked(job_run_id="731495")
+    done = run_with_report(ctx, run_request(ctx, "with-a-job", None, asked))
+    assert done.status == Status.DONE, done
+    park_orders(pair, "k", 1, 1)
+    assert run_job(config, spark, "without").status == Status.DONE
+    root = Path(config.audit.path)
+    ledger = read_table(root / RUNS_TABLE).to_pylist()
+    assert {r["job_run_id"] for r in ledger if r["run_id"] == "with-a-job"} == {"731495"}
+    assert {r["job_run_id"] for r in ledger if r["run_id"] == "without"} == {None}
+    audit = read_table(root / AUDIT_TABLE).to_pylist()
+    mine = [r for r in audit if r["run_id"] == "with-a-job"]
+    assert {r["stage"] for r in mine} == {"plan", "replay", "settle"}
+    assert {r["job_run_id"] for r in mine} == {"731495"}
+    assert {r["job_run_id"] for r in audit if r["run_id"] == "without"} == {None}

@@ -54,6 +54,9 @@ def test_every_job_loads_in_the_job_model_and_runs_the_console_entry_point() -> 
         assert job.max_concurrent_runs == 1, key
         assert job.schedule is not None
         assert {p.name for p in job.parameters} == {"config", "run_id"}
+        # a failed run and a partial one (exit 5 fails the task) are mailed
+        assert job.email_notifications is not None
+        assert [str(a) for a in job.email_notifications.on_failure] == ["${var.notify}"]
         for task in job.tasks:
             assert task.max_retries == 0, task.task_key  # a replay is never retried blindly
             wheel = task.python_wheel_task
@@ -66,6 +69,8 @@ def test_every_job_loads_in_the_job_model_and_runs_the_console_entry_point() -> 
             ]
             parsed = build_parser().parse_args(args)
             assert (parsed.command, parsed.config, parsed.run_id) == ("run", "<config>", "<run_id>")
+            # the job's run goes on the ledger and the audit: Databricks' history joins it
+            assert parsed.job_run_id == "{{job.run_id}}"
             if task.environment_key is None:  # on a job cluster: the wheel as a library
                 assert task.job_cluster_key is not None, task.task_key
                 assert [lib.whl for lib in task.libraries] == ["../dist/*.whl"]

@@ -92,6 +92,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             repair=repair,
             max_waves=getattr(args, "max_waves", None),
             until=stop_at,
+            job_run_id=getattr(args, "job_run_id", None) or None,
         )
         request = run_request(ctx, run_id, source, asked, resume=args.command == "replay")
         if args.command == "plan":

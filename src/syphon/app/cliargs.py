@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_option(planned)
     planned.add_argument("--run-id", default=None, help="the run id (default: time and random)")
+    _add_job_run_option(planned)
     _add_source_option(planned)
     _add_selection_options(planned)
     _add_discard_options(planned, dry_run=True)
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_option(ran)
     ran.add_argument("--run-id", default=None, help="the run id (default: time and random)")
+    _add_job_run_option(ran)
     _add_source_option(ran)
     _add_selection_options(ran)
     _add_discard_options(ran)
@@ -96,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_option(discard)
     discard.add_argument("--run-id", default=None, help="the run id (default: time and random)")
+    _add_job_run_option(discard)
     _add_source_option(discard)
     _add_selection_options(discard, resend=False)
     discard.add_argument(
@@ -110,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_option(replay)
     replay.add_argument("--run-id", required=True, help="the planned run to resume")
+    _add_job_run_option(replay)
     _add_source_option(replay)
 
     shown = sub.add_parser("status", help="a source's depth per queue and its last runs")
@@ -342,6 +346,15 @@ def selection_of(args: argparse.Namespace) -> Selection | None:
         enqueued_until=args.enqueued_until,
         dead_letter_reasons=args.dead_letter_reason,
         where=args.where,
+    )
+
+
+def _add_job_run_option(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--job-run-id",
+        default=None,
+        help="the platform's job run that runs the command (Databricks: {{job.run_id}}), "
+        "recorded on the run's ledger rows and its plan's audit rows; empty: none",
     )
 
 

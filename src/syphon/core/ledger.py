@@ -163,6 +163,8 @@ class RunRecord:
             took every queue to its end).
         repair: the run's repair in the operator's words (``set NAME=SQL``,
             ``unset NAME``; :meth:`syphon.core.repair.Repair.describe`); empty: none.
+        job_run_id: the platform's job run that wrote the row (Databricks'
+            ``{{job.run_id}}``); None: none was given.
     """
 
     run_id: str
@@ -179,6 +181,7 @@ class RunRecord:
     wave: int | None = None
     watermark: datetime | None = None
     repair: tuple[str, ...] = ()
+    job_run_id: str | None = None
 
     def as_row(self, recorded_at: datetime) -> dict[str, Any]:
         """The row as the ledger table stores it (see :data:`syphon.core.schema.RUNS`)."""
@@ -198,6 +201,7 @@ class RunRecord:
             "wave": self.wave,
             "watermark": self.watermark,
             "repair": json.dumps(list(self.repair)) if self.repair else None,
+            "job_run_id": self.job_run_id,
         }
 
     @classmethod
@@ -218,6 +222,7 @@ class RunRecord:
             wave=row.get("wave"),
             watermark=row.get("watermark"),
             repair=tuple(json.loads(row.get("repair") or "[]")),
+            job_run_id=row.get("job_run_id"),
         )
 
 

@@ -98,12 +98,10 @@ class Detail:
     classes (``failed``, ``in_doubt``) and the prefixed reasons carry a class name."""
 
     RESENT_IN_DOUBT: Final = "resent_in_doubt"
-    # a transfer the journal saw start and never saw end (the run was cut off)
-    INTERRUPTED: Final = "interrupted"
+    INTERRUPTED: Final = "interrupted"  # the journal saw its transfer start, never end
     # replay skips
-    EARLIER_BATCH_FAILED: Final = "earlier_batch_failed"
-    # held back: another receiver holds a message of the key locked (the run never saw it)
-    EARLIER_MESSAGE_UNSEEN: Final = "earlier_message_unseen"
+    EARLIER_BATCH_FAILED: Final = "earlier_batch_failed"  # an earlier batch of the key
+    EARLIER_MESSAGE_UNSEEN: Final = "earlier_message_unseen"  # another receiver holds one
     DESTINATION_FAILING: Final = "destination_failing"
     BACKLOG_CHANGED: Final = "backlog_changed"
     EXPIRED_BEFORE_SEND: Final = "expired_before_send"
@@ -218,6 +216,7 @@ AUDIT: Final = (
     Field("dead_letter_error_source", "string"),
     # what a repair changed in the message: "set NAME; unset NAME" (names, never values)
     Field("repaired", "string"),
+    Field("job_run_id", "string"),  # the platform's job run that planned it (null: none)
 )
 
 #: Audit columns taken from a planned row under another name (the rest keep theirs).
@@ -248,6 +247,7 @@ RUNS: Final = (
     Field("watermark", "timestamp"),
     # the run's repair, the operator's words as a JSON list (null: none)
     Field("repair", "string"),
+    Field("job_run_id", "string"),  # the platform's job run that wrote the row (null: none)
 )
 
 #: The lease table's rows (the lease itself lives in its commits' metadata).

@@ -66,8 +66,10 @@ class Ledger:
         started: datetime,
         source: str | None = None,
         repair: tuple[str, ...] = (),
+        job_run_id: str | None = None,
     ) -> None:
         self.ctx = ctx
+        self.job_run_id = job_run_id
         self.run_id = run_id
         self.started = started
         self.source = source
@@ -102,6 +104,7 @@ class Ledger:
                 wave=None if final else self.wave,
                 watermark=None if final else self.watermark,
                 repair=self.repair,
+                job_run_id=self.job_run_id,
             )
         )
 
@@ -185,6 +188,7 @@ def record_planned(
             wave=None if wave is None else wave[0],
             watermark=None if wave is None else wave[1],
             repair=tuple(request.repair.describe()) if request.repair else (),
+            job_run_id=request.job_run_id,
         )
     )
 

@@ -305,7 +305,7 @@ def plan_snapshot(
         # checkpointed: the audit, the counts and the summary read it
         planned = keep(with_source(planned, source))
 
-    audit_rows = queries.plan_audit_rows(planned, request.run_id, planned_at)
+    audit_rows = queries.plan_audit_rows(planned, request.run_id, planned_at, request.job_run_id)
     with timed(timings, "audit"):
         progress.step("audit: writing the plan")
         rows = ctx.store.append_plan(audit_rows, request.run_id)

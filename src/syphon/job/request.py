@@ -44,6 +44,8 @@ class RunRequest:
         until: when it stops taking waves (None: never); checked at each wave's end.
         repair: what it changes in the messages it sends (None: nothing); a resumed
             run's is the one its plan recorded.
+        job_run_id: the platform's job run that runs it (None: none), on its ledger rows
+            and its plan's audit rows.
     """
 
     run_id: str
@@ -56,6 +58,7 @@ class RunRequest:
     max_waves: int | None = None
     until: datetime | None = None
     repair: Repair | None = None
+    job_run_id: str | None = None
 
 
 def new_run_id(now: datetime) -> str:
@@ -75,6 +78,8 @@ class Asked:
     repair: Repair | None = None
     max_waves: int | None = None
     until: datetime | None = None
+    #: the platform's job run that runs the command (Databricks' ``{{job.run_id}}``)
+    job_run_id: str | None = None
 
 
 def run_request(
@@ -110,6 +115,7 @@ def run_request(
         asked.max_waves,
         asked.until,
         asked.repair,
+        asked.job_run_id or None,
     )
 
 

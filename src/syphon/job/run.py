@@ -80,7 +80,9 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
         return _resume(ctx, request)
     with run_context(request.run_id):  # every record of the run carries its id
         repair = tuple(request.repair.describe()) if request.repair else ()
-        ledger = Ledger(ctx, request.run_id, request.started, request.source.name, repair)
+        ledger = Ledger(
+            ctx, request.run_id, request.started, request.source.name, repair, request.job_run_id
+        )
         try:
             discovered = discover(ctx, request)
             ledger.add(discovered)
@@ -112,7 +114,9 @@ def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
         started = min(r.started_at for r in mine)
         # the repair its plan recorded, judged again: the replay computes it anew
         repair = next((r.repair for r in mine if r.status == Status.PLANNED), ())
-        ledger = Ledger(ctx, request.run_id, started, request.source.name, repair)
+        ledger = Ledger(
+            ctx, request.run_id, started, request.source.name, repair, request.job_run_id
+        )
         try:
             request = replace(request, repair=Repair.from_described(list(repair)))
             return _leased_run(ctx, request, ledger, _take_up)

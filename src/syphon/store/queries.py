@@ -34,12 +34,16 @@ def _typed(column: str) -> str:
     return next(f.type for f in AUDIT if f.name == column)
 
 
-def plan_audit_rows(planned: DataFrame, run_id: str, recorded_at: datetime) -> DataFrame:
-    """The audit rows (:data:`syphon.core.schema.AUDIT`) of a planned snapshot."""
+def plan_audit_rows(
+    planned: DataFrame, run_id: str, recorded_at: datetime, job_run_id: str | None = None
+) -> DataFrame:
+    """The audit rows (:data:`syphon.core.schema.AUDIT`) of a planned snapshot (of the
+    platform's job run ``job_run_id``, None: none)."""
     from pyspark.sql import functions as F
 
     run = {
         "run_id": F.lit(run_id),
+        "job_run_id": F.lit(job_run_id).cast("string"),
         "stage": F.lit(Stage.PLAN),
         "recorded_at": F.lit(recorded_at).cast("timestamp"),
         "outcome": F.lit(Outcome.PLANNED),
@@ -77,9 +81,13 @@ def outcome_audit_rows(
         "stage": F.lit(stage),
         "recorded_at": F.lit(recorded_at).cast("timestamp"),
     }
+    # a plan row of a table older than a column: null (a resumed run reads it back)
+    have = set(joined.columns)
     return joined.select(
         *[
-            (run[c] if c in run else F.col(c)).cast(cast_type(_typed(c))).alias(c)
+            (run[c] if c in run else F.col(c) if c in have else F.lit(None))
+            .cast(cast_type(_typed(c)))
+            .alias(c)
             for c in names(AUDIT)
         ]
     )
