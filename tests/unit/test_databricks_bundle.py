@@ -20,11 +20,15 @@ def bundle() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "databricks.yml").read_text(encoding="utf-8"))
 
 
-def job_files() -> list[Path]:
+def included() -> list[Path]:
     files = []
     for pattern in bundle()["include"]:
         files.extend(sorted(ROOT.glob(pattern)))
     return files
+
+
+def job_files() -> list[Path]:
+    return [p for p in included() if p.name.endswith(".job.yml")]
 
 
 def jobs() -> dict[str, dict[str, Any]]:
@@ -39,9 +43,10 @@ def test_the_bundle_has_dev_and_prod_and_includes_the_job() -> None:
     assert b["bundle"]["name"] == "syphon"
     assert set(b["targets"]) == {"dev", "prod"}
     assert b["targets"]["prod"]["mode"] == "production"
-    assert [p.relative_to(ROOT).as_posix() for p in job_files()] == [
+    assert [p.relative_to(ROOT).as_posix() for p in included()] == [
         "jobs/syphon.job.yml",
         "jobs/syphon_serverless.job.yml",
+        "jobs/syphon.dashboard.yml",
     ]
 
 
