@@ -15,15 +15,33 @@ def _layout() -> str:
     return text[start : text.index("\n## ", start + 1)]
 
 
-def test_the_layout_names_every_module_of_every_layer() -> None:
+def _entry(layout: str, package: str) -> str:
+    """The Layout's entry of ``package`` (``- `job/` — …``), up to the next entry."""
+    start = layout.index(f"`{package}/`")
+    ends = [m.start() for m in re.finditer(r"\n\s*- `", layout) if m.start() > start]
+    return layout[start : min(ends, default=len(layout))]
+
+
+def test_the_layout_names_every_module_of_every_layer_in_its_own_packages_entry() -> None:
     layout = _layout()
-    named = set(re.findall(r"`([a-z_0-9]+)(?:\.py)?`", layout))
-    missing = sorted(
-        f"{module.parent.name}/{module.stem}"
-        for module in (ROOT / "src" / "syphon").glob("*/*.py")
-        if module.stem != "__init__" and module.stem not in named
-    )
+    missing = []
+    for package in sorted(p for p in (ROOT / "src" / "syphon").iterdir() if p.is_dir()):
+        if package.name.startswith("__"):
+            continue
+        named = set(re.findall(r"`([a-z_0-9]+)(?:\.py)?`", _entry(layout, package.name)))
+        missing += [
+            f"{package.name}/{module.stem}"
+            for module in sorted(package.glob("*.py"))
+            if module.stem != "__init__" and module.stem not in named
+        ]
     assert missing == []
+
+
+def test_a_module_named_in_another_packages_entry_only_is_found_missing() -> None:
+    layout = "- `a/` — `one`, `two`\n- `b/` — `three`\n"
+    assert "three" not in _entry(layout, "a")
+    assert "one" in _entry(layout, "a")
+    assert _entry(layout, "b").startswith("`b/`")
 
 
 def test_the_layout_names_no_module_that_is_gone() -> None:

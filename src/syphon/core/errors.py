@@ -144,18 +144,6 @@ class SparkSetupError(SyphonError):
     exit_code = ExitCode.NO_SPARK
 
 
-class NamespaceUnreachableError(SyphonError):
-    """A namespace cannot be reached (DNS, network, firewall, a closed port)."""
-
-    exit_code = ExitCode.UNREACHABLE
-
-
-class CredentialsRefusedError(SyphonError):
-    """A namespace refused the credentials, or no Azure AD token could be had."""
-
-    exit_code = ExitCode.DENIED
-
-
 class AuditStoreError(SyphonError):
     """The audit location cannot be written or read."""
 

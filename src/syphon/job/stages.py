@@ -1,8 +1,10 @@
 """The stages of a run after its plan, each ``stage(ctx, request, inputs) -> result``.
 
-:mod:`syphon.job.run` calls them in the order that keeps messages safe and records the
-ledger's statuses between them; each stage answers what it produced with its own
-timings and operations (a :class:`~syphon.job.request.StageResult`):
+:mod:`syphon.job.run` calls the first three, and the run's
+:class:`~syphon.job.runner.WaveRunner` the last three for each wave, in the order that
+keeps messages safe, recording the ledger's statuses between them; each stage answers
+what it produced with its own timings and operations (a
+:class:`~syphon.job.request.StageResult`):
 
 - :func:`discover`: the source's queues, without Spark;
 - :func:`recover`: the outcomes an interrupted wave journaled, into the audit;

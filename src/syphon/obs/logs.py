@@ -48,10 +48,6 @@ def run_context(run_id: str) -> Iterator[None]:
         _run_id = previous
 
 
-def current_run_id() -> str | None:
-    return _run_id
-
-
 class _RecordFilter(logging.Filter):
     """Names the run in every record, and holds a library's record to the libraries'
     level when the library logged it on the root logger (py4j logs the connection it
