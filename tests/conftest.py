@@ -114,6 +114,9 @@ def pair(servicebus_emulator: Callable[..., Emulator]) -> Pair:
 SLOWEST_FIRST = (
     "tests/job/test_run.py",
     "tests/job/test_connect_runs.py",
+    "tests/job/test_crash_read_once.py",
+    "tests/job/test_unseen_keys.py",  # waits
+    "tests/job/test_cluster_read_once.py",
     "tests/job/test_catalog_audit.py",
     "tests/job/test_wave_runs.py",
     "tests/job/test_crash.py",
