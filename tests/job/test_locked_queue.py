@@ -187,3 +187,26 @@ def test_the_gap_check_finds_what_another_receiver_holds_and_peeks_an_empty_hole
                 assert held.take_unseen() == []  # reported once
             for m in first[1:3]:
                 other.abandon_message(m)
+
+
+def test_a_message_found_unseen_is_never_taken_by_a_later_read_even_before_its_key_is_held(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    """The read ahead of the next wave runs while this wave's keys are being held back:
+    a message this wave's gap check found locked, let go and received by that read, is
+    held there and not taken, or its key's later messages in this wave would go out
+    before it."""
+    sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=60)))
+    _send(sb, "q", [b"1", b"2", b"3"])
+    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+        with client.get_queue_receiver("q") as other:
+            first, second = other.receive_messages(max_message_count=2, max_wait_time=5)
+            other.abandon_message(first)
+            with HeldSource(_access(sb), ["q"], wait_seconds=0.1) as held:
+                got = [m for _, page in held.pages([QueueRange("q")]) for m in page]
+                assert [sequence_number(m) for m in got] == [1, 3]
+                assert sorted(held.unseen["q"]) == [2]
+                other.abandon_message(second)  # let go before the run held its key back
+                assert list(held.pages([QueueRange("q")])) == []
+                assert held.queue("q").held == [1, 2, 3]  # received, held, not taken
+                assert [q for q, _ in held.take_unseen()] == ["q"]

@@ -226,7 +226,7 @@ class HeldSource:
         number at most the highest it received there; a partitioned queue (read in one
         wave) numbers each partition apart, and its own are remembered one by one. A
         message the gap check found unseen, received once its holder let it go, is
-        held too and not taken: its key is held back for the rest of the run."""
+        held too and never taken: its key is held back for the rest of the run."""
         queue = self.queues[path]
         if path in self.short:  # it came up short: a later read would wait again
             return
@@ -281,17 +281,13 @@ class HeldSource:
                 self._took[path] = self._took.get(path, 0) + got
 
     def _was_unseen(self, path: str, seq: int) -> bool:
-        """Whether ``seq`` is a message the gap check found unseen and the run held back
-        its key for (now received: held, never taken). One whose key is not held back
-        yet (its holder let it go before the wave was planned) is taken after all."""
+        """Whether ``seq`` is a message the gap check found unseen (now received: held,
+        never taken). A read checks for gaps once it has received all it takes, so such a
+        message comes back in a later read, perhaps the read ahead of the next wave while
+        this one's keys are still being held back: taken there, its key's later messages
+        could go out in this wave before it."""
         with self._marks:
-            found = self.unseen.get(path, {})
-            if seq not in found:
-                return False
-            if (path, seq) in self._reported:
-                return True
-            del found[seq]
-            return False
+            return seq in self.unseen.get(path, {})
 
     def take_unseen(self) -> list[tuple[str, bytes]]:
         """(queue, encoded message) of the unseen messages found since the last call:

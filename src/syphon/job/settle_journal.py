@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -91,17 +90,10 @@ def _names(location: Location) -> list[str]:
     return [n for n in root.file_names("") if n.endswith(".json") and not n.startswith(".")]
 
 
-@dataclass(kw_only=True)
-class RecoveredSettles(StageResult):
-    """What the recovery of interrupted settles recorded: per run, the rows."""
-
-    runs: dict[str, int] = field(default_factory=dict)
-
-
-def recover_settles(ctx: RunContext, access: Access) -> RecoveredSettles:
+def recover_settles(ctx: RunContext, access: Access) -> StageResult:
     """Records the outcomes of what interrupted settles removed from the queues of
     ``access`` without recording it (see the module docstring). Run under the lease."""
-    result = RecoveredSettles()
+    result = StageResult()  # the peeks it made
     root = ctx.store.files.child(FOLDER)
     for name in _names(ctx.store.files):
         entry = json.loads(root.read_bytes(name))
@@ -122,7 +114,6 @@ def recover_settles(ctx: RunContext, access: Access) -> RecoveredSettles:
         if gone:
             _record(ctx, run_id, name, [(q, s, *todo[(q, s)]) for q, s in gone])
         close_settle_journal(ctx.store.files, name)
-        result.runs[run_id] = result.runs.get(run_id, 0) + len(gone)
         log.info(
             "the settle journal of interrupted run %s: %d removals recorded now, %d were "
             "recorded, %d are still in the backlog",
@@ -135,7 +126,7 @@ def recover_settles(ctx: RunContext, access: Access) -> RecoveredSettles:
 
 
 def _gone(
-    access: Access, todo: dict[tuple[str, int], Any], result: RecoveredSettles
+    access: Access, todo: dict[tuple[str, int], Any], result: StageResult
 ) -> list[tuple[str, int]]:
     """The places of ``todo`` no longer in their queues (their peeks counted)."""
     gone = []

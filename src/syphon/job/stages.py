@@ -344,7 +344,8 @@ def settle(
     timings = Timings()
     with timed(timings, "settle", "settle_passes"):
         progress.step("settle: completing and dead-lettering in the backlog queues")
-        actions = settle_actions(rows, sent)
+        # kept: the journal reads it here, a peeking read's settle tasks again
+        actions = keep(settle_actions(rows, sent))
         wanted = [tuple(r) for r in actions.select(*names(SETTLE_ACTION)).collect()]
         journal = open_settle_journal(
             ctx.store.files, request.run_id, removals(wanted, request.run_id)

@@ -44,8 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DRIVER, TASKS, AUTO = "driver", "tasks", "auto"
-assert (AUTO, DRIVER, TASKS) == SERVICE_IO_MODES
+AUTO, DRIVER, TASKS = SERVICE_IO_MODES
 #: The AMQP port of an endpoint that names none.
 AMQP_PORT = 5671
 #: How long a task's connection to an endpoint may take before it counts as refused (a
