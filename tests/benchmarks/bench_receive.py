@@ -5,7 +5,7 @@
 
 A read-once run (``run.read: once``) receives its source in the driver: one
 :class:`syphon.servicebus.locked.LockedQueue` per backlog queue, the queues side by side
-in threads of one Python process (:class:`syphon.job.held.HeldSource`), then hands the
+in threads of one Python process (:class:`syphon.job.once.ReadOnce`), then hands the
 bytes to Spark, whose tasks parse them. On loopback that read is slower than the peeks
 Spark's tasks make side by side (README, "Reading once"). This script measures, on the
 backlog of ``bench_run.py`` (10 queues, 1 KB bodies, both namespaces in a child process)
@@ -14,7 +14,7 @@ and each alternative on the same messages in one invocation:
 1. **receive only**, the queues' receives as syphon makes them (each queue asked for
    exactly what it holds, as a run that counted its queues does): ``threads-10``, every
    queue in a thread of this process; ``threads-N``, the queues taken N at a time in
-   this process (syphon reads 4 at a time: ``syphon.job.held._READ_THREADS``);
+   this process (syphon reads 4 at a time: ``syphon.job.once._READ_THREADS``);
    ``processes-N``, the queues split over N processes started for it, each receiving its
    share a thread a queue (a receiving process beside the driver; their CPU includes
    their start). Printed: the wall time of the receives, the CPU seconds of the
@@ -120,24 +120,24 @@ def handoff_row(spark: Any, ns: dict[str, Any], each: int, chunk: int | None) ->
     """One receive-and-hand-over alternative (in-process, warm): ``chunk`` None is
     syphon's one handoff."""
     from syphon.job.context import keep
-    from syphon.job.held import HeldSource
+    from syphon.job.once import ReadOnce
     from syphon.job.snapshot import QueueRange
 
     counts = dict.fromkeys(PATHS, each)
-    with HeldSource(access(ns), PATHS, counts) as held:
+    with ReadOnce(access(ns), PATHS, counts) as once:
         ranges = [QueueRange(p) for p in PATHS]
         clock = time.perf_counter()
         if chunk is None:
-            rows = keep(held.frame(spark, ranges)).count()
+            rows = keep(once.frame(spark, ranges)).count()
             name = "one handoff"
         else:
-            rows = overlapped(spark, held, ranges, chunk).count()
+            rows = overlapped(spark, once, ranges, chunk).count()
             name = f"overlapped-{chunk}"
         spent = time.perf_counter() - clock
     return f"  {name:16s} {rows} rows kept in {spent:5.2f} s (warm, in-process)"
 
 
-def overlapped(spark: Any, held: Any, ranges: list[Any], chunk: int) -> Any:
+def overlapped(spark: Any, once: Any, ranges: list[Any], chunk: int) -> Any:
     """The messages of ``ranges``, each ``chunk`` received handed to Spark and parsed
     (kept) in the background while the rest is received; their union."""
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -145,7 +145,7 @@ def overlapped(spark: Any, held: Any, ranges: list[Any], chunk: int) -> Any:
 
     from syphon.core.schema import SNAPSHOT, spark_schema
     from syphon.job.context import keep
-    from syphon.job.held import _Parse
+    from syphon.job.handoff import _Parse
 
     received = pa.schema([("backlog_queue", pa.string()), ("encoded", pa.binary())])
     schema = spark_schema(SNAPSHOT)
@@ -157,7 +157,7 @@ def overlapped(spark: Any, held: Any, ranges: list[Any], chunk: int) -> Any:
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         parts, queues, encoded = [], [], []
-        for queue, page in held.pages(ranges):
+        for queue, page in once.pages(ranges):
             queues += [queue] * len(page)
             encoded += page
             if len(encoded) >= chunk:

@@ -91,7 +91,7 @@ def test_a_lease_through_spark_expires_and_the_next_run_takes_it(
     # (that an acquire before the expiry loses: the race above and tests/unit/test_lease.py)
     successor = Lease(SparkLeaseLog(table, lambda: spark), "successor", timedelta(minutes=5))
     deadline = time.monotonic() + 30
-    while crashed.held() and time.monotonic() < deadline:
+    while crashed.ours() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert successor.acquire().holder == successor.holder
     with pytest.raises(LeaseLostError):

@@ -18,7 +18,7 @@ from azure.servicebus.exceptions import ServiceBusError
 from servicebus_emulator import QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from support.sdk_threads import keep_alive_threads
-from syphon.servicebus.raw import COMPLETED, lean, settle_by_lock_tokens
+from syphon.servicebus.raw import COMPLETED, lean, settle_tokens
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_links_open_without_sleeping_between_polls(
             sender.send_messages(ServiceBusMessage(b"lean"))
         with lean(client.get_queue_receiver("q")) as receiver:
             got = receiver.receive_messages(5, max_wait_time=2)
-            settle_by_lock_tokens(receiver, got, COMPLETED)
+            settle_tokens(receiver, [m.lock_token for m in got], COMPLETED)
     assert sleeps == []
     assert sorted(b"".join(m.body) for m in got) == [b"lean", b"plain"]
     assert sb.broker.entity("q").messages == {}
@@ -72,7 +72,7 @@ def test_a_receiver_without_prefetch_starts_no_keep_alive_and_locks_only_what_it
             second = receiver.receive_messages(2, max_wait_time=2)
             assert keep_alive_threads() - before == set()
             locked = {m.seq for m in sb.broker.entity("q").messages.values() if m.lock_token}
-            settle_by_lock_tokens(receiver, first + second, COMPLETED)
+            settle_tokens(receiver, [m.lock_token for m in first + second], COMPLETED)
     assert [b"".join(m.body) for m in first + second] == [b"m0", b"m1", b"m2", b"m3"]
     assert locked == {int(m.sequence_number or 0) for m in first + second}
     # the two not received are neither locked nor taken (the first four are gone)

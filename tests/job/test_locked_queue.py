@@ -13,7 +13,7 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from servicebus_emulator import ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.core.peeked import sequence_number, snapshot_row
-from syphon.job.held import HeldSource
+from syphon.job.once import ReadOnce
 from syphon.job.snapshot import QueueRange
 from syphon.servicebus.access import Access
 from syphon.servicebus.locked import COMPLETE, DEAD_LETTER, LockedQueue
@@ -37,7 +37,7 @@ def _send(sb: object, queue: str, bodies: list[bytes]) -> None:
                 )
 
 
-def test_a_receive_keeps_the_bytes_a_peek_answers_and_holds_each_message_locked(
+def test_a_receive_keeps_the_bytes_a_peek_answers_and_each_message_locked(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     # one message larger than the SDK's largest frame (1 MB): it comes in several frames
@@ -54,17 +54,17 @@ def test_a_receive_keeps_the_bytes_a_peek_answers_and_holds_each_message_locked(
         rows = [snapshot_row(e, "q") for e in got]
         assert [_sans_lock(r) for r in rows] == [_sans_lock(r) for r in peeked]
         assert bodies[1] in got[1]
-        assert locked.held == [sequence_number(e) for e in got]
+        assert locked.locked == [sequence_number(e) for e in got]
         assert locked.lock_seconds is not None
         assert 0 < locked.lock_seconds <= 60
         stored = sb.broker.entity("q").messages.values()
         assert all(m.lock_token is not None for m in stored)
-        # a second receive of the queue gets nothing: what is held is invisible
+        # a second receive of the queue gets nothing: what is locked is invisible
         assert locked.receive(10, 0.3) == []
         assert locked.received == 3
 
 
-def test_held_messages_are_settled_by_token_a_page_in_one_request(
+def test_locked_messages_are_settled_by_token_a_page_in_one_request(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     sb = servicebus_emulator(QueueSpec("q"))
@@ -73,7 +73,7 @@ def test_held_messages_are_settled_by_token_a_page_in_one_request(
         seqs = [sequence_number(e) for e in locked.receive(4, 1.0)]
         locked.settle(seqs[:2], COMPLETE)
         locked.settle([seqs[2]], DEAD_LETTER, "bad", "why")
-        assert locked.held == [seqs[3]]
+        assert locked.locked == [seqs[3]]
         assert locked.requests == 2
     # the fourth was given back on leaving: available again, once more delivered
     q = sb.broker.entity("q")
@@ -93,11 +93,11 @@ def test_a_renewal_keeps_the_locks_past_their_duration_and_a_lapsed_one_is_lost(
         seqs = [sequence_number(e) for e in locked.receive(2, 1.0)]
         sb.advance(8)
         assert locked.renew() == []
-        sb.advance(8)  # 16 s after the receive: held only thanks to the renewal
+        sb.advance(8)  # 16 s after the receive: locked only thanks to the renewal
         locked.settle([seqs[0]], COMPLETE)
         sb.advance(11)  # past the renewed lock
         assert locked.renew() == [seqs[1]]
-        assert locked.held == []
+        assert locked.locked == []
         assert locked.lost == {seqs[1]}
         # a settle of a lapsed lock settles nothing and says so, whatever thread asks
         assert locked.settle([seqs[1]], COMPLETE) == [seqs[1]]
@@ -121,16 +121,16 @@ def test_a_read_waits_on_a_busy_queue_that_still_holds_what_the_run_counted(
     sb.broker.set_fault("q", busy=True)
     # the throttling ends after a while: later than the first receive gives up waiting
     threading.Timer(0.5, sb.broker.clear_faults).start()
-    with HeldSource(_access(sb), ["q"], counts={"q": 3}, wait_seconds=0.1) as held:
-        got = [body for _, page in held.pages([QueueRange("q")]) for body in page]
+    with ReadOnce(_access(sb), ["q"], counts={"q": 3}, wait_seconds=0.1) as once:
+        got = [body for _, page in once.pages([QueueRange("q")]) for body in page]
         assert len(got) == 3
-        assert held.received == 3
-    with HeldSource(_access(sb), ["q"], wait_seconds=0.1) as held:
+        assert once.received == 3
+    with ReadOnce(_access(sb), ["q"], wait_seconds=0.1) as once:
         sb.broker.set_fault("q", busy=True)  # unknown count: the empty receive ends it
         # the gap check's peek of the queue's tail, retried by the SDK, goes through
         # once the throttling ends
         threading.Timer(0.3, sb.broker.clear_faults).start()
-        assert list(held.pages([QueueRange("q")])) == []
+        assert list(once.pages([QueueRange("q")])) == []
 
 
 def test_a_lock_the_renewal_found_lapsed_is_settled_as_lock_lost_whichever_comes_first(
@@ -139,26 +139,24 @@ def test_a_lock_the_renewal_found_lapsed_is_settled_as_lock_lost_whichever_comes
     """The renewal drops a lapsed lock from what the queue holds a moment before the
     settle comes to it (they run on two threads): the settle row says ``lock_lost``,
     never ``not_received`` (the run did receive it) or a ``KeyError`` of the lookup."""
-    from syphon.job.settle_held import settle_held
-
     clock = ManualClock()
     sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=10)), clock=clock)
     _send(sb, "q", [b"a", b"b", b"c"])
-    with HeldSource(_access(sb), ["q"], counts={"q": 3}, wait_seconds=0.1) as held:
-        got = [m for _, page in held.pages([QueueRange("q")]) for m in page]
+    with ReadOnce(_access(sb), ["q"], counts={"q": 3}, wait_seconds=0.1) as once:
+        got = [m for _, page in once.pages([QueueRange("q")]) for m in page]
         seqs = [sequence_number(m) for m in got]
         sb.advance(11)
         # the renewal thread's work, as the queue does it: the locks are found lost and
         # dropped, before the renewal's caller learns of it
-        assert held.queue("q").renew() == seqs
-        rows = settle_held(held, [("q", s, "complete", None, "replay") for s in seqs], "r")
+        assert once.queue("q").renew() == seqs
+        rows = once.settle([("q", s, "complete", None, "replay") for s in seqs], "r")
     assert sorted((r["sequence_number"], r["outcome"], r["detail"]) for r in rows) == [
         (s, "left", "lock_lost") for s in seqs
     ]
-    assert held.lost == {"q": 3}
+    assert once.lost == {"q": 3}
 
 
-def test_the_gap_check_finds_what_another_receiver_holds_and_peeks_an_empty_hole_once(
+def test_the_gap_check_finds_what_another_receiver_locks_and_peeks_an_empty_hole_once(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     """Another receiver holds the second and third of six messages; the fifth was
@@ -174,27 +172,27 @@ def test_the_gap_check_finds_what_another_receiver_holds_and_peeks_an_empty_hole
             other.abandon_message(first[0])
             other.abandon_message(first[3])
             other.complete_message(first[4])  # the fifth is gone
-            held_by_other = [first[1].sequence_number, first[2].sequence_number]
-            with HeldSource(_access(sb), ["q"], wait_seconds=0.1) as held:
-                got = [m for _, page in held.pages([QueueRange("q")]) for m in page]
+            locked_by_other = [first[1].sequence_number, first[2].sequence_number]
+            with ReadOnce(_access(sb), ["q"], wait_seconds=0.1) as once:
+                got = [m for _, page in once.pages([QueueRange("q")]) for m in page]
                 assert [sequence_number(m) for m in got] == [1, 4, 6]
-                assert sorted(held.unseen["q"]) == held_by_other == [2, 3]
+                assert sorted(once.gaps.unseen["q"]) == locked_by_other == [2, 3]
                 # hole 2..3: a peek of one (2), then of two (3, and 4 ends it); hole 5:
                 # one (6); the tail after 6: nothing
                 assert sb.broker.messages_peeked["q"] == 1 + 2 + 1
-                assert held.peeked == 4
-                assert [q for q, _ in held.take_unseen()] == ["q", "q"]
-                assert held.take_unseen() == []  # reported once
+                assert once.peeked == 4
+                assert [q for q, _ in once.gaps.take_new()] == ["q", "q"]
+                assert once.gaps.take_new() == []  # reported once
             for m in first[1:3]:
                 other.abandon_message(m)
 
 
-def test_a_message_found_unseen_is_never_taken_by_a_later_read_even_before_its_key_is_held(
+def test_a_message_found_unseen_is_never_taken_by_a_later_read_before_its_key_is_held_back(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
     """The read ahead of the next wave runs while this wave's keys are being held back:
     a message this wave's gap check found locked, let go and received by that read, is
-    held there and not taken, or its key's later messages in this wave would go out
+    kept locked there and not taken, or its key's later messages in this wave would go out
     before it."""
     sb = servicebus_emulator(QueueSpec("q", lock_duration=timedelta(seconds=60)))
     _send(sb, "q", [b"1", b"2", b"3"])
@@ -202,11 +200,11 @@ def test_a_message_found_unseen_is_never_taken_by_a_later_read_even_before_its_k
         with client.get_queue_receiver("q") as other:
             first, second = other.receive_messages(max_message_count=2, max_wait_time=5)
             other.abandon_message(first)
-            with HeldSource(_access(sb), ["q"], wait_seconds=0.1) as held:
-                got = [m for _, page in held.pages([QueueRange("q")]) for m in page]
+            with ReadOnce(_access(sb), ["q"], wait_seconds=0.1) as once:
+                got = [m for _, page in once.pages([QueueRange("q")]) for m in page]
                 assert [sequence_number(m) for m in got] == [1, 3]
-                assert sorted(held.unseen["q"]) == [2]
+                assert sorted(once.gaps.unseen["q"]) == [2]
                 other.abandon_message(second)  # let go before the run held its key back
-                assert list(held.pages([QueueRange("q")])) == []
-                assert held.queue("q").held == [1, 2, 3]  # received, held, not taken
-                assert [q for q, _ in held.take_unseen()] == ["q"]
+                assert list(once.pages([QueueRange("q")])) == []
+                assert once.queue("q").locked == [1, 2, 3]  # received, locked, not taken
+                assert [q for q, _ in once.gaps.take_new()] == ["q"]

@@ -184,7 +184,7 @@ def test_locks_that_lapse_while_a_destination_stalls_lose_nothing_and_send_nothi
     from support.crash_scenario import locked
     from support.waiting import wait_until
     from syphon.job import runner
-    from syphon.job.held import HeldSource
+    from syphon.servicebus.renewal import Renewal
 
     for q in range(QUEUES):
         entity = pair.secondary.broker.entity(queue(q))
@@ -192,9 +192,9 @@ def test_locks_that_lapse_while_a_destination_stalls_lose_nothing_and_send_nothi
     stalled, first = threading.Event(), threading.Event()
     stalled.set()
     first.set()
-    renew, settle = HeldSource._renew_once, runner.settle
+    renew, settle = Renewal.renew_once, runner.settle
 
-    def renew_unless_stalled(self: HeldSource) -> None:
+    def renew_unless_stalled(self: Renewal) -> None:
         if not stalled.is_set():
             renew(self)
 
@@ -205,7 +205,7 @@ def test_locks_that_lapse_while_a_destination_stalls_lose_nothing_and_send_nothi
             pair.primary.broker.clear_faults()
         return settle(*args, **kwargs)
 
-    monkeypatch.setattr(HeldSource, "_renew_once", renew_unless_stalled)
+    monkeypatch.setattr(Renewal, "renew_once", renew_unless_stalled)
     monkeypatch.setattr(runner, "settle", settle_once_the_locks_lapsed)
     keys = park_spread(pair, "l", 18)  # three waves: the third is read after the lapse
     config = once_config(pair, tmp_path, monkeypatch)
@@ -220,7 +220,7 @@ def test_locks_that_lapse_while_a_destination_stalls_lose_nothing_and_send_nothi
     assert received > 18  # some came back after their lock lapsed
     assert runs[0].operations.snapshot_messages_received == received
     # the partial line says that locks lapsed and why, and its fix fits that case
-    assert "locks lapsed while the run held them" in (runs[0].detail or ""), runs[0].detail
+    assert "locks lapsed while the run kept them" in (runs[0].detail or ""), runs[0].detail
     assert "could not renew them in time" in (runs[0].detail or "")
     assert runs[0].fix is not None
     assert "lock duration" in runs[0].fix, runs[0].fix
@@ -253,7 +253,7 @@ def test_a_queue_whose_messages_another_receiver_holds_leaves_the_run_partial_na
 
     short_locks(pair)
     # a receive that comes back empty waits once more, briefly (not 2 + 4 + 8 s)
-    monkeypatch.setattr("syphon.job.held._SHORT_PAGE_WAITS", (0.3,))
+    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (0.3,))
     for q, ids in ((0, ["held-1", "held-2"]), (1, ["free-1", "free-2"])):
         messages = [ServiceBusMessage(m.encode(), message_id=m) for m in ids]
         send_raw(pair, q, [to_backlog_message(m, "orders") for m in messages])

@@ -144,29 +144,29 @@ def test_a_secondary_that_goes_down_while_settling_fails_the_run_and_the_next_ru
     """Peeked, the settle receives again (and fails); read once, the settle's requests by
     the read's locks fail. Either way the run fails naming the secondary, nothing is
     settled, and the next run completes the sent messages as duplicates."""
-    import syphon.job.stages
+    import syphon.job.reading
 
     messages = [ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}") for i in range(4)]
     send_raw(pair, 2, [to_backlog_message(m, "orders") for m in messages])
     config = job_config(pair, tmp_path, monkeypatch, extra=f"run:\n  read: {read}\n")
     short_locks(pair)  # what the failed run held lapses before the next run
-    name = "settle_queues" if read == "peek" else "settle_held"
-    settling = getattr(syphon.job.stages, name)
+    reading = syphon.job.reading.Peeking if read == "peek" else syphon.job.reading.Receiving
+    settling = reading.settle
 
-    def settle_with_the_secondary_down(*args: Any, **kwargs: Any) -> Any:
+    def settle_with_the_secondary_down(self: Any, *args: Any, **kwargs: Any) -> Any:
         pair.secondary.make_namespace_unavailable()
         # the open connections (the read's, read once) are dropped at its next tick
         wait_until(lambda: not pair.secondary.handler.drop_requested, what="the drop")
-        return settling(*args, **kwargs)
+        return settling(self, *args, **kwargs)
 
-    monkeypatch.setattr(f"syphon.job.stages.{name}", settle_with_the_secondary_down)
+    monkeypatch.setattr(reading, "settle", settle_with_the_secondary_down)
     first = run_job(config, spark)
     assert (first.status, first.detail) == ("failed", "namespace_fault: secondary"), first
     assert sorted(str(m.message_id) for m in stored(pair, "orders")) == [f"s-{i}" for i in range(4)]
     backlog = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/2").messages
     assert len(backlog) == 4  # sent, but nothing settled
 
-    monkeypatch.setattr(f"syphon.job.stages.{name}", settling)
+    monkeypatch.setattr(reading, "settle", settling)
     pair.secondary.clear_faults()
     wait_for_the_killed_runs_locks(pair)
     second = run_job(config, spark)
@@ -229,7 +229,7 @@ def test_a_run_that_loses_its_lease_settles_nothing_and_the_next_run_finishes(
     assert {r["stage"] for r in mine} == {"plan", "replay"}
     # the loser's release at its end left the new holder's lease alone
     (other,) = taken
-    assert other.held()
+    assert other.ours()
 
     # the holder ends; the next run settles what was sent and sends nothing again
     other.release()

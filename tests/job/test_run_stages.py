@@ -33,7 +33,7 @@ def no_spark_context(pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def other_holder(ctx: RunContext) -> Lease:
     other = ctx.store.lease("other-run", timedelta(minutes=5))
-    assert other.acquire().held_by(other.holder, datetime.now(timezone.utc))
+    assert other.acquire().belongs_to(other.holder, datetime.now(timezone.utc))
     return other
 
 
@@ -68,7 +68,7 @@ def test_a_run_that_finds_the_lease_held_is_busy_and_leaves_the_lease_and_backlo
     assert result.detail is not None
     assert other.holder in result.detail
     assert statuses(ctx, "busy-run") == [Status.BUSY]
-    assert other.held()  # a busy run does not touch the holder's lease
+    assert other.ours()  # a busy run does not touch the holder's lease
     queue = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0")
     assert sorted(str(m.message_id) for m in queue.messages.values()) == sorted(parked)
 
@@ -109,7 +109,7 @@ def test_resume_finds_the_lease_held_and_is_busy_keeping_the_first_start(
 
     result = run(ctx, run_request(ctx, "planned-run", resume=True))
     assert result.status == Status.BUSY
-    assert other.held()
+    assert other.ours()
     (busy,) = [r for r in ctx.store.runs() if r.status == Status.BUSY]
     assert busy.started_at == first  # a resumed run is the run it resumes
 
@@ -170,7 +170,6 @@ def _finish(
         unknown=set(unknown),
         sent=[replayed],
         settled=[settled],
-        waves=1,
         **more,
     )
     return finish_run(ledger, drained)
@@ -252,7 +251,6 @@ def test_a_run_stopped_at_a_waves_end_is_partial_and_says_what_it_held_back(
     drained = Drained(
         sent=[sent, sent],
         settled=[completed, completed],
-        waves=2,
         broken={
             ("contoso", "orders", "k1"): Detail.EARLIER_BATCH_FAILED,
             ("contoso", "orders", "k2"): Detail.EARLIER_BATCH_FAILED,

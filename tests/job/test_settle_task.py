@@ -20,6 +20,7 @@ from support.quick_client import QuickClient
 from syphon.core.schema import Detail, Outcome
 from syphon.job.settle import _SettleTask
 from syphon.job.settle_actions import COMPLETE, DEAD_LETTER, LEAVE
+from syphon.job.settling import LOCK_LOST
 from syphon.servicebus.access import Access
 
 QUEUE = "contoso-primary/x-servicebus-transfer/0"
@@ -263,14 +264,15 @@ def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_
     pass goes on, asking for only what it still has to settle, and settles it; the
     message after the plan was received once, by the page that went beyond."""
     from syphon.job import settle
-    from syphon.servicebus import settlement
+    from syphon.servicebus import locked as queue_locks
 
     monkeypatch.setattr(settle, "RECEIVE_PAGE", 3)
     sb = servicebus_emulator(QueueSpec(QUEUE))
     ids = [f"m{i}" for i in range(12)]
     seq = park(sb, ids)
     planned = ids[:5]
-    real = settlement.settle_by_lock_tokens
+    real = queue_locks.settle_tokens
+    completions: list[int] = []
     with (
         QuickClient.from_connection_string(sb.connection_string) as client,
         client.get_queue_receiver(QUEUE) as other,
@@ -281,12 +283,14 @@ def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_
         (locked,) = taken[3:]  # the other consumer holds m3 only
         assert str(locked.message_id) == "m3"
 
-        def given_back_meanwhile(receiver: Any, messages: Any, status: str, *args: Any) -> None:
-            real(receiver, messages, status, *args)
-            if any(str(m.message_id) == "m4" for m in messages):
-                other.abandon_message(locked)
+        def given_back_meanwhile(receiver: Any, tokens: Any, status: str, *args: Any) -> None:
+            real(receiver, tokens, status, *args)
+            if status == "completed":
+                completions.append(len(tokens))
+                if len(completions) == 2:  # the second page's: m4
+                    other.abandon_message(locked)
 
-        monkeypatch.setattr(settlement, "settle_by_lock_tokens", given_back_meanwhile)
+        monkeypatch.setattr(queue_locks, "settle_tokens", given_back_meanwhile)
         todo = actions([(seq[m], COMPLETE, None, "replay") for m in planned])
         out = by_seq(settle_task(secondary_access(sb), "run-9")(todo))
     assert {m: (out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in planned} == dict.fromkeys(
@@ -381,18 +385,18 @@ def test_a_page_is_settled_in_one_request_per_outcome(
 def lapse_before_settling(monkeypatch: pytest.MonkeyPatch, sb: Emulator, seconds: float) -> None:
     """The page's locks lapse between its receive and its settlement (a pass that
     outlives its locks): the namespace's clock moves on before the page is settled."""
-    import syphon.servicebus.settlement as settle
+    import syphon.servicebus.locked as queue_locks
 
-    real = settle.settle_by_lock_tokens
+    real = queue_locks.settle_tokens
     lapsed: list[bool] = []
 
-    def late(receiver: Any, messages: Any, status: str, *args: Any) -> None:
+    def late(receiver: Any, tokens: Any, status: str, *args: Any) -> None:
         if status != "abandoned" and not lapsed:
             sb.advance(seconds)
             lapsed.append(True)
-        real(receiver, messages, status, *args)
+        real(receiver, tokens, status, *args)
 
-    monkeypatch.setattr(settle, "settle_by_lock_tokens", late)
+    monkeypatch.setattr(queue_locks, "settle_tokens", late)
 
 
 def test_a_lapsed_lock_leaves_its_message_and_the_pass_goes_on(
@@ -409,7 +413,7 @@ def test_a_lapsed_lock_leaves_its_message_and_the_pass_goes_on(
         row = out[seq[late]]
         assert (row["outcome"], row["detail"], row["received"]) == (
             Outcome.LEFT,
-            f"{Detail.SETTLE_FAILED}MessageLockLostError",
+            LOCK_LOST,
             1,
         )
     assert sum(r["requests"] for r in out.values()) == 4  # the page's, then one each
@@ -424,25 +428,26 @@ def test_a_request_that_failed_after_settling_some_is_found_out_message_by_messa
     here the second was completed just before, so the request completes the first, then
     fails. One by one, the first and the second are found gone (completed), the third is
     completed: all three recorded completed, as they are."""
-    import syphon.servicebus.settlement as settle
+    import syphon.servicebus.locked as queue_locks
 
     sb = servicebus_emulator(QueueSpec(QUEUE))
     seq = park(sb, ["first", "second", "third"])
     todo = actions([(seq[m], COMPLETE, None, "replay") for m in ("first", "second", "third")])
-    real = settle.settle_by_lock_tokens
+    real = queue_locks.settle_tokens
 
-    def second_settled_before(receiver: Any, messages: Any, status: str, *args: Any) -> None:
-        receiver.complete_message(messages[1])
-        messages[1]._settled = False  # as if another path had settled it
-        real(receiver, messages, status, *args)
+    def second_settled_before(receiver: Any, tokens: Any, status: str, *args: Any) -> None:
+        if len(tokens) > 1:  # the page's request: another path settled its second
+            real(receiver, [tokens[1]], status)
+        real(receiver, tokens, status, *args)
 
-    monkeypatch.setattr(settle, "settle_by_lock_tokens", second_settled_before)
+    monkeypatch.setattr(queue_locks, "settle_tokens", second_settled_before)
     out = by_seq(settle_task(secondary_access(sb), "run-7")(todo))
     assert [
         (out[seq[m]]["outcome"], out[seq[m]]["detail"]) for m in ("first", "second", "third")
     ] == [(Outcome.COMPLETED, None)] * 3
     assert not sb.broker.entity(QUEUE).messages
-    assert sb.broker.disposition_requests[0] == (QUEUE, "completed", 3)  # the page's
+    # the other path's request for the second, then the page's
+    assert sb.broker.disposition_requests[:2] == [(QUEUE, "completed", 1), (QUEUE, "completed", 3)]
 
 
 def test_a_tasks_queues_are_settled_side_by_side_each_with_its_own_results(
@@ -450,7 +455,7 @@ def test_a_tasks_queues_are_settled_side_by_side_each_with_its_own_results(
 ) -> None:
     import threading
 
-    import syphon.servicebus.settlement as settle
+    import syphon.servicebus.locked as queue_locks
 
     other = "contoso-primary/x-servicebus-transfer/1"
     sb = servicebus_emulator(QueueSpec(QUEUE), QueueSpec(other))
@@ -461,16 +466,16 @@ def test_a_tasks_queues_are_settled_side_by_side_each_with_its_own_results(
     # each queue's first settlement waits until the other queue's has begun too: the
     # task settles only if its queues' passes run at the same time
     both = threading.Barrier(2, timeout=20)
-    real = settle.settle_by_lock_tokens
+    real = queue_locks.settle_tokens
     met: list[str] = []
 
-    def together(receiver: Any, messages: Any, status: str, *args: Any) -> None:
+    def together(receiver: Any, tokens: Any, status: str, *args: Any) -> None:
         if status == "completed":
             both.wait()
-            met.append(str(messages[0].message_id))
-        real(receiver, messages, status, *args)
+            met.append(str(receiver._entity_name))
+        real(receiver, tokens, status, *args)
 
-    monkeypatch.setattr(settle, "settle_by_lock_tokens", together)
+    monkeypatch.setattr(queue_locks, "settle_tokens", together)
     frame = pd.concat(
         [
             actions([(seq["a1"], COMPLETE, None, "replay"), (seq["a2"], LEAVE, None, "replay")]),
@@ -482,7 +487,7 @@ def test_a_tasks_queues_are_settled_side_by_side_each_with_its_own_results(
     out = {
         (r["backlog_queue"], int(r["sequence_number"])): (r["outcome"], r["detail"]) for r in rows
     }
-    assert sorted(met) == ["a1", "b1"]
+    assert sorted(met) == sorted([QUEUE, other])
     assert out == {
         (QUEUE, seq["a1"]): (Outcome.COMPLETED, None),
         (QUEUE, seq["a2"]): (Outcome.LEFT, None),

@@ -74,7 +74,7 @@ def test_keys_whose_messages_another_receiver_holds_wait_and_a_later_run_sends_t
     keys = park_spread(pair, "x", MESSAGES)
     lock_for(pair, 120)  # the explorer's locks outlast the run
     # a receive that comes back empty waits once more, briefly (not 2 + 4 + 8 s)
-    monkeypatch.setattr("syphon.job.held._SHORT_PAGE_WAITS", (0.3,))
+    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (0.3,))
     config = job_config(
         pair, tmp_path, monkeypatch, extra="run:\n  wave_messages: 6\n  read: once\n"
     )

@@ -51,7 +51,7 @@ def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message
     keys = park_spread(pair, "w", MESSAGES)
     # peeked (read once: tests/job/test_read_once_runs.py); 2 messages a queue and wave
     config = waves_config(pair, tmp_path, monkeypatch, read="peek")
-    with caplog.at_level(logging.INFO, logger="syphon.job.run"):
+    with caplog.at_level(logging.INFO, logger="syphon.job.runner"):
         result = run_job(config, spark, "waves")
     assert result.status == Status.DONE, result
     assert arrived(pair) == keys  # every key in order, every message once

@@ -7,16 +7,18 @@ or locks nothing."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from support.paired_env import PRIMARY, Pair, backlog_state, secondary_access
+from support.paired_env import PRIMARY, Pair, backlog_state, context, job_config
 from support.quick_client import QuickClient
-from syphon.job.held import HeldSource
 from syphon.job.reading import Peeking, Receiving
+from syphon.job.request import run_request
 from syphon.servicebus.backlog_messages import to_backlog_message
+from syphon.servicebus.discovery import DiscoveredQueue
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -42,20 +44,24 @@ def fill_in_turn(pair: Pair, queues: int, messages: int) -> list[str]:
 
 
 @pytest.mark.parametrize("read", ["peek", "once"])
-def test_waves_take_each_message_once_and_in_time_order(pair: Pair, spark: Any, read: str) -> None:
-    """Peeked, or received once under lock and held (then nothing is peeked, each
-    message is received once, and what is held is invisible to the next wave's
+def test_waves_take_each_message_once_and_in_time_order(
+    pair: Pair, spark: Any, read: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Peeked, or received once under lock and kept locked (then nothing is peeked, each
+    message is received once, and what is locked is invisible to the next wave's
     receives)."""
     ids = fill_in_turn(pair, queues=3, messages=31)
     paths = [queue(q) for q in range(3)]
     before = backlog_state(pair)
-    access = secondary_access(pair.secondary)
+    ctx = context(job_config(pair, tmp_path, monkeypatch), spark)
+    request = run_request(ctx)
     if read == "peek":
-        waves, peeked = _read_all(Peeking(spark, access), paths)
+        waves, peeked = _read_all(Peeking(ctx, request), paths)
     else:
-        with HeldSource(access, paths) as held:
-            waves, peeked = _read_all(Receiving(spark, held), paths)
-            assert held.received == len(ids)
+        queues = [DiscoveredQueue(PRIMARY, q, p, None, False) for q, p in enumerate(paths)]
+        with Receiving(ctx, request, queues) as reading:
+            waves, peeked = _read_all(reading, paths)
+            assert reading.once.received == len(ids)
             locked = [m for p in paths for m in pair.secondary.broker.entity(p).messages.values()]
             assert all(m.lock_token is not None for m in locked)
 
@@ -68,7 +74,7 @@ def test_waves_take_each_message_once_and_in_time_order(pair: Pair, spark: Any, 
     # a message sent before another is never taken by a later wave
     wave_of = {r["message_id"]: k for k, rows in enumerate(waves) for r in rows}
     assert [wave_of[m] for m in ids] == sorted(wave_of[m] for m in ids)
-    assert backlog_state(pair) == before  # nothing removed (what was held is given back)
+    assert backlog_state(pair) == before  # nothing removed (what was locked is given back)
     # what a wave read beyond its watermark the next took as read: each message read
     # once (a credit each), as the secondary counts them
     assert peeked == len(ids)
@@ -89,7 +95,7 @@ def _read_all(reading: Any, paths: list[str]) -> tuple[list[list[Any]], int]:
     peeked = 0
     while True:
         wave, carried = read_wave(reading, paths, cursors, limit=4, carried=carried)
-        peeked += wave.peeked
+        peeked += wave.handed_out
         rows = wave.rows.select("message_id", "backlog_queue", "enqueued_time").collect()
         per_queue = {p: sum(r["backlog_queue"] == p for r in rows) for p in paths}
         assert max(per_queue.values()) <= wave.limit
@@ -105,7 +111,7 @@ def _read_all(reading: Any, paths: list[str]) -> tuple[list[list[Any]], int]:
 
 
 def test_a_burst_in_one_millisecond_doubles_the_limit_rather_than_stall(
-    pair: Pair, spark: Any
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Five messages sent in one batch share their enqueue time: a limit of two cannot
     cut before them and after another queue's earlier messages, so the wave reads again
@@ -124,7 +130,8 @@ def test_a_burst_in_one_millisecond_doubles_the_limit_rather_than_stall(
                 sender.send_messages(
                     to_backlog_message(ServiceBusMessage(b"x", message_id=f"later-{i}"), "orders")
                 )
-    reading = Peeking(spark, secondary_access(pair.secondary))
+    ctx = context(job_config(pair, tmp_path, monkeypatch), spark)
+    reading = Peeking(ctx, run_request(ctx))
     wave, _ = read_wave(reading, [queue(0), queue(1)], {}, limit=2)
     taken = sorted(r["message_id"] for r in wave.rows.select("message_id").collect())
     assert wave.limit > 2

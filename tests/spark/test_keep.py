@@ -1,11 +1,11 @@
 """Where a run's frames are kept (syphon.job.context.keep): a run in waves on local
-disk, a run of one wave in memory, as the session was told (keep_on_disk)."""
+disk, a run of one wave in memory, as its caller says."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from syphon.job.context import keep, keep_on_disk
+from syphon.job.context import keep
 
 
 def _new_level(spark: Any, before: set[int]) -> Any:
@@ -17,13 +17,9 @@ def _new_level(spark: Any, before: set[int]) -> Any:
 def test_a_run_in_waves_keeps_its_frames_on_disk_and_a_run_of_one_wave_in_memory(
     spark: Any,
 ) -> None:
-    try:
-        for on_disk in (True, False):
-            keep_on_disk(spark, on_disk)
-            before = set(dict(spark.sparkContext._jsc.getPersistentRDDs()))
-            kept = keep(spark.range(7))
-            level = _new_level(spark, before)
-            assert (level.useDisk(), level.useMemory()) == (True, not on_disk), on_disk
-            assert kept.count() == 7
-    finally:
-        keep_on_disk(spark, False)
+    for on_disk in (True, False):
+        before = set(dict(spark.sparkContext._jsc.getPersistentRDDs()))
+        kept = keep(spark.range(7), on_disk=on_disk)
+        level = _new_level(spark, before)
+        assert (level.useDisk(), level.useMemory()) == (True, not on_disk), on_disk
+        assert kept.count() == 7

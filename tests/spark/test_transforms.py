@@ -651,7 +651,7 @@ def test_dead_letters_left_waiting_are_found_and_so_are_those_an_earlier_run_lef
         ],
         "backlog_queue string, sequence_number long, outcome string",
     )
-    held = queries.held_dead_letters(settled, planned)
+    held = queries.waiting_dead_letters(settled, planned)
     # 3 failed to send (the next run sends it), 4 the selection left, 5 is no dead letter
     assert places(held) == [(DLQ, 1), (DLQ, 2)]
     audit = audit_rows(
@@ -698,4 +698,4 @@ def test_dead_letters_left_waiting_are_found_and_so_are_those_an_earlier_run_lef
             },  # this run's own row is no earlier run's
         ],
     )
-    assert places(queries.held_before(audit, held, "r1")) == [(DLQ, 1)]
+    assert places(queries.waiting_before(audit, held, "r1")) == [(DLQ, 1)]

@@ -99,7 +99,7 @@ def test_a_release_by_another_holder_leaves_the_lease_on_blob_storage(
     holder = Lease(root, "holder", timedelta(minutes=5))
     assert holder.acquire().holder == holder.holder
     Lease(root, "intruder", timedelta(minutes=5)).release()
-    assert holder.held()
+    assert holder.ours()
 
 
 def test_the_report_goes_to_the_store_and_its_uri_is_returned(blob_audit: BlobAudit) -> None:

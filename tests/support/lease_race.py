@@ -17,7 +17,7 @@ def race(leases: list[Lease]) -> list[str]:
     def ask(lease: Lease) -> None:
         start.wait()
         lease.acquire()
-        if lease.held():
+        if lease.ours():
             won.append(lease.holder)
 
     threads = [threading.Thread(target=ask, args=(lease,)) for lease in leases]

@@ -288,7 +288,7 @@ def test_the_wave_loop_reads_in_short_functions() -> None:
 
 
 def test_the_job_layer_holds_no_service_bus_sdk_object() -> None:
-    """The settle names messages by sequence number (``servicebus/settlement.py``) and the
+    """The settle names messages by sequence number (``servicebus/locked.py``) and the
     snapshot reads rows (``servicebus/peek.peek_queue``): no module of ``job/`` opens a
     namespace's client, calls a receiver's methods or reaches below the SDK."""
     sdk_calls = {
@@ -301,7 +301,7 @@ def test_the_job_layer_holds_no_service_bus_sdk_object() -> None:
         "get_queue_receiver",
         "peek_receiver",
         "peek_rows",
-        "settle_by_lock_tokens",
+        "settle_tokens",
     }
     found = set()
     for path in sorted((SRC / "syphon" / "job").glob("*.py")):
@@ -311,3 +311,19 @@ def test_the_job_layer_holds_no_service_bus_sdk_object() -> None:
             if name in sdk_calls:
                 found.add((path.name, name))
     assert found == set()
+
+
+def test_held_means_held_back_and_nothing_else() -> None:
+    """One meaning of "held" in the product (the README's Layout says which): a key or a
+    destination held back. What a read keeps in peek-lock is locked, what waits for the
+    operator is waiting."""
+    import re
+
+    other_sense = re.compile(r"held(?![ _-]?back)", re.IGNORECASE)
+    found = [
+        f"{path.relative_to(SRC)}:{n}: {line.strip()}"
+        for path in sorted((SRC / "syphon").rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if other_sense.search(line)
+    ]
+    assert found == []

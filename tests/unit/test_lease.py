@@ -40,12 +40,12 @@ def test_a_released_lease_is_free_and_a_crashed_one_expires(tmp_path: Path) -> N
     # a holder that stops renewing (crashed) loses the lease once it expires
     crashed = Lease(tmp_path / "b", "crashed", timedelta(seconds=0.3))
     assert crashed.acquire().holder == crashed.holder
-    wait_until(lambda: not crashed.held(), what="the crashed holder's lease to expire")
+    wait_until(lambda: not crashed.ours(), what="the crashed holder's lease to expire")
     successor = Lease(tmp_path / "b", "successor", timedelta(minutes=5))
     assert successor.acquire().holder == successor.holder
     with pytest.raises(LeaseLostError):  # the old holder cannot take it back
         crashed.renew()
-    assert successor.held()
+    assert successor.ours()
 
 
 def test_the_heartbeat_keeps_a_short_lease(tmp_path: Path) -> None:
@@ -114,7 +114,7 @@ def test_a_late_renew_does_not_take_an_expired_lease_back() -> None:
     history = [_commit(1, 1, "a", "acquire", 10), _commit(2, 20, "a", "renew", 40)]
     state = replay_history(history)
     assert state == LeaseState("a", _at(10))  # not extended: it had expired
-    assert not state.held_by("a", _at(21))
+    assert not state.belongs_to("a", _at(21))
     # and it is free: the next acquire wins
     history.append(_commit(3, 21, "b", "acquire", 50))
     assert replay_history(history) == LeaseState("b", _at(50))
@@ -129,11 +129,11 @@ def test_a_renew_at_the_last_moment_extends_and_an_acquire_then_loses() -> None:
 
 def test_a_lease_is_held_until_its_expiry_not_at_it() -> None:
     state = LeaseState("a", _at(10))
-    assert state.held_by("a", _at(9.999))
-    assert not state.held_by("a", _at(10))
-    assert not state.held_by("b", _at(5))
-    assert not LeaseState("a", None).held_by("a", _at(5))
-    assert not LeaseState(None, None).held_by("a", _at(5))
+    assert state.belongs_to("a", _at(9.999))
+    assert not state.belongs_to("a", _at(10))
+    assert not state.belongs_to("b", _at(5))
+    assert not LeaseState("a", None).belongs_to("a", _at(5))
+    assert not LeaseState(None, None).belongs_to("a", _at(5))
 
 
 def test_an_action_this_version_does_not_know_changes_nothing() -> None:
@@ -226,7 +226,7 @@ def test_a_release_by_someone_else_leaves_the_lease_with_its_holder(tmp_path: Pa
     other = Lease(tmp_path, "other", timedelta(minutes=5))
     other.release()  # a run that never held it, ending
     assert other.state().holder == holder.holder
-    assert holder.held()
+    assert holder.ours()
     holder.check()  # still its own
     assert other.acquire().holder == holder.holder  # and still not free
 
@@ -242,7 +242,7 @@ def test_check_fails_once_another_run_took_the_expired_lease(tmp_path: Path) -> 
     with pytest.raises(LeaseLostError, match="was lost"):
         stalled.check()
     stalled.release()  # the loser's release leaves the new holder alone
-    assert thief.held()
+    assert thief.ours()
 
 
 def test_the_heartbeat_remembers_a_lost_lease_and_stops_renewing(tmp_path: Path) -> None:
@@ -257,4 +257,4 @@ def test_the_heartbeat_remembers_a_lost_lease_and_stops_renewing(tmp_path: Path)
     assert lease.lost is True
     with pytest.raises(LeaseLostError):
         lease.check()
-    assert thief.held()
+    assert thief.ours()

@@ -15,7 +15,7 @@ from syphon.app import spark as spark_module
 def test_a_clean_up_running_while_a_folder_is_made_leaves_it_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(spark_module, "_held", [])
+    monkeypatch.setattr(spark_module, "_kept", [])
     monkeypatch.setattr(spark_module.atexit, "register", lambda *_: None)
     made = Path.mkdir
 
@@ -32,5 +32,5 @@ def test_a_clean_up_running_while_a_folder_is_made_leaves_it_alone(
         assert spark_module.clean_stale_scratch(tmp_path) == []  # its lock is held
         assert [p.name for p in tmp_path.iterdir()] == [folder.name]
     finally:
-        for handle in spark_module._held:
+        for handle in spark_module._kept:
             handle.close()

@@ -156,7 +156,7 @@ LOCAL_ENVIRONMENT: dict[str, str] = {"MALLOC_ARENA_MAX": "2"}
 #: Where local sessions keep their scratch folders.
 SCRATCH_ROOT_ENV = "SYPHON_SPARK_SCRATCH"
 _LOCK = ".syphon-session.lock"
-_held: list[IO[str]] = []  # the locks of this process's scratch folders, held until exit
+_kept: list[IO[str]] = []  # the locks of this process's scratch folders, kept until exit
 
 
 def scratch_root() -> Path:
@@ -166,8 +166,8 @@ def scratch_root() -> Path:
 
 def clean_stale_scratch(root: Path) -> list[Path]:
     """Removes the scratch folders under ``root`` whose session is gone (their lock is
-    free); returns them. A folder that held more than its lock file belonged to a session
-    that ended uncleanly (killed, or its process crashed), which is logged; one that held
+    free); returns them. A folder that had more than its lock file belonged to a session
+    that ended uncleanly (killed, or its process crashed), which is logged; one that had
     only the lock ended cleanly but was not removed, which is not news."""
     removed = []
     for folder in sorted(root.glob("session-*")) if root.is_dir() else []:
@@ -193,7 +193,7 @@ def new_scratch(root: Path) -> Path:
     """A scratch folder for this process's session, locked until the process ends (one
     per process: a second build joins the running session and its folder) and removed
     when it ends normally; a killed process leaves it to the next session's clean-up."""
-    for handle in _held:
+    for handle in _kept:
         return Path(handle.name).parent
     root.mkdir(parents=True, exist_ok=True)
     name = f"session-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -201,11 +201,11 @@ def new_scratch(root: Path) -> Path:
     # with the open file): a session starting at the same moment never finds it unlocked
     starting = root / f".starting-{name}"
     starting.mkdir(mode=0o700)
-    handle = open(starting / _LOCK, "a+")  # noqa: SIM115 - held for the process's life
+    handle = open(starting / _LOCK, "a+")  # noqa: SIM115 - kept for the process's life
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     folder = root / name
     starting.rename(folder)
-    _held.append(handle)
+    _kept.append(handle)
     atexit.register(_remove_scratch, folder, handle)
     return folder
 

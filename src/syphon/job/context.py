@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from syphon.core.config import MESSAGES_PER_TASK_DEFAULT, SyphonConfig
-from syphon.core.sessions import SessionFit, default_parallelism
+from syphon.core.sessions import SessionFit, default_parallelism, release_memory
 from syphon.servicebus.access import Namespaces
 from syphon.store.audit import AuditStore
 
@@ -58,6 +58,12 @@ class SparkOnDemand:
     def started(self) -> SparkSession | None:
         """The session if it was started, else None."""
         return self._session
+
+    def release(self) -> None:
+        """Lets the session's process give back what earlier waves kept
+        (:func:`syphon.core.sessions.release_memory`); nothing when it never started."""
+        if self._session is not None:
+            release_memory(self._session)
 
 
 @dataclass(frozen=True)
@@ -138,29 +144,15 @@ def tasks_for(messages: int | None, per_task: int, cores: int) -> int:
     return max(1, min(cores, -(-messages // max(1, per_task))))
 
 
-#: The session key by which a run in waves has its checkpoints (:func:`keep`) kept on
-#: local disk rather than in memory (``"true"``).
-KEEP_ON_DISK = "spark.syphon.checkpoints.onDisk"
-
-
-def keep_on_disk(spark: SparkSession, on_disk: bool) -> None:
-    """Tells :func:`keep` where this session's run keeps its frames: on the executors'
+def keep(frame: DataFrame, on_disk: bool = False) -> DataFrame:
+    """``frame`` computed now and kept by Spark (a local checkpoint: every later use reads
+    these rows, nothing is computed or read from Service Bus again): on the executors'
     local disk (``on_disk``: a run in waves) or in memory. A run in waves holds the wave
     it settles and the one it reads meanwhile, each with its snapshot, plan and results:
-    in memory they made its peak grow with the waves' size (the README's "Reading
-    once" has the figures, from bench_waves.py). A run of one wave keeps them in
-    memory, as does a platform that refuses the key."""
-    with contextlib.suppress(Exception):
-        spark.conf.set(KEEP_ON_DISK, "true" if on_disk else "false")
-
-
-def keep(frame: DataFrame) -> DataFrame:
-    """``frame`` computed now and kept by Spark (a local checkpoint: every later use reads
-    these rows, nothing is computed or read from Service Bus again), where
-    :func:`keep_on_disk` said."""
+    in memory they made its peak grow with the waves' size (the README's "Reading once"
+    has the figures, from bench_waves.py). A run of one wave keeps them in memory."""
     from pyspark import StorageLevel
 
-    on_disk = frame.sparkSession.conf.get(KEEP_ON_DISK, "false") == "true"
     return frame.localCheckpoint(
         eager=True, storageLevel=StorageLevel.DISK_ONLY if on_disk else None
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -12,6 +12,7 @@ from syphon.job.classify import DESTINATION_UNKNOWN
 from syphon.job.context import RunContext, keep
 from syphon.job.failures import Failure, missing_destinations
 from syphon.job.ledger import Ledger, RunResult
+from syphon.job.reading import ReadLocks
 from syphon.job.replay import LeftBehind
 from syphon.job.request import RunRequest
 from syphon.job.tally import Tally, combined
@@ -31,7 +32,7 @@ _SETTLE_COLUMNS = ("received", "abandoned", "requests")
 
 
 @dataclass(frozen=True)
-class Held:
+class Waiting:
     """Dead letters a run left waiting for the operator (a duplicate of a delivered
     message, a conflict, an invalid one): how many, and how many of them an earlier run
     left waiting too (``kept``: the operator has let them stay)."""
@@ -40,14 +41,16 @@ class Held:
     kept: int = 0
 
 
-def held(ctx: RunContext, request: RunRequest, settled: DataFrame, rows: DataFrame) -> Held:
+def waiting_dead_letters(
+    ctx: RunContext, request: RunRequest, settled: DataFrame, rows: DataFrame
+) -> Waiting:
     """The dead letters a wave left waiting for the operator, and how many of them an
     earlier run left waiting too (none for a source that reads no dead-letter queue)."""
     if not request.source.reads_dead_letters:
-        return Held()
-    waiting = keep(queries.held_dead_letters(settled, rows))
+        return Waiting()
+    waiting = keep(queries.waiting_dead_letters(settled, rows))
     now = waiting.count()
-    return Held(now, ctx.store.held_before(waiting, request.run_id).count() if now else 0)
+    return Waiting(now, ctx.store.waiting_before(waiting, request.run_id).count() if now else 0)
 
 
 def unknown_destinations(planned: DataFrame) -> set[Destination]:
@@ -64,71 +67,6 @@ def unknown_destinations(planned: DataFrame) -> set[Destination]:
     }
 
 
-@dataclass(frozen=True)
-class ReadLocks:
-    """What a run that read its source once under lock could not see or keep.
-
-    Attributes:
-        unseen: per queue, the messages another receiver held locked, which the run
-            could not receive (their keys were held back).
-        lost: per queue, the locks that lapsed while the run held them.
-        renewals_failed: renewal requests the namespace failed.
-        lock_seconds: the queues' lock duration (None: no message was received).
-    """
-
-    unseen: Mapping[str, int] = field(default_factory=dict)
-    lost: Mapping[str, int] = field(default_factory=dict)
-    renewals_failed: int = 0
-    lock_seconds: float | None = None
-
-    def notes(self, keys: int) -> list[str]:
-        """The partial line's words for it; ``keys``: the keys held back for the
-        unseen messages."""
-        out = []
-        if self.unseen:
-            where = ", ".join(f"{p} ({n})" for p, n in sorted(self.unseen.items()))
-            locked = (
-                f"{sum(self.unseen.values())} messages are locked by another receiver in {where}"
-            )
-            if keys:
-                out.append(
-                    f"{keys} keys held back: {locked}, and nothing of their keys is sent "
-                    "before them: the next run takes them in order"
-                )
-            else:
-                out.append(f"{locked} (none of them has a key): the next run takes them")
-        if self.lost:
-            cause = (
-                "the namespace failed renewals"
-                if self.renewals_failed
-                else "the run could not renew them in time: its driver stalled or was paused"
-            )
-            out.append(
-                f"{sum(self.lost.values())} locks lapsed while the run held them ({cause}); "
-                "their messages wait for the next run, which finds their outcomes in the audit"
-            )
-        return out
-
-    def fix(self) -> str | None:
-        """The ``fix:`` line of a run these locks left partial (None: nothing to say)."""
-        parts = []
-        if self.unseen:
-            lapse = f" ({self.lock_seconds:.0f} s)" if self.lock_seconds is not None else ""
-            parts.append(
-                "rerun once the other receiver lets its messages go: a killed syphon run's "
-                f"locks lapse after the queues' lock duration{lapse}; otherwise stop the "
-                "receiver that holds them (an explorer in peek-lock mode, a consumer)"
-            )
-        if self.lost:
-            parts.append(
-                "check the secondary namespace and rerun"
-                if self.renewals_failed
-                else "rerun; give the driver the CPU it needs (it renews the locks every "
-                "third of their duration), or lengthen the backlog queues' lock duration"
-            )
-        return "; ".join(parts) or None
-
-
 @dataclass
 class Drained:
     """What a run's waves did, added up; what one wave left behind is what the later
@@ -141,16 +79,13 @@ class Drained:
             why: a wave left one of its messages unsent (``earlier_batch_failed``), or
             the run could not read one (``earlier_message_unseen``).
         unknown: destinations the plans found no entity for.
-        waves: how many waves ran.
+        sent, settled: each wave's replay and settle tallies.
+        waiting: the dead letters the waves left waiting for the operator.
         planned: messages planned, all waves.
-        home: messages sent to the primaries, all waves.
         stopped: why the run stopped taking waves before its source's end (None: it
             did not).
-        ended_by_fault: a namespace failed mid-wave: no wave follows.
         left_destinations: the destinations a wave's sends found missing, disabled or
             failing (a subset of ``skipped``), with why.
-        in_doubt: the messages earlier runs left in doubt (read once per run).
-        locks: what a run that read its source once could not see or keep.
     """
 
     skipped: dict[Destination, str | None] = field(default_factory=dict)
@@ -158,14 +93,20 @@ class Drained:
     unknown: set[Destination] = field(default_factory=set)
     sent: list[Tally] = field(default_factory=list)
     settled: list[Tally] = field(default_factory=list)
-    held: Held = Held()
-    waves: int = 0
+    waiting: Waiting = Waiting()
     planned: int = 0
-    home: int = 0
     stopped: str | None = None
     left_destinations: dict[Destination, str] = field(default_factory=dict)
-    in_doubt: DataFrame | None = None
-    locks: ReadLocks = ReadLocks()
+
+    @property
+    def waves(self) -> int:
+        """How many waves ran."""
+        return len(self.sent)
+
+    @property
+    def home(self) -> int:
+        """Messages sent to the primaries, all waves."""
+        return sum(t.count(Outcome.SENT) for t in self.sent)
 
     def hold_back(self, lanes: Iterable[tuple[str, str, str]], why: str) -> None:
         """Holds ``lanes`` back for the rest of the run, with ``why`` (a lane held back
@@ -173,19 +114,22 @@ class Drained:
         for lane in lanes:
             self.broken.setdefault(lane, why)
 
-    def keys_held(self, why: str) -> int:
+    def keys_held_back(self, why: str) -> int:
         """How many lanes are held back for ``why``."""
         return sum(1 for w in self.broken.values() if w == why)
 
     def add_wave(
-        self, sent: Tally, settled: Tally, left: LeftBehind, held: Held, unknown: set[Destination]
+        self,
+        sent: Tally,
+        settled: Tally,
+        left: LeftBehind,
+        waiting: Waiting,
+        unknown: set[Destination],
     ) -> None:
         """Adds a wave's tallies and what it left behind."""
-        self.waves += 1
         self.sent.append(sent)
         self.settled.append(settled)
-        self.home += sent.count(Outcome.SENT)
-        self.held = Held(self.held.now + held.now, self.held.kept + held.kept)
+        self.waiting = Waiting(self.waiting.now + waiting.now, self.waiting.kept + waiting.kept)
         self.unknown |= unknown
         self.hold_back(left.lanes, Detail.EARLIER_BATCH_FAILED)
         for dest, why in left.destinations.items():
@@ -203,10 +147,16 @@ class Drained:
 
     @property
     def ended_by_fault(self) -> bool:
+        """A namespace failed mid-wave: no wave follows."""
         return any(t.any_detail(_FAULTS) for t in (*self.sent, *self.settled))
 
 
-def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> RunResult:
+def finish(
+    ledger: Ledger,
+    drained: Drained,
+    locks: ReadLocks | None = None,
+    refused: Failure | None = None,
+) -> RunResult:
     """Records the final status: ``failed`` when a namespace failed mid-run, ``partial``
     when work is left (messages that arrived after the snapshot are the next run's work,
     those the selection left out the operator's choice, and dead letters an earlier run
@@ -214,8 +164,10 @@ def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> 
     left-over), the run stopped before its source's end, or a queue of the source holds
     messages syphon cannot read (the detail names them), else ``done``. ``refused``: the
     exit of a run whose primaries refused the credentials (before missing destinations:
-    it blocks more)."""
+    it blocks more). ``locks``: what a run that read its source once could not see or
+    keep (None: nothing)."""
     replayed, settle = drained.replayed, drained.settle
+    locks = locks or ReadLocks()
     outcomes = {
         **{f"replay_{k}": v for k, v in replayed.by_outcome().items()},
         # a given_back line counts queues, not messages: its receives are in operations
@@ -228,11 +180,11 @@ def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> 
         return ledger.result(
             Status.FAILED, f"{Detail.NAMESPACE_FAULT}: " + ", ".join(sides), outcomes
         )
-    left = settle.count(Outcome.LEFT, except_details=[Detail.NOT_SELECTED]) - drained.held.kept
+    left = settle.count(Outcome.LEFT, except_details=[Detail.NOT_SELECTED]) - drained.waiting.kept
     notes = []
     if drained.stopped:
         notes.append(drained.stopped)
-    failed_keys = drained.keys_held(Detail.EARLIER_BATCH_FAILED)
+    failed_keys = drained.keys_held_back(Detail.EARLIER_BATCH_FAILED)
     if drained.waves > 1 and (failed_keys or drained.left_destinations):
         parts = []
         if failed_keys:
@@ -243,22 +195,22 @@ def finish(ledger: Ledger, drained: Drained, refused: Failure | None = None) -> 
             f"{' and '.join(parts)} that failed in a wave were held back in the later "
             "waves: the next run takes them, in order"
         )
-    notes += drained.locks.notes(drained.keys_held(Detail.EARLIER_MESSAGE_UNSEEN))
+    notes += locks.notes(drained.keys_held_back(Detail.EARLIER_MESSAGE_UNSEEN))
     if ledger.unread:
         unread = ", ".join(f"{p} ({why})" for p, why in sorted(ledger.unread.items()))
         notes.append(f"not read: {unread}")
         log.warning("run %s: not read: %s", ledger.run_id, unread)
-    if drained.held.now:
+    if drained.waiting.now:
         notes.append(
-            f"{drained.held.now} dead letters wait for the operator ({drained.held.kept} of "
+            f"{drained.waiting.now} dead letters wait for the operator ({drained.waiting.kept} of "
             "them since an earlier run): discard them (--discard-duplicates, syphon "
             "discard) or send them again (--allow-resend)"
         )
     detail = "; ".join(notes) or None
-    waiting = left or ledger.unread or drained.stopped or drained.locks.unseen
+    waiting = left or ledger.unread or drained.stopped or locks.unseen
     status = Status.PARTIAL if waiting else Status.DONE
     result = ledger.result(status, detail, outcomes)
-    if status == Status.PARTIAL and (fix := drained.locks.fix()) is not None:
+    if status == Status.PARTIAL and (fix := locks.fix()) is not None:
         result.fix = fix
     skipped = drained.skipped
     missing = sorted(k for k, reason in skipped.items() if reason == Detail.DESTINATION_MISSING)

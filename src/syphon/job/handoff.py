@@ -3,12 +3,12 @@ turned into a DataFrame of the snapshot schema by Spark's tasks, not by the driv
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.peeked import snapshot_row
 from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.core.sessions import return_freed_memory
 from syphon.job.snapshot import record_batches
 
 if TYPE_CHECKING:
@@ -46,19 +46,8 @@ def snapshot_frame(spark: SparkSession, pages: Iterable[tuple[str, list[bytes]]]
     parse = _Parse(to_arrow_schema(schema, timezone="UTC"))
     frame = spark.createDataFrame(table)
     del table
-    _trim_freed_memory()
+    return_freed_memory()  # the read's bytes, now Spark's
     return frame.mapInArrow(parse, schema)
-
-
-def _trim_freed_memory() -> None:
-    """Has the C allocator hand the freed pages of a read back to the system: the read's
-    threads allocate in arenas of their own, which keep what was freed (a wave's bytes)
-    for the next wave otherwise. Nothing where the C library is not glibc (the process's
-    own symbols: no library is looked up)."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)
 
 
 class _Parse:

@@ -123,13 +123,13 @@ class Ledger:
             detail,
         )
 
-    def busy(self, held: LeaseState, lease_seconds: int) -> RunResult:
-        """Ends a run that found the lease ``held`` by another: ``busy``, with a fix line
-        that says until when (a crashed holder's lease expires then)."""
-        detail = f"another run holds the lease: {held.holder or '?'}"
+    def busy(self, state: LeaseState, lease_seconds: int) -> RunResult:
+        """Ends a run that found another holding the lease (its ``state``): ``busy``, with
+        a fix line that says until when (a crashed holder's lease expires then)."""
+        detail = f"another run holds the lease: {state.holder or '?'}"
         log.warning("run %s did not start: %s", self.run_id, detail)
         result = self.result(Status.BUSY, detail)
-        until = f" at {held.expires_at:%Y-%m-%d %H:%M:%S} UTC" if held.expires_at else ""
+        until = f" at {state.expires_at:%Y-%m-%d %H:%M:%S} UTC" if state.expires_at else ""
         result.fix = (
             f"wait for that run to end; if it crashed, its lease expires{until} "
             f"(run.lease_seconds, {lease_seconds} s, after its last renewal) and the next "

@@ -27,7 +27,7 @@ from syphon.job.context import RunContext, fit_shuffle_partitions, keep
 from syphon.job.ledger import record_planned
 from syphon.job.reconcile import REPAIRED_NAMES, reconcile_snapshot, wave_messages
 from syphon.job.repair import check_repair
-from syphon.job.request import RunRequest, StageResult, timed
+from syphon.job.request import RunRequest, SnapshotRead, StageResult, timed
 from syphon.job.restore import Redrive, expression_type
 from syphon.job.snapshot import read_snapshot
 from syphon.job.sources import RunSource
@@ -251,11 +251,13 @@ def plan(
         per_task = ctx.config.run.messages_per_task
         driver = in_driver(ctx)
         snapshot = read_snapshot(spark, source.access, non_empty, split, per_task, driver)
-    before = StageResult(timings=timings, operations=discovery_operations(ctx, queues, source))
-    before.timings.add(listed.timings)
-    before.operations.add(listed.operations)
-    before.operations.snapshot_queues_peeked = len(non_empty)
-    result = plan_snapshot(ctx, request, snapshot, listed, before=before)
+    read = SnapshotRead(
+        snapshot=snapshot, timings=timings, operations=discovery_operations(ctx, queues, source)
+    )
+    read.timings.add(listed.timings)
+    read.operations.add(listed.operations)
+    read.operations.snapshot_queues_peeked = len(non_empty)
+    result = plan_snapshot(ctx, request, read, listed)
     result.queues = queues
     return result
 
@@ -273,37 +275,40 @@ class WaveMark:
 def plan_snapshot(
     ctx: RunContext,
     request: RunRequest,
-    snapshot: DataFrame,
+    read: SnapshotRead,
     listed: Listed,
     wave: WaveMark | None = None,
-    before: StageResult | None = None,
-    messages: int | None = None,
 ) -> PlanResult:
-    """Reconciles ``snapshot`` (checkpointed, or lazy over a checkpoint) against the
-    destinations' settings (``listed``) and what earlier runs and waves replayed, appends
-    the audit rows and records ``planned`` (of ``wave``; None: a run of one wave) with
-    what the plan took, ``before`` (its discovery, listing and read) included.
-    ``messages``: how many the snapshot holds, when the caller counted them."""
+    """Reconciles the ``read``'s snapshot (checkpointed, or lazy over a checkpoint)
+    against the destinations' settings (``listed``) and what earlier runs and waves
+    replayed, appends the audit rows and records ``planned`` (of ``wave``; None: a run of
+    one wave, whose frames are kept in memory) with what the plan took, the read's
+    timings and operations (its discovery and listing too, when the caller added them)
+    included."""
     source = request.source
     spark = ctx.spark()
     timings = Timings()
     operations = Operations()
-    if before is not None:
-        timings.add(before.timings)
-        operations.add(before.operations)
+    timings.add(read.timings)
+    operations.add(read.operations)
     with timed(timings, "snapshot"):
-        peeked = snapshot.count() if messages is None else messages
+        peeked = read.snapshot.count() if read.messages is None else read.messages
     fit_shuffle_partitions(spark, peeked, ctx.config.spark.conf)
     planned_at = request.started if wave is None else wave.planned_at
+    on_disk = wave is not None  # a run in waves (see keep)
 
-    restored = wave_messages(snapshot, source.redrive, request.repair)
+    restored = wave_messages(read.snapshot, source.redrive, request.repair)
     with timed(timings, "reconcile"):
         progress.step(f"reconcile: {peeked} messages")
         planned = reconcile_snapshot(
-            restored, against(ctx, request, listed), request.selection, request.discard
+            restored,
+            against(ctx, request, listed),
+            request.selection,
+            request.discard,
+            on_disk=on_disk,
         )
         # checkpointed: the audit, the counts and the summary read it
-        planned = keep(with_source(planned, source))
+        planned = keep(with_source(planned, source), on_disk)
 
     audit_rows = queries.plan_audit_rows(planned, request.run_id, planned_at, request.job_run_id)
     with timed(timings, "audit"):

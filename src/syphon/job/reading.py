@@ -1,86 +1,318 @@
-"""How a run reads its source's messages into Spark: peeked by Spark tasks
-(:class:`Peeking`: nothing locked, the settle receives each message again), or received
-once under lock beside the driver (:class:`Receiving`: the settle completes what the
-read holds; ``run.read: once``). A wave (:mod:`syphon.job.waves`) and a run of one wave
-read through either alike."""
+"""How a run reads its source, as one object chosen once (:func:`reading_for`): peeked
+by Spark tasks (:class:`Peeking`: nothing locked, the settle receives each message
+again), or received once under lock beside the driver (:class:`Receiving`,
+``run.read: once``: the settle completes what the read keeps locked). The run's waves
+(:mod:`syphon.job.waves`), its runner and its settle use either alike
+(:class:`Reading`), and never ask which it is.
+
+A read object is a context manager: entered before the run's first wave, left after its
+last (a read once then gives back what it still keeps locked), and then asked what it
+did beyond the waves' counts (:meth:`Reading.closed`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
 
-from syphon.core.config import MESSAGES_PER_TASK_DEFAULT, BacklogConfig
+from syphon.core.ledger import Operations
+from syphon.core.schema import SETTLE_RESULT, spark_schema
 from syphon.job.context import RunContext, keep, service_tasks
-from syphon.job.held import HeldSource
+from syphon.job.once import ReadOnce
 from syphon.job.request import RunRequest
+from syphon.job.settle import settle_queues
 from syphon.job.snapshot import QueueRange, peek_frame, read_snapshot
-from syphon.servicebus.access import Access
+from syphon.job.where import Spread, in_driver
+from syphon.obs import failpoints
 from syphon.servicebus.discovery import DiscoveredQueue
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 #: ``run.read``'s value that reads once.
 READ_ONCE = "once"
 
 
 @dataclass(frozen=True)
-class Peeking:
-    """Read by peeking, in Spark tasks: a task per ``per_task`` messages at most the
-    cores; a queue of more than ``split_messages`` as several ranges of sequence
-    numbers (one wave only)."""
+class ReadLocks:
+    """What a run that read its source once under lock could not see or keep.
 
-    spark: SparkSession
-    access: Access
-    split_messages: int = BacklogConfig.split_messages
-    per_task: int = MESSAGES_PER_TASK_DEFAULT
-    driver: bool = False  # peeked by the driver (syphon.job.where)
+    Attributes:
+        unseen: per queue, the messages another receiver kept locked, which the run
+            could not receive (their keys were held back).
+        lost: per queue, the locks that lapsed while the run kept them.
+        renewals_failed: renewal requests the namespace failed.
+        lock_seconds: the queues' lock duration (None: no message was received).
+    """
+
+    unseen: Mapping[str, int] = field(default_factory=dict)
+    lost: Mapping[str, int] = field(default_factory=dict)
+    renewals_failed: int = 0
+    lock_seconds: float | None = None
+
+    def notes(self, keys: int) -> list[str]:
+        """The partial line's words for it; ``keys``: the keys held back for the
+        unseen messages."""
+        out = []
+        if self.unseen:
+            where = ", ".join(f"{p} ({n})" for p, n in sorted(self.unseen.items()))
+            locked = (
+                f"{sum(self.unseen.values())} messages are locked by another receiver in {where}"
+            )
+            if keys:
+                out.append(
+                    f"{keys} keys held back: {locked}, and nothing of their keys is sent "
+                    "before them: the next run takes them in order"
+                )
+            else:
+                out.append(f"{locked} (none of them has a key): the next run takes them")
+        if self.lost:
+            cause = (
+                "the namespace failed renewals"
+                if self.renewals_failed
+                else "the run could not renew them in time: its driver stalled or was paused"
+            )
+            out.append(
+                f"{sum(self.lost.values())} locks lapsed while the run kept them ({cause}); "
+                "their messages wait for the next run, which finds their outcomes in the audit"
+            )
+        return out
+
+    def fix(self) -> str | None:
+        """The ``fix:`` line of a run these locks left partial (None: nothing to say)."""
+        parts = []
+        if self.unseen:
+            lapse = f" ({self.lock_seconds:.0f} s)" if self.lock_seconds is not None else ""
+            parts.append(
+                "rerun once the other receiver lets its messages go: a killed syphon run's "
+                f"locks lapse after the queues' lock duration{lapse}; otherwise stop the "
+                "receiver that holds them (an explorer in peek-lock mode, a consumer)"
+            )
+        if self.lost:
+            parts.append(
+                "check the secondary namespace and rerun"
+                if self.renewals_failed
+                else "rerun; give the driver the CPU it needs (it renews the locks every "
+                "third of their duration), or lengthen the backlog queues' lock duration"
+            )
+        return "; ".join(parts) or None
+
+
+@dataclass(frozen=True)
+class ReadClosed:
+    """What a read did beyond its waves' counts, once it is closed: its ``operations``
+    (receives and peeks the waves did not count, the give-backs), what it could not see
+    or keep (``locks``), and the queues it could not read whole (path: why)."""
+
+    operations: Operations = field(default_factory=Operations)
+    locks: ReadLocks = ReadLocks()
+    unread: Mapping[str, str] = field(default_factory=dict)
+
+
+class Reading(Protocol):
+    """A run's read of its source (see the module docstring)."""
+
+    def __enter__(self) -> Reading: ...
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None: ...
 
     def frame(self, ranges: list[QueueRange], messages: int) -> DataFrame:
-        """The messages of ``ranges`` (about ``messages`` of them), lazy: every action
-        peeks again (peeked by the driver: at once)."""
-        tasks = service_tasks(self.spark, messages, self.per_task)
-        return peek_frame(self.spark, self.access, ranges, tasks, driver=self.driver)
+        """The messages of ``ranges`` (about ``messages`` of them) the queues hold next
+        (lazy over the read, or read at once: the caller checkpoints it)."""
+        ...
 
     def whole(self, queues: list[DiscoveredQueue]) -> tuple[DataFrame, int | None]:
         """Every message of ``queues``, checkpointed, and how many were read (None: not
         counted; the plan counts them)."""
-        split, per_task = self.split_messages, self.per_task
-        frame = read_snapshot(self.spark, self.access, queues, split, per_task, self.driver)
-        return frame, None
+        ...
+
+    def counted(self, queues: int, messages: int | None) -> Operations:
+        """The operations of a wave that read ``messages`` from ``queues`` queues."""
+        ...
+
+    def unseen(self) -> list[tuple[str, bytes]]:
+        """(queue, encoded message) of the messages found since the last call that the
+        read could not take (another receiver keeps them locked): their keys wait."""
+        ...
+
+    def settle(self, actions: DataFrame, wanted: list[tuple[Any, ...]], size: int) -> DataFrame:
+        """Settles a wave's settle ``actions`` (the frame, and its rows ``wanted``; the
+        wave's plan holds ``size`` rows): its settle rows, computed once."""
+        ...
+
+    def closed(self) -> ReadClosed:
+        """What the read did beyond its waves' counts (asked once it is left)."""
+        ...
 
 
-@dataclass(frozen=True)
-class Receiving:
-    """Read once, under lock, by the run's :class:`~syphon.job.held.HeldSource`."""
+class Peeking:
+    """Read by peeking, in Spark tasks (or the driver, :mod:`syphon.job.where`): a task
+    per ``run.messages_per_task`` messages at most the cores; a queue of more than
+    ``backlog.split_messages`` as several ranges of sequence numbers (one wave only).
+    The settle receives each message again, in tasks."""
 
-    spark: SparkSession
-    held: HeldSource
+    def __init__(self, ctx: RunContext, request: RunRequest) -> None:
+        self.ctx = ctx
+        self.request = request
+
+    def __repr__(self) -> str:
+        return f"Peeking(run_id={self.request.run_id!r})"
+
+    def __enter__(self) -> Peeking:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        return None
 
     def frame(self, ranges: list[QueueRange], messages: int) -> DataFrame:
-        """The messages the queues of ``ranges`` hand out next (each range's limit),
-        received now, and held; ``messages`` is unused (the driver receives)."""
-        return self.held.frame(self.spark, ranges)
+        """Lazy: every action peeks again (peeked by the driver: at once)."""
+        ctx, spark = self.ctx, self.ctx.spark()
+        tasks = service_tasks(spark, messages, ctx.config.run.messages_per_task)
+        access = self.request.source.access
+        return peek_frame(spark, access, ranges, tasks, driver=in_driver(ctx))
 
     def whole(self, queues: list[DiscoveredQueue]) -> tuple[DataFrame, int | None]:
-        """Every message of ``queues`` that no one holds, received and checkpointed, and
-        how many were received."""
-        before = self.held.received
-        frame = self.held.frame(self.spark, [QueueRange(q.path) for q in queues])
-        return keep(frame), self.held.received - before
+        ctx = self.ctx
+        split, per_task = ctx.config.backlog.split_messages, ctx.config.run.messages_per_task
+        access, driver = self.request.source.access, in_driver(ctx)
+        return read_snapshot(ctx.spark(), access, queues, split, per_task, driver), None
+
+    def counted(self, queues: int, messages: int | None) -> Operations:
+        return Operations(snapshot_queues_peeked=queues, snapshot_messages_peeked=messages)
+
+    def unseen(self) -> list[tuple[str, bytes]]:
+        return []  # a peek sees what others keep locked: the settle leaves it
+
+    def settle(self, actions: DataFrame, wanted: list[tuple[Any, ...]], size: int) -> DataFrame:
+        ctx = self.ctx
+        tasks = service_tasks(ctx.spark(), size, ctx.config.run.messages_per_task)
+        return settle_queues(
+            actions,
+            self.request.source.access,
+            self.request.run_id,
+            failpoints.for_task("mid_settle"),
+            Spread(tasks, in_driver(ctx)),
+        )
+
+    def closed(self) -> ReadClosed:
+        return ReadClosed()
 
 
-#: A run's way of reading.
-Reading = Peeking | Receiving
+class Receiving:
+    """Read once, under lock, by a :class:`~syphon.job.once.ReadOnce` of the source's
+    readable ``queues`` that lives from :meth:`__enter__` to :meth:`__exit__`; the settle
+    settles by its locks, on the driver."""
+
+    def __init__(self, ctx: RunContext, request: RunRequest, queues: list[DiscoveredQueue]) -> None:
+        self.ctx = ctx
+        self.run_id = request.run_id
+        counts = {q.path: q.message_count for q in queues if not q.empty and q.unreadable is None}
+        self.once = ReadOnce(request.source.access, list(counts), counts, before=request.started)
+        #: the messages the waves counted as received
+        self._counted = 0
+
+    def __repr__(self) -> str:
+        return f"Receiving({self.once!r})"
+
+    def __enter__(self) -> Receiving:
+        self.once.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.once.__exit__(kind, error, trace)
+
+    def frame(self, ranges: list[QueueRange], messages: int) -> DataFrame:
+        """Received now, and kept locked; ``messages`` is unused (the driver receives)."""
+        return self.once.frame(self.ctx.spark(), ranges)
+
+    def whole(self, queues: list[DiscoveredQueue]) -> tuple[DataFrame, int | None]:
+        """Every message of ``queues`` that no one keeps locked."""
+        before = self.once.received
+        frame = self.once.frame(self.ctx.spark(), [QueueRange(q.path) for q in queues])
+        return keep(frame), self.once.received - before
+
+    def counted(self, queues: int, messages: int | None) -> Operations:
+        self._counted += messages or 0
+        return Operations(
+            snapshot_queues_peeked=queues,
+            snapshot_messages_peeked=0,
+            snapshot_messages_received=messages,
+        )
+
+    def unseen(self) -> list[tuple[str, bytes]]:
+        return self.once.gaps.take_new()
+
+    def settle(self, actions: DataFrame, wanted: list[tuple[Any, ...]], size: int) -> DataFrame:
+        import pyarrow as pa  # type: ignore[import-untyped]
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        rows = self.once.settle(wanted, self.run_id, failpoints.for_task("mid_settle"))
+        schema = spark_schema(SETTLE_RESULT)
+        table = pa.Table.from_pylist(rows, schema=to_arrow_schema(schema, timezone="UTC"))
+        return self.ctx.spark().createDataFrame(table, schema)
+
+    def closed(self) -> ReadClosed:
+        """Every message the queues handed out beyond what the waves counted (those
+        received again after a lapse, or read ahead of a wave that never ran), the gap
+        check's peeks, the give-backs; and what the read could not see or keep."""
+        once = self.once
+        operations = Operations(
+            snapshot_messages_received=once.received - self._counted,
+            snapshot_messages_peeked=once.peeked,
+            settle_abandons=once.given_back,
+            settle_requests=once.give_back_requests,
+        )
+        locks = ReadLocks(
+            unseen={p: len(m) for p, m in once.gaps.unseen.items() if m},
+            lost=once.lost,
+            renewals_failed=once.renewal.failed,
+            lock_seconds=once.renewal.lock_seconds,
+        )
+        return ReadClosed(operations, locks, once.not_handed_out())
+
+
+def reading_for(ctx: RunContext, request: RunRequest, queues: list[DiscoveredQueue]) -> Reading:
+    """The read of a run of ``request`` over its source's ``queues``: once, under lock,
+    when ``run.read`` is ``once`` and nothing stands against it (:func:`peeks_instead`),
+    else by peeking."""
+    why_not = peeks_instead(ctx, request)
+    if why_not is None:
+        return Receiving(ctx, request, queues)
+    if ctx.config.run.read == READ_ONCE:
+        log.info("run %s peeks its source: %s", request.run_id, why_not)
+    return Peeking(ctx, request)
 
 
 def peeks_instead(ctx: RunContext, request: RunRequest) -> str | None:
-    """Why a new run peeks its source instead of reading it once (None: it reads once).
+    """Why a run peeks its source instead of reading it once (None: it reads once).
 
-    A namespace source's entities are live: each receive counts against an entity's
-    MaxDeliveryCount, and a lock that lapses (a crashed run's) counts one more, so a
-    message could be dead-lettered by the drain itself; and a session-requiring entity
-    is received only by session. Such a source keeps the peek.
+    - A namespace source's entities are live: each receive counts against an entity's
+      MaxDeliveryCount, and a lock that lapses (a crashed run's) counts one more, so a
+      message could be dead-lettered by the drain itself; and a session-requiring
+      entity is received only by session.
+    - A resumed run (``syphon replay --run-id``) reads its plan's messages again by
+      sequence number, most often after a crash whose locks may still keep some of
+      them: a peek sees them, a receive would not.
     """
     if ctx.config.run.read != READ_ONCE:
         return f"run.read is {ctx.config.run.read}"
@@ -89,4 +321,6 @@ def peeks_instead(ctx: RunContext, request: RunRequest) -> str | None:
             "a namespace source's entities count each receive, and each lapsed lock, "
             "against their MaxDeliveryCount"
         )
+    if request.resume:
+        return "a resumed run reads its plan's messages again, and a crash's locks may keep some"
     return None

@@ -115,8 +115,10 @@ def reconcile_snapshot(
     against: Against,
     selection: Selection | None = None,
     discard: Discard | None = None,
+    on_disk: bool = False,
 ) -> DataFrame:
-    """The whole reconcile of a wave's :func:`wave_messages`: the ``selection``
+    """The whole reconcile of a wave's :func:`wave_messages` (its frames kept ``on_disk``
+    in a run in waves, see :func:`syphon.job.context.keep`): the ``selection``
     (:mod:`syphon.job.selection`; a message it leaves out is ``unselected``),
     :func:`classify` ``against`` the destinations and earlier replays, the ``discard``
     (:func:`with_discards`), :func:`order_groups`, :func:`plan_batches` and
@@ -127,7 +129,7 @@ def reconcile_snapshot(
     classified = classify(selected, against).drop("original_application_properties")
     classified = with_discards(classified, discard)
     # materialized once: the batch plan reads it twice (its groups, and the join back)
-    ordered = keep(order_groups(classified))
+    ordered = keep(order_groups(classified), on_disk)
     return with_repaired(plan_batches(ordered))
 
 

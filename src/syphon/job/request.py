@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from syphon.core.discard import Discard
 from syphon.core.ledger import Operations, Timings
@@ -24,6 +25,9 @@ from syphon.core.repair import Repair
 from syphon.core.selection import Selection
 from syphon.job.context import RunContext
 from syphon.job.sources import RunSource, run_source
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,16 @@ class StageResult:
 
     timings: Timings = field(default_factory=Timings)
     operations: Operations = field(default_factory=Operations)
+
+
+@dataclass(kw_only=True)
+class SnapshotRead(StageResult):
+    """A read of the source, as a plan takes it: its messages (``snapshot``: checkpointed,
+    or lazy over a checkpoint), how many (``messages``; None: not counted yet), and what
+    the read took and cost."""
+
+    snapshot: DataFrame
+    messages: int | None = None
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@ messages safe.
 
 1. discover the source's queues; when every one is empty, record an ``empty`` run and
    stop — no Spark session is started;
-2. take the lease (a run that finds it held records ``busy`` and stops); it is renewed
+2. take the lease (a run that finds another holding it records ``busy`` and stops); it is renewed
    in the background for the whole run;
 3. list the primaries' entities once; then, wave after wave (:mod:`syphon.job.waves`:
    the messages enqueued before the wave's watermark, at most ``run.wave_messages``;
@@ -40,20 +40,18 @@ from datetime import datetime, timedelta, timezone
 from syphon.core.errors import SyphonError
 from syphon.core.repair import Repair
 from syphon.core.schema import Status
-from syphon.core.sessions import SessionFit, is_connect
-from syphon.job.context import RunContext, keep_on_disk
-from syphon.job.finish import Drained
-from syphon.job.held import HeldSource
+from syphon.core.sessions import SessionFit
+from syphon.job.context import RunContext
 from syphon.job.ledger import Ledger, RunResult
-from syphon.job.plan import Listed, WaveMark, check_selection, list_primaries, plan_snapshot
-from syphon.job.reading import READ_ONCE, Peeking, Reading, Receiving, peeks_instead
+from syphon.job.plan import check_selection
+from syphon.job.reading import Reading, reading_for
 from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest
 from syphon.job.runner import WaveRunner
 from syphon.job.settle_journal import recover_settles, settles_pending
 from syphon.job.sources import RunSource
 from syphon.job.stages import Discovered, discover, recover, resumed_plan
-from syphon.job.waves import Wave, one_wave, read_waves
+from syphon.job.waves import one_wave, read_waves
 from syphon.job.where import in_driver
 from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context
@@ -87,25 +85,26 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
             discovered = discover(ctx, request)
             ledger.add(discovered)
             ledger.unread = discovered.unread
+            reading = reading_for(ctx, request, discovered.queues)
             if discovered.empty:
                 if not settles_pending(ctx.store.files):
                     return ledger.result(Status.EMPTY)
                 # an interrupted settle removed messages it never recorded: the run
                 # records them under the lease, and reads nothing
-                return _leased_run(ctx, request, ledger, lambda runner: None)
+                return _leased_run(ctx, request, ledger, reading, lambda runner: None)
             wave_messages = _wave_messages(ctx, request, discovered.queues)
             ctx.spark.fit(_fit(discovered, wave_messages))  # before anything starts it
 
             def waves(runner: WaveRunner) -> None:
-                _drain(runner, discovered.queues, wave_messages)
+                _waves(runner, discovered.queues, wave_messages)
 
-            return _leased_run(ctx, request, ledger, waves)
+            return _leased_run(ctx, request, ledger, reading, waves)
         except Exception as exc:
             return ledger.failed(exc, request.source.access)
 
 
 def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
-    """Resumes a planned run: peeks its queues again, sends what its plan says and no
+    """Resumes a planned run: reads its queues again, sends what its plan says and no
     earlier attempt of the run recorded as sent, then settles."""
     mine = [r for r in ctx.store.runs() if r.run_id == request.run_id]
     if not any(r.status == Status.PLANNED for r in mine):
@@ -119,16 +118,20 @@ def _resume(ctx: RunContext, request: RunRequest) -> RunResult:
         )
         try:
             request = replace(request, repair=Repair.from_described(list(repair)))
-            return _leased_run(ctx, request, ledger, _take_up)
+            reading = reading_for(ctx, request, [])
+            return _leased_run(ctx, request, ledger, reading, _take_up)
         except Exception as exc:
             return ledger.failed(exc, request.source.access)
 
 
-def _leased_run(ctx: RunContext, request: RunRequest, ledger: Ledger, waves: Waves) -> RunResult:
+def _leased_run(
+    ctx: RunContext, request: RunRequest, ledger: Ledger, reading: Reading, waves: Waves
+) -> RunResult:
     """What a new run and a resumed one share: the primaries' credentials checked, the
-    lease taken (a run that finds it held records ``busy``), the selection and the
-    repair judged before anything is peeked, the interrupted runs' journals recovered
-    before anything is planned; then the ``waves``, and the final status."""
+    lease taken (a run that finds another holding it records ``busy``), the selection
+    and the repair judged before anything is read, the interrupted runs' journals
+    recovered before anything is planned; then the ``waves``, read through ``reading``
+    (open for all of them), and the final status."""
     refused = _refused_primary(ctx, request.source)
     if refused is not None:
         return ledger.failed(*refused)
@@ -144,15 +147,16 @@ def _leased_run(ctx: RunContext, request: RunRequest, ledger: Ledger, waves: Wav
         request = replace(request, repair=check_repair(spark, request.repair, redrive))
         ledger.add(recover(ctx, request))  # what an interrupted run journaled
         ledger.add(recover_settles(ctx, request.source.access))
-        runner = WaveRunner(ctx, request, ledger, lease)
-        waves(runner)
+        runner = WaveRunner(ctx, request, ledger, lease, reading)
+        with reading:
+            waves(runner)
         return runner.finish()
 
 
 def _take_up(runner: WaveRunner) -> None:
-    """A resumed run's one wave: its plan read back and its queues peeked again."""
-    resumed = resumed_plan(runner.ctx, runner.request)
-    runner.replay_and_settle(runner.resumed(resumed.wave))
+    """A resumed run's one wave: its plan read back and its queues read again."""
+    resumed = resumed_plan(runner.ctx, runner.request, runner.reading)
+    runner.resumed(resumed.wave)
 
 
 def _fit(discovered: Discovered, wave_messages: int | None) -> SessionFit:
@@ -182,117 +186,23 @@ def _wave_messages(
     return None
 
 
-def _drain(runner: WaveRunner, queues: list[DiscoveredQueue], wave_messages: int | None) -> None:
+def _waves(runner: WaveRunner, queues: list[DiscoveredQueue], wave_messages: int | None) -> None:
     """The waves of a new run, each planned, replayed and settled before the next is
-    planned (the next is read meanwhile); stops at a wave's end when the request bounds
-    the run. The source is peeked, or read once under lock (``run.read: once``) by
-    receivers that live as long as the run."""
-    ctx, request = runner.ctx, runner.request
-    listed = list_primaries(ctx)
-    runner.ledger.add(listed)
-    keep_on_disk(ctx.spark(), wave_messages is not None)
-    why_not = peeks_instead(ctx, request)
-    if why_not is not None:
-        reading: Reading = Peeking(
-            ctx.spark(),
-            request.source.access,
-            ctx.config.backlog.split_messages,
-            ctx.config.run.messages_per_task,
-            in_driver(ctx),
-        )
-        if ctx.config.run.read == READ_ONCE:
-            log.info("run %s peeks its source: %s", request.run_id, why_not)
-        _waves(runner, reading, queues, wave_messages, listed)
-        return
-    readable = [q for q in queues if not q.empty and q.unreadable is None]
-    counts = {q.path: q.message_count for q in readable}
-    access = request.source.access
-    with HeldSource(access, list(counts), counts, before=request.started) as held:
-        runner.held = held
-        try:
-            _waves(runner, Receiving(ctx.spark(), held), queues, wave_messages, listed)
-        finally:
-            runner.held = None
-        _not_handed_out(runner, held)
-    runner.read_closed(held)
-
-
-def _not_handed_out(runner: WaveRunner, held: HeldSource) -> None:
-    """Names, as not read (the run ends partial), each queue that handed out fewer
-    messages than it held when the run found it, beyond those the gap check found locked
-    by another receiver (their keys were held back, and the partial line names them):
-    they expired, or were removed, while the run read."""
-    for path, missing in sorted(held.short.items()):
-        missing -= len(held.unseen.get(path, {}))
-        if missing > 0:
-            runner.ledger.unread[path] = (
-                f"{missing} of its messages were not handed out: locked by another "
-                "receiver that let them go before the run looked, or expired"
-            )
-
-
-def _waves(
-    runner: WaveRunner,
-    reading: Reading,
-    queues: list[DiscoveredQueue],
-    wave_messages: int | None,
-    listed: Listed,
-) -> None:
-    """Each wave read through ``reading``, then planned, replayed and settled."""
-    request, drained = runner.request, runner.drained
+    planned (the next is read meanwhile, through the runner's read); stops at a wave's
+    end when the request bounds the run."""
+    request = runner.request
+    listed = runner.list_primaries()
     counts = [q.message_count for q in queues if q.unreadable is None]
     expected = None if None in counts else sum(c or 0 for c in counts)
-    waves = read_waves(reading, queues, wave_messages, request.started, request.max_waves)
+    waves = read_waves(runner.reading, queues, wave_messages, request.started, request.max_waves)
     for wave in waves:
-        _wave(runner, wave, listed, many=wave_messages is not None)
-        _progress(request, wave, drained, expected)
-        if drained.ended_by_fault or wave.last:
+        runner.take(wave, listed, expected)
+        if runner.ended_by_fault or wave.last:
             break
-        drained.stopped = _stop(request, wave.number)
-        if drained.stopped:
-            log.info("run %s: %s", request.run_id, drained.stopped)
+        stopped = _stop(request, wave.number)
+        if stopped:
+            runner.stop(stopped)
             break
-
-
-def _wave(runner: WaveRunner, wave: Wave, listed: Listed, many: bool) -> None:
-    """One wave: plan, probe, replay and settle (``many``: one of several waves, its
-    rows in the ledger name it)."""
-    ctx, request = runner.ctx, runner.request
-    if wave.number > 1:
-        _release_earlier_waves(ctx)
-    if many:
-        runner.ledger.wave, runner.ledger.watermark = wave.number, wave.watermark
-        progress.step(f"wave {wave.number}: planning")
-    mark = WaveMark(wave.number, wave.watermark, datetime.now(timezone.utc)) if many else None
-    wave.operations.snapshot_queues_peeked = wave.queues
-    if runner.held is not None:  # read once: received, not peeked
-        wave.operations.snapshot_messages_peeked = 0
-        wave.operations.snapshot_messages_received = wave.peeked
-    else:
-        wave.operations.snapshot_messages_peeked = wave.peeked
-    planned = plan_snapshot(ctx, request, wave.snapshot, listed, mark, wave, wave.messages)
-    planned_wave = runner.planned(planned, more=not wave.last)
-    if runner.held is not None:  # before anything of the wave is sent
-        runner.hold_unseen(listed)
-    failpoints.check("after_plan")
-    runner.replay_and_settle(planned_wave)
-
-
-def _release_earlier_waves(ctx: RunContext) -> None:
-    """Lets Spark drop what earlier waves checkpointed: their frames are unreferenced
-    once a wave is done, and Spark removes an RDD's blocks when the JVM collects it. Left
-    to itself the JVM collects when its heap fills, and a run in waves keeps its heap
-    close to what it holds (syphon.app.spark.WAVE_JAVA_OPTIONS): a full collection
-    between waves (a fraction of a second) lets it give the last wave's memory back."""
-    import gc
-
-    gc.collect()  # the Python proxies, whose release lets the JVM collect the frames
-    spark = ctx.spark()
-    if is_connect(spark):  # the server releases what a client's plans no longer name
-        return
-    jvm = spark.sparkContext._jvm
-    if jvm is not None:
-        jvm.System.gc()
 
 
 def _stop(request: RunRequest, waves: int) -> str | None:
@@ -305,36 +215,6 @@ def _stop(request: RunRequest, waves: int) -> str | None:
             "(--until): the rest is the next run's"
         )
     return None
-
-
-def _progress(request: RunRequest, wave: Wave, drained: Drained, expected: int | None) -> None:
-    """One line per wave on the terminal and in the log (the JSON log: one record with
-    the figures). ``expected``: the messages the discovery counted (None: unknown, a
-    discovery by probing)."""
-    left = None if expected is None else max(0, expected - drained.planned)
-    cut = f"{wave.watermark:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC" if wave.watermark else "end"
-    rest = "what is left is unknown" if left is None else f"about {left} left"
-    line = (
-        f"wave {wave.number}: watermark {cut}; {drained.planned} messages planned, "
-        f"{drained.home} home so far; {rest}"
-    )
-    progress.step(line)
-    log.info(
-        "run %s %s",
-        request.run_id,
-        line,
-        extra={
-            "fields": {
-                "wave": {
-                    "number": wave.number,
-                    "watermark": wave.watermark.isoformat() if wave.watermark else None,
-                    "planned": drained.planned,
-                    "home": drained.home,
-                    "left_estimate": left,
-                }
-            }
-        },
-    )
 
 
 def _refused_primary(ctx: RunContext, source: RunSource) -> tuple[BaseException, Access] | None:
@@ -350,7 +230,7 @@ def _leased(ctx: RunContext, ledger: Ledger) -> Iterator[Lease | LeaseState]:
     state (who holds it, until when) when another run holds it."""
     lease = ctx.store.lease(ledger.run_id, timedelta(seconds=ctx.config.run.lease_seconds))
     state = lease.acquire()
-    if not state.held_by(lease.holder, datetime.now(timezone.utc)):
+    if not state.belongs_to(lease.holder, datetime.now(timezone.utc)):
         yield state
         return
     lease.start_heartbeat()

@@ -1,28 +1,32 @@
 """The replay and the settle of a run's planned waves, under its lease: one
-:class:`WaveRunner` per run owns the ledger, the lease and the running totals, and takes
-each wave as a :class:`~syphon.job.planned.PlannedWave`, a new plan's or a resumed one's
-alike (:mod:`syphon.job.run` is the loop that hands them over)."""
+:class:`WaveRunner` per run owns the ledger, the lease, the run's read and the running
+totals, and takes each wave: a new one as the read hands it over (:meth:`WaveRunner.take`:
+planned, then replayed and settled), or a resumed run's plan read back
+(:meth:`WaveRunner.resumed`). :mod:`syphon.job.run` is the loop that hands
+them over, and reads the results from here."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from syphon.core.ledger import Operations
 from syphon.core.schema import Detail, Status
 from syphon.job.context import RunContext, keep
 from syphon.job.failures import refused_primaries
-from syphon.job.finish import Drained, ReadLocks, finish, held, unknown_destinations
-from syphon.job.held import HeldSource
+from syphon.job.finish import Drained, finish, unknown_destinations, waiting_dead_letters
 from syphon.job.journal import new_journal_id, open_journal, remove_journal
 from syphon.job.ledger import Ledger, RunResult
-from syphon.job.plan import Listed, PlanResult
+from syphon.job.plan import Listed, PlanResult, WaveMark, list_primaries, plan_snapshot
 from syphon.job.planned import HeldBack, PlannedWave
+from syphon.job.reading import Reading
 from syphon.job.replay import LeftBehind, left_behind
 from syphon.job.request import RunRequest, StageResult
 from syphon.job.stages import JOURNAL_PREFIX, Sent, probe, send, settle
 from syphon.job.unseen import unseen_lanes
-from syphon.obs import failpoints
+from syphon.job.waves import Wave
+from syphon.obs import failpoints, progress
 from syphon.store.lease import Lease
 
 if TYPE_CHECKING:
@@ -37,41 +41,83 @@ _SENT_COLUMNS = ("backlog_queue", "sequence_number", "outcome")
 class WaveRunner:
     """Replays and settles a run's waves one after the other, recording each stage in
     the ``ledger`` and checking the ``lease`` before each wave's replay and settle (a
-    run that lost it settles nothing: the new holder will). Made once the lease is held
-    and the interrupted runs' journals are recovered: it reads what earlier runs left
-    in doubt then, before its first wave records ``replaying``."""
+    run that lost it settles nothing: the new holder will); its waves are read, and
+    settled, through ``reading``. Made once the run has the lease and the interrupted runs'
+    journals are recovered: it reads what earlier runs left in doubt then, before its
+    first wave records ``replaying``."""
 
-    def __init__(self, ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease) -> None:
+    def __init__(
+        self, ctx: RunContext, request: RunRequest, ledger: Ledger, lease: Lease, reading: Reading
+    ) -> None:
         self.ctx = ctx
         self.request = request
-        self.ledger = ledger
-        self.lease = lease
-        self.drained = Drained(in_doubt=_in_doubt(ctx))
-        #: what the run's reads hold locked when it reads its source once (None: peeked)
-        self.held: HeldSource | None = None
+        self.reading = reading
+        self._ledger = ledger
+        self._lease = lease
+        self._drained = Drained()
+        #: the messages earlier runs left in doubt (read once per run)
+        self._in_doubt = _in_doubt(ctx)
 
-    def planned(self, plan: PlanResult, more: bool) -> PlannedWave:
-        """Adds a new plan's counts to the run's, as a wave (``more``: waves may follow)."""
-        self.ledger.add(plan)
+    def __repr__(self) -> str:
+        return f"WaveRunner(run_id={self.request.run_id!r}, {self._drained.waves} waves)"
+
+    @property
+    def ended_by_fault(self) -> bool:
+        """Whether a namespace failed mid-wave: no wave follows."""
+        return self._drained.ended_by_fault
+
+    def list_primaries(self) -> Listed:
+        """The primaries' entities, listed once per run (and what it cost)."""
+        listed = list_primaries(self.ctx)
+        self._ledger.add(listed)
+        return listed
+
+    def stop(self, why: str) -> None:
+        """Ends the run at this wave's end, for ``why`` (the partial line says it)."""
+        log.info("run %s: %s", self.request.run_id, why)
+        self._drained.stopped = why
+
+    def take(self, wave: Wave, listed: Listed, expected: int | None) -> None:
+        """One wave as the read handed it over: planned, its unseen keys held back,
+        probed, replayed and settled; then one line of progress (``expected``: the
+        messages the discovery counted, None: unknown)."""
+        ctx, request = self.ctx, self.request
+        if wave.number > 1:
+            ctx.spark.release()  # what earlier waves kept
+        mark = None
+        if wave.many:  # its rows in the ledger name it
+            self._ledger.wave, self._ledger.watermark = wave.number, wave.watermark
+            progress.step(f"wave {wave.number}: planning")
+            mark = WaveMark(wave.number, wave.watermark, datetime.now(timezone.utc))
+        read = replace(wave, operations=self.reading.counted(wave.queues, wave.handed_out))
+        planned = self.planned(plan_snapshot(ctx, request, read, listed, mark), wave)
+        self._hold_unseen(listed)  # before anything of the wave is sent
+        failpoints.check("after_plan")
+        self.replay_and_settle(planned)
+        self._progress(wave, expected)
+
+    def planned(self, plan: PlanResult, wave: Wave) -> PlannedWave:
+        """Adds a new plan's counts to the run's, as the ``wave`` it planned."""
+        self._ledger.add(plan)
         for verdict, n in plan.counts.items():
-            self.ledger.counts[verdict] = self.ledger.counts.get(verdict, 0) + n
-        self.drained.planned += sum(plan.counts.values())
+            self._ledger.counts[verdict] = self._ledger.counts.get(verdict, 0) + n
+        self._drained.planned += sum(plan.counts.values())
         return PlannedWave(
             plan.rows,
             plan.messages,
             plan.counts,
-            more=more,
+            more=not wave.last,
             unknown=plan.unknown,
             sending_to=plan.sending_to,
+            in_waves=wave.many,
         )
 
-    def hold_unseen(self, listed: Listed) -> None:
+    def _hold_unseen(self, listed: Listed) -> None:
         """Holds back, for the rest of the run, the keys of the messages the run's read
-        found and could not receive (another receiver holds them locked; see
-        :mod:`syphon.job.held`), those found since the last call: every message the
-        run read up to its latest wave is checked by then."""
-        assert self.held is not None
-        new = self.held.take_unseen()
+        found and could not take (another receiver keeps them locked; see
+        :mod:`syphon.job.gaps`), those found since the last call: every message the run
+        read up to its latest wave is checked by then."""
+        new = self.reading.unseen()
         if not new:
             return
         lanes = unseen_lanes(self.ctx, self.request, listed, new)
@@ -81,80 +127,84 @@ class WaveRunner:
             len(lanes),
             len(new),
         )
-        self.drained.hold_back(lanes, Detail.EARLIER_MESSAGE_UNSEEN)
+        self._drained.hold_back(lanes, Detail.EARLIER_MESSAGE_UNSEEN)
 
-    def read_closed(self, held: HeldSource) -> None:
-        """Adds what the run's read once did beyond its waves' counts, once it gave back
-        what it held: every message the queues handed out (those received again after a
-        lapse, or read ahead of a wave that never ran, included), the gap check's peeks,
-        the give-backs; and what it could not see or keep."""
-        counted = self.ledger.operations.snapshot_messages_received or 0
-        ops = Operations(
-            snapshot_messages_received=held.received - counted,
-            snapshot_messages_peeked=held.peeked,
-            settle_abandons=held.given_back,
-            settle_requests=held.give_back_requests,
-        )
-        self.ledger.add(StageResult(operations=ops))
-        known = [q.lock_seconds for q in held.queues.values() if q.lock_seconds]
-        self.drained.locks = ReadLocks(
-            unseen={p: len(m) for p, m in held.unseen.items() if m},
-            lost=held.lost,
-            renewals_failed=held.renewals_failed,
-            lock_seconds=min(known) if known else None,
-        )
-
-    def resumed(self, wave: PlannedWave) -> PlannedWave:
-        """A resumed run's one wave: its plan's counts are the run's."""
-        self.ledger.counts = dict(wave.counts)
-        return wave
+    def resumed(self, wave: PlannedWave) -> None:
+        """A resumed run's one wave, its plan's counts the run's: replayed and settled."""
+        self._ledger.counts = dict(wave.counts)
+        self.replay_and_settle(wave)
 
     def replay_and_settle(self, wave: PlannedWave) -> None:
         """Probes the wave's destinations, sends it, settles it, and adds what it did to
         the run's totals (what it left unsent is held back by the later waves)."""
         sent = self._replay(wave)
-        self.lease.check()  # a run that lost its lease settles nothing: the holder will
+        self._lease.check()  # a run that lost its lease settles nothing: the holder will
         all_sent = sent.results
         if wave.earlier is not None:
             mine = sent.results.select(*_SENT_COLUMNS)
             all_sent = wave.earlier.select(*_SENT_COLUMNS).unionByName(mine)
-        settled = settle(self.ctx, self.request, wave, all_sent, self.held)
-        self.ledger.add(settled)
+        settled = settle(self.ctx, self.request, wave, all_sent, self.reading)
+        self._ledger.add(settled)
         failpoints.check("after_settle_commit")
         left = left_behind(sent.results, wave.rows) if wave.more else LeftBehind()
-        self.drained.add_wave(
+        self._drained.add_wave(
             sent.tally,
             settled.tally,
             left,
-            held(self.ctx, self.request, settled.results, wave.rows),
+            waiting_dead_letters(self.ctx, self.request, settled.results, wave.rows),
             set(wave.unknown) if wave.unknown is not None else unknown_destinations(wave.rows),
         )
 
     def _replay(self, wave: PlannedWave) -> Sent:
         """Probes, records ``replaying`` with the wave's journal, sends and commits the
         outcomes, then records ``replayed`` and removes the journal."""
-        ctx, run_id, drained = self.ctx, self.request.run_id, self.drained
+        ctx, run_id, drained = self.ctx, self.request.run_id, self._drained
         probed = probe(ctx, wave, known=drained.skipped)
-        self.ledger.add(probed)
+        self._ledger.add(probed)
         drained.skipped.update(probed.skipped)
         journal_id = new_journal_id()
         open_journal(ctx.store.files, run_id, journal_id)
-        self.lease.check()
-        self.ledger.record(Status.REPLAYING, detail=JOURNAL_PREFIX + journal_id)
+        self._lease.check()
+        self._ledger.record(Status.REPLAYING, detail=JOURNAL_PREFIX + journal_id)
         failpoints.check("after_replaying")
-        back = HeldBack(drained.skipped, drained.broken, drained.in_doubt)
+        back = HeldBack(drained.skipped, drained.broken, self._in_doubt)
         sent = send(ctx, self.request, wave, probed.todo, back, journal_id)
-        self.ledger.add(sent)
+        self._ledger.add(sent)
         failpoints.check("after_replay_commit")
-        self.ledger.record(Status.REPLAYED)
+        self._ledger.record(Status.REPLAYED)
         remove_journal(ctx.store.files, run_id)  # the outcomes are committed
         failpoints.check("after_replayed")
         return sent
 
+    def _progress(self, wave: Wave, expected: int | None) -> None:
+        """One line per wave on the terminal and in the log (the JSON log: one record
+        with the figures)."""
+        drained = self._drained
+        left = None if expected is None else max(0, expected - drained.planned)
+        cut = f"{wave.watermark:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC" if wave.watermark else "end"
+        rest = "what is left is unknown" if left is None else f"about {left} left"
+        line = (
+            f"wave {wave.number}: watermark {cut}; {drained.planned} messages planned, "
+            f"{drained.home} home so far; {rest}"
+        )
+        progress.step(line)
+        figures = {
+            "number": wave.number,
+            "watermark": wave.watermark.isoformat() if wave.watermark else None,
+            "planned": drained.planned,
+            "home": drained.home,
+            "left_estimate": left,
+        }
+        log.info("run %s %s", self.request.run_id, line, extra={"fields": {"wave": figures}})
+
     def finish(self) -> RunResult:
-        """Records the run's final status from what its waves did."""
-        refused = refused_primaries(self.drained.skipped, self.ctx.namespaces.primaries)
-        return finish(self.ledger, self.drained, refused)
+        """Records the run's final status from what its waves did, and what its read
+        did beyond them (asked once the read is closed)."""
+        closed = self.reading.closed()
+        self._ledger.add(StageResult(operations=closed.operations))
+        self._ledger.unread.update(closed.unread)
+        refused = refused_primaries(self._drained.skipped, self.ctx.namespaces.primaries)
+        return finish(self._ledger, self._drained, closed.locks, refused)
 
 
 def _in_doubt(ctx: RunContext) -> DataFrame | None:

@@ -8,16 +8,13 @@ of a Spark task side by side, see :func:`settle_queues`), receive in peek-lock a
 - complete what the operator discards (verdict ``discarded``), in a dead-letter queue
   too, recording ``discarded`` with the operator's reason;
 - dead-letter ``invalid`` and ``conflict`` with the verdict's reason and a description;
-- leave everything else available (failed, skipped or in-doubt sends): held (locked)
+- leave everything else available (failed, skipped or in-doubt sends): kept locked
   until the pass ends, then abandoned, so that a pass never receives a message twice.
 
-Settlements go by page: each received page's completions are one ``update-disposition``
-request with their lock tokens, its dead-letters one per (reason, description), the held
-messages' abandons one per page at the end. A request that fails is followed by the
-page's settlements one by one; a message whose own settlement then fails is looked up by
-its sequence number: gone from the queue, the failed request had settled it (recorded as
-such); still there, it is ``left`` with the error (a lapsed lock: the next run settles
-it).
+A pass receives through a :class:`~syphon.servicebus.locked.LockedQueue` on one link
+and settles each received page at once, as a read once settles what it keeps locked
+(:class:`~syphon.job.settling.QueueSettle`: a request per page and outcome, one by one
+where it fails); what it keeps locked is given back at the end, a page per request.
 
 A queue's pass touches only what its plan holds, as far as the queue allows: it asks for
 no more than the plan still has to come there up to the last message to settle, so a
@@ -39,30 +36,21 @@ received (locked elsewhere, or gone) are ``left`` / ``not_received``: the next r
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.naming import PARTITIONED_SEQUENCE
-from syphon.core.schema import (
-    SETTLE_RESULT,
-    Detail,
-    Outcome,
-    names,
-    spark_schema,
-)
+from syphon.core.schema import SETTLE_RESULT, Detail, Outcome, names, spark_schema
 from syphon.job.context import service_tasks
-from syphon.job.settle_actions import COMPLETE, DEAD_LETTER, DISCARD, LEAVE, Action
+from syphon.job.settle_actions import LEAVE, Action
+from syphon.job.settling import SETTLED, QueueSettle, SettledCount, result_row
 from syphon.job.where import IN_TASKS, Spread, map_in_pandas
 from syphon.obs.failpoints import FailPoint
-from syphon.servicebus import settlement
 from syphon.servicebus.access import Access
 from syphon.servicebus.errors import NAMESPACE_FAULTS
-from syphon.servicebus.settlement import QueueLocks
+from syphon.servicebus.locked import LockedQueue
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -101,29 +89,8 @@ def settle_queues(
     return map_in_pandas(laid_out, task, spark_schema(SETTLE_RESULT), spread.driver)
 
 
-#: The actions that settle a message (the rest leave it, held until the pass ends).
-SETTLED = (COMPLETE, DEAD_LETTER, DISCARD)
-
 #: Queues one settle task settles side by side.
 SETTLE_THREADS = 16
-
-
-@dataclass(frozen=True)
-class Settlement:
-    """How a group of a page's messages is settled (``status``: completed, or suspended:
-    dead-lettered; a dead-lettering's ``reason`` and ``description``) and what their rows
-    record (``outcome``; ``detail``: a discard's reason, the operator's)."""
-
-    status: str
-    outcome: str
-    reason: str | None = None
-    description: str | None = None
-    detail: str | None = None
-
-    @property
-    def recorded(self) -> str | None:
-        """What the rows' detail says: the dead-lettering's reason, or the operator's."""
-        return self.reason if self.reason is not None else self.detail
 
 
 class _SettleTask:
@@ -165,28 +132,9 @@ class _SettleTask:
                 yield done.result()
 
 
-class SettledCount:
-    """Messages a task (or a read-once settle on the driver) settled, for the fail point
-    (its queues settle side by side)."""
-
-    def __init__(self, failpoint: FailPoint | None) -> None:
-        self.failpoint = failpoint
-        self.settled = 0
-        self.lock = threading.Lock()
-
-    def add(self, settled: int) -> None:
-        if self.failpoint is None:
-            return
-        with self.lock:
-            self.settled += settled
-            total = self.settled
-        self.failpoint.reached(total)
-
-
 class _QueuePass:
     """One backlog queue's pass: receive in peek-lock, settle page by page, give back what
-    is held (messages named by their sequence numbers: the Service Bus side is
-    :class:`~syphon.servicebus.settlement.QueueLocks`)."""
+    it keeps locked (messages named by their sequence numbers)."""
 
     def __init__(
         self,
@@ -201,15 +149,16 @@ class _QueuePass:
         self.queue = queue
         self.todo = todo
         self.counter = counter
-        self.out: dict[int, dict[str, Any]] = {}
 
     def run(self) -> Any:
         import pandas as pd  # type: ignore[import-untyped]
 
         stopped: str | None = None
+        locks = LockedQueue(self.__access, self.queue, own_link=False)
+        settle = QueueSettle(locks, self.run_id, self.todo, self.counter)
         try:
-            with QueueLocks(self.__access, self.queue) as locks:
-                self._drain(locks)
+            with locks:
+                self._drain(locks, settle)
         except Exception as exc:  # the namespace or the queue failed: the rest waits
             name = type(exc).__name__
             stopped = (
@@ -218,17 +167,14 @@ class _QueuePass:
                 else f"{Detail.RECEIVE_FAILED}{name}"
             )
             log.warning("settling %s stopped: %s", self.queue, name)
-        for seq, (action, reason, _) in self.todo.items():
-            if seq not in self.out:
-                detail = reason if action == LEAVE else (stopped or Detail.NOT_RECEIVED)
-                self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, detail, 0)
-        return pd.DataFrame(list(self.out.values()), columns=_RESULT_COLUMNS)
+        settle.stop(stopped)
+        return pd.DataFrame(list(settle.out.values()), columns=_RESULT_COLUMNS)
 
-    def _drain(self, locks: QueueLocks) -> None:
+    def _drain(self, locks: LockedQueue, settle: QueueSettle) -> None:
         todo = self.todo
         to_settle = {seq for seq, (a, _, _) in todo.items() if a in SETTLED}
         unreceived = set(todo)
-        held: list[int] = []
+        kept: list[int] = []
         # the last message of the plan in this queue: a queue hands out its messages in
         # order, so once a page goes beyond it nothing of the plan is still to come (a
         # message locked elsewhere comes back only when its lock ends). A partitioned
@@ -243,7 +189,7 @@ class _QueuePass:
                 page = min(RECEIVE_PAGE, ahead)
                 if went_beyond:  # beyond the plan, a few released ones at most are to come
                     page = min(page, len(to_settle))
-                received = locks.receive(page, RECEIVE_WAIT_SECONDS)
+                received = locks.receive_page(page, RECEIVE_WAIT_SECONDS)
                 if not received:
                     empty += 1
                     if empty < EMPTY_RECEIVES:
@@ -251,114 +197,49 @@ class _QueuePass:
                     break
                 empty = 0
                 beyond = bounded and any(seq > last for seq in received)
-                groups = self._sorted(received, unreceived, to_settle, held)
-                for settlement, group in groups.items():
-                    self._settle_page(locks, group, settlement)
-                if beyond and not groups:
+                mine = self._sorted(settle, received, unreceived, kept)
+                to_settle.difference_update(mine)
+                settle.settle(mine)
+                if beyond and not mine:
                     break  # nothing of the plan is at the head: locked elsewhere, or gone
                 went_beyond = went_beyond or beyond
         finally:
-            self._give_back(locks, held)
+            self._give_back(locks, settle, kept)
 
     def _sorted(
-        self, received: list[int], unreceived: set[int], to_settle: set[int], held: list[int]
-    ) -> dict[Settlement, list[int]]:
-        """A page's messages to settle, grouped by how; the rest is ``held`` to be given
-        back at the end (what is not the plan's is counted, not audited)."""
-        groups: dict[Settlement, list[int]] = {}
+        self, settle: QueueSettle, received: list[int], unreceived: set[int], kept: list[int]
+    ) -> list[int]:
+        """A page's messages to settle; the rest is ``kept`` locked, to be given back at
+        the end (what is not the plan's is counted, not audited)."""
+        mine = []
         for seq in received:
             unreceived.discard(seq)
-            action, reason, verdict = self.todo.get(seq, (LEAVE, None, ""))
-            if action not in SETTLED:
-                held.append(seq)
-                row = None if seq in self.todo else _given_back(self.out, self.queue)
-                row = row or self.out.setdefault(
+            action, reason, _ = self.todo.get(seq, (LEAVE, None, ""))
+            if action in SETTLED:
+                mine.append(seq)
+                continue
+            kept.append(seq)
+            if seq not in self.todo:
+                row = _given_back(settle.out, self.queue)
+            else:
+                row = settle.out.setdefault(
                     seq, result_row(self.queue, seq, Outcome.LEFT, reason, 0)
                 )
-                row["received"] += 1
-                continue
-            to_settle.discard(seq)
-            groups.setdefault(settlement_of(self.run_id, action, reason, verdict), []).append(seq)
-        return groups
+            row["received"] += 1
+        return mine
 
-    def _settle_page(self, locks: QueueLocks, group: list[int], how: Settlement) -> None:
-        """Settles one page's messages of one outcome in one request; when it fails,
-        one by one (a request that failed may have settled some: each is found out)."""
-        try:
-            locks.settle(group, how.status, how.reason, how.description)
-        except Exception as exc:
-            name = type(exc).__name__
-            if name in NAMESPACE_FAULTS:  # the namespace is gone: the next run finds out
-                for seq in group:
-                    failed = f"{Detail.SETTLE_FAILED}{name}"
-                    self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, failed, 1)
-                raise
-            log.info(
-                "settling a page of %s in one request failed (%s): one by one", self.queue, name
-            )
-            for seq in group:
-                self._settle_one(locks, seq, how)
-            self.out[group[0]]["requests"] += 1  # the failed one
+    def _give_back(self, locks: LockedQueue, settle: QueueSettle, kept: list[int]) -> None:
+        """Abandons what the pass keeps locked, a page per request (one by one where a
+        request fails; a lapsed lock needs no abandon: the message is available
+        anyway)."""
+        if not kept:
             return
-        for i, seq in enumerate(group):
-            self.out[seq] = result_row(
-                self.queue, seq, how.outcome, how.recorded, 1, requests=int(i == 0)
-            )
-        self.counter.add(len(group))
-
-    def _settle_one(self, locks: QueueLocks, seq: int, how: Settlement) -> None:
-        try:
-            locks.settle_one(seq, how.status, how.reason, how.description)
-        except Exception as exc:  # a lapsed lock, or settled by the failed request
-            name = type(exc).__name__
-            if name not in NAMESPACE_FAULTS and locks.gone(seq):
-                self.out[seq] = result_row(
-                    self.queue, seq, how.outcome, how.recorded, 1, requests=1
-                )
-                self.counter.add(1)
-                return
-            failed = f"{Detail.SETTLE_FAILED}{name}"
-            self.out[seq] = result_row(self.queue, seq, Outcome.LEFT, failed, 1, requests=1)
-            if name in NAMESPACE_FAULTS:
-                raise
-            return
-        self.out[seq] = result_row(self.queue, seq, how.outcome, how.recorded, 1, requests=1)
-        self.counter.add(1)
-
-    def _give_back(self, locks: QueueLocks, held: list[int]) -> None:
-        """Abandons the held messages, a page per request (one by one where a request
-        fails; a lapsed lock needs no abandon: the message is available anyway)."""
-
-        def row(seq: int) -> dict[str, Any]:  # the message's, or the queue's given_back
-            return self.out.get(seq) or _given_back(self.out, self.queue)
-
-        for start in range(0, len(held), RECEIVE_PAGE):
-            page = held[start : start + RECEIVE_PAGE]
-            try:
-                locks.settle(page, settlement.GIVE_BACK)
-                given = page
-                row(page[0])["requests"] += 1
-            except Exception:
-                given = []
-                for seq in page:
-                    with contextlib.suppress(Exception):
-                        locks.settle_one(seq, settlement.GIVE_BACK)
-                        given.append(seq)
-                    row(seq)["requests"] += 1
-            for seq in given:
-                row(seq)["abandoned"] += 1
-
-
-def settlement_of(run_id: str, action: str, reason: str | None, verdict: str) -> Settlement:
-    """How a message of the plan is settled, by its action (a discard is completed, its
-    row keeping the operator's reason; a dead-lettering says which run and verdict)."""
-    if action in (COMPLETE, DISCARD):
-        outcome = Outcome.COMPLETED if action == COMPLETE else Outcome.DISCARDED
-        return Settlement(
-            settlement.COMPLETE, outcome, detail=reason if action == DISCARD else None
-        )
-    why = f"syphon run {run_id}: {verdict}"
-    return Settlement(settlement.DEAD_LETTER, Outcome.DEAD_LETTERED, reason, why)
+        before = locks.give_back_requests
+        given = locks.give_back(kept)
+        first = settle.out.get(kept[0]) or _given_back(settle.out, self.queue)
+        first["requests"] += locks.give_back_requests - before
+        for seq in given:
+            (settle.out.get(seq) or _given_back(settle.out, self.queue))["abandoned"] += 1
 
 
 def _ahead(unreceived: set[int], to_settle: set[int]) -> int:
@@ -371,17 +252,3 @@ def _ahead(unreceived: set[int], to_settle: set[int]) -> int:
 def _given_back(out: dict[int, dict[str, Any]], queue: str) -> dict[str, Any]:
     """The queue's ``given_back`` row (key 0: no message has sequence number 0)."""
     return out.setdefault(0, result_row(queue, 0, Outcome.GIVEN_BACK, None, 0))
-
-
-def result_row(
-    queue: str, seq: int, outcome: str, detail: str | None, received: int, requests: int = 0
-) -> dict[str, Any]:
-    return {
-        "backlog_queue": queue,
-        "sequence_number": seq,
-        "outcome": outcome,
-        "detail": detail,
-        "received": received,
-        "abandoned": 0,
-        "requests": requests,
-    }

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from syphon.core.schema import SETTLE_RESULT, Stage, spark_schema
 from syphon.job.journal import new_journal_id
 from syphon.job.request import StageResult
-from syphon.job.settle import SETTLED, settlement_of
+from syphon.job.settling import SETTLED, settlement_of
 from syphon.servicebus.peek import present_sequence_numbers
 from syphon.store.location import Location
 

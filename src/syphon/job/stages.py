@@ -9,12 +9,12 @@ what it produced with its own timings and operations (a
 - :func:`discover`: the source's queues, without Spark;
 - :func:`recover`: the outcomes an interrupted wave journaled, into the audit;
 - :func:`resumed_plan`: a planned run's plan rows read back from the audit, what an
-  earlier attempt already sent, and its queues peeked again;
+  earlier attempt already sent, and its queues read again (by the run's read);
 - :func:`probe`: the destinations of what is still to send, probed without sending;
 - :func:`send`: the replay (:mod:`syphon.job.replay`), its outcomes committed to the
   audit;
-- :func:`settle`: the settle (:mod:`syphon.job.settle`), its outcomes committed to the
-  audit.
+- :func:`settle`: the settle (by the run's read, :mod:`syphon.job.reading`), its
+  outcomes committed to the audit.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from syphon.core.errors import SyphonError
 from syphon.core.ledger import Operations, Timings
@@ -32,7 +32,6 @@ from syphon.core.schema import (
     PLACE,
     REPLAY_RESULT,
     SETTLE_ACTION,
-    SETTLE_RESULT,
     Detail,
     Outcome,
     Stage,
@@ -41,20 +40,17 @@ from syphon.core.schema import (
     spark_schema,
 )
 from syphon.job.context import RunContext, fit_shuffle_partitions, keep, service_tasks
-from syphon.job.held import HeldSource
 from syphon.job.journal import journal_folder, outcomes_commit, read_journal, remove_journal
 from syphon.job.lanes import ReplaySettings
 from syphon.job.ledger import record_recovered
 from syphon.job.plan import discovery_operations, unread
 from syphon.job.planned import HeldBack, PlannedWave
+from syphon.job.reading import Reading
 from syphon.job.reconcile import wave_messages
 from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
 from syphon.job.request import RunRequest, StageResult, timed
-from syphon.job.settle import settle_queues
 from syphon.job.settle_actions import settle_actions
-from syphon.job.settle_held import settle_held
 from syphon.job.settle_journal import close_settle_journal, open_settle_journal, removals
-from syphon.job.snapshot import read_snapshot
 from syphon.job.tally import Tally, tally
 from syphon.job.where import Spread, in_driver
 from syphon.obs import failpoints, progress
@@ -178,9 +174,9 @@ class Resumed(StageResult):
     wave: PlannedWave
 
 
-def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
+def resumed_plan(ctx: RunContext, request: RunRequest, reading: Reading) -> Resumed:
     """The plan of ``request.run_id`` read back from the audit (the rows it has not
-    settled yet), its queues peeked again.
+    settled yet), its queues read again through ``reading``.
 
     Raises:
         SyphonError: the audit holds no plan of that run, or the run was planned from
@@ -224,8 +220,7 @@ def resumed_plan(ctx: RunContext, request: RunRequest) -> Resumed:
             f"{source.name}: name its source with --source"
         )
     queues = [DiscoveredQueue("", 0, p, None, False) for p in paths]
-    split, per_task = ctx.config.backlog.split_messages, ctx.config.run.messages_per_task
-    snapshot = read_snapshot(spark, source.access, queues, split, per_task, in_driver(ctx))
+    snapshot, _ = reading.whole(queues)
     messages = wave_messages(snapshot, source.redrive, request.repair)
     return Resumed(wave=PlannedWave(rows, messages, counts, earlier=earlier))
 
@@ -270,11 +265,11 @@ def send(
     request: RunRequest,
     wave: PlannedWave,
     todo: DataFrame,
-    held: HeldBack,
+    back: HeldBack,
     journal_id: str | None = None,
 ) -> Sent:
     """Sends the ``wave``'s rows ``todo`` (the messages' bytes from its snapshot; those
-    ``held`` in doubt marked as sent again), except what the run ``held`` back (skipped
+    ``back`` in doubt marked as sent again), except what the run holds ``back`` (skipped
     destinations, broken lanes), then commits the outcomes of the wave's rows to the
     audit. Each transfer is journaled in the wave attempt's journal ``journal_id``
     (opened by the caller; None: not journaled), and the commit is named for it
@@ -293,20 +288,20 @@ def send(
             replay_input(
                 wave.messages,
                 todo,
-                held.in_doubt,
+                back.in_doubt,
             ),
             ctx.namespaces.primaries,
-            held.skipped,
+            back.skipped,
             ReplaySettings(credits_per_second=budgets),
             failpoint=failpoints.for_task("mid_replay"),
-            broken=held.broken,
+            broken=back.broken,
             journal=journal.for_tasks() if journal is not None else None,
             spread=Spread(
                 service_tasks(ctx.spark(), wave.replays, ctx.config.run.messages_per_task),
                 in_driver(ctx),
             ),
         )
-        results = keep(results)  # the sends happen here, exactly once
+        results = keep(results, wave.in_waves)  # the sends happen here, exactly once
     with timed(timings, "replay"):
         seconds = timings.replay_sends or 0.0
         operations.credit_rates = credit_rates(results, rows, budgets, seconds)
@@ -333,37 +328,23 @@ def settle(
     request: RunRequest,
     wave: PlannedWave,
     sent: DataFrame,
-    held: HeldSource | None = None,
+    reading: Reading,
 ) -> Settled:
     """Settles the ``wave``'s rows in the source's queues by what the run ``sent`` (every
-    attempt's replay rows), then commits the outcomes to the audit: by the locks ``held``
-    holds when the run read its source once, else by receiving again. The rows the wave
-    holds size the settle's tasks."""
+    attempt's replay rows), through the run's ``reading`` (by the locks it keeps, or by
+    receiving again), then commits the outcomes to the audit."""
     rows = wave.rows
     operations = Operations()
     timings = Timings()
     with timed(timings, "settle", "settle_passes"):
         progress.step("settle: completing and dead-lettering in the backlog queues")
         # kept: the journal reads it here, a peeking read's settle tasks again
-        actions = keep(settle_actions(rows, sent))
+        actions = keep(settle_actions(rows, sent), wave.in_waves)
         wanted = [tuple(r) for r in actions.select(*names(SETTLE_ACTION)).collect()]
         journal = open_settle_journal(
             ctx.store.files, request.run_id, removals(wanted, request.run_id)
         )
-        if held is not None:
-            results = _settled_by_locks(ctx, held, wanted, request.run_id)
-        else:
-            results = settle_queues(
-                actions,
-                request.source.access,
-                request.run_id,
-                failpoints.for_task("mid_settle"),
-                Spread(
-                    service_tasks(ctx.spark(), wave.size, ctx.config.run.messages_per_task),
-                    in_driver(ctx),
-                ),
-            )
-        results = keep(results)
+        results = keep(reading.settle(actions, wanted, wave.size), wave.in_waves)
     with timed(timings, "settle"):
         from pyspark.sql import functions as F
 
@@ -380,17 +361,3 @@ def settle(
     operations.settle_discards = settled.count(Outcome.DISCARDED)
     operations.settle_abandons = settled.total("abandoned")
     return Settled(timings=timings, operations=operations, results=results, tally=settled)
-
-
-def _settled_by_locks(
-    ctx: RunContext, held: HeldSource, wanted: list[tuple[Any, ...]], run_id: str
-) -> DataFrame:
-    """:func:`~syphon.job.settle_held.settle_held` of the settle actions ``wanted``, on
-    the driver, as a DataFrame of settle rows."""
-    import pyarrow as pa  # type: ignore[import-untyped]
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    rows = settle_held(held, wanted, run_id, failpoints.for_task("mid_settle"))
-    schema = spark_schema(SETTLE_RESULT)
-    table = pa.Table.from_pylist(rows, schema=to_arrow_schema(schema, timezone="UTC"))
-    return ctx.spark().createDataFrame(table, schema)

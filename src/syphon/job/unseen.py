@@ -1,10 +1,10 @@
 """The keys a run holds back because it could not read one of their messages.
 
-A read once under lock (:mod:`syphon.job.held`) finds, by peeking the gaps in what it
-received, the messages another receiver holds locked. Their keys' later messages must
-not reach a primary before them, so the run holds those keys back: this module gives
-each unseen message the lane (primary, destination, partition key) the plan would give
-it. Its messages are restored and repaired as a wave's are
+A read once under lock (:mod:`syphon.job.once`) finds, by peeking the gaps in what it
+received (:mod:`syphon.job.gaps`), the messages another receiver keeps locked. Their
+keys' later messages must not reach a primary before them, so the run holds those keys
+back: this module gives each unseen message the lane (primary, destination, partition
+key) the plan would give it. Its messages are restored and repaired as a wave's are
 (:func:`syphon.job.reconcile.wave_messages`), and keyed by the same rule and the same
 destination settings (:func:`syphon.job.classify.with_partition_key`), so that a lane
 held back here is the lane the replay meets. A message without a key holds nothing back

@@ -56,7 +56,7 @@ from syphon.core.ledger import Timings
 from syphon.core.naming import PARTITIONED_SEQUENCE, is_dead_letter_path
 from syphon.job.context import keep
 from syphon.job.reading import Reading
-from syphon.job.request import StageResult, timed
+from syphon.job.request import SnapshotRead, timed
 from syphon.job.rows import utc
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import DiscoveredQueue
@@ -205,15 +205,16 @@ class WaveRead:
         read: every message read, the wave's and those beyond its watermark.
         cut: how they were cut (the watermark, the next cursors, ...).
         limit: the limit per queue the cut was made with.
-        peeked: how many messages the wave's peeks handed out (each a credit), every
-            read of it counted (a read again with twice the limit included).
+        handed_out: how many messages the wave's reads handed out (peeked or received,
+            each a credit), every read of it counted (a read again with twice the limit
+            included).
     """
 
     rows: DataFrame
     read: DataFrame
     cut: Cut
     limit: int
-    peeked: int = 0
+    handed_out: int = 0
     next_sequence: dict[str, int] | None = None
 
     @property
@@ -267,27 +268,28 @@ def read_wave(
     after = {p: cursors.get(p, 1) for p in paths}
     if carried is not None:
         after.update(carried.next_sequence)
-    peeked = 0
+    handed_out = 0
     while True:
-        held = Counter(q for q, _, _ in marks)
+        have_read = Counter(q for q, _, _ in marks)
         ranges = [
-            QueueRange(p, after[p], None, limit + 1 - held[p])
+            QueueRange(p, after[p], None, limit + 1 - have_read[p])
             for p in paths
-            if limit + 1 - held[p] > 0
+            if limit + 1 - have_read[p] > 0
         ]
         fresh = reading.frame(ranges, (limit + 1) * len(paths))
-        read = keep(fresh if have is None else have.unionByName(fresh))
+        # on disk: a run in waves holds two waves' frames at a time (see keep)
+        read = keep(fresh if have is None else have.unionByName(fresh), on_disk=True)
         had = len(marks)
         marks = [
             (r[0], r[1], utc(r[2]))
             for r in read.select("backlog_queue", "sequence_number", "enqueued_time").collect()
         ]
-        peeked += len(marks) - had
+        handed_out += len(marks) - had
         for queue, seq, _ in marks:
             after[queue] = max(after[queue], int(seq) + 1)
         cut = cut_reads(marks, paths, cursors, limit, before)
         if cut.last or cut.taken:
-            wave = WaveRead(read.where(in_wave(cut.watermark)), read, cut, limit, peeked, after)
+            wave = WaveRead(read.where(in_wave(cut.watermark)), read, cut, limit, handed_out, after)
             return wave, (None if cut.last else wave.carried(marks))
         have, limit = read, limit * 2
 
@@ -317,27 +319,26 @@ def one_wave(
 
 
 @dataclass(kw_only=True)
-class Wave(StageResult):
-    """One wave's snapshot, as the plan takes it.
+class Wave(SnapshotRead):
+    """One wave's snapshot, as the plan takes it (its ``snapshot`` and ``messages``).
 
     Attributes:
         number: 1, 2, ... (a run of one wave: 1).
-        snapshot: its messages (checkpointed, or lazy over a checkpoint).
         watermark: its cut (None: every queue to its end; always None in one wave).
         last: whether no wave follows.
         queues: how many queues it read.
-        messages: how many messages it holds (None: not counted yet).
-        peeked: how many messages its peeks handed out, those beyond its watermark
-            included (None: as many as it holds).
+        handed_out: how many messages its reads handed out (peeked or received), those
+            beyond its watermark included (None: as many as it holds).
+        many: whether it is one of several waves of its run (its rows in the ledger name
+            it, and its frames are kept on disk).
     """
 
     number: int
-    snapshot: DataFrame
     watermark: datetime | None
     last: bool
     queues: int
-    messages: int | None = None
-    peeked: int | None = None
+    handed_out: int | None = None
+    many: bool = False
 
 
 def read_waves(
@@ -356,8 +357,8 @@ def read_waves(
     A wave's cursors are known as soon as it is read, so the next wave is read in the
     background while the caller plans, replays and settles this one; the caller's Spark
     jobs and the read's share the cores. The read of a wave taken when the caller stops
-    early is thrown away (peeked: nothing was locked; received: what it holds is given
-    back with the rest when the run ends)."""
+    early is thrown away (peeked: nothing was locked; received: what it keeps locked is
+    given back with the rest when the run ends)."""
     readable = [q for q in queues if not q.empty and q.unreadable is None]
     if wave_messages is None:
         timings = Timings()
@@ -369,7 +370,7 @@ def read_waves(
             watermark=None,
             last=True,
             queues=len(readable),
-            peeked=received,
+            handed_out=received,
             timings=timings,
         )
         return
@@ -406,7 +407,8 @@ def read_waves(
                 last=got.last,
                 queues=len(paths),
                 messages=got.cut.taken,
-                peeked=got.peeked,
+                handed_out=got.handed_out,
+                many=True,
                 timings=timings,
             )
             if not more:

@@ -1,27 +1,31 @@
-"""Reading a queue once, under lock: each message received in peek-lock, kept as the
-bytes the service sent, and held locked (renewed) until it is settled by its lock
-token or given back.
+"""One queue's messages received in peek-lock and kept locked until they are settled by
+their lock tokens or given back: the one lock-holding type behind the Service Bus
+boundary, and its one set of settlements (:data:`COMPLETE`, :data:`DEAD_LETTER`,
+:data:`GIVE_BACK`).
 
-A :class:`LockedQueue` is one queue's receiver for a whole run, behind the Service Bus
-boundary: the run names its messages by sequence number and holds no SDK object. It
-receives in pages, keeps each message's encoded bytes (:func:`syphon.servicebus.raw.
-keep_encoded`) and its lock token, and answers the bytes; the SDK's decoded message is
-dropped at once. Its messages stay locked, and so invisible to every receive of the
-queue, until it settles them (complete or dead-letter, a page in one request by lock
-tokens), gives them back (abandon) or closes. A run receives, renews and settles one
-queue from several threads (the next wave's read, the renewal, the settle): receives go
-through one link, the management requests through another (a lock token settles its
-message from any link), each link's calls one at a time.
+A :class:`LockedQueue` names its messages by sequence number: the job holds no SDK
+object. It receives in pages, keeps each message's encoded bytes (:func:`syphon.
+servicebus.raw.keep_encoded`) and its lock token, and answers the bytes; the SDK's
+decoded message is dropped at once. Its messages stay locked, and so invisible to every
+receive of the queue, until it settles them (complete or dead-letter, a page in one
+request by lock tokens), gives them back (abandon) or closes. Both reads use it:
+
+- a read once (:mod:`syphon.job.once`) keeps one per queue for a whole run, and receives,
+  renews and settles from several threads (the next wave's read, the renewal, the
+  settle): receives go through one link, the management requests through another (a
+  lock token settles its message from any link), each link's calls one at a time;
+- a peeking read's settle (:mod:`syphon.job.settle`) opens one per queue for a pass,
+  on one link (``own_link=False``): it receives what it settles and settles it at once.
 
 A lock lasts the queue's lock duration from its receive or its last renewal;
-:meth:`LockedQueue.renew` renews every held lock in pages of tokens, one request each.
-A lock that lapsed is dropped from what is held and remembered as lost (:attr:`LockedQueue.
-lost`): its message is available to the queue again, and a settle of it settles nothing
-and answers it (the caller records it as left, ``lock_lost``).
+:meth:`LockedQueue.renew` renews every lock in pages of tokens, one request each. A
+lock that lapsed is dropped from what is locked and remembered as lost
+(:attr:`LockedQueue.lost`): its message is available to the queue again, and a settle
+of it settles nothing and answers it (the caller records it as left, ``lock_lost``).
 
 A receive never hands out what another receiver holds locked; a peek shows it. The
 queue peeks on its management link (:meth:`LockedQueue.peek`), so that a run can learn
-what it could not receive (:mod:`syphon.job.held`).
+what it could not receive (:mod:`syphon.job.gaps`).
 """
 
 from __future__ import annotations
@@ -63,13 +67,15 @@ RECEIVE_PAGE = 500
 
 
 class LockedQueue:
-    """One queue's peek-lock receiver and the messages it holds locked, by sequence
-    number. Use it as a context manager: it opens a client and a receiver, and on
-    leaving gives back what it still holds and closes both."""
+    """One queue's peek-lock receiver and the messages it keeps locked, by sequence
+    number. Use it as a context manager: it opens a client and a receiver (and, with
+    ``own_link``, a second link for the requests), and on leaving gives back what it
+    still keeps locked and closes them."""
 
-    def __init__(self, access: Access, queue: str) -> None:
+    def __init__(self, access: Access, queue: str, own_link: bool = True) -> None:
         self.__access = access
         self.queue = queue
+        self.own_link = own_link
         self._tokens: dict[int, uuid.UUID] = {}
         self._encoded: dict[bytes, bytes] = {}
         self._stack = contextlib.ExitStack()
@@ -77,7 +83,7 @@ class LockedQueue:
         self._manager: Any = None
         self._receiving = threading.Lock()  # the receiver's calls
         self._managing = threading.RLock()  # the manager's calls
-        self._state = threading.Lock()  # the tokens held, the counts
+        self._state = threading.Lock()  # the tokens, the counts
         self.received = 0
         self.requests = 0
         #: messages peeked (each a credit)
@@ -85,30 +91,34 @@ class LockedQueue:
         #: messages given back (abandoned), and the requests that gave them back
         self.given_back = 0
         self.give_back_requests = 0
-        #: the sequence numbers whose lock lapsed while held (a message received again
-        #: after its lapse is held again, under its new lock)
+        #: the sequence numbers whose lock lapsed while it kept them (a message received
+        #: again after its lapse is locked again, under its new lock)
         self.lost: set[int] = set()
         #: how long a lock lasts, learned from the first message received (None: none
         #: received yet)
         self.lock_seconds: float | None = None
 
     def __repr__(self) -> str:
-        return f"LockedQueue({self.queue!r}, {len(self._tokens)} held)"
+        return f"LockedQueue({self.queue!r}, {len(self._tokens)} locked)"
 
     def __enter__(self) -> LockedQueue:
-        """Opens two links on two connections: the receiver, and a second receiver that
-        never receives, for the management requests (settle, renew, look up). A lock is
-        the message's, and its token settles it from any link of the namespace; a
-        receive that waits for messages then never holds up a renewal or a settle."""
+        """Opens the receiver, and with ``own_link`` a second receiver on a second
+        connection that never receives, for the management requests (settle, renew,
+        look up). A lock is the message's, and its token settles it from any link of
+        the namespace; a receive that waits for messages then never holds up a renewal
+        or a settle. Without it the requests go through the receiver (a pass that
+        receives and settles in turn: a link less to open)."""
         complete_decoder()  # the SDK decodes what it hands out, whatever syphon keeps
         with self._stack as stack:
             client = stack.enter_context(self.__access.client())
             receiver = client.get_queue_receiver(self.queue, prefetch_count=0)
             receiver = keep_delivered(keep_encoded(receiver, self._encoded))
             self._receiver = stack.enter_context(lean(receiver))
-            other = stack.enter_context(self.__access.client())
-            manager = other.get_queue_receiver(self.queue, prefetch_count=1, keep_alive=None)
-            self._manager = stack.enter_context(lean(manager))
+            self._manager = self._receiver
+            if self.own_link:
+                other = stack.enter_context(self.__access.client())
+                manager = other.get_queue_receiver(self.queue, prefetch_count=1, keep_alive=None)
+                self._manager = stack.enter_context(lean(manager))
             self._stack = stack.pop_all()
         return self
 
@@ -120,21 +130,21 @@ class LockedQueue:
     ) -> None:
         try:
             with contextlib.suppress(Exception):  # a lapsed lock needs no give-back
-                self.give_back(self.held)
+                self.give_back(self.locked)
         finally:
             with self._state:
                 self._tokens.clear()
             self._stack.close()
 
     @property
-    def held(self) -> list[int]:
-        """The sequence numbers of the messages held locked."""
+    def locked(self) -> list[int]:
+        """The sequence numbers of the messages it keeps locked."""
         with self._state:
             return sorted(self._tokens)
 
     def receive(self, count: int, wait_seconds: float) -> list[bytes]:
         """Receives up to ``count`` messages in pages (waiting at most ``wait_seconds``
-        for each page's first), holds them locked and answers them encoded, in the order
+        for each page's first), keeps them locked and answers them encoded, in the order
         the queue handed them out. Fewer than ``count``: the queue had no more available
         (an empty page ends it)."""
         return [encoded for _, encoded in self.receive_numbered(count, wait_seconds)]
@@ -151,6 +161,13 @@ class LockedQueue:
                 out.extend(page)
             stop_credit(self._receiver)  # read enough: nothing more is delivered
         return out
+
+    def receive_page(self, count: int, wait_seconds: float) -> list[int]:
+        """One receive of up to :data:`RECEIVE_PAGE` messages (what the queue has
+        available, waiting at most ``wait_seconds`` for the first), kept locked; answers
+        their sequence numbers, in the order the queue handed them out."""
+        with self._receiving:
+            return [seq for seq, _ in self._receive_page(count, wait_seconds)]
 
     def _receive_page(self, count: int, wait_seconds: float) -> list[tuple[int, bytes]]:
         messages = self._receiver.receive_messages(
@@ -174,11 +191,12 @@ class LockedQueue:
         reason: str | None = None,
         description: str | None = None,
     ) -> list[int]:
-        """Settles the held messages of ``seqs`` ``how`` (:data:`COMPLETE`,
-        :data:`DEAD_LETTER` with ``reason`` and ``description``) in one request, and
-        answers those of ``seqs`` it does not hold (their lock lapsed, see :attr:`lost`,
-        or it never received them): it settles none of them. When the request raises,
-        the messages stay held: it may have settled some of them."""
+        """Settles the locked messages of ``seqs`` ``how`` (:data:`COMPLETE`,
+        :data:`DEAD_LETTER` with ``reason`` and ``description``, :data:`GIVE_BACK`) in one
+        request, and answers those of ``seqs`` it does not keep locked (their lock
+        lapsed, see :attr:`lost`, or it never received them): it settles none of them.
+        When the request raises, the messages stay locked: it may have settled some of
+        them."""
         named = list(dict.fromkeys(seqs))
         with self._state:
             holding = [s for s in named if s in self._tokens]
@@ -194,7 +212,7 @@ class LockedQueue:
         return [s for s in named if s not in kept]
 
     def forget(self, seq: int, lost: bool = False) -> None:
-        """Stops holding ``seq``: a failed request settled it, or (``lost``) its lock
+        """Forgets the lock of ``seq``: a failed request settled it, or (``lost``) it
         lapsed."""
         with self._state:
             self._tokens.pop(seq, None)
@@ -220,28 +238,30 @@ class LockedQueue:
                 return False
             return not peeked or int(peeked[0].sequence_number or 0) != seq
 
-    def give_back(self, seqs: Sequence[int]) -> int:
-        """Abandons held messages, a page per request (one by one where a request fails;
-        a lapsed lock needs none: the message is available anyway); answers how many
-        were given back."""
-        given = 0
+    def give_back(self, seqs: Sequence[int]) -> list[int]:
+        """Abandons locked messages, a page per request (one by one where a request
+        fails; a lapsed lock needs none: the message is available anyway); answers those
+        given back. The requests are counted in :attr:`give_back_requests`."""
+        given: list[int] = []
         before = self.requests
         for start in range(0, len(seqs), TOKENS_PER_REQUEST):
             page = list(seqs[start : start + TOKENS_PER_REQUEST])
             try:
-                given += len(page) - len(self.settle(page, GIVE_BACK))
+                missing = set(self.settle(page, GIVE_BACK))
+                given += [s for s in page if s not in missing]
             except Exception:
                 for seq in page:
                     with contextlib.suppress(Exception):
-                        given += 1 - len(self.settle([seq], GIVE_BACK))
+                        if not self.settle([seq], GIVE_BACK):
+                            given.append(seq)
                     self.forget(seq)
-        self.given_back += given
+        self.given_back += len(given)
         self.give_back_requests += self.requests - before
         return given
 
     def renew(self) -> list[int]:
-        """Renews every held lock, a page of tokens per request; answers the sequence
-        numbers whose lock was lost (no longer held: their messages are available)."""
+        """Renews every lock, a page of tokens per request; answers the sequence numbers
+        whose lock was lost (their messages are available to the queue again)."""
         lost: list[int] = []
         for page in self._pages():
             with self._state:
@@ -280,9 +300,9 @@ class LockedQueue:
         return lost
 
     def _pages(self) -> Iterator[list[int]]:
-        held = self.held
-        for start in range(0, len(held), TOKENS_PER_REQUEST):
-            yield held[start : start + TOKENS_PER_REQUEST]
+        locked = self.locked
+        for start in range(0, len(locked), TOKENS_PER_REQUEST):
+            yield locked[start : start + TOKENS_PER_REQUEST]
 
 
 def _lock_seconds(message: Any) -> float | None:

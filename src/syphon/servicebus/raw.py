@@ -25,7 +25,7 @@ SDK internals this module uses (where an SDK upgrade must look first):
   ``._populate_message_properties``, ``._mgmt_request_response_with_retry``,
   ``._settle_message_via_mgmt_link``
 - ``azure.servicebus.ServiceBusReceiver._renew_locks``, ``._receive_context``
-- ``azure.servicebus.ServiceBusReceivedMessage._settled``, ``._delivery_tag``
+- ``azure.servicebus.ServiceBusReceivedMessage._delivery_tag``
 - ``azure.servicebus._pyamqp.client.ReceiveClient._client_ready``, ``._link``
 - ``azure.servicebus._pyamqp.receiver.ReceiverLink._incoming_transfer``,
   ``._received_payload``, ``._first_frame``
@@ -273,7 +273,7 @@ def delivery_tag(message: Any) -> bytes:
 
 
 def renew_lock_tokens(receiver: Any, tokens: Sequence[Any]) -> None:
-    """Renews the locks of ``tokens`` (held by ``receiver``'s messages) in ONE request
+    """Renews the locks of ``tokens`` (of ``receiver``'s messages) in ONE request
     (the management operation ``com.microsoft:renew-lock``), with the SDK's retries.
 
     Raises:
@@ -291,7 +291,20 @@ def settle_tokens(
     reason: str | None = None,
     description: str | None = None,
 ) -> None:
-    """:func:`settle_by_lock_tokens` of lock ``tokens`` alone (no message objects)."""
+    """Settles the messages of lock ``tokens`` (received in peek-lock on any link of the
+    queue) in ONE request: the management operation ``com.microsoft:update-disposition``
+    on ``receiver``'s management link, with the tokens as an array, ``status``
+    :data:`COMPLETED`, :data:`SUSPENDED` (dead-letter, with ``reason`` and
+    ``description``) or :data:`ABANDONED`. The SDK settles one message per call; its
+    management-link settlement takes a list, and this passes it one.
+
+    The request succeeds or fails as a whole for the caller; a failed one may have been
+    applied to some tokens (the caller settles the rest one by one and finds out which).
+
+    Raises:
+        ServiceBusError: the request failed (e.g. ``MessageLockLostError`` for a lock
+            that lapsed), with the SDK's own error classes.
+    """
     from azure.servicebus._common.constants import (
         MGMT_REQUEST_DEAD_LETTER_ERROR_DESCRIPTION,
         MGMT_REQUEST_DEAD_LETTER_REASON,
@@ -310,33 +323,6 @@ def settle_tokens(
 
 #: ``update-disposition``'s status per settlement (the service's names).
 COMPLETED, SUSPENDED, ABANDONED = "completed", "suspended", "abandoned"
-
-
-def settle_by_lock_tokens(
-    receiver: Any,
-    messages: Sequence[Any],
-    status: str,
-    reason: str | None = None,
-    description: str | None = None,
-) -> None:
-    """Settles ``messages`` (received by ``receiver`` in peek-lock) in ONE request: the
-    management operation ``com.microsoft:update-disposition`` with their lock tokens as an
-    array, ``status`` :data:`COMPLETED`, :data:`SUSPENDED` (dead-letter, with ``reason``
-    and ``description``) or :data:`ABANDONED`. The SDK settles one message per call; its
-    management-link settlement takes a list, and this passes it one.
-
-    The request succeeds or fails as a whole for the caller; a failed one may have been
-    applied to some tokens (the caller settles the rest one by one and finds out which).
-
-    Raises:
-        ServiceBusError: the request failed (e.g. ``MessageLockLostError`` for a lock
-            that lapsed), with the SDK's own error classes.
-    """
-    if not messages:
-        return
-    settle_tokens(receiver, [m.lock_token for m in messages], status, reason, description)
-    for m in messages:  # as the SDK marks a message it settled itself
-        m._settled = True
 
 
 def encoded_batch_cost(size: int) -> int:

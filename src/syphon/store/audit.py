@@ -98,8 +98,8 @@ class AuditStore(Protocol):
         """A run's replay groups spread over several backlog queues."""
         ...
 
-    def held_before(self, held: DataFrame, run_id: str) -> DataFrame:
-        """Which of ``held`` (messages a run left waiting for the operator) an earlier
+    def waiting_before(self, waiting: DataFrame, run_id: str) -> DataFrame:
+        """Which of ``waiting`` (messages a run left waiting for the operator) an earlier
         run left waiting too."""
         ...
 
@@ -183,9 +183,9 @@ class TableStore(abc.ABC):
         plan = self.run_rows(run_id, Stage.PLAN)
         return None if plan is None else queries.spread_groups(plan)
 
-    def held_before(self, held: DataFrame, run_id: str) -> DataFrame:
+    def waiting_before(self, waiting: DataFrame, run_id: str) -> DataFrame:
         audit = self.audit()
-        return held.limit(0) if audit is None else queries.held_before(audit, held, run_id)
+        return waiting.limit(0) if audit is None else queries.waiting_before(audit, waiting, run_id)
 
     def lease(self, run_id: str, ttl: timedelta) -> Lease:
         return Lease(self.location, run_id, ttl)

@@ -59,7 +59,8 @@ class LeaseState:
     holder: str | None
     expires_at: datetime | None
 
-    def held_by(self, holder: str, now: datetime) -> bool:
+    def belongs_to(self, holder: str, now: datetime) -> bool:
+        """Whether ``holder`` has the lease at ``now``."""
         return self.holder == holder and self.expires_at is not None and self.expires_at > now
 
 
@@ -177,12 +178,13 @@ class Lease:
         return replay_history(self.log.history())
 
     def acquire(self) -> LeaseState:
-        """Asks for the lease; returns the state after asking (check ``held_by``)."""
+        """Asks for the lease; returns the state after asking (check ``belongs_to``)."""
         self._commit("acquire")
         return self.state()
 
-    def held(self) -> bool:
-        return self.state().held_by(self.holder, datetime.now(timezone.utc))
+    def ours(self) -> bool:
+        """Whether this holder has the lease now."""
+        return self.state().belongs_to(self.holder, datetime.now(timezone.utc))
 
     def renew(self) -> None:
         """Extends the lease.
@@ -191,7 +193,7 @@ class Lease:
             LeaseLostError: the lease is no longer this holder's.
         """
         self._commit("renew")
-        if not self.held():
+        if not self.ours():
             raise self._lost()
 
     def release(self) -> None:
@@ -231,7 +233,7 @@ class Lease:
 
     def check(self) -> None:
         """Raises LeaseLostError when the heartbeat found the lease lost."""
-        if getattr(self, "lost", False) or not self.held():
+        if getattr(self, "lost", False) or not self.ours():
             raise self._lost()
 
     def _lost(self) -> LeaseLostError:

@@ -150,7 +150,7 @@ def in_doubt_messages(audit: DataFrame, interrupted: list[str]) -> DataFrame:
     return doubt.unionByName(lost.drop("run_id"))
 
 
-def held_dead_letters(settled: DataFrame, planned: DataFrame) -> DataFrame:
+def waiting_dead_letters(settled: DataFrame, planned: DataFrame) -> DataFrame:
     """The messages a settle left in a dead-letter queue because they wait for the
     operator (:data:`PLACE` columns and the ``verdict``): judged a duplicate, a conflict
     or invalid — no later run sends them by itself. ``settled``: settle results;
@@ -170,8 +170,8 @@ def _waiting(rows: DataFrame) -> DataFrame:
     return rows.where(~F.col("verdict").isin(Verdict.REPLAY, Verdict.UNSELECTED))
 
 
-def held_before(audit: DataFrame, held: DataFrame, run_id: str) -> DataFrame:
-    """The messages of ``held`` (:data:`PLACE` columns and ``verdict``) that an earlier
+def waiting_before(audit: DataFrame, waiting: DataFrame, run_id: str) -> DataFrame:
+    """The messages of ``waiting`` (:data:`PLACE` columns and ``verdict``) that an earlier
     run's settle left where they are with the same waiting verdict: the operator was told
     then and has let them stay. One an earlier run left for another reason (unselected,
     a failed send) was never reported as waiting, and is not kept."""
@@ -184,7 +184,7 @@ def held_before(audit: DataFrame, held: DataFrame, run_id: str) -> DataFrame:
             & (F.col("run_id") != run_id)
         )
     ).select(*PLACE, "verdict")
-    return held.join(earlier, [*PLACE, "verdict"], "left_semi")
+    return waiting.join(earlier, [*PLACE, "verdict"], "left_semi")
 
 
 def starts_a_spread_group() -> Column:
