@@ -16,12 +16,12 @@ from PIL import Image
 
 from servicebus_emulator.server import EMULATOR_KEY
 from support.paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, run_job, send_raw
+from support.python_rules import report_path
 from support.report_html import parse_report, table_dict
 from syphon.app.text import format_run
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE
 from syphon.store.delta import read_table
-from syphon.store.reports import report_path
 
 pytestmark = pytest.mark.timeout(300)
 

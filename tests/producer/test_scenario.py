@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from support.paired_env import Pair, park_outage
-from syphon.core.envelope import restore_from_backlog
+from support.python_rules import restore_from_backlog
 
 pytestmark = pytest.mark.timeout(180)
 

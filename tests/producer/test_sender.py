@@ -15,6 +15,7 @@ from azure.servicebus.exceptions import MessagingEntityDisabledError, ServiceBus
 
 from servicebus_emulator import Emulator
 from support.paired_env import BACKLOG_QUEUES, PRIMARY, Pair
+from support.python_rules import restore_from_backlog
 from support.quick_client import QuickClient
 from support.waiting import wait_until
 from syphon.core.envelope import (
@@ -24,7 +25,6 @@ from syphon.core.envelope import (
     SENDER_SEQUENCE,
     SESSION_ID,
     TIME_TO_LIVE,
-    restore_from_backlog,
 )
 from syphon.core.timespan import timedelta_to_ticks
 from syphon.producer import (

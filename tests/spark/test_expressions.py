@@ -16,23 +16,27 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from support.envelope_cases import EDGE_CASES, REASON_CASES
+from support.python_rules import (
+    backlog_index_col,
+    effective_partition_key,
+    restore_from_typed,
+    typed_properties,
+)
 from syphon.core.envelope import (
     ALIASES,
     MAX_TIMESTAMP_MS,
     MIN_TIMESTAMP_MS,
     PATH,
     restore_envelope_col,
-    restore_from_typed,
 )
 from syphon.core.naming import (
     MAX_INDEX,
-    backlog_index_col,
     backlog_primary_col,
     backlog_queue_path,
     match_backlog_queue_path,
 )
-from syphon.core.partitioning import effective_partition_key, effective_partition_key_col
-from syphon.core.properties import KEY_DUPLICATE, typed_properties
+from syphon.core.partitioning import effective_partition_key_col
+from syphon.core.properties import KEY_DUPLICATE
 from syphon.core.schema import spark_type
 from syphon.core.timespan import TIMESPAN_MAX_TICKS
 

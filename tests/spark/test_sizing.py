@@ -12,11 +12,11 @@ from typing import Any
 from proton import Described, Message, symbol, timestamp, uint, ulong
 
 from support.amqp_values import TIMESPAN, every_type
+from support.python_rules import message_bytes_bound
 from support.snapshot_rows import T0, snapshot_row
 from syphon.core import amqp_bytes as ab
 from syphon.core.rebuild import MAX_TTL_MS, rebuild
 from syphon.core.schema import SNAPSHOT, spark_schema
-from syphon.core.sizing import message_bytes_bound
 from syphon.job.classify import message_bytes_col
 from syphon.job.restore import restore
 from syphon.servicebus.raw import encoded_batch_cost

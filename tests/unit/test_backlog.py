@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from support.python_rules import parse_backlog_queue_path
 from syphon.core.errors import BacklogPathError
 from syphon.core.naming import (
     BACKLOG_QUEUE_DESCRIPTION,
@@ -12,7 +13,6 @@ from syphon.core.naming import (
     backlog_queue_path,
     backlog_queue_prefix,
     match_backlog_queue_path,
-    parse_backlog_queue_path,
 )
 from syphon.core.timespan import TIMESPAN_MAX
 

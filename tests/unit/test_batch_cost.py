@@ -6,8 +6,8 @@ import pytest
 
 
 def test_the_size_bound_assumes_the_sdks_own_empty_batch_size() -> None:
+    from support.python_rules import empty_batch_bytes
     from syphon.core.sizing import EMPTY_BATCH_BYTES
-    from syphon.servicebus.raw import empty_batch_bytes
 
     assert empty_batch_bytes() == EMPTY_BATCH_BYTES  # an SDK upgrade that changes it fails here
 

@@ -6,16 +6,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from support.envelope_cases import REASON_CASES
+from support.python_rules import ENVELOPE_REASONS as REASONS
+from support.python_rules import restore_from_backlog
 from support.sdk_wire import as_received
 from syphon.core.envelope import (
     PATH,
-    REASONS,
     SCHEDULED_ENQUEUE_TIME,
     SESSION_ID,
     TIME_TO_LIVE,
     Envelope,
     EnvelopeError,
-    restore_from_backlog,
     to_backlog_properties,
 )
 from syphon.core.properties import typed_value

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from support.python_rules import local_location
 from syphon.job.journal import TaskJournal, open_journal, read_journal, remove_journal
-from syphon.store.location import local_location
 
 Q = "contoso/x-servicebus-transfer/0"
 

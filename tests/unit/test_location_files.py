@@ -11,7 +11,8 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
-from syphon.store.location import Location, local_location
+from support.python_rules import local_location
+from syphon.store.location import Location
 
 MIB = 1 << 20
 

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from syphon.core.partitioning import PartitionKey, effective_partition_key
+from support.python_rules import PartitionKey, effective_partition_key
 
 # Seed 001, "Uso de claves de partición", one row per rule it states:
 # (SessionId, PartitionKey, MessageId, RequiresDuplicateDetection) -> key, source, reason

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from support.python_rules import report_path
 from support.report_html import parse_report, table_dict
 from syphon.app.report import TABLE_ROWS, render_html
 from syphon.job.report import SPREAD_ROWS, ReportData
-from syphon.store.reports import report_path, write_page
+from syphon.store.reports import write_page
 
 T0 = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
 

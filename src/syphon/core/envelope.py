@@ -1,5 +1,5 @@
 """The backlog envelope: how an original message's routing properties travel in a
-backlog queue, in both directions, as plain functions and as Spark expressions.
+backlog queue: written by a plain function (the sender's), read back by a Spark expression.
 
 When a paired-namespace sender fails over, it moves some of a message's own properties
 into application properties ("aliases") so that messages for many destinations can
@@ -38,11 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from syphon.core.errors import SyphonError
 from syphon.core.naming import MAX_ENTITY_PATH_LENGTH, match_backlog_queue_path
-from syphon.core.properties import TypedValue, typed_properties
 from syphon.core.timespan import (
     TIMESPAN_MAX_TICKS,
     is_infinite,
-    ticks_to_timedelta,
     timedelta_to_ticks,
 )
 
@@ -67,27 +65,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # The instants both Python's datetime and Spark's timestamp hold, in epoch milliseconds.
 MIN_TIMESTAMP_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
-
-#: Every reason :func:`restore_from_backlog` can give, in the order they are checked.
-REASONS = (
-    "property_key_not_utf8",
-    "property_key_duplicate",
-    "path_missing",
-    "path_holds_timestamp",
-    "path_wrong_type",
-    "path_not_utf8",
-    "path_empty",
-    "path_too_long",
-    "path_is_backlog_queue",
-    "session_id_wrong_type",
-    "session_id_not_utf8",
-    "session_id_empty",
-    "session_id_too_long",
-    "time_to_live_wrong_type",
-    "time_to_live_not_positive",
-    "scheduled_time_wrong_type",
-    "scheduled_time_out_of_range",
-)
 
 
 class EnvelopeError(SyphonError, ValueError):
@@ -169,153 +146,12 @@ def _as_utc(value: datetime) -> datetime:
     return aware.astimezone(timezone.utc)
 
 
-@dataclass(frozen=True)
-class RestoredEnvelope:
-    """What a backlog message says about its original, read back from its aliases.
-
-    Fields that could be read are filled even when ``reason`` names a problem
-    elsewhere, so the audit can show as much as is known.
-
-    Attributes:
-        destination: the primary entity path, or None.
-        session_id: the original SessionId, or None.
-        time_to_live_ticks: the original TTL in .NET ticks; None when infinite or unset.
-        scheduled_enqueue_time_utc: the original scheduled time (aware UTC), or None.
-        application_properties: the typed application properties without the aliases.
-        reason: the first problem found (one of :data:`REASONS`), or None when valid.
-    """
-
-    destination: str | None
-    session_id: str | None
-    time_to_live_ticks: int | None
-    scheduled_enqueue_time_utc: datetime | None
-    application_properties: dict[str, TypedValue]
-    reason: str | None
-
-    @property
-    def time_to_live(self) -> timedelta | None:
-        """The original TTL as a timedelta, or None when infinite or unset."""
-        if self.time_to_live_ticks is None:
-            return None
-        return ticks_to_timedelta(self.time_to_live_ticks)
-
-
-def restore_from_backlog(properties: Mapping[Any, Any] | None) -> RestoredEnvelope:
-    """Reads the aliases of a backlog message's application properties.
-
-    Args:
-        properties: the application properties as the SDK returns them (keys and
-            string values may be ``bytes``), or None.
-    """
-    typed, key_problem = typed_properties(properties)
-    return restore_from_typed(typed, key_problem)
-
-
-def restore_from_typed(
-    typed: Mapping[str, TypedValue], key_problem: str | None = None
-) -> RestoredEnvelope:
-    """Like :func:`restore_from_backlog`, from already typed properties.
-
-    This is the function the Spark expression :func:`restore_envelope_col` mirrors.
-    """
-    reasons: list[str] = [key_problem] if key_problem else []
-
-    destination, path_time, path_reason = _read_path(typed.get(PATH))
-    session_id, session_reason = _read_session_id(typed.get(SESSION_ID))
-    ttl_ticks, ttl_reason = _read_ttl(typed.get(TIME_TO_LIVE))
-    sched_value = typed.get(SCHEDULED_ENQUEUE_TIME)
-    if sched_value is not None and sched_value["kind"] != "null":
-        scheduled, sched_reason = _read_scheduled(sched_value)
-    else:
-        scheduled, sched_reason = path_time, None
-    reasons += [r for r in (path_reason, session_reason, ttl_reason, sched_reason) if r]
-    return RestoredEnvelope(
-        destination=destination,
-        session_id=session_id,
-        time_to_live_ticks=ttl_ticks,
-        scheduled_enqueue_time_utc=scheduled,
-        application_properties={k: v for k, v in typed.items() if k not in ALIASES},
-        reason=reasons[0] if reasons else None,
-    )
-
-
-def _text(value: TypedValue) -> tuple[str | None, str | None]:
-    """(text, problem) of a string-like typed value; problem is a suffix of a reason."""
-    if value["kind"] == "string":
-        return value["string"], None
-    if value["kind"] == "bytes":
-        try:
-            return value["bytes"].decode("utf-8"), None
-        except UnicodeDecodeError:
-            return None, "not_utf8"
-    return None, "wrong_type"
-
-
-def _read_path(value: TypedValue | None) -> tuple[str | None, datetime | None, str | None]:
-    """(destination, scheduled time under the documentation table's reading, reason)."""
-    if value is None or value["kind"] == "null":
-        return None, None, "path_missing"
-    if value["kind"] in ("int", "timestamp"):
-        scheduled, _ = _read_scheduled(value)
-        return None, scheduled, "path_holds_timestamp"
-    text, problem = _text(value)
-    if text is None:
-        return None, None, f"path_{problem}"
-    if not text:
-        return text, None, "path_empty"
-    if len(text) > MAX_ENTITY_PATH_LENGTH:
-        return text, None, "path_too_long"
-    if match_backlog_queue_path(text) is not None:
-        return text, None, "path_is_backlog_queue"
-    return text, None, None
-
-
-def _read_session_id(value: TypedValue | None) -> tuple[str | None, str | None]:
-    if value is None or value["kind"] == "null":
-        return None, None
-    text, problem = _text(value)
-    if text is None:
-        return None, f"session_id_{problem}"
-    if not text:
-        return text, "session_id_empty"
-    if len(text) > MAX_SESSION_ID_LENGTH:
-        return text, "session_id_too_long"
-    return text, None
-
-
-def _read_ttl(value: TypedValue | None) -> tuple[int | None, str | None]:
-    if value is None or value["kind"] == "null":
-        return None, None
-    if value["kind"] != "int":
-        return None, "time_to_live_wrong_type"
-    ticks: int = value["int"]
-    if ticks <= 0:
-        return None, "time_to_live_not_positive"
-    if ticks >= TIMESPAN_MAX_TICKS:
-        return None, None
-    return ticks, None
-
-
-def _read_scheduled(value: TypedValue) -> tuple[datetime | None, str | None]:
-    if value["kind"] == "timestamp":
-        return value["timestamp"], None
-    if value["kind"] != "int":
-        return None, "scheduled_time_wrong_type"
-    ms: int = value["int"]
-    if not MIN_TIMESTAMP_MS <= ms <= MAX_TIMESTAMP_MS:
-        return None, "scheduled_time_out_of_range"
-    return _ms_to_datetime(ms), None
-
-
-def _ms_to_datetime(ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=ms)
-
-
 # --------------------------------------------------------------------------- Spark
 
 
 def restore_envelope_col(properties: Column, key_problem: Column) -> Column:
-    """Spark expression mirroring :func:`restore_from_typed`.
+    """The restore of a backlog message's aliases as a Spark expression (the tests hold it
+    to its plain form, ``tests/support/python_rules.py``).
 
     Args:
         properties: a typed application-property map

@@ -141,20 +141,6 @@ def match_backlog_queue_path(path: str | None) -> BacklogQueue | None:
     return BacklogQueue(primary=match.group(1), index=index)
 
 
-def parse_backlog_queue_path(path: str) -> BacklogQueue:
-    """Parses ``<primary>/x-servicebus-transfer/<index>``.
-
-    Raises:
-        BacklogPathError: ``path`` is not a backlog queue path.
-    """
-    parsed = match_backlog_queue_path(path)
-    if parsed is None:
-        raise BacklogPathError(
-            f"{path!r} is not a backlog queue path (<primary namespace>/{TRANSFER_SEGMENT}/<index>)"
-        )
-    return parsed
-
-
 def backlog_queue_prefix(primary: str) -> str:
     """The path prefix every backlog queue of ``primary`` starts with (for prefix listing)."""
     backlog_queue_path(primary, 0)  # validates the name
@@ -166,14 +152,6 @@ def backlog_primary_col(path: Column) -> Column:
     from pyspark.sql import functions as F
 
     return F.when(_valid_backlog_path(path), F.regexp_extract(path, _SPARK_BACKLOG_PATH_PATTERN, 1))
-
-
-def backlog_index_col(path: Column) -> Column:
-    """Spark expression: the index (int) of a backlog path, or null when not one."""
-    from pyspark.sql import functions as F
-
-    index = F.regexp_extract(path, _SPARK_BACKLOG_PATH_PATTERN, 2)
-    return F.when(_valid_backlog_path(path), index.cast("int"))
 
 
 def _valid_backlog_path(path: Column) -> Column:

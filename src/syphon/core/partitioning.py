@@ -18,7 +18,6 @@ Keys are compared as the service compares them: exactly, case-sensitively.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -30,62 +29,6 @@ SOURCE_SESSION_ID = "session_id"
 SOURCE_PARTITION_KEY = "partition_key"
 SOURCE_MESSAGE_ID = "message_id"
 
-#: Every reason :func:`effective_partition_key` can give.
-REASONS = (
-    "partition_key_differs_from_session_id",
-    "partition_key_too_long",
-    "session_id_required",
-)
-
-
-@dataclass(frozen=True)
-class PartitionKey:
-    """The effective partition key of one message.
-
-    Attributes:
-        key: the key, or None for a keyless message (and for an invalid one).
-        source: which property gave the key (``session_id``, ``partition_key``,
-            ``message_id``), or None.
-        reason: why the combination is invalid (one of :data:`REASONS`), or None.
-    """
-
-    key: str | None
-    source: str | None
-    reason: str | None = None
-
-
-def effective_partition_key(
-    session_id: str | None,
-    partition_key: str | None,
-    message_id: str | None,
-    requires_duplicate_detection: bool | None = None,
-    requires_session: bool | None = None,
-) -> PartitionKey:
-    """Applies the rules of the module docstring to one message.
-
-    Args:
-        session_id: the original SessionId (restored from the backlog form).
-        partition_key: the message's PartitionKey.
-        message_id: the message's MessageId as text.
-        requires_duplicate_detection: the destination's setting; None when unknown
-            (treated as True).
-        requires_session: the destination's setting; True makes a message without a
-            SessionId invalid. None when unknown (not checked).
-    """
-    if partition_key is not None and len(partition_key) > MAX_PARTITION_KEY_LENGTH:
-        return PartitionKey(None, None, "partition_key_too_long")
-    if session_id is not None:
-        if partition_key is not None and partition_key != session_id:
-            return PartitionKey(None, None, "partition_key_differs_from_session_id")
-        return PartitionKey(session_id, SOURCE_SESSION_ID)
-    if requires_session:
-        return PartitionKey(None, None, "session_id_required")
-    if partition_key is not None:
-        return PartitionKey(partition_key, SOURCE_PARTITION_KEY)
-    if requires_duplicate_detection is not False and message_id is not None:
-        return PartitionKey(message_id, SOURCE_MESSAGE_ID)
-    return PartitionKey(None, None)
-
 
 def effective_partition_key_col(
     session_id: Column,
@@ -94,7 +37,8 @@ def effective_partition_key_col(
     requires_duplicate_detection: Column,
     requires_session: Column,
 ) -> Column:
-    """Spark expression mirroring :func:`effective_partition_key`.
+    """The rules of the module docstring as a Spark expression (the tests hold it to
+    their plain form, ``tests/support/python_rules.py``).
 
     Returns:
         A struct ``(key string, source string, reason string)``.

@@ -35,13 +35,11 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from syphon.core import amqp_bytes as ab
 
-KINDS = ("null", "bool", "int", "float", "bytes", "string", "timestamp", "uuid", "other")
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 TypedValue = dict[str, Any]
@@ -89,37 +87,6 @@ def typed_value(value: Any) -> TypedValue:
     return out
 
 
-def typed_properties(
-    properties: Mapping[Any, Any] | None,
-) -> tuple[dict[str, TypedValue], str | None]:
-    """Types every value of an application-property map and decodes its keys.
-
-    Args:
-        properties: the map as the SDK returns it (keys ``str`` or ``bytes``), or None.
-
-    Returns:
-        ``(typed map, problem)``: ``problem`` is ``property_key_not_utf8`` when a key is
-        not UTF-8 (kept under its lossy decoding) or ``property_key_duplicate`` when two
-        keys decode to the same text (the first is kept); else None.
-    """
-    typed: dict[str, TypedValue] = {}
-    problem: str | None = None
-    for raw_key, value in (properties or {}).items():
-        if isinstance(raw_key, (bytes, bytearray, memoryview)):
-            try:
-                key = bytes(raw_key).decode("utf-8")
-            except UnicodeDecodeError:
-                key = bytes(raw_key).decode("utf-8", errors="replace")
-                problem = problem or KEY_NOT_UTF8
-        else:
-            key = str(raw_key)
-        if key in typed:
-            problem = problem or KEY_DUPLICATE
-            continue
-        typed[key] = typed_value(value)
-    return typed, problem
-
-
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
 _MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
@@ -162,7 +129,7 @@ def typed_encoded(encoded: bytes) -> TypedValue:
 
 def encoded_properties(section_value: bytes | None) -> tuple[dict[str, TypedValue], str | None]:
     """Types an encoded application-properties map (the section's value, without its
-    descriptor), as :func:`typed_properties` does a Python one.
+    descriptor), as :func:`typed_value` does a Python value.
 
     Returns:
         ``(typed map, problem)``: ``problem`` is ``property_key_wrong_type`` when a key

@@ -47,31 +47,16 @@ SESSION = 5 + 10 + 3 + 9
 #: batch against the entity's limit, so the batch plan keeps this much room.
 ENVELOPE_RESERVE = (3 + 9 + 2 * (5 + 4 * 128) + 9) + (3 + 9 + 21 + (5 + 4 * 128))
 
-#: The size the SDK gives an empty ``ServiceBusMessageBatch`` (checked against the SDK
-#: by a test: :func:`syphon.servicebus.raw.empty_batch_bytes`).
+#: The size the SDK gives an empty ``ServiceBusMessageBatch`` (a test checks it against
+#: the SDK).
 EMPTY_BATCH_BYTES = 0
-
-
-def message_bytes_bound(
-    encoded_size: int, session_id: str | None, has_ttl: bool, has_schedule: bool
-) -> int:
-    """The bound (see the module docstring) for a backlog message of ``encoded_size``
-    bytes whose restored envelope has ``session_id``, a TTL, a scheduled time."""
-    bound = EMPTY_BATCH_BYTES + BATCH_OVERHEAD + encoded_size
-    if has_ttl:
-        bound += TTL_HEADER
-    if has_schedule:
-        bound += SCHEDULE
-    if session_id is not None:
-        bound += SESSION + len(session_id.encode("utf-8"))
-    return bound
 
 
 def message_bytes_bound_col(
     encoded: Column, session_id: Column, time_to_live_ticks: Column, scheduled: Column
 ) -> Column:
-    """:func:`message_bytes_bound` as a Spark column, from the backlog message's bytes
-    (only their length is read) and its restored envelope."""
+    """The bound (see the module docstring) as a Spark column, from the backlog message's
+    bytes (only their length is read) and its restored envelope."""
     from pyspark.sql import functions as F
 
     def when_set(col: Column, size: Column | int) -> Column:

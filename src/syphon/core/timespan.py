@@ -38,11 +38,6 @@ def ticks_to_timedelta(ticks: int) -> timedelta:
     return timedelta(microseconds=ticks // TICKS_PER_MICROSECOND)
 
 
-def is_infinite_ticks(ticks: int) -> bool:
-    """True for `TimeSpan.MaxValue`, the .NET SDK's "never expires"."""
-    return ticks >= TIMESPAN_MAX_TICKS
-
-
 def is_infinite(value: timedelta) -> bool:
     """True for a timedelta at or above `TimeSpan.MaxValue` (Python's max included)."""
     return value >= TIMESPAN_MAX

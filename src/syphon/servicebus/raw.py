@@ -333,15 +333,6 @@ def encoded_batch_cost(size: int) -> int:
     return size + _BATCH_MESSAGE_OVERHEAD_COST[0 if size < 256 else 1]
 
 
-def empty_batch_bytes() -> int:
-    """The size the SDK gives an empty ``ServiceBusMessageBatch`` (the size bound of
-    :mod:`syphon.core.sizing` assumes :data:`syphon.core.sizing.EMPTY_BATCH_BYTES`; a test
-    keeps the two equal)."""
-    from azure.servicebus import ServiceBusMessageBatch
-
-    return int(ServiceBusMessageBatch(max_size_in_bytes=2**62).size_in_bytes)
-
-
 def encoded_batch(sender: Any, messages: Sequence[EncodedMessage]) -> Any:
     """A ``ServiceBusMessageBatch`` of ``sender`` (its link's size limit) holding
     ``messages`` in order, the envelope taken from the first.

@@ -173,12 +173,6 @@ def _join(base: str, tail: str, local: bool = False) -> str:
     return f"{base.rstrip('/')}/{tail}"
 
 
-def local_location(path: str | os.PathLike[str]) -> Location:
-    """A local folder (tests, the embedded default)."""
-    absolute = os.path.abspath(os.fspath(path))
-    return Location(absolute, absolute)
-
-
 def as_location(where: Location | str | os.PathLike[str]) -> Location:
     """``where`` as a Location: a local path or a URI given as text has no options."""
     if isinstance(where, Location):
