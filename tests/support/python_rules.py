@@ -40,7 +40,7 @@ from syphon.core.partitioning import (
 )
 from syphon.core.properties import KEY_DUPLICATE, KEY_NOT_UTF8, TypedValue, typed_value
 from syphon.core.sizing import BATCH_OVERHEAD, EMPTY_BATCH_BYTES, SCHEDULE, SESSION, TTL_HEADER
-from syphon.core.timespan import TIMESPAN_MAX_TICKS, ticks_to_timedelta
+from syphon.core.timespan import TICKS_PER_MICROSECOND, TIMESPAN_MAX_TICKS
 from syphon.store.location import Location, as_location
 from syphon.store.reports import REPORTS_DIR
 
@@ -84,6 +84,16 @@ def typed_properties(
 
 
 # ----------------------------------------------------------------------- envelope
+
+
+def ticks_to_timedelta(ticks: int) -> timedelta:
+    """Converts .NET ticks to a timedelta, truncating below one microsecond.
+
+    Args:
+        ticks: a tick count; values beyond what timedelta holds raise OverflowError.
+    """
+    return timedelta(microseconds=ticks // TICKS_PER_MICROSECOND)
+
 
 #: Every reason :func:`restore_from_backlog` can give, in the order they are checked.
 ENVELOPE_REASONS = (

@@ -6,13 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from support.python_rules import is_infinite_ticks, typed_properties
+from support.python_rules import is_infinite_ticks, ticks_to_timedelta, typed_properties
 from syphon.core.properties import KEY_DUPLICATE, KEY_NOT_UTF8, typed_value
 from syphon.core.timespan import (
     TIMESPAN_MAX,
     TIMESPAN_MAX_TICKS,
     is_infinite,
-    ticks_to_timedelta,
     timedelta_to_ticks,
 )
 

@@ -39,21 +39,18 @@ log = logging.getLogger(__name__)
 #: Settings for a local session: fewer partitions, no UI, loopback only, scratch files
 #: encrypted; and no long memory of finished jobs: without a UI nothing reads it, and
 #: Spark keeps the last thousand jobs, stages and SQL queries (their plans) by default,
-#: which a run in waves, a few dozen queries per wave, fills wave after wave (measured
-#: with the glibc setting below, bench_waves.py: 200,000 messages in waves peaked at
-#: 1.22 GB for the JVM against 1.51 GB without both).
+#: which a run in waves, a few dozen queries per wave, fills wave after wave.
 #:
 #: And no DataFrame debugging: with it, PySpark records the Python call site of every
 #: column operation in the JVM (for the "DataFrame" context of an error message) at
-#: about eight py4j round trips each, so building a run's expressions took some 20,000
-#: round trips and about a seventh of a small run's CPU (a warm run of 4 messages, tests'
-#: session: 4.9 CPU-s with it, 4.2 without; the round trips 19,800 against 8,200). An
-#: error raised in a query still names the query; only the Python line is left out.
-#: PySpark reads the setting once per process, at the first column built with a session.
+#: about eight py4j round trips each, a seventh of a small run's CPU. An error raised in
+#: a query still names the query; only the Python line is left out. PySpark reads the
+#: setting once per process, at the first column built with a session.
 #:
 #: And the Python workers' daemon imports the installed PySpark, whose bytecode is cached,
 #: instead of compiling the sources of the zip Spark puts first on its path, again in every
-#: worker (:mod:`syphon.app.worker_daemon`: about 0.4 CPU-s a worker).
+#: worker (:mod:`syphon.app.worker_daemon`). The figures behind each choice are in
+#: (tests/benchmarks/README.md, "Why the settings are what they are").
 LOCAL_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -75,20 +72,14 @@ LOCAL_CONF: dict[str, str] = {
 
 #: A local session of a run that expects at most this many messages starts its JVM with
 #: the client compiler only and the serial collector: the full JIT compiles for longer
-#: than such a run lasts. Measured cold, as a process, 2 cores (tests/benchmarks/
-#: bench_run.py): 2,000 messages took 25.9 s and 36.6 CPU-s with the full JIT, 20.4 s
-#: and 19.9 CPU-s so. A larger run (or one whose size is unknown) keeps the full JIT,
-#: which the reconcile of a million messages needs (61 s against 123 s with the client
-#: compiler); where between the two the full JIT starts to pay is not measured, so the
-#: threshold stays well below the million.
+#: than such a run lasts. A larger run (or one whose size is unknown) keeps the full JIT,
+#: which the reconcile of a million messages needs; where between the two the full JIT
+#: starts to pay is not measured, so the threshold stays well below the million.
 QUICK_START_MESSAGES = 100_000
 
 #: A quick start of a run that expects at most this many messages also plans its queries
 #: without code generation: compiling each query's code costs about a second of a cold
-#: run, and interpreting it costs about 0.25 CPU-ms per message more (measured cold, as a
-#: process, 2 cores, bench_run.py --sizes 5000,20000 --repeat 3 --against: 5,000
-#: messages 15.6 s interpreted, 16.5 s compiled; 20,000 messages 24.2 s and 23.9 CPU-s
-#: interpreted, 23.8 s and 21.0 CPU-s compiled).
+#: run, and interpreting it costs about 0.25 CPU-ms per message more.
 INTERPRETED_MESSAGES = 10_000
 
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -100,9 +91,7 @@ QUICK_START_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 #: heap grows only when less than a tenth of it is free after a collection and gives back
 #: what is more than a fifth free. A run in waves holds a wave at a time, but the JVM's
 #: default policy (grow while less than 40 % is free) let the heap expand wave after
-#: wave to its maximum: 80,000 messages in waves of 20,000 peaked at 1.44 GB for the JVM
-#: against 1.10 GB with these, at the same wall time (bench_waves.py --messages 80000
-#: --runs waves, with and without them as --spark-conf).
+#: wave to its maximum.
 WAVE_JAVA_OPTIONS = "-XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=20"
 
 #: The heap of a local session of a run in waves whose wave's bytes are known (the
@@ -110,12 +99,9 @@ WAVE_JAVA_OPTIONS = "-XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=20"
 #: ``spark.driver.memory``: :data:`WAVE_HEAP_BASE_MB` plus a wave's bytes, in steps of
 #: :data:`WAVE_HEAP_STEP_MB`, at least :data:`WAVE_HEAP_MIN_MB` (Spark refuses a heap
 #: under 450 MB). A wave's frames are on the executors' disk (syphon.job.context.keep), but
-#: its messages cross the JVM's heap when the driver hands them to Spark. Spark's default
-#: heap (1 GB) left the JVM at 1.21 GB resident for 200,000 messages of 1 KB in waves of
-#: 40,000; 512 MB left it at 0.89 GB, at the same wall time (bench_waves.py --read once
-#: --runs waves --spark-conf spark.driver.memory=512m). Waves of 40,000 messages of 8 KB
-#: (about 340 MB a wave, bench_waves.py --messages 80000 --body-bytes 8192) ran out of
-#: heap at 512 MB, took 115 s at 640 MB, 97 s at 768 MB (this rule's) and 89 s at 1 GB.
+#: its messages cross the JVM's heap when the driver hands them to Spark; Spark's default
+#: heap (1 GB) kept more resident than a wave needs, and too small a heap runs out or
+#: slows the run (tests/benchmarks/README.md, "Why the settings are what they are").
 WAVE_HEAP_BASE_MB = 384
 WAVE_HEAP_MIN_MB = 512
 WAVE_HEAP_STEP_MB = 64
@@ -139,7 +125,7 @@ COMMON_CONF: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     # Spark keys its Python daemons by their environment, and some of a run's Python
     # tasks set SPARK_SIMPLIFIED_TRACEBACK while others do not: two daemons, each forking
-    # workers that import pandas, pyarrow and the SDK (about 1 CPU-s per worker). Off,
+    # workers that import pandas, pyarrow and the SDK (a CPU-second each). Off,
     # every task's environment is the same and one daemon's workers serve the whole run
     # (tests/job/test_python_workers.py). A failed task's traceback then keeps PySpark's
     # own frames.

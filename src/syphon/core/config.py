@@ -281,10 +281,9 @@ WAVE_MESSAGES_DEFAULT = 40_000
 #: the snapshot's peeks, the replay's sends, the settle's receives), at most one task per
 #: core. Each task opens its own connections and links, and each costs Spark and a Python
 #: worker a round of their own, while a task already peeks and settles its queues side by
-#: side: a run of a few hundred messages gains nothing from a second task and pays for it
-#: (a warm run of 8 messages on 2 cores, the tests' session: 3.29 CPU-s with a task per
-#: core, 2.92 with one). Sends are the exception: a task sends its batches one after another, so a
-#: large backlog far from its primaries wants every core.
+#: side: a run of a few hundred messages gains nothing from a second task and pays for it.
+#: Sends are the exception: a task sends its batches one after another, so a large
+#: backlog far from its primaries wants every core.
 MESSAGES_PER_TASK_DEFAULT = 1_000
 
 

@@ -83,11 +83,6 @@ class Outcome:
     DISCARDED: Final = "discarded"
     LEFT: Final = "left"
     GIVEN_BACK: Final = "given_back"  # a pass's count of what it gave back beyond its plan
-    BY_STAGE: Final = {
-        Stage.PLAN: (PLANNED,),
-        Stage.REPLAY: (SENT, FAILED, SKIPPED, IN_DOUBT),
-        Stage.SETTLE: (COMPLETED, DEAD_LETTERED, DISCARDED, LEFT),
-    }
     #: after which the destination holds the message (``in_doubt`` is not one: such a
     #: message is sent again by the next run, and marked, never settled unsent)
     REPLAYED: Final = (SENT,)
@@ -131,7 +126,6 @@ class Status:
     FAILED: Final = "failed"
     EMPTY: Final = "empty"
     BUSY: Final = "busy"
-    FINAL: Final = (DONE, PARTIAL, FAILED, EMPTY, BUSY)
 
 
 # --- schemas ----------------------------------------------------------------------------

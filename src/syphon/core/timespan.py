@@ -29,15 +29,6 @@ def timedelta_to_ticks(value: timedelta) -> int:
     return min(micros * TICKS_PER_MICROSECOND, TIMESPAN_MAX_TICKS)
 
 
-def ticks_to_timedelta(ticks: int) -> timedelta:
-    """Converts .NET ticks to a timedelta, truncating below one microsecond.
-
-    Args:
-        ticks: a tick count; values beyond what timedelta holds raise OverflowError.
-    """
-    return timedelta(microseconds=ticks // TICKS_PER_MICROSECOND)
-
-
 def is_infinite(value: timedelta) -> bool:
     """True for a timedelta at or above `TimeSpan.MaxValue` (Python's max included)."""
     return value >= TIMESPAN_MAX

@@ -103,8 +103,7 @@ def fit_shuffle_partitions(
     200 tasks per stage for a backlog of six messages). A small backlog takes one
     partition whatever the cores: each task of a stage costs Spark its scheduling, the
     task's deserialization and, in a Python stage, a worker's round of it, far more than
-    a few thousand messages cost to reconcile (a warm run of 8 messages on 2 cores, the
-    tests' session: 4.1 CPU-s with two partitions, 3.3 with one).
+    a few thousand messages cost to reconcile.
 
     Left alone when the operator chose a value: in ``spark_conf`` (the config's
     ``spark.conf``) or in the session (anything but Spark's default or the value syphon
