@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import settings
 
 from support import delta_jars
 from support.azurite import KEY_ENV, Azurite, BlobAudit, start_azurite
-from support.connect_server import ConnectServer, start_connect_server
+from support.connect_server import ConnectServer, shared_connect_server, stop_shared_server
 from support.jvm import TEST_SPARK_CONF
 from support.paired_env import Pair, make_pair
 from syphon.app.spark import build_spark_session
@@ -73,13 +74,30 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
+def _shared_folder(config: pytest.Config, name: str) -> Path:
+    """A folder every test process of this session shares: the session's base temporary
+    folder (a test worker's is a folder inside it)."""
+    base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    return (base.parent if hasattr(config, "workerinput") else base) / name
+
+
 @pytest.fixture(scope="session")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    """A local Spark Connect server, one per test worker, started when a test first asks
-    (tests/support/connect_server.py)."""
-    server = start_connect_server(tmp_path_factory.mktemp("connect"))
-    yield server
-    server.stop()
+def connect_server(request: pytest.FixtureRequest) -> ConnectServer:
+    """A local Spark Connect server, one for every test worker (a server serves many
+    sessions: one JVM, not one per worker), started when a test first asks
+    (tests/support/connect_server.py) and stopped when the whole session ends."""
+    return shared_connect_server(_shared_folder(request.config, CONNECT_FOLDER))
+
+
+#: The shared Spark Connect server's folder, in the session's base temporary folder.
+CONNECT_FOLDER = "connect-shared"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The session's end in the process that runs it (not a worker's end): the shared
+    server stops."""
+    if not hasattr(session.config, "workerinput"):
+        stop_shared_server(_shared_folder(session.config, CONNECT_FOLDER))
 
 
 @pytest.fixture(scope="session")

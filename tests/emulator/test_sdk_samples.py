@@ -32,6 +32,8 @@ FORKSERVER.set_forkserver_preload(["support.sample_harness"])
 
 #: How long a sample may take.
 SAMPLE_TIMEOUT_S = 120
+#: Samples run side by side.
+SAMPLES_AT_ONCE = 16
 
 SAMPLES = [
     f"{kind}_samples/{name}{'_async' if kind == 'async' else ''}.py"
@@ -129,8 +131,9 @@ def _run(root: Path, sample: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def sample_results() -> dict[str, tuple[int, str, str]]:
     root = _samples_dir()
-    # Samples mostly wait on their receive timeouts: run several at once.
-    with ThreadPoolExecutor(max_workers=6) as pool:
+    # Samples mostly wait on their receive timeouts (a CPU-second or two of work each):
+    # run many at once.
+    with ThreadPoolExecutor(max_workers=SAMPLES_AT_ONCE) as pool:
         futures = {s: pool.submit(_run, root, s) for s in SAMPLES}
         return {s: f.result() for s, f in futures.items()}
 

@@ -20,11 +20,16 @@ not cut. Classic sessions (the ``spark`` fixture) keep their networked workers.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,21 +42,95 @@ START_SECONDS = 120
 
 @dataclass
 class ConnectServer:
-    """A running server: its address for ``SPARK_REMOTE`` and its process."""
+    """A running server: its address for ``SPARK_REMOTE``, its process id and log."""
 
     remote: str
-    process: subprocess.Popen[bytes]
+    pid: int
     log: Path
     #: the folder of its catalog's default database: a table ``t`` is at ``warehouse/t``
     warehouse: Path
+    #: the process, in the test process that started it (None: another one did)
+    process: subprocess.Popen[bytes] | None = None
 
     def stop(self) -> None:
+        if self.process is None:
+            stop_pid(self.pid)
+            return
         self.process.terminate()
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=30)
+
+
+#: Where a shared server (:func:`shared_connect_server`) says where it is, in its folder.
+_SHARED = "server.json"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def shared_connect_server(folder: Path) -> ConnectServer:
+    """The server of ``folder``, one for every test process that asks (a server serves
+    many sessions, as a workspace's does its jobs): the first to ask starts it, under a
+    lock, and writes where it is; the others read it. Its starter's process may end
+    before the others are done with it: it is stopped by :func:`stop_shared_server`,
+    once the whole test session ends."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder / "server.lock"):
+        known = folder / _SHARED
+        if known.exists():
+            said = json.loads(known.read_text(encoding="utf-8"))
+            return ConnectServer(
+                said["remote"], said["pid"], Path(said["log"]), Path(said["warehouse"])
+            )
+        server = start_connect_server(folder)
+        said = {
+            "remote": server.remote,
+            "pid": server.pid,
+            "log": str(server.log),
+            "warehouse": str(server.warehouse),
+        }
+        known.write_text(json.dumps(said), encoding="utf-8")
+        return server
+
+
+def stop_shared_server(folder: Path) -> None:
+    """Stops the shared server of ``folder``, if one was started."""
+    known = folder / _SHARED
+    if known.exists():
+        stop_pid(json.loads(known.read_text(encoding="utf-8"))["pid"])
+        known.unlink()
+
+
+def stop_pid(pid: int) -> None:
+    """Ends the server process ``pid`` (its JVM), waiting up to 30 s before killing it."""
+    from support.waiting import wait_until
+
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        try:
+            wait_until(lambda: not _running(pid), timeout=30, what="the server's end")
+        except AssertionError:
+            os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a process that ended and waits for its parent to reap it
+    does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
 
 
 def _free_port() -> int:
@@ -131,4 +210,4 @@ def start_connect_server(folder: Path, sandboxed: bool = True) -> ConnectServer:
             process.kill()
             raise RuntimeError(f"the Spark Connect server did not listen: {log}")
         time.sleep(0.05)
-    return ConnectServer(f"sc://127.0.0.1:{port}", process, log, warehouse)
+    return ConnectServer(f"sc://127.0.0.1:{port}", process.pid, log, warehouse, process)

@@ -34,7 +34,6 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.errors import SyphonError
@@ -119,12 +118,7 @@ class ReadOnce:
         self.renewal.__enter__()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.renewal.__exit__(None, None, None)
         again = sum(len(self.again.get(p, set()) & set(q.locked)) for p, q in self.queues.items())
         for queue in self.queues.values():

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from syphon.core.ledger import Operations
@@ -119,12 +118,7 @@ class Reading(Protocol):
 
     def __enter__(self) -> Reading: ...
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None: ...
+    def __exit__(self, *exc: object) -> None: ...
 
     def frame(self, ranges: list[QueueRange], messages: int) -> DataFrame:
         """The messages of ``ranges`` (about ``messages`` of them) the queues hold next
@@ -171,12 +165,7 @@ class Peeking:
     def __enter__(self) -> Peeking:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
     def frame(self, ranges: list[QueueRange], messages: int) -> DataFrame:
@@ -233,13 +222,8 @@ class Receiving:
         self.once.__enter__()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.once.__exit__(kind, error, trace)
+    def __exit__(self, *exc: object) -> None:
+        self.once.__exit__(*exc)
 
     def frame(self, ranges: list[QueueRange], messages: int) -> DataFrame:
         """Received now, and kept locked; ``messages`` is unused (the driver receives)."""

@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from types import TracebackType
 
 from syphon.servicebus.locked import LockedQueue
 
@@ -44,12 +43,7 @@ class Renewal:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
