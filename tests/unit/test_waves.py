@@ -15,7 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syphon.core.naming import PARTITIONED_SEQUENCE
-from syphon.job.waves import QueueRead, cut_reads, time_ordered, watermark
+from syphon.job.waves import (
+    FIRST_WAVE_MESSAGES,
+    WAVE_GROWTH,
+    QueueRead,
+    cut_reads,
+    time_ordered,
+    watermark,
+    wave_limits,
+)
 
 T0 = datetime(2026, 11, 26, 8, 0, tzinfo=timezone.utc)
 
@@ -146,3 +154,20 @@ def test_no_wave_takes_a_message_enqueued_after_the_run_started() -> None:
     result = cut_reads(marks, ["a"], {"a": 1}, limit=10, before=at(5))
     assert (result.watermark, result.last, result.taken) == (at(5), True, 1)
     assert result.cursors == {"a": 2}
+
+
+def test_waves_grow_from_a_small_first_one_to_the_runs_wave_size() -> None:
+    """The first wave is small (its messages home in seconds), each next one WAVE_GROWTH
+    times the one before, never past run.wave_messages over the queues."""
+    limits = wave_limits(40_000, 10)
+    got = [next(limits) for _ in range(5)]
+    first = FIRST_WAVE_MESSAGES // 10
+    assert got == [first, first * WAVE_GROWTH, min(4_000, first * WAVE_GROWTH**2), 4_000, 4_000]
+    assert got == sorted(got)
+
+
+def test_a_run_of_small_waves_takes_them_at_their_size_from_the_first() -> None:
+    limits = wave_limits(6, 3)
+    assert [next(limits) for _ in range(3)] == [2, 2, 2]
+    one = wave_limits(5, 1)  # fewer than the first wave's messages in one queue
+    assert [next(one) for _ in range(2)] == [5, 5]

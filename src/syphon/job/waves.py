@@ -19,6 +19,12 @@ the watermark the next wave takes as read (:class:`Carried`), peeking each queue
 the last message read for what its limit still allows: a peek costs a credit a message,
 and each message of a run in waves is peeked once.
 
+The first wave is small, so that the first messages reach their primaries in seconds
+whatever the backlog: it takes at most :data:`FIRST_WAVE_MESSAGES`, and each wave after
+it :data:`WAVE_GROWTH` times as many as the one before, up to the run's
+``run.wave_messages``. A wave is cut by time whatever its size, so a key keeps its order
+across waves of any sizes; the largest wave bounds the run's memory.
+
 A wave always takes something when some queue holds a message before the watermark;
 when none does (every message read shares the watermark's millisecond: a burst larger
 than ``limit`` in one queue), the wave reads again with twice the limit.
@@ -341,6 +347,26 @@ class Wave(SnapshotRead):
     many: bool = False
 
 
+#: Messages the first wave of a run in waves takes at most (fewer when
+#: ``run.wave_messages`` is smaller): a small first wave reaches the primaries in seconds.
+FIRST_WAVE_MESSAGES = 2_000
+#: How many times as many messages each wave takes as the one before, up to
+#: ``run.wave_messages``.
+WAVE_GROWTH = 4
+
+
+def wave_limits(wave_messages: int, queues: int) -> Iterator[int]:
+    """The per-queue limit of each wave of a run in waves of at most ``wave_messages``
+    over ``queues`` queues: the first wave's from :data:`FIRST_WAVE_MESSAGES`, each next
+    one :data:`WAVE_GROWTH` times the one before, up to the limit of ``wave_messages``."""
+    queues = max(1, queues)
+    most = max(1, -(-wave_messages // queues))
+    limit = min(most, max(1, -(-FIRST_WAVE_MESSAGES // queues)))
+    while True:
+        yield limit
+        limit = min(most, limit * WAVE_GROWTH)
+
+
 def read_waves(
     reading: Reading,
     queues: list[DiscoveredQueue],
@@ -352,7 +378,7 @@ def read_waves(
     ``reading``: one wave of everything when ``wave_messages`` is None, else waves of at
     most about ``wave_messages`` messages (a limit per queue of ``wave_messages`` over
     the queues, rounded up), none of them past ``before``, at most ``max_waves`` (None:
-    to the end).
+    to the end). The waves grow from a small first one (:func:`wave_limits`).
 
     A wave's cursors are known as soon as it is read, so the next wave is read in the
     background while the caller plans, replays and settles this one; the caller's Spark
@@ -375,17 +401,18 @@ def read_waves(
         )
         return
     paths = [q.path for q in readable]
-    limit = max(1, -(-wave_messages // max(1, len(paths))))
+    limits = wave_limits(wave_messages, len(paths))
 
     def read(
-        cursors: Mapping[str, int], carried: Carried | None
+        cursors: Mapping[str, int], carried: Carried | None, limit: int
     ) -> tuple[WaveRead, Carried | None, float]:
         clock = time.monotonic()
         got, carry = read_wave(reading, paths, cursors, limit, before, carried)
         return got, carry, time.monotonic() - clock
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="syphon-wave-read") as pool:
-        ahead: Future[tuple[WaveRead, Carried | None, float]] = pool.submit(read, {}, None)
+        ahead: Future[tuple[WaveRead, Carried | None, float]]
+        ahead = pool.submit(read, {}, None, next(limits))
         number = 0
         while True:
             number += 1
@@ -396,7 +423,7 @@ def read_waves(
                 return  # nothing before the run's start was left
             more = not got.last and (max_waves is None or number < max_waves)
             if more:
-                ahead = pool.submit(read, got.cut.cursors, carry)
+                ahead = pool.submit(read, got.cut.cursors, carry, next(limits))
             # the wave's snapshot time: what the caller waited for (the first wave: all
             # of its read)
             timings = Timings(snapshot=spent if number == 1 else waited)
