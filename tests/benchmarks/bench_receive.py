@@ -78,7 +78,7 @@ def receive(
     queues = [LockedQueue(access(ns), p).__enter__() for p in paths]
 
     def one(queue: LockedQueue) -> int:
-        return sum(len(m) for m in queue.receive(each, 2.0))
+        return sum(len(m) for _, m in queue.receive(each, 2.0))
 
     clock = time.perf_counter()
     with ThreadPoolExecutor(max_workers=threads or len(queues)) as pool:

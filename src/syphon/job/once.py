@@ -213,7 +213,7 @@ class ReadOnce:
         try:
             while got < want:
                 asked = want - got
-                page = queue.receive_numbered(asked, wait)
+                page = queue.receive(asked, wait)
                 fresh = []
                 for seq, encoded in page:
                     if self.gaps.was_unseen(path, seq):

@@ -142,16 +142,12 @@ class LockedQueue:
         with self._state:
             return sorted(self._tokens)
 
-    def receive(self, count: int, wait_seconds: float) -> list[bytes]:
+    def receive(self, count: int, wait_seconds: float) -> list[tuple[int, bytes]]:
         """Receives up to ``count`` messages in pages (waiting at most ``wait_seconds``
-        for each page's first), keeps them locked and answers them encoded, in the order
-        the queue handed them out. Fewer than ``count``: the queue had no more available
-        (an empty page ends it)."""
-        return [encoded for _, encoded in self.receive_numbered(count, wait_seconds)]
-
-    def receive_numbered(self, count: int, wait_seconds: float) -> list[tuple[int, bytes]]:
-        """:meth:`receive`, each message with its sequence number (the service's, as the
-        SDK read it: the bytes are not parsed here)."""
+        for each page's first), keeps them locked and answers them, each as its sequence
+        number (the service's, as the SDK read it) and the bytes the service sent, in the
+        order the queue handed them out. Fewer than ``count``: the queue had no more
+        available (an empty page ends it)."""
         out: list[tuple[int, bytes]] = []
         with self._receiving:
             while len(out) < count:
