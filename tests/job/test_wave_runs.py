@@ -173,7 +173,7 @@ def test_partitioned_and_dead_letter_sources_take_one_wave_and_say_why(pair: Pai
     enqueue time: neither can be cut by time, so the run takes one wave (no Spark here:
     the decision is made before the session starts)."""
     from servicebus_emulator import QueueSpec
-    from syphon.job.waves import one_wave
+    from syphon.job.wave_sizes import one_wave
     from syphon.servicebus.discovery import DiscoveredQueue
 
     partitioned = f"{PRIMARY}/x-servicebus-transfer/9"

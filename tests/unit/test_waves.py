@@ -15,15 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syphon.core.naming import PARTITIONED_SEQUENCE
-from syphon.job.waves import (
-    FIRST_WAVE_MESSAGES,
-    WAVE_GROWTH,
-    QueueRead,
-    cut_reads,
-    time_ordered,
-    watermark,
-    wave_limits,
-)
+from syphon.job.wave_sizes import FIRST_WAVE_MESSAGES, WAVE_GROWTH, time_ordered, wave_limits
+from syphon.job.waves import QueueRead, cut_reads, watermark
 
 T0 = datetime(2026, 11, 26, 8, 0, tzinfo=timezone.utc)
 

@@ -51,7 +51,8 @@ from syphon.job.runner import WaveRunner
 from syphon.job.settle_journal import recover_settles, settles_pending
 from syphon.job.sources import RunSource
 from syphon.job.stages import Discovered, discover, recover, resumed_plan
-from syphon.job.waves import one_wave, read_waves
+from syphon.job.wave_sizes import one_wave
+from syphon.job.waves import read_waves
 from syphon.job.where import in_driver
 from syphon.obs import failpoints, progress
 from syphon.obs.logs import run_context

@@ -19,11 +19,9 @@ the watermark the next wave takes as read (:class:`Carried`), peeking each queue
 the last message read for what its limit still allows: a peek costs a credit a message,
 and each message of a run in waves is peeked once.
 
-The first wave is small, so that the first messages reach their primaries in seconds
-whatever the backlog: it takes at most :data:`FIRST_WAVE_MESSAGES`, and each wave after
-it :data:`WAVE_GROWTH` times as many as the one before, up to the run's
-``run.wave_messages``. A wave is cut by time whatever its size, so a key keeps its order
-across waves of any sizes; the largest wave bounds the run's memory.
+The first wave is small and the waves grow (:func:`syphon.job.wave_sizes.wave_limits`):
+a wave is cut by time whatever its size, so a key keeps its order across waves of any
+sizes, and the largest wave bounds the run's memory.
 
 A wave always takes something when some queue holds a message before the watermark;
 when none does (every message read shares the watermark's millisecond: a burst larger
@@ -37,7 +35,8 @@ Sources whose queues are not ordered by enqueue time cannot be cut by time:
   the top bits of the sequence number), so reading by sequence number walks one
   partition after another.
 
-A run whose source has such a queue drains it in one wave (:func:`one_wave`). A
+A run whose source has such a queue drains it in one wave
+(:func:`syphon.job.wave_sizes.one_wave`). A
 partitioned queue is recognised by a message in a partition other than the first (a
 peek from the second partition's first sequence number); one whose messages are all in
 the first partition reads in order, and what arrives in the other partitions during the
@@ -59,14 +58,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from syphon.core.ledger import Timings
-from syphon.core.naming import PARTITIONED_SEQUENCE, is_dead_letter_path
 from syphon.job.context import keep
 from syphon.job.reading import Reading
 from syphon.job.request import SnapshotRead, timed
 from syphon.job.rows import utc
-from syphon.servicebus.access import Access
+from syphon.job.wave_sizes import wave_limits
 from syphon.servicebus.discovery import DiscoveredQueue
-from syphon.servicebus.peek import first_sequence_number
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -111,14 +108,6 @@ def watermark(reads: Iterable[QueueRead]) -> datetime | None:
             raise ValueError(f"the front of {r.queue} has no enqueue time")
         fronts.append(r.last_enqueued)
     return min(fronts) if fronts else None
-
-
-def time_ordered(paths: Iterable[str], sequence_numbers: Iterable[int] = ()) -> bool:
-    """Whether queues can be cut by time: none is a dead-letter queue and no sequence
-    number read from them carries a partition."""
-    if any(is_dead_letter_path(p) for p in paths):
-        return False
-    return all(n < PARTITIONED_SEQUENCE for n in sequence_numbers)
 
 
 def in_wave(cut: datetime | None) -> Column:
@@ -300,30 +289,6 @@ def read_wave(
         have, limit = read, limit * 2
 
 
-def one_wave(
-    wave_messages: int, source_kind: str, queues: list[DiscoveredQueue], access: Access
-) -> str | None:
-    """Why a run drains ``queues`` in one wave, or None when it drains them in waves of
-    at most ``wave_messages`` messages. One peek per queue when every other answer is
-    no (whether a queue holds a partition's messages)."""
-    if wave_messages <= 0:
-        return "run.wave_messages is 0"
-    if source_kind == "namespace":
-        # a live entity counts every receive against its MaxDeliveryCount, and a
-        # wave's settle receives again what an earlier wave left at the queue's head
-        return "a namespace source's entities count each receive as a delivery"
-    paths = [q.path for q in queues]
-    if not time_ordered(paths):
-        return "a dead-letter queue is not ordered by enqueue time"
-    counts = [q.message_count for q in queues]
-    if None not in counts and sum(c or 0 for c in counts) <= wave_messages:
-        return "the source holds no more than one wave"
-    for path in paths:
-        if first_sequence_number(access, path, PARTITIONED_SEQUENCE) is not None:
-            return f"{path} is partitioned: its sequence numbers are per partition"
-    return None
-
-
 @dataclass(kw_only=True)
 class Wave(SnapshotRead):
     """One wave's snapshot, as the plan takes it (its ``snapshot`` and ``messages``).
@@ -345,26 +310,6 @@ class Wave(SnapshotRead):
     queues: int
     handed_out: int | None = None
     many: bool = False
-
-
-#: Messages the first wave of a run in waves takes at most (fewer when
-#: ``run.wave_messages`` is smaller): a small first wave reaches the primaries in seconds.
-FIRST_WAVE_MESSAGES = 2_000
-#: How many times as many messages each wave takes as the one before, up to
-#: ``run.wave_messages``.
-WAVE_GROWTH = 4
-
-
-def wave_limits(wave_messages: int, queues: int) -> Iterator[int]:
-    """The per-queue limit of each wave of a run in waves of at most ``wave_messages``
-    over ``queues`` queues: the first wave's from :data:`FIRST_WAVE_MESSAGES`, each next
-    one :data:`WAVE_GROWTH` times the one before, up to the limit of ``wave_messages``."""
-    queues = max(1, queues)
-    most = max(1, -(-wave_messages // queues))
-    limit = min(most, max(1, -(-FIRST_WAVE_MESSAGES // queues)))
-    while True:
-        yield limit
-        limit = min(most, limit * WAVE_GROWTH)
 
 
 def read_waves(
