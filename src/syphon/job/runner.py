@@ -90,13 +90,13 @@ class WaveRunner:
             progress.step(f"wave {wave.number}: planning")
             mark = WaveMark(wave.number, wave.watermark, datetime.now(timezone.utc))
         read = replace(wave, operations=self.reading.counted(wave.queues, wave.handed_out))
-        planned = self.planned(plan_snapshot(ctx, request, read, listed, mark), wave)
+        planned = self._planned(plan_snapshot(ctx, request, read, listed, mark), wave)
         self._hold_unseen(listed)  # before anything of the wave is sent
         failpoints.check("after_plan")
         self.replay_and_settle(planned)
         self._progress(wave, expected)
 
-    def planned(self, plan: PlanResult, wave: Wave) -> PlannedWave:
+    def _planned(self, plan: PlanResult, wave: Wave) -> PlannedWave:
         """Adds a new plan's counts to the run's, as the ``wave`` it planned."""
         self._ledger.add(plan)
         for verdict, n in plan.counts.items():
