@@ -155,7 +155,7 @@ class _QueuePass:
 
         stopped: str | None = None
         locks = LockedQueue(self.__access, self.queue, own_link=False)
-        settle = QueueSettle(locks, self.run_id, self.todo, self.counter)
+        settle = QueueSettle(locks, self.run_id, self.todo, self.counter, receives=True)
         try:
             with locks:
                 self._drain(locks, settle)

@@ -103,13 +103,18 @@ class QueueSettle:
     """
 
     def __init__(
-        self, queue: LockedQueue, run_id: str, todo: dict[int, Action], counter: SettledCount
+        self,
+        queue: LockedQueue,
+        run_id: str,
+        todo: dict[int, Action],
+        counter: SettledCount,
+        receives: bool = False,
     ) -> None:
         self.locks = queue
         self.run_id = run_id
         self.todo = todo
         self.counter = counter
-        self.receives = not queue.own_link
+        self.receives = receives
         self.out: dict[int, dict[str, Any]] = {}
 
     def __repr__(self) -> str:
