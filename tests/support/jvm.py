@@ -41,6 +41,19 @@ SMALL_DATA_CONF = {
     "spark.sql.adaptive.enabled": "false",
 }
 
+#: ``SYPHON_TEST_EVENTS=DIR ./dev.sh test``: every local session of the tests (the
+#: workers' and the ``syphon`` commands') writes Spark's event log into DIR, for
+#: ``tests/benchmarks/spark_jobs_of.py --by-line DIR``: which lines of syphon cost the
+#: suite its Spark jobs.
+if os.environ.get("SYPHON_TEST_EVENTS"):
+    SMALL_DATA_CONF.update(
+        {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": os.environ["SYPHON_TEST_EVENTS"],
+            "spark.eventLog.compress": "false",
+        }
+    )
+
 #: The tests' Spark settings for local sessions.
 TEST_SPARK_CONF = {"spark.driver.extraJavaOptions": java_options(), **SMALL_DATA_CONF}
 

@@ -18,10 +18,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from syphon.core.ledger import Operations
-from syphon.core.schema import SETTLE_RESULT, spark_schema
+from syphon.core.schema import (
+    SETTLE_ACTION,
+    SETTLE_RESULT,
+    arrow_schema,
+    spark_schema,
+)
 from syphon.job.context import RunContext, keep, service_tasks
 from syphon.job.once import ReadOnce
 from syphon.job.request import RunRequest
+from syphon.job.rows import arrow_rows
 from syphon.job.settle import settle_queues
 from syphon.job.snapshot import QueueRange, peek_frame, read_snapshot
 from syphon.job.where import Spread, in_driver
@@ -29,6 +35,7 @@ from syphon.obs import failpoints
 from syphon.servicebus.discovery import DiscoveredQueue
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
@@ -139,9 +146,11 @@ class Reading(Protocol):
         read could not take (another receiver keeps them locked): their keys wait."""
         ...
 
-    def settle(self, actions: DataFrame, wanted: list[tuple[Any, ...]], size: int) -> DataFrame:
-        """Settles a wave's settle ``actions`` (the frame, and its rows ``wanted``; the
-        wave's plan holds ``size`` rows): its settle rows, computed once."""
+    def settle(self, wanted: list[tuple[Any, ...]], size: int) -> pa.Table:
+        """Settles a wave's settle actions ``wanted`` (rows of
+        :data:`~syphon.core.schema.SETTLE_ACTION`; the wave's plan holds ``size`` rows):
+        its settle rows (:data:`~syphon.core.schema.SETTLE_RESULT`), in the driver's memory,
+        so that the settlements happen once and counting them takes no Spark job."""
         ...
 
     def closed(self) -> ReadClosed:
@@ -187,16 +196,20 @@ class Peeking:
     def unseen(self) -> list[tuple[str, bytes]]:
         return []  # a peek sees what others keep locked: the settle leaves it
 
-    def settle(self, actions: DataFrame, wanted: list[tuple[Any, ...]], size: int) -> DataFrame:
-        ctx = self.ctx
-        tasks = service_tasks(ctx.spark(), size, ctx.config.run.messages_per_task)
-        return settle_queues(
-            actions,
+    def settle(self, wanted: list[tuple[Any, ...]], size: int) -> pa.Table:
+        """In tasks (or the driver), each receiving its queues' messages again; their
+        rows collected once."""
+        ctx, spark = self.ctx, self.ctx.spark()
+        tasks = service_tasks(spark, size, ctx.config.run.messages_per_task)
+        todo = spark.createDataFrame(arrow_rows(wanted, SETTLE_ACTION), spark_schema(SETTLE_ACTION))
+        results = settle_queues(
+            todo,
             self.request.source.access,
             self.request.run_id,
             failpoints.for_task("mid_settle"),
             Spread(tasks, in_driver(ctx)),
         )
+        return results.toArrow()
 
     def closed(self) -> ReadClosed:
         return ReadClosed()
@@ -246,14 +259,12 @@ class Receiving:
     def unseen(self) -> list[tuple[str, bytes]]:
         return self.once.gaps.take_new()
 
-    def settle(self, actions: DataFrame, wanted: list[tuple[Any, ...]], size: int) -> DataFrame:
-        import pyarrow as pa  # type: ignore[import-untyped]
-        from pyspark.sql.pandas.types import to_arrow_schema
+    def settle(self, wanted: list[tuple[Any, ...]], size: int) -> pa.Table:
+        """By the locks the read keeps, on the driver."""
+        import pyarrow as pa
 
         rows = self.once.settle(wanted, self.run_id, failpoints.for_task("mid_settle"))
-        schema = spark_schema(SETTLE_RESULT)
-        table = pa.Table.from_pylist(rows, schema=to_arrow_schema(schema, timezone="UTC"))
-        return self.ctx.spark().createDataFrame(table, schema)
+        return pa.Table.from_pylist(rows, schema=arrow_schema(SETTLE_RESULT))
 
     def closed(self) -> ReadClosed:
         """Every message the queues handed out beyond what the waves counted (those

@@ -1,10 +1,14 @@
 """Spark's values as plain Python ones: pandas cells (in ``mapInPandas`` and
-``applyInPandas`` tasks), and the timestamps Spark hands back to the driver."""
+``applyInPandas`` tasks), and the timestamps Spark hands back to the driver; and the
+driver's rows as the Arrow tables Spark takes from it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
+
+from syphon.core.schema import Field, arrow_schema
 
 
 def plain_cell(value: Any) -> Any:
@@ -29,3 +33,14 @@ def utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         value = value.astimezone()  # naive = local time
     return value.astimezone(timezone.utc)
+
+
+def arrow_rows(rows: Sequence[Sequence[Any]], fields: Sequence[Field]) -> Any:
+    """Rows (each its values in the ``fields``' order) as a ``pyarrow.Table`` of their
+    schema."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    schema = arrow_schema(fields)
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(fields)
+    arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -32,6 +32,7 @@ from syphon.core.schema import (
     PLACE,
     REPLAY_RESULT,
     SETTLE_ACTION,
+    SETTLE_RESULT,
     Detail,
     Outcome,
     Stage,
@@ -253,8 +254,8 @@ def probe(ctx: RunContext, wave: PlannedWave, known: Mapping[Destination, str | 
 
 @dataclass(kw_only=True)
 class Sent(StageResult):
-    """The replay's outcome rows (checkpointed: the sends happened once) and their
-    tally."""
+    """The replay's outcome rows (in the driver's memory, read by Spark: the sends happened
+    once) and their tally."""
 
     results: DataFrame
     tally: Tally
@@ -301,14 +302,16 @@ def send(
                 in_driver(ctx),
             ),
         )
-        results = keep(results, wave.in_waves)  # the sends happen here, exactly once
+        # the sends happen here, exactly once: their rows in the driver's memory
+        done = results.toArrow()
+        results = ctx.spark().createDataFrame(done, spark_schema(REPLAY_RESULT))
     with timed(timings, "replay"):
         seconds = timings.replay_sends or 0.0
         operations.credit_rates = credit_rates(results, rows, budgets, seconds)
         now = datetime.now(timezone.utc)
         commit = outcomes_commit(request.run_id, journal_id) if journal_id else None
         ctx.store.append_outcomes(results, rows, request.run_id, Stage.REPLAY, now, commit)
-    replayed = tally(results, "transfers", "busy_retries")
+    replayed = tally(done, "transfers", "busy_retries")
     operations.replay_send_transfers = replayed.total("transfers")
     operations.replay_busy_retries = replayed.total("busy_retries")
     operations.replay_messages_sent = replayed.count(Outcome.SENT)
@@ -317,7 +320,7 @@ def send(
 
 @dataclass(kw_only=True)
 class Settled(StageResult):
-    """The settle's outcome rows (checkpointed) and their tally."""
+    """The settle's outcome rows (in the driver's memory, read by Spark) and their tally."""
 
     results: DataFrame
     tally: Tally
@@ -338,22 +341,22 @@ def settle(
     timings = Timings()
     with timed(timings, "settle", "settle_passes"):
         progress.step("settle: completing and dead-lettering in the backlog queues")
-        # kept: the journal reads it here, a peeking read's settle tasks again
-        actions = keep(settle_actions(rows, sent), wave.in_waves)
-        wanted = [tuple(r) for r in actions.select(*names(SETTLE_ACTION)).collect()]
+        actions = settle_actions(rows, sent).select(*names(SETTLE_ACTION))
+        wanted = [tuple(r) for r in actions.collect()]
         journal = open_settle_journal(
             ctx.store.files, request.run_id, removals(wanted, request.run_id)
         )
-        results = keep(reading.settle(actions, wanted, wave.size), wave.in_waves)
+        done = reading.settle(wanted, wave.size)  # in the driver's memory: settled once
     with timed(timings, "settle"):
         from pyspark.sql import functions as F
 
         now = datetime.now(timezone.utc)
+        results = ctx.spark().createDataFrame(done, spark_schema(SETTLE_RESULT))
         # what the passes gave back without it being the wave's is counted, not audited
         audited = results.where(F.col("outcome") != Outcome.GIVEN_BACK)
         ctx.store.append_outcomes(audited, rows, request.run_id, Stage.SETTLE, now)
         close_settle_journal(ctx.store.files, journal)
-    settled = tally(results, "received", "abandoned", "requests")
+    settled = tally(done, "received", "abandoned", "requests")
     operations.settle_receives = settled.total("received")
     operations.settle_requests = settled.total("requests")
     operations.settle_completes = settled.count(Outcome.COMPLETED)

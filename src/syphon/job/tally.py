@@ -1,4 +1,5 @@
-"""What a stage's results add up to, read in one Spark job per stage."""
+"""What a stage's results add up to. The driver holds a wave's results (one small row per
+message, an Arrow table), so counting them takes no Spark job."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 
 @dataclass(frozen=True)
@@ -47,16 +48,15 @@ class Tally:
         return any(line.detail in wanted for line in self.lines)
 
 
-def tally(results: DataFrame, *summed: str) -> Tally:
-    """One Spark job: per (outcome, detail), the count and the sums of ``summed``."""
-    from pyspark.sql import functions as F
-
-    rows = results.groupBy("outcome", "detail").agg(
-        F.count(F.lit(1)).alias("count"), *[F.sum(c).alias(c) for c in summed]
-    )
+def tally(results: pa.Table, *summed: str) -> Tally:
+    """Per (outcome, detail) of a stage's results (in the driver's memory), the count and
+    the sums of ``summed``."""
+    keys = ["outcome", "detail"]
+    rows = results.select([*keys, *summed]).group_by(keys, use_threads=False)
+    grouped = rows.aggregate([([], "count_all"), *[(c, "sum") for c in summed]])
     lines = tuple(
-        Line(r["outcome"], r["detail"], int(r["count"]), tuple(int(r[c] or 0) for c in summed))
-        for r in rows.collect()
+        Line(r["outcome"], r["detail"], r["count_all"], tuple(r[f"{c}_sum"] or 0 for c in summed))
+        for r in grouped.to_pylist()
     )
     return Tally(tuple(summed), lines)
 

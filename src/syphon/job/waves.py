@@ -338,6 +338,7 @@ def read_waves(
         yield Wave(
             number=1,
             snapshot=snapshot,
+            messages=received,  # None: the plan counts them
             watermark=None,
             last=True,
             queues=len(readable),
