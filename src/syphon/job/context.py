@@ -147,9 +147,11 @@ def keep(frame: DataFrame, on_disk: bool = False) -> DataFrame:
     """``frame`` computed now and kept by Spark (a local checkpoint: every later use reads
     these rows, nothing is computed or read from Service Bus again): on the executors'
     local disk (``on_disk``: a run in waves) or in memory. A run in waves holds the wave
-    it settles and the one it reads meanwhile, each with its snapshot, plan and results:
-    in memory they made its peak grow with the waves' size (the README's "Reading once"
-    has the figures, from bench_waves.py). A run of one wave keeps them in memory."""
+    it settles and the one it reads meanwhile, each with its snapshot and plan: in memory
+    they made its peak grow with the waves' size (the README's "Reading once" has the
+    figures, from bench_waves.py). A run of one wave keeps them in memory. (A stage's
+    results, one small row per message, are collected into the driver instead: see
+    :func:`syphon.job.stages.send`.)"""
     from pyspark import StorageLevel
 
     return frame.localCheckpoint(
