@@ -429,8 +429,9 @@ SYPHON_PREFIX = os.environ.get("BENCH_SYPHON_PREFIX", "").split()
 FLOOR = """
 import sys
 from syphon.app.spark import build_spark_session
+from syphon.core.sessions import SessionFit
 from syphon.core.configfile import load_config
-spark = build_spark_session(load_config(sys.argv[1]).spark, expected_messages=int(sys.argv[2]))
+spark = build_spark_session(load_config(sys.argv[1]).spark, fit=SessionFit(int(sys.argv[2])))
 assert spark.range(1).count() == 1
 """
 

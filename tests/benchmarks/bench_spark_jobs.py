@@ -33,9 +33,10 @@ from proctree import TreeUsage, become_subreaper, run_measured
 CHILD = """
 import sys, time
 from syphon.app.spark import build_spark_session
+from syphon.core.sessions import SessionFit
 from syphon.core.config import SparkConfig
 messages, jobs = int(sys.argv[1]), int(sys.argv[2])
-spark = build_spark_session(SparkConfig(master="local[2]"), expected_messages=messages)
+spark = build_spark_session(SparkConfig(master="local[2]"), fit=SessionFit(messages))
 assert spark.range(1).count() == 1
 if jobs >= 0:
     from pyspark.sql import functions as F
