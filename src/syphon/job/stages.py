@@ -31,13 +31,11 @@ from syphon.core.naming import is_dead_letter_path
 from syphon.core.schema import (
     PLACE,
     REPLAY_RESULT,
-    SETTLE_ACTION,
     SETTLE_RESULT,
     Detail,
     Outcome,
     Stage,
     Status,
-    names,
     spark_schema,
 )
 from syphon.job.context import RunContext, fit_shuffle_partitions, keep, service_tasks
@@ -341,8 +339,7 @@ def settle(
     timings = Timings()
     with timed(timings, "settle", "settle_passes"):
         progress.step("settle: completing and dead-lettering in the backlog queues")
-        actions = settle_actions(rows, sent).select(*names(SETTLE_ACTION))
-        wanted = [tuple(r) for r in actions.collect()]
+        wanted = [tuple(r) for r in settle_actions(rows, sent).collect()]
         journal = open_settle_journal(
             ctx.store.files, request.run_id, removals(wanted, request.run_id)
         )
