@@ -21,6 +21,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: The waves (their messages' bytes, as :meth:`SparkOnDemand.fit` was told) from which a
+#: run gives memory back between them. A full collection costs the JVM and Python a
+#: fraction of a second of CPU (0.2 s in a test worker's JVM); after a wave of a few
+#: megabytes it gives back nothing the next wave would not reuse.
+RELEASE_FROM_BYTES = 16 * 2**20
+
+
 class SparkOnDemand:
     """Starts the Spark session the first time it is called, then returns it. A run that
     needs no Spark (an empty one) never calls it.
@@ -34,11 +41,13 @@ class SparkOnDemand:
         self._factory = factory
         self._session: SparkSession | None = None
         self._fit = SessionFit()
+        self._wave_bytes: int | None = None
 
     def fit(self, fit: SessionFit) -> None:
         """Tells the factory what the run expects (the discovery's counts, its waves),
         for when the session starts; a session already started keeps what it was
         started with (its JVM's settings are fixed at its start)."""
+        self._wave_bytes = fit.wave_bytes
         if self._session is not None:
             log.debug("the session started before the run knew its size: not fitted")
             return
@@ -61,8 +70,10 @@ class SparkOnDemand:
 
     def release(self) -> None:
         """Lets the session's process give back what earlier waves kept
-        (:func:`syphon.core.sessions.release_memory`); nothing when it never started."""
-        if self._session is not None:
+        (:func:`syphon.core.sessions.release_memory`); nothing when it never started, or
+        when the run's waves are smaller than :data:`RELEASE_FROM_BYTES`."""
+        small = self._wave_bytes is not None and self._wave_bytes < RELEASE_FROM_BYTES
+        if self._session is not None and not small:
             release_memory(self._session)
 
 
