@@ -109,13 +109,16 @@ def waves_of(records: Iterable[RunRecord]) -> list[WaveFigures]:
     return out
 
 
-def _place() -> list[Column]:
+def _place(only: Column | None = None) -> list[Column]:
+    """A row's ``primary`` and ``destination``, an unknown one ``?`` and empty (null on
+    the rows ``only`` leaves out, when given)."""
     from pyspark.sql import functions as F
 
-    return [
-        F.coalesce(F.col("primary"), F.lit("?")).alias("primary"),
-        F.coalesce(F.col("destination"), F.lit("")).alias("destination"),
-    ]
+    primary = F.coalesce(F.col("primary"), F.lit("?"))
+    destination = F.coalesce(F.col("destination"), F.lit(""))
+    if only is not None:
+        primary, destination = F.when(only, primary), F.when(only, destination)
+    return [primary.alias("primary"), destination.alias("destination")]
 
 
 def outage_timeline(
@@ -137,13 +140,31 @@ def outage_timeline(
     )
 
 
+#: What :func:`by_source_entity` counts by.
+_FIGURES = (
+    "entity",
+    "stage",
+    "outcome",
+    "detail",
+    "source",
+    "why",
+    "primary",
+    "destination",
+    "verdict",
+)
+
+
 def by_source_entity(rows: DataFrame) -> DataFrame:
     """Per source entity (the queue or subscription read; a row without a source column:
     its backlog queue), stage, outcome, detail, source and why (``why``: a replay row's
     detail unless sent, a settle row's detail when left, a plan row's verdict and reason
-    unless it is to be replayed): ``count`` messages. One aggregate, collected once,
-    serves the per-entity table, what is left for the next run (:func:`left_for_next_run`)
-    and the run's sources: one Spark job for the three."""
+    unless it is to be replayed), and for plan rows their place (``primary``, ``destination``;
+    an unknown one ``?`` and empty) and ``verdict`` (null on other rows): ``count``
+    messages, ``spread_groups`` (the replay groups spread over several backlog queues that
+    start there), the ``first`` and ``last`` backlog enqueue time. One aggregate, collected
+    once, serves the per-entity table, what is left for the next run
+    (:func:`left_for_next_run`), the run's sources and the verdicts per destination: one
+    Spark job for the four."""
     from pyspark.sql import functions as F
 
     entity = F.coalesce(F.col("source_entity"), F.col("backlog_queue"), F.lit("?"))
@@ -161,12 +182,27 @@ def by_source_entity(rows: DataFrame) -> DataFrame:
             F.concat_ws(": ", F.col("verdict"), F.col("reason")),
         )
     )
+    planned = F.col("stage") == Stage.PLAN
     return (
         rows.select(
-            entity.alias("entity"), "stage", "outcome", "detail", "source", why.alias("why")
+            entity.alias("entity"),
+            "stage",
+            "outcome",
+            "detail",
+            "source",
+            why.alias("why"),
+            *_place(only=planned),
+            F.when(planned, F.col("verdict")).alias("verdict"),
+            (planned & queries.starts_a_spread_group()).alias("_starts"),
+            F.when(planned, F.col("backlog_enqueued_time")).alias("_time"),
         )
-        .groupBy("entity", "stage", "outcome", "detail", "source", "why")
-        .count()
+        .groupBy(*_FIGURES)
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.count(F.when(F.col("_starts"), 1)).alias("spread_groups"),
+            F.min("_time").alias("first"),
+            F.max("_time").alias("last"),
+        )
     )
 
 
@@ -189,8 +225,9 @@ def left_for_next_run(figures: Iterable[Any]) -> list[dict[str, Any]]:
 
 def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData:
     """The report's figures: the run's result, and (``read_audit``, when Spark ran) its
-    audit rows. Four Spark jobs (five when keys spread over queues), whatever the run's
-    size: the run's rows are read once, then small aggregations are collected."""
+    audit rows. Two Spark jobs (three when keys spread over queues), whatever the run's
+    size, each collecting a small aggregation of the run's rows: the figures per source
+    entity and destination, then the outage's timeline (its span is the first's)."""
     data = ReportData(
         result.run_id,
         result.status,
@@ -208,19 +245,9 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
     rows = store.run_rows(result.run_id) if read_audit else None
     if rows is None:
         return data
-    rows = rows.localCheckpoint(eager=True)
+    figures = by_source_entity(rows).collect()
+    _add_destinations(data, figures)
     plan = queries.run_rows(rows, result.run_id, Stage.PLAN)
-    for r in queries.verdicts_per_destination(plan).collect():
-        place = (r["primary"] or "?", r["destination"] or "")  # an unknown place
-        counts = data.by_destination.setdefault(place, {})
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + int(r["messages"])
-        data.spread_groups += int(r["spread_groups"])
-        if r["first"] is not None:  # the times it was parked
-            first, last = utc(r["first"]), utc(r["last"])
-            known = data.windows.get(place)
-            if known is not None:
-                first, last = min(first, known[0]), max(last, known[1])
-            data.windows[place] = (first, last)
     if data.windows:
         first = min(w[0] for w in data.windows.values())
         last = max(w[1] for w in data.windows.values())
@@ -229,7 +256,31 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
     if data.spread_groups:
         spread = queries.spread_groups(plan).limit(SPREAD_ROWS).collect()
         data.spread = [r.asDict() for r in spread]
-    figures = by_source_entity(rows).collect()
+    _add_entities(data, figures)
+    return data
+
+
+def _add_destinations(data: ReportData, figures: list[Any]) -> None:
+    """The plan's figures per destination (:func:`by_source_entity`'s plan rows): the
+    messages per verdict, the spread groups and when the messages were parked."""
+    for r in figures:
+        if r["stage"] != Stage.PLAN:
+            continue
+        place = (r["primary"], r["destination"])
+        counts = data.by_destination.setdefault(place, {})
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + int(r["count"])
+        data.spread_groups += int(r["spread_groups"])
+        if r["first"] is not None:  # the times it was parked
+            first, last = utc(r["first"]), utc(r["last"])
+            known = data.windows.get(place)
+            if known is not None:
+                first, last = min(first, known[0]), max(last, known[1])
+            data.windows[place] = (first, last)
+
+
+def _add_entities(data: ReportData, figures: list[Any]) -> None:
+    """The figures per source entity (:func:`by_source_entity`), what the run left for
+    the next and the sources it read."""
     data.left = left_for_next_run(figures)
     sources = {r["source"] for r in figures if r["stage"] == Stage.PLAN} - {None}
     data.source = ", ".join(sorted(sources)) or None
@@ -240,4 +291,3 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
         if r["why"]:
             reasons = data.entity_reasons.setdefault(r["entity"], {})
             reasons[r["why"]] = reasons.get(r["why"], 0) + int(r["count"])
-    return data
