@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from support.jvm import QUICK
 from support.paired_env import Pair, backlog_state, job_config
 from support.waves import QUEUES, arrived, park_spread, queue
 from syphon.app.spark import WAVE_HEAP_MIN_MB
@@ -68,6 +69,8 @@ def test_a_backlog_read_once_on_a_two_worker_cluster_arrives_in_order_and_once(
         '    spark.eventLog.enabled: "true"\n'
         f'    spark.eventLog.dir: "{events}"\n'
         '    spark.eventLog.compress: "false"\n'
+        # the executors start as quick as the tests' drivers (C1 only, serial GC)
+        f'    spark.executor.extraJavaOptions: "{QUICK}"\n'
         "run:\n  wave_messages: 8\n  read: once\n"
     )
     job_config(pair, tmp_path, monkeypatch, extra=extra)

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from support.jvm import QUICK
 from support.paired_env import Pair, job_config, park_orders
-
-QUICK = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -20,15 +20,16 @@ from pathlib import Path
 #: Where ``./dev.sh test`` keeps the archive (inside the environment it belongs to).
 ARCHIVE = Path(os.environ.get("SYPHON_TEST_CDS") or Path(sys.prefix) / "spark-classes.jsa")
 
-_QUICK = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+#: C1 only and the serial GC: for every JVM a test starts, executors of a cluster too.
+QUICK = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def java_options() -> str:
     """The tests' ``spark.driver.extraJavaOptions``."""
     if ARCHIVE.is_file():
-        return f"{_QUICK} -Xshare:auto -XX:SharedArchiveFile={ARCHIVE} {_QUIET}"
-    return _QUICK
+        return f"{QUICK} -Xshare:auto -XX:SharedArchiveFile={ARCHIVE} {_QUIET}"
+    return QUICK
 
 
 #: Spark settings for tiny data: no code generation (Janino compiling each query costs
@@ -67,7 +68,7 @@ def make_archive() -> None:
     from syphon.core.config import SparkConfig
 
     partial = ARCHIVE.with_suffix(".partial")
-    options = f"{_QUICK} -XX:ArchiveClassesAtExit={partial} {_QUIET}"
+    options = f"{QUICK} -XX:ArchiveClassesAtExit={partial} {_QUIET}"
     spark = build_spark_session(
         SparkConfig(master="local[2]", conf={"spark.driver.extraJavaOptions": options})
     )
