@@ -13,7 +13,7 @@ from hypothesis import settings
 from support import delta_jars
 from support.azurite import KEY_ENV, Azurite, BlobAudit, start_azurite
 from support.connect_server import ConnectServer, shared_connect_server, stop_shared_server
-from support.jvm import TEST_SPARK_CONF
+from support.jvm import LONG_LIVED, TEST_SPARK_CONF, java_options
 from support.paired_env import Pair, make_pair
 from syphon.app.spark import build_spark_session
 from syphon.core.config import SparkConfig
@@ -59,6 +59,7 @@ def _drop_syphon_log_handler() -> Iterator[None]:
 #: sessions' parallelism 2, syphon.app.spark.LOCAL_CONF): the crash tests' killed runs.
 ONE_TASK_CONF = {
     **TEST_SPARK_CONF,
+    "spark.driver.extraJavaOptions": f"{java_options()} {LONG_LIVED}",
     "spark.default.parallelism": "1",
     # Delta through Spark (audit.engine: spark), from the jars the set-up copied
     **(delta_jars.session_conf() if delta_jars.fetched() else {}),
