@@ -444,6 +444,19 @@ def test_the_reports_figures(spark: SparkSession) -> None:
         ("p", "orders", "invalid"): (1, naive[5], naive[5]),
         (None, None, "invalid"): (1, None, None),
     }
+    # the report reads the same figures from its one aggregate of the run's rows (an
+    # unknown place named ``?``): entity by entity, summed
+    from_figures: dict[tuple[str, str, str], list[Any]] = {}
+    for r in by_source_entity(rows).collect():
+        if r["stage"] == "plan":
+            got = from_figures.setdefault((r["primary"], r["destination"], r["verdict"]), [0])
+            got[0] += r["count"]
+            got[1:] = [r["first"], r["last"]]
+    assert {k: tuple(v) for k, v in from_figures.items()} == {
+        ("p", "orders", "replay"): (2, naive[0], naive[10]),
+        ("p", "orders", "invalid"): (1, naive[5], naive[5]),
+        ("?", "", "invalid"): (1, None, None),
+    }
     timeline = {r["at"]: r["count"] for r in outage_timeline(plan, at(0), at(10), 2).collect()}
     assert timeline == {naive[0]: 1, naive[5]: 2}
     left = left_for_next_run(by_source_entity(rows).collect())
@@ -531,6 +544,8 @@ def test_the_reports_count_of_spread_groups_counts_each_group_once(spark: SparkS
     )
     (row,) = queries.verdicts_per_destination(plan).collect()
     assert (row["messages"], row["spread_groups"]) == (4, 2)
+    (figures,) = by_source_entity(plan).collect()  # the report's aggregate counts the same
+    assert (figures["count"], figures["spread_groups"]) == (4, 2)
 
 
 def test_the_plans_summary_per_destination(spark: SparkSession) -> None:
