@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from support import delta_jars
-from support.jvm import SMALL_DATA_CONF, java_options
+from support.jvm import LONG_LIVED, SMALL_DATA_CONF, java_options
 
 #: How long the server may take to listen (about 7 s on an idle 2-core machine).
 START_SECONDS = 120
@@ -178,7 +178,8 @@ def start_connect_server(folder: Path, sandboxed: bool = True) -> ConnectServer:
         "spark.sql.session.timeZone": "UTC",
         "spark.default.parallelism": "2",
         "spark.sql.shuffle.partitions": "2",
-        "spark.driver.extraJavaOptions": java_options(),
+        # it serves the whole suite, as a test worker's own session does (tests/conftest.py)
+        "spark.driver.extraJavaOptions": f"{java_options()} {LONG_LIVED}",
         **SMALL_DATA_CONF,
         # Delta through Spark, as a platform's server has it (the set-up's jars)
         **(delta_jars.session_conf() if delta_jars.fetched() else {}),
