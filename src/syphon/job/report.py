@@ -140,18 +140,8 @@ def outage_timeline(
     )
 
 
-#: What :func:`by_source_entity` counts by.
-_FIGURES = (
-    "entity",
-    "stage",
-    "outcome",
-    "detail",
-    "source",
-    "why",
-    "primary",
-    "destination",
-    "verdict",
-)
+#: What :func:`by_source_entity` counts by, besides the place and the verdict.
+_FIGURES = ("entity", "stage", "outcome", "detail", "source", "why")
 
 
 def by_source_entity(rows: DataFrame) -> DataFrame:
@@ -160,8 +150,8 @@ def by_source_entity(rows: DataFrame) -> DataFrame:
     detail unless sent, a settle row's detail when left, a plan row's verdict and reason
     unless it is to be replayed), and for plan rows their place (``primary``, ``destination``;
     an unknown one ``?`` and empty) and ``verdict`` (null on other rows): ``count``
-    messages, ``spread_groups`` (the replay groups spread over several backlog queues that
-    start there), the ``first`` and ``last`` backlog enqueue time. One aggregate, collected
+    messages, ``spread_groups`` and the ``first`` and ``last`` backlog enqueue time, as
+    :func:`syphon.store.queries.verdicts_per_destination` counts them. One aggregate, collected
     once, serves the per-entity table, what is left for the next run
     (:func:`left_for_next_run`), the run's sources and the verdicts per destination: one
     Spark job for the four."""
@@ -183,26 +173,21 @@ def by_source_entity(rows: DataFrame) -> DataFrame:
         )
     )
     planned = F.col("stage") == Stage.PLAN
-    return (
-        rows.select(
-            entity.alias("entity"),
-            "stage",
-            "outcome",
-            "detail",
-            "source",
-            why.alias("why"),
-            *_place(only=planned),
-            F.when(planned, F.col("verdict")).alias("verdict"),
-            (planned & queries.starts_a_spread_group()).alias("_starts"),
-            F.when(planned, F.col("backlog_enqueued_time")).alias("_time"),
-        )
-        .groupBy(*_FIGURES)
-        .agg(
-            F.count(F.lit(1)).alias("count"),
-            F.count(F.when(F.col("_starts"), 1)).alias("spread_groups"),
-            F.min("_time").alias("first"),
-            F.max("_time").alias("last"),
-        )
+    figures = rows.select(
+        entity.alias("entity"),
+        "stage",
+        "outcome",
+        "detail",
+        "source",
+        why.alias("why"),
+        *_place(only=planned),
+        F.when(planned, F.col("verdict")).alias("verdict"),
+        "group_spread",
+        "replay_order",
+        F.when(planned, F.col("backlog_enqueued_time")).alias("_time"),
+    )
+    return queries.verdicts_per_destination(figures, *_FIGURES, time="_time").withColumnRenamed(
+        "messages", "count"
     )
 
 
