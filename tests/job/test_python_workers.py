@@ -14,6 +14,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from support.paired_env import Pair, job_config, run_job, send_raw
+from syphon.app.pyworkers import GROUP, start_python_workers
 from syphon.app.spark import LOCAL_CONF
 from syphon.core.schema import Status
 from syphon.servicebus.backlog_messages import to_backlog_message
@@ -81,3 +82,18 @@ def test_a_worker_imports_the_installed_pyspark_with_its_cached_bytecode(spark: 
     assert row.module == pyspark.__file__
     assert ".zip" not in row.worker
     assert daemons_of(spark.sparkContext._gateway.proc.pid)
+
+
+def test_the_workers_started_ahead_of_a_run_are_the_daemon_its_tasks_use(spark: Any) -> None:
+    """The warm-up a local session of ``syphon`` runs as it starts (syphon.app.pyworkers):
+    its one task succeeds, and it starts no daemon beside the one the session's other
+    Python tasks use (a second would import pandas, pyarrow and the SDK again)."""
+    jvm = spark.sparkContext._gateway.proc.pid
+    spark.range(2).mapInArrow(lambda batches: batches, "id long").collect()  # a run's task
+    before = set(daemons_of(jvm))
+    assert before, "a Python task ran, so its daemon is there"
+    start_python_workers(spark).join(timeout=120)
+    tracker = spark.sparkContext.statusTracker()
+    (job,) = tracker.getJobIdsForGroup(GROUP)
+    assert tracker.getJobInfo(job).status == "SUCCEEDED"
+    assert set(daemons_of(jvm)) == before

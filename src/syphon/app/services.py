@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from syphon.app.pyworkers import start_python_workers
 from syphon.app.report import write_run_report
 from syphon.app.spark import build_spark_session
 from syphon.app.storage import resolve_location
@@ -43,7 +44,10 @@ def build_context(
     def session(fit: SessionFit) -> SparkSession:
         if spark_factory is not None:  # a session made elsewhere: nothing to fit
             return spark_factory()
-        return build_spark_session(config.spark, dbutils_get, fit)
+        built = build_spark_session(config.spark, dbutils_get, fit)
+        if (config.spark.master or "").startswith("local"):
+            start_python_workers(built)  # while the run reads (see syphon.app.pyworkers)
+        return built
 
     spark = SparkOnDemand(session)
     return RunContext(config, namespaces, open_store(config.audit, spark, location), spark)
