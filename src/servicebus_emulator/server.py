@@ -224,10 +224,12 @@ class Emulator:
     def make_unavailable(self, entity: str = "*", unavailable: bool = True) -> None:
         """Sends and receives on ``entity`` fail with a non-transient error."""
         self.broker.set_fault(entity, unavailable=unavailable)
+        self._wake()
 
     def throttle(self, entity: str = "*", busy: bool = True) -> None:
         """Requests on ``entity`` fail with server busy (transient)."""
         self.broker.set_fault(entity, busy=busy)
+        self._wake()
 
     def fail_sends_after(self, entity: str, sends: int) -> None:
         """``entity`` accepts ``sends`` more sends (transfers; pings aside), then refuses
@@ -244,6 +246,7 @@ class Emulator:
         """One partition of a partitioned entity fails: keyed sends to it fail (the
         service's timeout), keyless sends go to another partition."""
         self.broker.set_fault(entity, unavailable=unavailable, partition=partition)
+        self._wake()
 
     def make_namespace_unavailable(self, unavailable: bool = True) -> None:
         """The whole namespace goes down (or comes back): open connections are dropped
@@ -265,16 +268,23 @@ class Emulator:
         if not isinstance(self.clock, ManualClock):
             raise TypeError("only an emulator started with clock=ManualClock() can be moved")
         self.clock.advance(seconds)
-        if self._thread is not None:
-            self._injector.trigger(ApplicationEvent("emulator_wake", subject=None))
+        self._wake()
 
     def drop_connections(self) -> None:
         """Drops every open connection now (at the reactor's next tick)."""
         self.handler.drop_requested = True
-        if self._thread is not None:  # the reactor thread schedules its periodic work
-            self._injector.trigger(ApplicationEvent("emulator_wake", subject=None))
+        self._wake()
 
     def clear_faults(self) -> None:
         """Restores normal service (the namespace included)."""
         self.handler.namespace_down = False
         self.broker.clear_faults()
+        self._wake()
+
+    def _wake(self) -> None:
+        """Has the reactor's thread serve every receiver at its next tick, in
+        :data:`~servicebus_emulator.amqp.TICK_SECONDS` (see
+        :meth:`~servicebus_emulator.amqp.AmqpHandler.serve`): what a fault, a moved clock
+        or a drop changes reaches them then, not at an idle receiver's next tick."""
+        if self._thread is not None:
+            self._injector.trigger(ApplicationEvent("emulator_wake", subject=None))

@@ -46,6 +46,18 @@ class Settlement(Sending):
                 continue
             self._unlock(entity, msg, now, raise_count=True)
 
+    def next_due_ms(self, path: str) -> int | None:
+        """When time next makes a message of ``path`` available to its receivers (the
+        clock's milliseconds): its earliest scheduled message or lock to expire; None when
+        nothing there waits on time (or the entity is gone)."""
+        with self.lock:
+            try:
+                entity = self.entity(path)
+            except BrokerError:
+                return None
+            dues = [heap[0][0] for heap in (entity.scheduled, entity.lock_expiry) if heap]
+            return min(dues) if dues else None
+
     def _unlock(self, entity: Entity, msg: StoredMessage, now: int, raise_count: bool) -> None:
         if msg.lock_token is not None:
             entity.locks.pop(msg.lock_token, None)
