@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,17 +58,13 @@ from servicebus_emulator.frames import (
 )
 from servicebus_emulator.management import Response, handle_management
 from servicebus_emulator.model import SIZE_EXCEEDED, BrokerError, StoredMessage
+from servicebus_emulator.ticks import TICK_SECONDS, Timer, next_tick
 
 log = logging.getLogger(__name__)
 
 CBS = "$cbs"
 MANAGEMENT_SUFFIX = "/$management"
 SEND_CREDIT = 500
-TICK_SECONDS = 0.02
-#: The longest the periodic work waits while receivers are attached and nothing of their
-#: entities waits on time (no scheduled message, no lock to expire): a tick every 20 ms
-#: for every attached receiver cost a test's process about 2% of a core per namespace.
-IDLE_TICK_SECONDS = 1.0
 
 
 @dataclass
@@ -107,8 +102,7 @@ class AmqpHandler:
         self.drop_requested = False
         self.namespace_down = False
         self.container: Any = None
-        # the scheduled tick and when it runs (touched in the reactor thread only)
-        self.tick: tuple[Any, float] | None = None
+        self.timer = Timer()  # the periodic work's next tick (the reactor thread's)
 
     # ------------------------------------------------------------ plumbing
 
@@ -139,18 +133,10 @@ class AmqpHandler:
         self.container = event.container
 
     def tick_soon(self, delay: float = TICK_SECONDS) -> None:
-        """Schedules the periodic work (in the reactor thread) ``delay`` seconds from now,
-        unless it is scheduled sooner already. It runs while receivers are attached or
-        connections are to be dropped, and an idle namespace costs no CPU."""
-        if self.container is None:
-            return
-        due = time.monotonic() + delay
-        if self.tick is not None:
-            task, at = self.tick
-            if at <= due:
-                return
-            task.cancel()
-        self.tick = (self.container.schedule(delay, self), due)
+        """The periodic work (in the reactor thread) ``delay`` seconds from now at the
+        latest (:mod:`servicebus_emulator.ticks`); an idle namespace costs no CPU."""
+        if self.container is not None:
+            self.timer.schedule(self.container, delay, self)
 
     @guarded
     def on_emulator_wake(self, event: Any) -> None:
@@ -158,16 +144,7 @@ class AmqpHandler:
 
     @guarded
     def on_timer_task(self, event: Any) -> None:
-        self.tick = None
-        self.serve()
-
-    def serve(self) -> None:
-        """The periodic work: connections dropped when asked, every receiver served; then
-        the next tick, soon while connections are to be dropped, else when time next
-        makes a message of a receiver's entity available (a lock expires, a scheduled
-        message comes due), at least every :data:`IDLE_TICK_SECONDS` while receivers are
-        attached (what no event announces, a time to live running out, is served then).
-        What an event makes available (a send, a settlement) is served by that event."""
+        self.timer.ran()
         if self.drop_requested:
             self.drop_requested = False
             for conn in list(self.connections):
@@ -181,16 +158,10 @@ class AmqpHandler:
         self.tick_when_due()
 
     def tick_when_due(self) -> None:
-        """Schedules the next tick for the attached receivers (see :meth:`serve`)."""
-        if self.drop_requested:
-            self.tick_soon()
-        elif self.out_links:
-            now = self.broker.clock.now_ms()
-            entities = {link.state_info.entity for link in self.out_links}
-            dues = [d for d in map(self.broker.next_due_ms, entities) if d is not None]
-            delay = IDLE_TICK_SECONDS
-            if dues:
-                delay = min(delay, max(TICK_SECONDS, (min(dues) - now) / 1000))
+        """The next tick for the attached receivers (:mod:`servicebus_emulator.ticks`)."""
+        entities = (link.state_info.entity for link in self.out_links)
+        delay = next_tick(self.broker, entities, self.drop_requested)
+        if delay is not None:
             self.tick_soon(delay)
 
     @guarded

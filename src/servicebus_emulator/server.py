@@ -282,9 +282,8 @@ class Emulator:
         self._wake()
 
     def _wake(self) -> None:
-        """Has the reactor's thread serve every receiver at its next tick, in
-        :data:`~servicebus_emulator.amqp.TICK_SECONDS` (see
-        :meth:`~servicebus_emulator.amqp.AmqpHandler.serve`): what a fault, a moved clock
-        or a drop changes reaches them then, not at an idle receiver's next tick."""
+        """Has the reactor's thread serve every receiver in
+        :data:`~servicebus_emulator.ticks.TICK_SECONDS`: what a fault, a moved clock or a
+        drop changes reaches them then, not at an idle receiver's next tick."""
         if self._thread is not None:
             self._injector.trigger(ApplicationEvent("emulator_wake", subject=None))

@@ -92,8 +92,9 @@ def test_the_workers_started_ahead_of_a_run_are_the_daemon_its_tasks_use(spark: 
     spark.range(2).mapInArrow(lambda batches: batches, "id long").collect()  # a run's task
     before = set(daemons_of(jvm))
     assert before, "a Python task ran, so its daemon is there"
-    start_python_workers(spark).join(timeout=120)
     tracker = spark.sparkContext.statusTracker()
-    (job,) = tracker.getJobIdsForGroup(GROUP)
+    earlier = set(tracker.getJobIdsForGroup(GROUP))  # in-process commands' sessions: this one
+    start_python_workers(spark).join(timeout=120)
+    (job,) = set(tracker.getJobIdsForGroup(GROUP)) - earlier
     assert tracker.getJobInfo(job).status == "SUCCEEDED"
     assert set(daemons_of(jvm)) == before

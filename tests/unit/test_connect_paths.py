@@ -19,6 +19,7 @@ GUARDED = {
     ("syphon.obs.progress", "watch"): "only when not is_connect(spark)",
     ("syphon.app.spark", "build_spark_session"): "a local master's session only",
     ("syphon.app.classarchive", "_finish"): "registered by write_at_exit, local sessions only",
+    ("syphon.app.pyworkers", "_warm"): "started for a local master's session only (services)",
 }
 
 SRC = Path(__file__).resolve().parents[2] / "src"
