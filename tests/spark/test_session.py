@@ -265,3 +265,19 @@ def test_a_stage_that_talks_to_service_bus_takes_a_task_per_share_of_messages(
     assert service_tasks(spark, None, 1_000) == cores
     assert service_tasks(spark, 10**6, 1) == cores
     assert service_tasks(spark, 0, 1_000) == 1
+
+
+def test_an_error_raised_in_the_jvm_is_told_by_its_java_exception(spark: SparkSession) -> None:
+    """Py4J's first line names only the call that met an error in the JVM ("An error
+    occurred while calling o98.filter."): a failure's why is the Java exception's line
+    (a missing Delta catalog read as a call to ``filter`` before)."""
+    from py4j.protocol import Py4JJavaError
+
+    from syphon.job.failures import explain
+
+    with pytest.raises(Py4JJavaError) as raised:  # one PySpark does not convert
+        spark._jvm.java.lang.Class.forName("no.such.Catalog")  # type: ignore[union-attr]
+    assert str(raised.value).startswith("An error occurred while calling")
+    failure = explain(raised.value)
+    assert failure.why is not None
+    assert failure.why.startswith("java.lang.ClassNotFoundException: no.such.Catalog"), failure.why

@@ -117,11 +117,19 @@ def _raised_in_py4j(exc: BaseException) -> bool:
     return bool(frames) and "/py4j/" in frames[-1].filename.replace("\\", "/")
 
 
+#: Py4J's own first line of an error raised in the JVM ("An error occurred while calling
+#: o98.filter."): the Java exception and its message follow on the next line.
+_PY4J_CALL = "An error occurred while calling "
+
+
 def foreign_why(exc: BaseException) -> str | None:
     """What an error from elsewhere says, and where in syphon it was met: the first
-    non-empty line of its message (secrets masked, at most :data:`WHY_CHARS`) and the
+    non-empty line of its message (secrets masked, at most :data:`WHY_CHARS`; for an error
+    Py4J raises from the JVM, the Java exception's line after Py4J's own) and the
     innermost ``syphon`` frame of its traceback (``module.py:line in function``)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith(_PY4J_CALL):
+        lines = [lines[1].lstrip(": ")]  # the Java exception, not the call that met it
     said = mask_secrets(lines[0]) if lines else ""
     if len(said) > WHY_CHARS:
         said = said[: WHY_CHARS - 1] + "…"
