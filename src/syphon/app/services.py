@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from syphon.app.pyworkers import start_python_workers
 from syphon.app.report import write_run_report
-from syphon.app.spark import build_spark_session
+from syphon.app.spark import build_spark_session, local_master
 from syphon.app.storage import resolve_location
 from syphon.core.config import SyphonConfig
 from syphon.core.sessions import SessionFit
@@ -45,7 +45,7 @@ def build_context(
         if spark_factory is not None:  # a session made elsewhere: nothing to fit
             return spark_factory()
         built = build_spark_session(config.spark, dbutils_get, fit)
-        if (config.spark.master or "").startswith("local"):
+        if local_master(config.spark):
             start_python_workers(built)  # while the run reads (see syphon.app.pyworkers)
         return built
 

@@ -203,6 +203,12 @@ def _remove_scratch(folder: Path, handle: IO[str]) -> None:
     handle.close()
 
 
+def local_master(config: SparkConfig) -> bool:
+    """Whether ``config`` builds a local session (a ``local`` master: its JVM, its Python
+    workers and its scratch files are this machine's)."""
+    return bool(config.master and config.master.startswith("local"))
+
+
 def spark_settings(
     config: SparkConfig,
     dbutils_get: Callable[[str, str], str] | None = None,
@@ -221,7 +227,7 @@ def spark_settings(
     Raises:
         SecretError: a referenced secret is not set.
     """
-    local = bool(config.master and config.master.startswith("local"))
+    local = local_master(config)
     settings = dict(COMMON_CONF)
     if local:
         settings.update(LOCAL_CONF)
@@ -285,7 +291,7 @@ def build_spark_session(
             "(spark-submit, Databricks)",
         ) from exc
 
-    local = bool(config.master and config.master.startswith("local"))
+    local = local_master(config)
     if local and not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
         raise SparkSetupError(
             "Java is not installed",
