@@ -15,6 +15,7 @@ from azure.servicebus import ServiceBusMessage
 from PIL import Image
 
 from servicebus_emulator.server import EMULATOR_KEY
+from support.figures import both_answers
 from support.paired_env import BACKLOG_QUEUES, PRIMARY, Pair, job_config, run_job, send_raw
 from support.python_rules import report_path
 from support.report_html import parse_report, table_dict
@@ -22,6 +23,7 @@ from syphon.app.text import format_run
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE
 from syphon.store.delta import read_table
+from syphon.store.figures import TimeSlices
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -105,6 +107,10 @@ def test_a_run_writes_a_report_whose_figures_are_the_audits_and_chromium_draws_i
     assert f"{PRIMARY}/sessions" not in spread  # one queue only
     windows = table_dict(page.sections["timeline"][0])
     assert set(windows) == {place for place, _ in expected}
+    # the report read them on delta-rs's engine: Spark gives this run's audit the same answers
+    times = [r["backlog_enqueued_time"] for r in plan if r["backlog_enqueued_time"]]
+    slices = TimeSlices.spanning(min(times), max(times), 60)
+    both_answers(spark, config.audit.path, "reported-run", slices)
     operations = table_dict(page.sections["operations"][0])
     assert operations["credits_estimated"]["count"] == str(result.operations.credits_estimated)
     assert "Nothing: every message was settled" in page.text["left"]

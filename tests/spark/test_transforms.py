@@ -14,11 +14,7 @@ from syphon.core.ledger import RunRecord
 from syphon.core.schema import AUDIT, cast_type, names, spark_schema, spark_type
 from syphon.job.plan import per_destination
 from syphon.job.replay import left_behind, replay_input, still_to_send
-from syphon.job.report import (
-    by_source_entity,
-    left_for_next_run,
-    outage_timeline,
-)
+from syphon.job.report import left_for_next_run
 from syphon.job.settle import settle_queues
 from syphon.job.settle_actions import settle_actions
 from syphon.servicebus.access import Access
@@ -447,7 +443,7 @@ def test_the_reports_figures(spark: SparkSession) -> None:
     # the report reads the same figures from its one aggregate of the run's rows (an
     # unknown place named ``?``): entity by entity, summed
     from_figures: dict[tuple[str, str, str], list[Any]] = {}
-    for r in by_source_entity(rows).collect():
+    for r in queries.by_source_entity(rows).collect():
         if r["stage"] == "plan":
             got = from_figures.setdefault((r["primary"], r["destination"], r["verdict"]), [0])
             got[0] += r["count"]
@@ -457,9 +453,10 @@ def test_the_reports_figures(spark: SparkSession) -> None:
         ("p", "orders", "invalid"): (1, naive[5], naive[5]),
         ("?", "", "invalid"): (1, None, None),
     }
-    timeline = {r["at"]: r["count"] for r in outage_timeline(plan, at(0), at(10), 2).collect()}
-    assert timeline == {naive[0]: 1, naive[5]: 2}
-    left = left_for_next_run(by_source_entity(rows).collect())
+    start = at(0).timestamp()
+    timeline = queries.outage_timeline(plan, start, 300.0, 2).collect()
+    assert {r["bucket"]: r["count"] for r in timeline} == {0: 1, 1: 2}  # 10 is in the last
+    left = left_for_next_run(queries.by_source_entity(rows).collect())
     assert [tuple(r.values()) for r in left] == [
         ("replay", "skipped", "destination_missing", 1),
         ("settle", "left", None, 1),
@@ -503,7 +500,7 @@ def test_the_reports_figures_per_source_entity(spark: SparkSession) -> None:
             },
         ],
     )
-    figures = by_source_entity(rows).collect()
+    figures = queries.by_source_entity(rows).collect()
     got = sorted(
         (r["entity"], r["stage"], r["outcome"], r["why"] or "-", r["count"]) for r in figures
     )
@@ -544,7 +541,7 @@ def test_the_reports_count_of_spread_groups_counts_each_group_once(spark: SparkS
     )
     (row,) = queries.verdicts_per_destination(plan).collect()
     assert (row["messages"], row["spread_groups"]) == (4, 2)
-    (figures,) = by_source_entity(plan).collect()  # the report's aggregate counts the same
+    (figures,) = queries.by_source_entity(plan).collect()  # the report's aggregate counts the same
     assert (figures["count"], figures["spread_groups"]) == (4, 2)
 
 

@@ -1,7 +1,7 @@
 """The run report's figures: a few aggregations of one run's audit rows.
 
-Each aggregation is a DataFrame → DataFrame function (tested on hand-made rows);
-:func:`gather` runs them and collects their small answers into a :class:`ReportData`,
+The store answers the aggregations (:mod:`syphon.store.figures`, with Spark or on
+delta-rs's engine); :func:`gather` folds their small answers into a :class:`ReportData`,
 which :mod:`syphon.app.report` draws. The figures are counts, names of destinations and
 partition keys, and times — never a body, a property value or a secret.
 """
@@ -11,17 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from syphon.core.ledger import RunRecord
-from syphon.core.schema import Outcome, Stage, Status
+from syphon.core.schema import Stage, Status
 from syphon.job.ledger import RunResult
 from syphon.job.rows import utc
-from syphon.store import queries
 from syphon.store.audit import AuditStore
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+from syphon.store.figures import TimeSlices
 
 #: Spread groups listed (the largest spread first); the count says how many there are.
 SPREAD_ROWS = 50
@@ -109,92 +106,11 @@ def waves_of(records: Iterable[RunRecord]) -> list[WaveFigures]:
     return out
 
 
-def _place(only: Column | None = None) -> list[Column]:
-    """A row's ``primary`` and ``destination``, an unknown one ``?`` and empty (null on
-    the rows ``only`` leaves out, when given)."""
-    from pyspark.sql import functions as F
-
-    primary = F.coalesce(F.col("primary"), F.lit("?"))
-    destination = F.coalesce(F.col("destination"), F.lit(""))
-    if only is not None:
-        primary, destination = F.when(only, primary), F.when(only, destination)
-    return [primary.alias("primary"), destination.alias("destination")]
-
-
-def outage_timeline(
-    plan: DataFrame, first: datetime, last: datetime, buckets: int = TIMELINE_BUCKETS
-) -> DataFrame:
-    """Messages per (primary, destination) and time slice: the span from ``first`` to
-    ``last`` (the earliest and latest backlog enqueue times) cut into ``buckets`` slices,
-    ``at`` the slice's start."""
-    from pyspark.sql import functions as F
-
-    timed = plan.where(F.col("backlog_enqueued_time").isNotNull())
-    seconds = F.col("backlog_enqueued_time").cast("double")
-    lo, hi = first.timestamp(), last.timestamp()
-    width = max((hi - lo) / buckets, 1e-3)
-    bucket = F.least(F.floor((seconds - F.lit(lo)) / F.lit(width)), F.lit(buckets - 1))
-    start = (F.lit(lo) + bucket * F.lit(width)).cast("timestamp")
-    return (
-        timed.select(*_place(), start.alias("at")).groupBy("primary", "destination", "at").count()
-    )
-
-
-#: What :func:`by_source_entity` counts by, besides the place and the verdict.
-_FIGURES = ("entity", "stage", "outcome", "detail", "source", "why")
-
-
-def by_source_entity(rows: DataFrame) -> DataFrame:
-    """Per source entity (the queue or subscription read; a row without a source column:
-    its backlog queue), stage, outcome, detail, source and why (``why``: a replay row's
-    detail unless sent, a settle row's detail when left, a plan row's verdict and reason
-    unless it is to be replayed), and for plan rows their place (``primary``, ``destination``;
-    an unknown one ``?`` and empty) and ``verdict`` (null on other rows): ``count``
-    messages, ``spread_groups`` and the ``first`` and ``last`` backlog enqueue time, as
-    :func:`syphon.store.queries.verdicts_per_destination` counts them. One aggregate, collected
-    once, serves the per-entity table, what is left for the next run
-    (:func:`left_for_next_run`), the run's sources and the verdicts per destination: one
-    Spark job for the four."""
-    from pyspark.sql import functions as F
-
-    entity = F.coalesce(F.col("source_entity"), F.col("backlog_queue"), F.lit("?"))
-    why = (
-        F.when(
-            (F.col("stage") == Stage.REPLAY) & (F.col("outcome") != Outcome.SENT),
-            F.concat_ws(": ", F.col("outcome"), F.col("detail")),
-        )
-        .when(
-            (F.col("stage") == Stage.SETTLE) & (F.col("outcome") == Outcome.LEFT),
-            F.concat_ws(": ", F.lit("left"), F.col("detail")),
-        )
-        .when(
-            (F.col("stage") == Stage.PLAN) & (F.col("verdict") != "replay"),
-            F.concat_ws(": ", F.col("verdict"), F.col("reason")),
-        )
-    )
-    planned = F.col("stage") == Stage.PLAN
-    figures = rows.select(
-        entity.alias("entity"),
-        "stage",
-        "outcome",
-        "detail",
-        "source",
-        why.alias("why"),
-        *_place(only=planned),
-        F.when(planned, F.col("verdict")).alias("verdict"),
-        "group_spread",
-        "replay_order",
-        F.when(planned, F.col("backlog_enqueued_time")).alias("_time"),
-    )
-    return queries.verdicts_per_destination(figures, *_FIGURES, time="_time").withColumnRenamed(
-        "messages", "count"
-    )
-
-
 def left_for_next_run(figures: Iterable[Any]) -> list[dict[str, Any]]:
     """What a run did not finish, per (stage, outcome, detail), from the rows of
-    :func:`by_source_entity`: those of the replay and the settle with a ``why`` (replay
-    outcomes other than ``sent``, settle outcomes ``left``); in that order."""
+    :func:`syphon.store.queries.by_source_entity`: those of the replay and the settle
+    with a ``why`` (replay outcomes other than ``sent``, settle outcomes ``left``); in
+    that order."""
     left: dict[tuple[str, str, str | None], int] = {}
     for r in figures:
         if r["why"] and r["stage"] != Stage.PLAN:
@@ -209,10 +125,11 @@ def left_for_next_run(figures: Iterable[Any]) -> list[dict[str, Any]]:
 
 
 def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData:
-    """The report's figures: the run's result, and (``read_audit``, when Spark ran) its
-    audit rows. Two Spark jobs (three when keys spread over queues), whatever the run's
-    size, each collecting a small aggregation of the run's rows: the figures per source
-    entity and destination, then the outage's timeline (its span is the first's)."""
+    """The report's figures: the run's result, and (``read_audit``: when Spark ran, as
+    only then can the run have written audit rows) three questions asked of its rows
+    (:mod:`syphon.store.figures`), each a small aggregation whatever the run's size: the
+    figures per source entity and destination, then the outage's timeline (its span is
+    the first's) and, when keys spread over queues, the most spread groups."""
     data = ReportData(
         result.run_id,
         result.status,
@@ -227,26 +144,26 @@ def gather(result: RunResult, store: AuditStore, read_audit: bool) -> ReportData
     records = [r for r in store.runs() if r.run_id == result.run_id]
     data.waves = waves_of(records)
     data.repair = next((r.repair for r in records if r.repair), ())
-    rows = store.run_rows(result.run_id) if read_audit else None
-    if rows is None:
+    figures = store.run_figures(result.run_id) if read_audit else None
+    if figures is None:
         return data
-    figures = by_source_entity(rows).collect()
-    _add_destinations(data, figures)
-    plan = queries.run_rows(rows, result.run_id, Stage.PLAN)
+    per_entity = figures.per_entity()
+    _add_destinations(data, per_entity)
     if data.windows:
         first = min(w[0] for w in data.windows.values())
         last = max(w[1] for w in data.windows.values())
-        for r in outage_timeline(plan, first, last).collect():
-            data.timeline[(r["primary"], r["destination"], utc(r["at"]))] = int(r["count"])
+        slices = TimeSlices.spanning(first, last, TIMELINE_BUCKETS)
+        for r in figures.timeline(slices):
+            at = slices.at(r["bucket"])
+            data.timeline[(r["primary"], r["destination"], at)] = int(r["count"])
     if data.spread_groups:
-        spread = queries.spread_groups(plan).limit(SPREAD_ROWS).collect()
-        data.spread = [r.asDict() for r in spread]
-    _add_entities(data, figures)
+        data.spread = figures.spread(SPREAD_ROWS)
+    _add_entities(data, per_entity)
     return data
 
 
 def _add_destinations(data: ReportData, figures: list[Any]) -> None:
-    """The plan's figures per destination (:func:`by_source_entity`'s plan rows): the
+    """The plan's figures per destination (the per-entity figures' plan rows): the
     messages per verdict, the spread groups and when the messages were parked."""
     for r in figures:
         if r["stage"] != Stage.PLAN:
@@ -264,7 +181,7 @@ def _add_destinations(data: ReportData, figures: list[Any]) -> None:
 
 
 def _add_entities(data: ReportData, figures: list[Any]) -> None:
-    """The figures per source entity (:func:`by_source_entity`), what the run left for
+    """The figures per source entity, what the run left for
     the next and the sources it read."""
     data.left = left_for_next_run(figures)
     sources = {r["source"] for r in figures if r["stage"] == Stage.PLAN} - {None}

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from syphon.core.ledger import RunRecord
 from syphon.core.schema import Stage
 from syphon.store import queries
+from syphon.store.figures import RunFigures, SparkFigures
 from syphon.store.lease import Lease
 from syphon.store.location import Location
 from syphon.store.reports import write_page
@@ -96,6 +97,11 @@ class AuditStore(Protocol):
 
     def spread_groups(self, run_id: str) -> DataFrame | None:
         """A run's replay groups spread over several backlog queues."""
+        ...
+
+    def run_figures(self, run_id: str) -> RunFigures | None:
+        """What a run's report reads of its rows (:mod:`syphon.store.figures`), asked
+        of the engine that reads this store best; None when there is no audit yet."""
         ...
 
     def waiting_before(self, waiting: DataFrame, run_id: str) -> DataFrame:
@@ -182,6 +188,10 @@ class TableStore(abc.ABC):
     def spread_groups(self, run_id: str) -> DataFrame | None:
         plan = self.run_rows(run_id, Stage.PLAN)
         return None if plan is None else queries.spread_groups(plan)
+
+    def run_figures(self, run_id: str) -> RunFigures | None:
+        rows = self.run_rows(run_id)
+        return None if rows is None else SparkFigures(rows, run_id)
 
     def waiting_before(self, waiting: DataFrame, run_id: str) -> DataFrame:
         audit = self.audit()

@@ -319,15 +319,31 @@ def read_table(where: Where) -> Any:
     whose schema says a column is never null while older files lack it (Spark writes a
     literal column so, syphon's own tables do not): such a table is read as a dataset."""
     import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import DeltaTable
 
     location = as_location(where)
     table = DeltaTable(location.uri, storage_options=location.storage_options())
-    query = QueryBuilder({"datafusion.execution.target_partitions": "1"})
     try:
-        rows = pa.table(query.register("t", table).execute("SELECT * FROM t").read_all())
+        rows = pa.table(_engine_over(table, "t").execute("SELECT * FROM t").read_all())
     except Exception as exc:  # the engine's refusal: delta-rs's own error types vary
         log.debug("delta-rs's engine refused %s (%s): read as a dataset", location.uri, exc)
         return table.to_pyarrow_dataset().to_table(use_threads=False)
     # the engine answers strings as views: the table's own types, as every reader sees
     return rows.cast(pa.schema(table.schema().to_arrow()))
+
+
+def sql_engine(where: Where, name: str) -> Any:
+    """delta-rs's own query engine (a ``QueryBuilder``) with the table's current version
+    registered as ``name``; its ``execute`` answers SQL as Arrow batches, in Rust, on the
+    calling thread's process (one partition, like :func:`read_table`'s)."""
+    from deltalake import DeltaTable
+
+    location = as_location(where)
+    table = DeltaTable(location.uri, storage_options=location.storage_options())
+    return _engine_over(table, name)
+
+
+def _engine_over(table: Any, name: str) -> Any:
+    from deltalake import QueryBuilder
+
+    return QueryBuilder({"datafusion.execution.target_partitions": "1"}).register(name, table)

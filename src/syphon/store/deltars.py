@@ -3,6 +3,7 @@ as Parquet and committed by delta-rs in one transaction, ``runs`` written from A
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -18,10 +19,13 @@ from syphon.store.delta import (
     read_table,
     table_exists,
 )
+from syphon.store.figures import DeltaRsFigures, RunFigures
 from syphon.store.location import Location, as_location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 
 class DeltaRsStore(TableStore):
@@ -61,3 +65,14 @@ class DeltaRsStore(TableStore):
         # the schema is known: no Spark job to read every file's footer on each read
         with guarded(self.where, "read its audit table"):  # None before the first plan
             return read_dataframe(self._spark(), self._table(AUDIT_TABLE), spark_schema(AUDIT))
+
+    def run_figures(self, run_id: str) -> RunFigures | None:
+        table = self._table(AUDIT_TABLE)
+        with guarded(self.where, "read its audit table"):
+            if not table.is_table():
+                return None
+        try:  # on delta-rs's engine: no Spark job
+            return DeltaRsFigures.answered(table, run_id)
+        except Exception as exc:  # the engine's refusal (see read_table): Spark reads it
+            log.debug("delta-rs's engine refused the audit (%s): its figures by Spark", exc)
+            return super().run_figures(run_id)

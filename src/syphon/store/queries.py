@@ -238,3 +238,82 @@ def spread_groups(plan: DataFrame) -> DataFrame:
             "partition_key_effective",
         )
     )
+
+
+def _place(only: Column | None = None) -> list[Column]:
+    """A row's ``primary`` and ``destination``, an unknown one ``?`` and empty (null on
+    the rows ``only`` leaves out, when given)."""
+    from pyspark.sql import functions as F
+
+    primary = F.coalesce(F.col("primary"), F.lit("?"))
+    destination = F.coalesce(F.col("destination"), F.lit(""))
+    if only is not None:
+        primary, destination = F.when(only, primary), F.when(only, destination)
+    return [primary.alias("primary"), destination.alias("destination")]
+
+
+def outage_timeline(plan: DataFrame, start: float, width: float, buckets: int) -> DataFrame:
+    """Messages per (primary, destination) and time slice of plan rows: ``bucket`` counts
+    slices of ``width`` seconds from ``start`` (epoch seconds) by the backlog enqueue
+    time, the last slice holding the rest."""
+    from pyspark.sql import functions as F
+
+    timed = plan.where(F.col("backlog_enqueued_time").isNotNull())
+    seconds = F.col("backlog_enqueued_time").cast("double")
+    bucket = F.least(F.floor((seconds - F.lit(start)) / F.lit(width)), F.lit(buckets - 1))
+    return (
+        timed.select(*_place(), bucket.cast("long").alias("bucket"))
+        .groupBy("primary", "destination", "bucket")
+        .count()
+    )
+
+
+#: What :func:`by_source_entity` counts by, besides the place and the verdict.
+_FIGURES = ("entity", "stage", "outcome", "detail", "source", "why")
+
+
+def by_source_entity(rows: DataFrame) -> DataFrame:
+    """Per source entity (the queue or subscription read; a row without a source column:
+    its backlog queue), stage, outcome, detail, source and why (``why``: a replay row's
+    detail unless sent, a settle row's detail when left, a plan row's verdict and reason
+    unless it is to be replayed), and for plan rows their place (``primary``, ``destination``;
+    an unknown one ``?`` and empty) and ``verdict`` (null on other rows): ``count``
+    messages, ``spread_groups`` and the ``first`` and ``last`` backlog enqueue time, as
+    :func:`verdicts_per_destination` counts them. One aggregate, collected once, serves
+    the report's per-entity table, what is left for the next run, the run's sources and
+    the verdicts per destination (:mod:`syphon.store.figures`; its SQL twin answers on
+    delta-rs's engine)."""
+    from pyspark.sql import functions as F
+
+    entity = F.coalesce(F.col("source_entity"), F.col("backlog_queue"), F.lit("?"))
+    why = (
+        F.when(
+            (F.col("stage") == Stage.REPLAY) & (F.col("outcome") != Outcome.SENT),
+            F.concat_ws(": ", F.col("outcome"), F.col("detail")),
+        )
+        .when(
+            (F.col("stage") == Stage.SETTLE) & (F.col("outcome") == Outcome.LEFT),
+            F.concat_ws(": ", F.lit("left"), F.col("detail")),
+        )
+        .when(
+            (F.col("stage") == Stage.PLAN) & (F.col("verdict") != Verdict.REPLAY),
+            F.concat_ws(": ", F.col("verdict"), F.col("reason")),
+        )
+    )
+    planned = F.col("stage") == Stage.PLAN
+    figures = rows.select(
+        entity.alias("entity"),
+        "stage",
+        "outcome",
+        "detail",
+        "source",
+        why.alias("why"),
+        *_place(only=planned),
+        F.when(planned, F.col("verdict")).alias("verdict"),
+        "group_spread",
+        "replay_order",
+        F.when(planned, F.col("backlog_enqueued_time")).alias("_time"),
+    )
+    return verdicts_per_destination(figures, *_FIGURES, time="_time").withColumnRenamed(
+        "messages", "count"
+    )
