@@ -15,6 +15,7 @@ from syphon.core.schema import AUDIT, cast_type, names, spark_schema, spark_type
 from syphon.job.plan import per_destination
 from syphon.job.replay import left_behind, replay_input, still_to_send
 from syphon.job.report import left_for_next_run
+from syphon.job.rows import utc
 from syphon.job.settle import settle_queues
 from syphon.job.settle_actions import settle_actions
 from syphon.servicebus.access import Access
@@ -308,6 +309,20 @@ def test_the_audit_rows_of_a_plan_have_exactly_the_audit_schema(spark: SparkSess
         "planned",
         "s1",
     )
+    # the run's values are values, whatever their characters; its time to the microsecond
+    odd, at = "it's \\ a run`", T0 + timedelta(microseconds=7)
+    (ours,) = queries.plan_audit_rows(planned, odd, at, "j'1").collect()
+    assert (ours["run_id"], ours["job_run_id"], utc(ours["recorded_at"])) == (odd, "j'1", at)
+    (late,) = queries.outcome_audit_rows(
+        planned.selectExpr(
+            "backlog_queue", "sequence_number", "'sent' AS outcome", "NULL AS detail"
+        ),
+        rows,
+        odd,
+        "replay",
+        at,
+    ).collect()
+    assert (late["run_id"], utc(late["recorded_at"]), late["session_id"]) == (odd, at, "s1")
     results = spark.createDataFrame(
         [(Q0, 1, "sent", None), (Q1, 5, "left", "new")],
         "backlog_queue string, sequence_number long, outcome string, detail string",

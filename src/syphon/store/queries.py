@@ -7,7 +7,7 @@ the answers are the same whichever engine wrote the rows. Tested on hand-made ro
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from syphon.core.ledger import RunRecord
@@ -22,7 +22,6 @@ from syphon.core.schema import (
     Stage,
     Status,
     Verdict,
-    cast_type,
     names,
 )
 
@@ -34,30 +33,49 @@ def _typed(column: str) -> str:
     return next(f.type for f in AUDIT if f.name == column)
 
 
+def _name(column: str) -> str:
+    """A column's name in Spark SQL (``primary`` is a keyword)."""
+    return "`" + column.replace("`", "``") + "`"
+
+
+def _text(value: str | None) -> str:
+    """A Spark SQL string literal (its parser reads backslash escapes), NULL for None."""
+    if value is None:
+        return "NULL"
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _time(value: datetime) -> str:
+    """A Spark SQL timestamp literal of the same instant (a naive time: local)."""
+    since = value.astimezone(timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return f"timestamp_micros({since // timedelta(microseconds=1)})"
+
+
+def _audit_columns(values: dict[str, str]) -> list[str]:
+    """The audit's columns (:data:`AUDIT`) as SQL for ``selectExpr``, each cast to its
+    type: the expression ``values`` gives, else the column of that name. One call to
+    the JVM for the whole projection, where a Column apiece cost three."""
+    return [
+        f"CAST({values.get(c, _name(c))} AS {_typed(c)}) AS {_name(c)}" for c in names(AUDIT)
+    ]
+
+
 def plan_audit_rows(
     planned: DataFrame, run_id: str, recorded_at: datetime, job_run_id: str | None = None
 ) -> DataFrame:
     """The audit rows (:data:`syphon.core.schema.AUDIT`) of a planned snapshot (of the
     platform's job run ``job_run_id``, None: none)."""
-    from pyspark.sql import functions as F
-
     run = {
-        "run_id": F.lit(run_id),
-        "job_run_id": F.lit(job_run_id).cast("string"),
-        "stage": F.lit(Stage.PLAN),
-        "recorded_at": F.lit(recorded_at).cast("timestamp"),
-        "outcome": F.lit(Outcome.PLANNED),
+        "run_id": _text(run_id),
+        "job_run_id": _text(job_run_id),
+        "stage": _text(Stage.PLAN),
+        "recorded_at": _time(recorded_at),
+        "outcome": _text(Outcome.PLANNED),
         # a discarded message's plan row keeps the operator's reason
-        "detail": F.col("detail") if "detail" in planned.columns else F.lit(None),
+        "detail": _name("detail") if "detail" in planned.columns else "NULL",
     }
-    return planned.select(
-        *[
-            (run[c] if c in run else F.col(AUDIT_FROM_PLANNED.get(c, c)))
-            .cast(cast_type(_typed(c)))
-            .alias(c)
-            for c in names(AUDIT)
-        ]
-    )
+    renamed = {c: _name(source) for c, source in AUDIT_FROM_PLANNED.items()}
+    return planned.selectExpr(*_audit_columns({**renamed, **run}))
 
 
 def outcome_audit_rows(
@@ -70,27 +88,15 @@ def outcome_audit_rows(
     Raises:
         ValueError: ``stage`` is not the replay or the settle.
     """
-    from pyspark.sql import functions as F
-
     if stage not in (Stage.REPLAY, Stage.SETTLE):
         raise ValueError(f"not an outcome stage: {stage}")
     keys = planned.drop("run_id", "stage", "recorded_at", "outcome", "detail")
     joined = results.select(*PLACE, "outcome", "detail").join(keys, list(PLACE), "left")
-    run = {
-        "run_id": F.lit(run_id),
-        "stage": F.lit(stage),
-        "recorded_at": F.lit(recorded_at).cast("timestamp"),
-    }
+    run = {"run_id": _text(run_id), "stage": _text(stage), "recorded_at": _time(recorded_at)}
     # a plan row of a table older than a column: null (a resumed run reads it back)
     have = set(joined.columns)
-    return joined.select(
-        *[
-            (run[c] if c in run else F.col(c) if c in have else F.lit(None))
-            .cast(cast_type(_typed(c)))
-            .alias(c)
-            for c in names(AUDIT)
-        ]
-    )
+    missing = {c: "NULL" for c in names(AUDIT) if c not in have}
+    return joined.selectExpr(*_audit_columns({**missing, **run}))
 
 
 def run_rows(audit: DataFrame, run_id: str, stage: str | None = None) -> DataFrame:
