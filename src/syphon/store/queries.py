@@ -55,9 +55,7 @@ def _audit_columns(values: dict[str, str]) -> list[str]:
     """The audit's columns (:data:`AUDIT`) as SQL for ``selectExpr``, each cast to its
     type: the expression ``values`` gives, else the column of that name. One call to
     the JVM for the whole projection, where a Column apiece cost three."""
-    return [
-        f"CAST({values.get(c, _name(c))} AS {_typed(c)}) AS {_name(c)}" for c in names(AUDIT)
-    ]
+    return [f"CAST({values.get(c, _name(c))} AS {_typed(c)}) AS {_name(c)}" for c in names(AUDIT)]
 
 
 def plan_audit_rows(
