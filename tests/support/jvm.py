@@ -35,11 +35,16 @@ def java_options() -> str:
 #: Spark settings for tiny data: no code generation (Janino compiling each query costs
 #: more than interpreting a few rows), no adaptive re-planning. About 20% less JVM CPU.
 #: (Without code generation the catalog's ``listTables`` cannot decode its rows: tests
-#: use ``SHOW TABLES``.)
+#: use ``SHOW TABLES``.) No broadcast joins: a broadcast is a Spark job of its own, and
+#: in a long-lived session shuffling a few rows costs less (eight warm runs of the outage
+#: scenario each way in one session, medians: 9 jobs and 1.08 JVM CPU-s a run against 11
+#: and 1.18). A small run's own cold session keeps them: there the two ways measured
+#: within noise (tests/benchmarks/README.md, "The fixed cost").
 SMALL_DATA_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.sql.adaptive.enabled": "false",
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
 }
 
 #: ``SYPHON_TEST_EVENTS=DIR ./dev.sh test``: every local session of the tests (the
