@@ -31,8 +31,8 @@ from syphon.core.schema import Status
 
 pytestmark = pytest.mark.timeout(400)
 
-#: Four waves of six at least.
-MESSAGES = 24
+#: Three waves of six at least: a first, a middle and a last wave.
+MESSAGES = 18
 
 
 def once_config(pair: Pair, tmp_path: Path, monkeypatch: Any, wave_messages: int = 6) -> Any:
@@ -77,7 +77,7 @@ def test_a_backlog_read_once_in_waves_keeps_each_keys_order_and_reads_each_messa
         for r in context(config, spark).store.runs()
         if r.run_id == "once" and r.status == Status.PLANNED
     ]
-    assert len(planned) >= 4
+    assert len(planned) >= 3
     assert (ops.settle_requests or 0) <= len(planned) * QUEUES
     # completions went a page per request: fewer requests than messages
     disposed = [d for d in pair.secondary.broker.disposition_requests if d[1] == "completed"]
