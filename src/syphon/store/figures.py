@@ -6,7 +6,10 @@ outage's timeline, the replay groups spread most widely. A catalog store answers
 Spark (:class:`SparkFigures`, the transforms of :mod:`syphon.store.queries`). A delta-rs
 store answers with the same questions written as SQL on delta-rs's own engine
 (:class:`DeltaRsFigures`): in milliseconds, with no Spark job, the engine's aggregation
-bounded by the number of groups. In a cold run the report's three Spark jobs took about
+bounded by the number of groups. Each append's files are one run's, and the Delta log
+keeps each file's least and greatest ``run_id``: the engine opens only the files that
+can hold the run (four runs' files, a query for one: one file scanned, by its
+``EXPLAIN ANALYZE``), so a long audit history does not slow a report. In a cold run the report's three Spark jobs took about
 0.9 s. The tests ask both engines the same questions about the same rows, hand-made
 and a real run's, and compare the answers.
 """
