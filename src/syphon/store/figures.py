@@ -9,9 +9,9 @@ store answers with the same questions written as SQL on delta-rs's own engine
 bounded by the number of groups. Each append's files are one run's, and the Delta log
 keeps each file's least and greatest ``run_id``: the engine opens only the files that
 can hold the run (four runs' files, a query for one: one file scanned, by its
-``EXPLAIN ANALYZE``), so a long audit history does not slow a report. In a cold run the report's three Spark jobs took about
-0.9 s. The tests ask both engines the same questions about the same rows, hand-made
-and a real run's, and compare the answers.
+``EXPLAIN ANALYZE``), so a long audit history does not slow a report. In a cold run the
+report's three Spark jobs took about 0.9 s. The tests ask both engines the same
+questions about the same rows, hand-made and a real run's, and compare the answers.
 """
 
 from __future__ import annotations
