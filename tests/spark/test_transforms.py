@@ -12,18 +12,18 @@ from pyspark.sql import DataFrame, SparkSession
 from syphon.core import schema
 from syphon.core.ledger import RunRecord
 from syphon.core.schema import AUDIT, cast_type, names, spark_schema, spark_type
-from syphon.job.plan import per_destination
+from syphon.job.facts import per_destination, plan_facts
 from syphon.job.replay import left_behind, replay_input, still_to_send
 from syphon.job.report import left_for_next_run
 from syphon.job.rows import utc
 from syphon.job.settle import settle_queues
-from syphon.job.settle_actions import settle_actions
 from syphon.servicebus.access import Access
 from syphon.store import queries
 
 pytestmark = pytest.mark.spark
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=timezone.utc)
+T1 = T0 + timedelta(minutes=5)
 Q0, Q1 = "contoso/x-servicebus-transfer/0", "contoso/x-servicebus-transfer/1"
 
 
@@ -51,47 +51,6 @@ def places(df: DataFrame, *extra: str) -> list[tuple[Any, ...]]:
     )
 
 
-def test_settle_completes_what_was_replayed_or_needs_nothing_and_dead_letters_the_bad(
-    spark: SparkSession,
-) -> None:
-    plan = audit_rows(
-        spark,
-        [
-            plan_row(1, "replay"),
-            plan_row(2, "replay"),
-            plan_row(3, "duplicate"),
-            plan_row(4, "expired"),
-            plan_row(5, "ping"),
-            plan_row(6, "invalid", reason="path_missing"),
-            plan_row(7, "conflict", reason="message_id_reused_in_snapshot"),
-            plan_row(8, "invalid"),
-            plan_row(9, None),
-            plan_row(10, "replay"),
-        ],
-    )
-    outcomes = [(1, "sent"), (1, "sent"), (2, "failed"), (8, "sent"), (10, "skipped")]
-    results = spark.createDataFrame(
-        [(Q0, seq, outcome) for seq, outcome in outcomes],
-        "backlog_queue string, sequence_number long, outcome string",
-    )
-    actions = settle_actions(plan, results)
-    assert actions.columns == ["backlog_queue", "sequence_number", "action", "reason", "verdict"]
-    assert places(actions, "action", "reason") == [
-        (Q0, 1, "complete", None),  # sent (twice: one action)
-        (Q0, 2, "leave", None),  # its send failed
-        (Q0, 3, "complete", None),
-        (Q0, 4, "complete", None),
-        (Q0, 5, "complete", None),
-        (Q0, 6, "dead_letter", "path_missing"),
-        (Q0, 7, "dead_letter", "message_id_reused_in_snapshot"),
-        (Q0, 8, "dead_letter", "invalid"),  # no reason: the verdict is the reason
-        (Q0, 9, "leave", None),  # a null verdict is never settled
-        (Q0, 10, "leave", None),  # skipped (an outcome that sorts after "sent"): not sent
-    ]
-    unsent = settle_actions(plan, None)
-    assert [a for _, s, a in places(unsent, "action") if s in (1, 2)] == ["leave", "leave"]
-
-
 def test_nothing_to_settle_is_no_task(spark: SparkSession) -> None:
     """No action, no queue: no task runs (none could reach this namespace)."""
     nowhere = Access(
@@ -100,7 +59,7 @@ def test_nothing_to_settle_is_no_task(spark: SparkSession) -> None:
         "localhost",
         connection_string="Endpoint=sb://127.0.0.1:9/;SharedAccessKeyName=k;SharedAccessKey=k",
     )
-    none = settle_actions(audit_rows(spark, []), None)
+    none = spark.createDataFrame([], spark_schema(schema.SETTLE_ACTION))
     assert settle_queues(none, nowhere, "r").collect() == []
 
 
@@ -560,60 +519,58 @@ def test_the_reports_count_of_spread_groups_counts_each_group_once(spark: SparkS
     assert (figures["count"], figures["spread_groups"]) == (4, 2)
 
 
-def test_the_plans_summary_per_destination(spark: SparkSession) -> None:
+def test_the_plans_summary_per_destination_from_its_facts(spark: SparkSession) -> None:
+    """The facts a plan keeps in the driver (one Spark job) give its summary: counts per
+    verdict, spread groups (a spread group's first replay row), unknown destinations,
+    the first and last enqueue times, and a repair's changes per destination."""
     planned = spark.createDataFrame(
         [
-            ("p", "orders", "replay", None, True, 1, T0),
-            ("p", "orders", "replay", None, True, 2, T0),
-            ("p", "orders", "ping", None, None, None, T0),
-            ("p", None, "invalid", "message_malformed", None, None, None),
-            ("p", "gone", "invalid", "destination_unknown", None, None, T0),
-            ("p", "gone", "invalid", "too_large", None, None, T0),
-            ("p", "gone", "invalid", "destination_unknown", None, None, T0),
+            (1, "p", "orders", "replay", None, True, 1, T0, ["set Subject"]),
+            (2, "p", "orders", "replay", None, True, 2, T1, ["set Subject", "unset To"]),
+            (3, "p", "orders", "ping", None, None, None, T0, None),
+            (4, "p", None, "invalid", "message_malformed", None, None, None, None),
+            (5, "p", "gone", "invalid", "destination_unknown", None, None, T0, None),
+            (6, "p", "gone", "invalid", "too_large", None, None, T0, None),
+            (7, "p", "gone", "invalid", "destination_unknown", None, None, T0, None),
+            (8, "p", "gone", "invalid", "repair_invalid", None, None, T0, None),
         ],
-        "primary string, destination string, verdict string, reason string, "
-        "group_spread boolean, replay_order int, original_enqueued_time timestamp",
-    )
+        "sequence_number long, primary string, destination string, verdict string, "
+        "reason string, group_spread boolean, replay_order int, "
+        "original_enqueued_time timestamp, _repaired_names array<string>",
+    ).selectExpr("'q0' AS backlog_queue", "*", "CAST(NULL AS string) AS detail")
+    facts = plan_facts(planned)
+    assert facts.num_rows == 8
+    assert facts.column("spread_start").to_pylist() == [True] + [False] * 7
     got = {
-        r["destination"]: (
-            r["messages"],
-            r["replay"],
-            r["ping"],
-            r["invalid"],
-            r["spread_groups"],
-            r["destination_unknown"],
+        d["destination"]: (
+            d["messages"],
+            d["replay"],
+            d["ping"],
+            d["invalid"],
+            d["spread_groups"],
+            d["destination_unknown"],
         )
-        for r in per_destination(planned)
+        for d in per_destination(facts)
     }
     assert got == {
         "orders": (3, 2, 1, 0, 1, 0),
         None: (1, 0, 0, 1, 0, 0),
-        "gone": (3, 0, 0, 3, 0, 2),
+        "gone": (4, 0, 0, 4, 0, 2),
     }
-    (orders,) = (d for d in per_destination(planned) if d["destination"] == "orders")
-    assert (orders["first"], orders["last"]) == (T0.replace(tzinfo=None),) * 2
+    (orders,) = (d for d in per_destination(facts) if d["destination"] == "orders")
+    assert (utc(orders["first"]), utc(orders["last"])) == (T0, T1)
+    assert "repaired" not in orders  # no repair: nothing counted
+    from syphon.core.repair import Repair
+
+    repaired = {d["destination"]: d["repaired"] for d in per_destination(facts, Repair(()))}
+    assert repaired == {
+        "orders": {"set Subject": 2, "unset To": 1},
+        None: {},
+        "gone": {"invalid: repair_invalid": 1},
+    }
 
 
 DLQ = "orders/$DeadLetterQueue"
-
-
-def test_a_discarded_message_is_completed_with_the_operators_reason_in_any_queue(
-    spark: SparkSession,
-) -> None:
-    plan = audit_rows(
-        spark,
-        [
-            plan_row(1, "discarded", reason="already_replayed", detail="copies"),
-            plan_row(2, "discarded", queue=DLQ, reason="operator_selected", detail="poison"),
-            plan_row(3, "duplicate", queue=DLQ, reason="already_replayed"),
-        ],
-    )
-    actions = settle_actions(plan, None)
-    assert places(actions, "action", "reason") == [
-        (Q0, 1, "discard", "copies"),
-        (DLQ, 2, "discard", "poison"),
-        (DLQ, 3, "leave", "already_replayed"),  # not discarded: a dead letter stays
-    ]
 
 
 def test_a_discard_turns_what_it_takes_into_discarded_with_the_operators_reason(

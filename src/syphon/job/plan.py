@@ -22,10 +22,11 @@ from syphon.core.ledger import Operations, Timings
 from syphon.core.repair import Repair
 from syphon.core.schema import DESTINATIONS, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
-from syphon.job.classify import DESTINATION_UNKNOWN, REPAIR_INVALID, Against
+from syphon.job.classify import Against
 from syphon.job.context import RunContext, fit_shuffle_partitions, keep
+from syphon.job.facts import per_destination, plan_facts
 from syphon.job.ledger import record_planned
-from syphon.job.reconcile import REPAIRED_NAMES, reconcile_snapshot, wave_messages
+from syphon.job.reconcile import reconcile_snapshot, wave_messages
 from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest, SnapshotRead, StageResult, timed
 from syphon.job.restore import Redrive, expression_type
@@ -39,6 +40,7 @@ from syphon.servicebus.sending import Destination
 from syphon.store import queries
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ class PlanResult(StageResult):
         repair: what it changes in the messages it sends (None: nothing).
         rows: the plan's audit rows, as appended (a projection of the checkpointed
             plan), for the replay: it need not read them back.
+        facts: :func:`plan_facts` of the plan (None: not read).
     """
 
     run_id: str
@@ -65,6 +68,7 @@ class PlanResult(StageResult):
     counts: dict[str, int]
     messages: DataFrame
     rows: DataFrame
+    facts: pa.Table | None = None
     per_destination: list[dict[str, Any]] = field(default_factory=list)
     selection: Selection | None = None
     discard: Discard | None = None
@@ -140,63 +144,6 @@ def destination_settings(ctx: RunContext) -> tuple[DataFrame | None, tuple[str, 
     if not listed:
         return None, ()
     return ctx.spark().createDataFrame(rows, spark_schema(DESTINATIONS)), tuple(listed)
-
-
-def per_destination(planned: DataFrame, repair: Repair | None = None) -> list[dict[str, Any]]:
-    """Per (primary, destination), sorted: messages, a count per verdict, the groups
-    spread over several backlog queues, and the first and last original enqueue times
-    (from :func:`syphon.store.queries.verdicts_per_destination`), ``destination_unknown``:
-    the invalid messages whose destination the listing did not find; with a ``repair``,
-    ``repaired``: how many messages to send each of its changes alters
-    (``set NAME``/``unset NAME``: count)."""
-    out: dict[tuple[Any, Any], dict[str, Any]] = {}
-    by_reason = queries.verdicts_per_destination(planned, "reason", time="original_enqueued_time")
-    for r in by_reason.collect():
-        place = (r["primary"], r["destination"])
-        d = out.setdefault(
-            place,
-            {
-                "primary": place[0],
-                "destination": place[1],
-                "messages": 0,
-                **dict.fromkeys(Verdict.ALL, 0),
-                "spread_groups": 0,
-                "destination_unknown": 0,
-                "first": None,
-                "last": None,
-            },
-        )
-        d["messages"] += r["messages"]
-        d[r["verdict"]] += r["messages"]
-        if r["verdict"] == Verdict.INVALID and r["reason"] == DESTINATION_UNKNOWN:
-            d["destination_unknown"] += r["messages"]
-        d["spread_groups"] += r["spread_groups"]
-        first, last = r["first"], r["last"]
-        if first is not None:
-            d["first"] = first if d["first"] is None else min(d["first"], first)
-            d["last"] = last if d["last"] is None else max(d["last"], last)
-    if repair is not None:
-        for d in out.values():
-            d["repaired"] = {}
-        for r in _repairs_per_destination(planned).collect():
-            out[(r["primary"], r["destination"])]["repaired"][r["change"]] = int(r["count"])
-    return [out[k] for k in sorted(out, key=lambda k: (k[0] or "", k[1] or ""))]
-
-
-def _repairs_per_destination(planned: DataFrame) -> DataFrame:
-    """(primary, destination, change, count): the messages each change alters, and as
-    the change :data:`CANNOT_BE_SENT` the messages a repaired value made ``invalid``."""
-    from pyspark.sql import functions as F
-
-    changes = planned.select("primary", "destination", F.explode(REPAIRED_NAMES).alias("change"))
-    refused = planned.where(F.col("reason") == REPAIR_INVALID).select(
-        "primary", "destination", F.lit(CANNOT_BE_SENT).alias("change")
-    )
-    return changes.unionByName(refused).groupBy("primary", "destination", "change").count()
-
-
-#: How the plan's summary counts the messages whose repaired value cannot be sent.
-CANNOT_BE_SENT = "invalid: repair_invalid"
 
 
 @dataclass(kw_only=True)
@@ -316,7 +263,8 @@ def plan_snapshot(
         rows = ctx.store.append_plan(audit_rows, request.run_id)
     if rows != peeked:  # pragma: no cover - a broken invariant, not an input
         raise RuntimeError(f"the audit has {rows} rows for {peeked} peeked messages")
-    destinations = per_destination(planned, request.repair)
+    facts = plan_facts(planned)
+    destinations = per_destination(facts, request.repair)
     counts = {v: n for v in Verdict.ALL if (n := sum(int(d[v]) for d in destinations))}
     if operations.snapshot_messages_peeked is None:  # a wave's read counted its own
         operations.snapshot_messages_peeked = rows
@@ -334,6 +282,7 @@ def plan_snapshot(
         discard=request.discard,
         repair=request.repair,
         rows=audit_rows,
+        facts=facts,
     )
 
 

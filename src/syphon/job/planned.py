@@ -11,6 +11,7 @@ from syphon.core.schema import Verdict
 from syphon.servicebus.sending import Destination
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame
 
 
@@ -33,6 +34,8 @@ class PlannedWave:
         sending_to: the destinations it replays to (None: read from ``rows``).
         in_waves: it is one of several waves of its run: its frames are kept on local
             disk (:func:`syphon.job.context.keep`).
+        facts: its plan's facts in the driver's memory
+            (:func:`syphon.job.plan.plan_facts`; None: read from ``rows`` when needed).
     """
 
     rows: DataFrame
@@ -43,6 +46,7 @@ class PlannedWave:
     unknown: frozenset[Destination] | None = None
     sending_to: frozenset[Destination] | None = None
     in_waves: bool = False
+    facts: pa.Table | None = None
 
     @property
     def replays(self) -> int:

@@ -23,6 +23,7 @@ from syphon.job.planned import HeldBack, PlannedWave
 from syphon.job.reading import Reading
 from syphon.job.replay import LeftBehind, left_behind
 from syphon.job.request import RunRequest, StageResult
+from syphon.job.settle_actions import earlier_sent
 from syphon.job.stages import JOURNAL_PREFIX, Sent, probe, send, settle
 from syphon.job.unseen import unseen_lanes
 from syphon.job.waves import Wave
@@ -33,9 +34,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
-
-#: What the settle reads of every attempt's replay rows.
-_SENT_COLUMNS = ("backlog_queue", "sequence_number", "outcome")
 
 
 class WaveRunner:
@@ -110,6 +108,7 @@ class WaveRunner:
             unknown=plan.unknown,
             sending_to=plan.sending_to,
             in_waves=wave.many,
+            facts=plan.facts,
         )
 
     def _hold_unseen(self, listed: Listed) -> None:
@@ -139,11 +138,10 @@ class WaveRunner:
         the run's totals (what it left unsent is held back by the later waves)."""
         sent = self._replay(wave)
         self._lease.check()  # a run that lost its lease settles nothing: the holder will
-        all_sent = sent.results
+        places = sent.sent
         if wave.earlier is not None:
-            mine = sent.results.select(*_SENT_COLUMNS)
-            all_sent = wave.earlier.select(*_SENT_COLUMNS).unionByName(mine)
-        settled = settle(self.ctx, self.request, wave, all_sent, self.reading)
+            places = places | earlier_sent(wave.earlier)
+        settled = settle(self.ctx, self.request, wave, places, self.reading)
         self._ledger.add(settled)
         failpoints.check("after_settle_commit")
         left = left_behind(sent.results, wave.rows) if wave.more else LeftBehind()

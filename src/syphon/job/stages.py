@@ -20,7 +20,7 @@ what it produced with its own timings and operations (a
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -48,7 +48,7 @@ from syphon.job.reading import Reading
 from syphon.job.reconcile import wave_messages
 from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
 from syphon.job.request import RunRequest, StageResult, timed
-from syphon.job.settle_actions import settle_actions
+from syphon.job.settle_actions import SETTLE_FACTS, Place, sent_places, settle_actions
 from syphon.job.settle_journal import close_settle_journal, open_settle_journal, removals
 from syphon.job.tally import Tally, tally
 from syphon.job.where import Spread, in_driver
@@ -253,9 +253,10 @@ def probe(ctx: RunContext, wave: PlannedWave, known: Mapping[Destination, str | 
 @dataclass(kw_only=True)
 class Sent(StageResult):
     """The replay's outcome rows (in the driver's memory, read by Spark: the sends happened
-    once) and their tally."""
+    once), the places it sent and their tally."""
 
     results: DataFrame
+    sent: set[Place]
     tally: Tally
 
 
@@ -313,7 +314,13 @@ def send(
     operations.replay_send_transfers = replayed.total("transfers")
     operations.replay_busy_retries = replayed.total("busy_retries")
     operations.replay_messages_sent = replayed.count(Outcome.SENT)
-    return Sent(timings=timings, operations=operations, results=results, tally=replayed)
+    return Sent(
+        timings=timings,
+        operations=operations,
+        results=results,
+        sent=sent_places(done),
+        tally=replayed,
+    )
 
 
 @dataclass(kw_only=True)
@@ -328,18 +335,19 @@ def settle(
     ctx: RunContext,
     request: RunRequest,
     wave: PlannedWave,
-    sent: DataFrame,
+    sent: Set[Place],
     reading: Reading,
 ) -> Settled:
-    """Settles the ``wave``'s rows in the source's queues by what the run ``sent`` (every
-    attempt's replay rows), through the run's ``reading`` (by the locks it keeps, or by
-    receiving again), then commits the outcomes to the audit."""
+    """Settles the ``wave``'s rows in the source's queues by what the run ``sent`` (the
+    places every attempt sent), through the run's ``reading`` (by the locks it keeps, or
+    by receiving again), then commits the outcomes to the audit."""
     rows = wave.rows
     operations = Operations()
     timings = Timings()
     with timed(timings, "settle", "settle_passes"):
         progress.step("settle: completing and dead-lettering in the backlog queues")
-        wanted = [tuple(r) for r in settle_actions(rows, sent).collect()]
+        facts = wave.facts if wave.facts is not None else rows.select(*SETTLE_FACTS).toArrow()
+        wanted = settle_actions(facts, sent)
         journal = open_settle_journal(
             ctx.store.files, request.run_id, removals(wanted, request.run_id)
         )
