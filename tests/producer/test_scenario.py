@@ -12,7 +12,7 @@ pytestmark = pytest.mark.timeout(180)
 
 def test_outage_scenario(pair: Pair) -> None:
     primary, secondary = pair.primary, pair.secondary
-    result = park_outage(pair, producers=2, messages_per_phase=8)
+    result = park_outage(pair, producers=2, messages_per_phase=8, quick=False)
     assert len(result.messages) == 2 * 3 * 8
     assert {m.target for m in result.messages if m.phase != "during"} == {"primary"}
     assert {m.target for m in result.messages if m.phase == "during"} == {"backlog"}

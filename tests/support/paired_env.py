@@ -36,17 +36,23 @@ class Pair:
     secondary: Emulator
 
     def client(
-        self, rng_seed: int | None = 7, timer: Any = None, clock: Any = None, **options: Any
+        self,
+        rng_seed: int | None = 7,
+        timer: Any = None,
+        clock: Any = None,
+        quick: bool = False,
+        **options: Any,
     ) -> PairedNamespaceClient:
         """A paired client with fresh SDK clients (no retries, so faults show at once);
         ``timer`` replaces ``threading.Timer`` (the failover timer, the grace-period
-        watchdog) and ``clock`` the monotonic clock."""
-        # the producer over the SDK's own clients, as its users build it
+        watchdog) and ``clock`` the monotonic clock. The producer runs over the SDK's own
+        clients, as its users build it; ``quick``: over :class:`QuickClient`, for a test
+        whose subject is not the producer (its links open and close without the SDK's
+        sleeps: the outage scenario took 15 s, most of it those sleeps)."""
+        sdk = QuickClient if quick else ServiceBusClient
         return PairedNamespaceClient(
-            ServiceBusClient.from_connection_string(self.primary.connection_string, retry_total=0),
-            ServiceBusClient.from_connection_string(
-                self.secondary.connection_string, retry_total=0
-            ),
+            sdk.from_connection_string(self.primary.connection_string, retry_total=0),
+            sdk.from_connection_string(self.secondary.connection_string, retry_total=0),
             PRIMARY,
             SendAvailabilityOptions(backlog_queue_count=BACKLOG_QUEUES, **options),
             rng=None if rng_seed is None else random.Random(rng_seed),
@@ -67,16 +73,20 @@ class Pair:
         return out
 
 
-def park_outage(pair: Pair, *, producers: int = 2, messages_per_phase: int = 6) -> Any:
+def park_outage(
+    pair: Pair, *, producers: int = 2, messages_per_phase: int = 6, quick: bool = True
+) -> Any:
     """Runs the outage scenario on the pair (queue orders, session queue sessions, topic
     events) and returns its ``ScenarioResult``: what reached the primary and what was
-    parked in the backlog."""
+    parked in the backlog. ``quick``: the producers over :class:`QuickClient` (see
+    :meth:`Pair.client`); the producer's own tests say False."""
     from syphon_demo.scenario import Destination, run_outage_scenario
 
     primary = pair.primary
     return run_outage_scenario(
         lambda: pair.client(
             rng_seed=None,
+            quick=quick,
             failover_interval=timedelta(seconds=0.3),
             ping_primary_interval=timedelta(seconds=0.2),
         ),

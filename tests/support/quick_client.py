@@ -15,8 +15,9 @@ calls).
 Tests of the SDK's own behaviour keep the plain client: the official samples
 (tests/emulator/test_sdk_samples.py) run the SDK unchanged, the async tests use the async
 client, and tests/job/test_lean_links.py and tests/job/test_peek_receiver.py compare the
-plain SDK's links with syphon's. The producer half runs over the plain client too
-(``support.paired_env.Pair.client``), as its users build it.
+plain SDK's links with syphon's. The producer's own tests run it over the plain client
+(``support.paired_env.Pair.client``), as its users build it; a test that only parks an
+outage's backlog for a run (``support.paired_env.park_outage``) runs it over this one.
 """
 
 from __future__ import annotations
