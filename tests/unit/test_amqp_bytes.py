@@ -109,7 +109,10 @@ def proton_read(encoded: bytes) -> tuple[int | None, Any]:
     data.decode(encoded)
     data.rewind()
     data.next()
-    return data.type(), data.get_object()
+    value = data.get_object()
+    if isinstance(value, memoryview):  # a binary is a view into data's buffer, freed with it
+        value = value.tobytes()
+    return data.type(), value
 
 
 @settings(max_examples=200, deadline=None)
