@@ -30,6 +30,7 @@ from syphon.job.reconcile import reconcile_snapshot, wave_messages
 from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest, SnapshotRead, StageResult, timed
 from syphon.job.restore import Redrive, expression_type
+from syphon.job.settle_actions import SETTLE_FACTS
 from syphon.job.snapshot import read_snapshot
 from syphon.job.sources import RunSource
 from syphon.job.where import in_driver
@@ -60,7 +61,7 @@ class PlanResult(StageResult):
         repair: what it changes in the messages it sends (None: nothing).
         rows: the plan's audit rows, as appended (a projection of the checkpointed
             plan), for the replay: it need not read them back.
-        facts: :func:`plan_facts` of the plan (None: not read).
+        facts: the columns of :func:`plan_facts` the settle reads (None: not read).
     """
 
     run_id: str
@@ -282,7 +283,7 @@ def plan_snapshot(
         discard=request.discard,
         repair=request.repair,
         rows=audit_rows,
-        facts=facts,
+        facts=facts.select(list(SETTLE_FACTS)),  # all the wave keeps until its settle
     )
 
 

@@ -34,8 +34,8 @@ class PlannedWave:
         sending_to: the destinations it replays to (None: read from ``rows``).
         in_waves: it is one of several waves of its run: its frames are kept on local
             disk (:func:`syphon.job.context.keep`).
-        facts: its plan's facts in the driver's memory
-            (:func:`syphon.job.plan.plan_facts`; None: read from ``rows`` when needed).
+        facts: what the settle reads of its plan, in the driver's memory (columns of
+            :func:`syphon.job.facts.plan_facts`; None: read from ``rows`` when needed).
     """
 
     rows: DataFrame

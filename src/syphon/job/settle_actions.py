@@ -3,7 +3,7 @@ discard it or leave it, and why (:func:`settle_actions`); :mod:`syphon.job.settl
 does it, queue by queue.
 
 The actions are worked out in the driver, from the plan's facts it holds already
-(:func:`syphon.job.plan.plan_facts`) and the places the replay sent (its results are in
+(:func:`syphon.job.facts.plan_facts`) and the places the replay sent (its results are in
 the driver's memory too): a join in Spark was a job of its own for every wave."""
 
 from __future__ import annotations
