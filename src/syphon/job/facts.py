@@ -34,6 +34,10 @@ FACTS = (
 )
 
 
+#: How the plan's summary counts the messages whose repaired value cannot be sent.
+CANNOT_BE_SENT = "invalid: repair_invalid"
+
+
 def plan_facts(planned: DataFrame) -> pa.Table:
     """The checkpointed plan's :data:`FACTS`, in the driver's memory: one Spark job of one
     stage (no shuffle) gives the plan's summary (:func:`per_destination`) and the settle
@@ -115,7 +119,3 @@ def per_destination(facts: pa.Table, repair: Repair | None = None) -> list[dict[
             place = (r["primary"], r["destination"])
             out[place]["repaired"][r["change"]] = int(r["count_all"])
     return [out[k] for k in sorted(out, key=lambda k: (k[0] or "", k[1] or ""))]
-
-
-#: How the plan's summary counts the messages whose repaired value cannot be sent.
-CANNOT_BE_SENT = "invalid: repair_invalid"

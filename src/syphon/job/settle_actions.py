@@ -8,7 +8,7 @@ the driver's memory too): a join in Spark was a job of its own for every wave.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Set
+from collections.abc import Set
 from typing import TYPE_CHECKING
 
 from syphon.core.naming import is_dead_letter_path
@@ -91,14 +91,12 @@ def _or_verdict(reason: str | None, verdict: str | None) -> str | None:
 def sent_places(results: pa.Table) -> set[Place]:
     """The places of a replay's results (``backlog_queue``, ``sequence_number``,
     ``outcome``) whose outcome is ``sent``."""
-    return set(_sent(results.column("outcome").to_pylist(), results))
-
-
-def _sent(outcomes: list[str | None], results: pa.Table) -> Iterator[Place]:
-    queues, numbers = (results.column(c).to_pylist() for c in PLACE)
-    for queue, number, outcome in zip(queues, numbers, outcomes, strict=True):
-        if outcome == Outcome.SENT:
-            yield queue, number
+    queues, numbers, outcomes = (results.column(c).to_pylist() for c in (*PLACE, "outcome"))
+    return {
+        (queue, number)
+        for queue, number, outcome in zip(queues, numbers, outcomes, strict=True)
+        if outcome == Outcome.SENT
+    }
 
 
 def earlier_sent(earlier: DataFrame) -> set[Place]:
