@@ -29,11 +29,11 @@ from pyspark.sql import functions as F
 
 from syphon.app.spark import build_spark_session
 from syphon.core.config import SparkConfig
-from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.core.schema import SNAPSHOT, Stage, spark_schema
 from syphon.job.classify import Against
+from syphon.job.facts import audit_only, plan_rows
 from syphon.job.reconcile import reconcile_snapshot, wave_messages
 from syphon.store.deltars import DeltaRsStore
-from syphon.store.queries import plan_audit_rows
 
 PRIMARY = "bench-primary"
 QUEUES = 10
@@ -280,8 +280,9 @@ def main() -> None:
             planned = planned.withColumn("source_kind", F.lit("backlog")).localCheckpoint(True)
             store = DeltaRsStore(tmp, lambda: spark)
             run_id = f"bench-{size}"
-            rows = plan_audit_rows(planned, run_id, datetime.now(timezone.utc))
-            written = store.append_plan(rows, run_id)
+            # as a run does: the plan's rows collected once, appended from the driver
+            rows = plan_rows(planned, run_id, datetime.now(timezone.utc))
+            written = store.append_rows(audit_only(rows), run_id, Stage.PLAN)
             wall = time.monotonic() - started
             counts = {r[0]: r[1] for r in planned.groupBy("verdict").count().collect()}
         assert written == size, (written, size)

@@ -368,18 +368,17 @@ def test_a_stopped_run_resumes_sending_what_was_not_sent_and_nothing_twice(
     # settlements happen in the stage, not when the audit first reads its results)
     from syphon.store.audit import TableStore
 
-    record = TableStore.append_outcomes
+    record = TableStore.append_rows
     seen_at_record: dict[str, tuple[int, int]] = {}
 
-    def recording(store: Any, results: Any, *args: Any, **kwargs: Any) -> Any:
-        stage = args[2] if len(args) > 2 else kwargs["stage"]
+    def recording(store: Any, rows: Any, run_id: str, stage: str, *args: Any) -> Any:
         seen_at_record[stage] = (
             len(stored(pair, "orders")),
             sum(len(v) for v in backlog_state(pair).values()),
         )
-        return record(store, results, *args, **kwargs)
+        return record(store, rows, run_id, stage, *args)
 
-    monkeypatch.setattr(TableStore, "append_outcomes", recording)
+    monkeypatch.setattr(TableStore, "append_rows", recording)
     resumed = run_job(config, spark, first.run_id, resume=True)
     assert resumed.status == "done", resumed
     assert resumed.counts == {"replay": 4}

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from syphon.core import schema
 from syphon.core.ledger import RunRecord
 from syphon.core.schema import AUDIT, cast_type, names, spark_schema, spark_type
-from syphon.job.facts import per_destination, plan_facts
+from syphon.job.facts import SUMMARY_ONLY, audit_only, outcome_rows, plan_rows
 from syphon.job.replay import left_behind, replay_input, still_to_send
 from syphon.job.report import left_for_next_run
 from syphon.job.rows import utc
@@ -519,55 +519,48 @@ def test_the_reports_count_of_spread_groups_counts_each_group_once(spark: SparkS
     assert (figures["count"], figures["spread_groups"]) == (4, 2)
 
 
-def test_the_plans_summary_per_destination_from_its_facts(spark: SparkSession) -> None:
-    """The facts a plan keeps in the driver (one Spark job) give its summary: counts per
-    verdict, spread groups (a spread group's first replay row), unknown destinations,
-    the first and last enqueue times, and a repair's changes per destination."""
+def test_a_plans_rows_in_the_driver_are_its_audit_rows_and_the_outcomes_sparks(
+    spark: SparkSession,
+) -> None:
+    """``plan_rows`` collects the plan's audit rows with the summary's own columns, and
+    the outcome rows the driver makes of them (syphon.job.facts.outcome_rows) are the
+    rows Spark's join makes (queries.outcome_audit_rows), column for column."""
     planned = spark.createDataFrame(
-        [
-            (1, "p", "orders", "replay", None, True, 1, T0, ["set Subject"]),
-            (2, "p", "orders", "replay", None, True, 2, T1, ["set Subject", "unset To"]),
-            (3, "p", "orders", "ping", None, None, None, T0, None),
-            (4, "p", None, "invalid", "message_malformed", None, None, None, None),
-            (5, "p", "gone", "invalid", "destination_unknown", None, None, T0, None),
-            (6, "p", "gone", "invalid", "too_large", None, None, T0, None),
-            (7, "p", "gone", "invalid", "destination_unknown", None, None, T0, None),
-            (8, "p", "gone", "invalid", "repair_invalid", None, None, T0, None),
-        ],
-        "sequence_number long, primary string, destination string, verdict string, "
-        "reason string, group_spread boolean, replay_order int, "
-        "original_enqueued_time timestamp, _repaired_names array<string>",
-    ).selectExpr("'q0' AS backlog_queue", "*", "CAST(NULL AS string) AS detail")
-    facts = plan_facts(planned)
-    assert facts.num_rows == 8
-    assert facts.column("spread_start").to_pylist() == [True] + [False] * 7
-    got = {
-        d["destination"]: (
-            d["messages"],
-            d["replay"],
-            d["ping"],
-            d["invalid"],
-            d["spread_groups"],
-            d["destination_unknown"],
-        )
-        for d in per_destination(facts)
-    }
-    assert got == {
-        "orders": (3, 2, 1, 0, 1, 0),
-        None: (1, 0, 0, 1, 0, 0),
-        "gone": (4, 0, 0, 4, 0, 2),
-    }
-    (orders,) = (d for d in per_destination(facts) if d["destination"] == "orders")
-    assert (utc(orders["first"]), utc(orders["last"])) == (T0, T1)
-    assert "repaired" not in orders  # no repair: nothing counted
-    from syphon.core.repair import Repair
+        [(Q0, 1, T0, "s1", 7, "replay", 2, ["set Subject"]), (Q0, 2, T1, None, 1, "ping", 1, None)],
+        "backlog_queue string, sequence_number long, enqueued_time timestamp, "
+        "original_session_id string, replay_order int, verdict string, group_size long, "
+        "_repaired_names array<string>",
+    )
+    for f in AUDIT:
+        if f.name not in planned.columns and f.name not in ("backlog_enqueued_time", "session_id"):
+            planned = planned.selectExpr("*", f"null as `{f.name}`")
+    for col in ("original_time_to_live_ticks", "original_scheduled_enqueue_time"):
+        planned = planned.selectExpr("*", f"null as `{col}`")
+    planned = planned.selectExpr("*", "enqueued_time AS original_enqueued_time")
+    collected = plan_rows(planned, "r1", T0, "job-1")
+    assert collected.column_names == [*names(AUDIT), *SUMMARY_ONLY]
+    assert collected.column("_repaired_names").to_pylist() == [["set Subject"], None]
+    audit = audit_only(collected)
+    assert audit.column_names == list(names(AUDIT))
+    assert audit.column("job_run_id").to_pylist() == ["job-1", "job-1"]
 
-    repaired = {d["destination"]: d["repaired"] for d in per_destination(facts, Repair(()))}
-    assert repaired == {
-        "orders": {"set Subject": 2, "unset To": 1},
-        None: {},
-        "gone": {"invalid: repair_invalid": 1},
-    }
+    results = spark.createDataFrame(
+        [(Q0, 1, "sent", None), (Q1, 5, "skipped", "destination_missing")],
+        "backlog_queue string, sequence_number long, outcome string, detail string",
+    )
+    at = T1 + timedelta(microseconds=3)
+    ours = outcome_rows(results.toArrow(), audit, "r2", "replay", at)
+    rows = queries.plan_audit_rows(planned, "r1", T0, "job-1")
+    theirs = queries.outcome_audit_rows(results, rows, "r2", "replay", at).collect()
+    key = lambda r: r["sequence_number"]  # noqa: E731
+    assert sorted(ours.to_pylist(), key=key) == sorted(
+        ({c: cell(v) for c, v in r.asDict().items()} for r in theirs), key=key
+    )
+
+
+def cell(value: Any) -> Any:
+    """A value Spark collected, as Arrow hands it over (timestamps in UTC)."""
+    return utc(value) if isinstance(value, datetime) else value
 
 
 DLQ = "orders/$DeadLetterQueue"

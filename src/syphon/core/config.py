@@ -232,8 +232,8 @@ class AuditConfig:
             engine ``spark`` on Databricks: a volume, ``/Volumes/<catalog>/<schema>/<v>/…``).
         storage: how an object-store ``path`` is reached (credentials, endpoint); None:
             the store's own defaults (environment variables, a managed identity).
-        engine: ``delta-rs`` (tables at ``path``, written by Spark's executors as Parquet
-            and committed by delta-rs) or ``spark`` (catalog tables written through
+        engine: ``delta-rs`` (tables at ``path``, written as Parquet, a wave's rows from
+            the driver, and committed by delta-rs) or ``spark`` (catalog tables written through
             Spark's own table format, e.g. Delta on Databricks).
         table: with engine ``spark``, the audit table's name (``[catalog.]schema.name``);
             the run ledger is ``<table>_runs`` and the lease ``<table>_leases``.

@@ -20,17 +20,16 @@ from typing import TYPE_CHECKING, Any
 from syphon.core.discard import Discard
 from syphon.core.ledger import Operations, Timings
 from syphon.core.repair import Repair
-from syphon.core.schema import DESTINATIONS, Verdict, spark_schema
+from syphon.core.schema import DESTINATIONS, Stage, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
 from syphon.job.classify import Against
 from syphon.job.context import RunContext, fit_shuffle_partitions, keep
-from syphon.job.facts import per_destination, plan_facts
+from syphon.job.facts import audit_only, per_destination, plan_rows
 from syphon.job.ledger import record_planned
 from syphon.job.reconcile import reconcile_snapshot, wave_messages
 from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest, SnapshotRead, StageResult, timed
 from syphon.job.restore import Redrive, expression_type
-from syphon.job.settle_actions import SETTLE_FACTS
 from syphon.job.snapshot import read_snapshot
 from syphon.job.sources import RunSource
 from syphon.job.where import in_driver
@@ -61,7 +60,8 @@ class PlanResult(StageResult):
         repair: what it changes in the messages it sends (None: nothing).
         rows: the plan's audit rows, as appended (a projection of the checkpointed
             plan), for the replay: it need not read them back.
-        facts: the columns of :func:`plan_facts` the settle reads (None: not read).
+        audit: the same rows in the driver's memory, as appended
+            (:func:`syphon.job.facts.plan_rows`): the outcomes' rows take their keys.
     """
 
     run_id: str
@@ -69,7 +69,7 @@ class PlanResult(StageResult):
     counts: dict[str, int]
     messages: DataFrame
     rows: DataFrame
-    facts: pa.Table | None = None
+    audit: pa.Table
     per_destination: list[dict[str, Any]] = field(default_factory=list)
     selection: Selection | None = None
     discard: Discard | None = None
@@ -261,11 +261,12 @@ def plan_snapshot(
     audit_rows = queries.plan_audit_rows(planned, request.run_id, planned_at, request.job_run_id)
     with timed(timings, "audit"):
         progress.step("audit: writing the plan")
-        rows = ctx.store.append_plan(audit_rows, request.run_id)
+        collected = plan_rows(planned, request.run_id, planned_at, request.job_run_id)
+        audit = audit_only(collected)
+        rows = ctx.store.append_rows(audit, request.run_id, Stage.PLAN)
     if rows != peeked:  # pragma: no cover - a broken invariant, not an input
         raise RuntimeError(f"the audit has {rows} rows for {peeked} peeked messages")
-    facts = plan_facts(planned)
-    destinations = per_destination(facts, request.repair)
+    destinations = per_destination(collected, request.repair)
     counts = {v: n for v in Verdict.ALL if (n := sum(int(d[v]) for d in destinations))}
     if operations.snapshot_messages_peeked is None:  # a wave's read counted its own
         operations.snapshot_messages_peeked = rows
@@ -283,7 +284,7 @@ def plan_snapshot(
         discard=request.discard,
         repair=request.repair,
         rows=audit_rows,
-        facts=facts.select(list(SETTLE_FACTS)),  # all the wave keeps until its settle
+        audit=audit,
     )
 
 

@@ -21,6 +21,9 @@ class PlannedWave:
 
     Attributes:
         rows: its plan's audit rows (checkpointed, or a projection of a checkpoint).
+        audit: the same rows in the driver's memory (:data:`syphon.core.schema.AUDIT`'s
+            columns): the settle's actions and the outcomes' audit rows are made from
+            them (:mod:`syphon.job.facts`).
         messages: its messages as the replay sends them, bytes included (restored and
             repaired: :func:`syphon.job.reconcile.wave_messages`).
         counts: how many rows of each verdict (they size the replay's and the settle's
@@ -34,11 +37,10 @@ class PlannedWave:
         sending_to: the destinations it replays to (None: read from ``rows``).
         in_waves: it is one of several waves of its run: its frames are kept on local
             disk (:func:`syphon.job.context.keep`).
-        facts: what the settle reads of its plan, in the driver's memory (columns of
-            :func:`syphon.job.facts.plan_facts`; None: read from ``rows`` when needed).
     """
 
     rows: DataFrame
+    audit: pa.Table
     messages: DataFrame
     counts: Mapping[str, int]
     earlier: DataFrame | None = None
@@ -46,7 +48,6 @@ class PlannedWave:
     unknown: frozenset[Destination] | None = None
     sending_to: frozenset[Destination] | None = None
     in_waves: bool = False
-    facts: pa.Table | None = None
 
     @property
     def replays(self) -> int:

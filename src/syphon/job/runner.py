@@ -102,13 +102,13 @@ class WaveRunner:
         self._drained.planned += sum(plan.counts.values())
         return PlannedWave(
             plan.rows,
+            plan.audit,
             plan.messages,
             plan.counts,
             more=not wave.last,
             unknown=plan.unknown,
             sending_to=plan.sending_to,
             in_waves=wave.many,
-            facts=plan.facts,
         )
 
     def _hold_unseen(self, listed: Listed) -> None:

@@ -2,8 +2,8 @@
 discard it or leave it, and why (:func:`settle_actions`); :mod:`syphon.job.settle` then
 does it, queue by queue.
 
-The actions are worked out in the driver, from the plan's facts it holds already
-(:func:`syphon.job.facts.plan_facts`) and the places the replay sent (its results are in
+The actions are worked out in the driver, from the wave's plan rows it holds already
+(:func:`syphon.job.facts.plan_rows`) and the places the replay sent (its results are in
 the driver's memory too): a join in Spark was a job of its own for every wave."""
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from syphon.core.schema import (
     spark_schema,
 )
 from syphon.job.context import RunContext, fit_shuffle_partitions, keep, service_tasks
+from syphon.job.facts import outcome_rows
 from syphon.job.journal import journal_folder, outcomes_commit, read_journal, remove_journal
 from syphon.job.lanes import ReplaySettings
 from syphon.job.ledger import record_recovered
@@ -48,7 +49,7 @@ from syphon.job.reading import Reading
 from syphon.job.reconcile import wave_messages
 from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
 from syphon.job.request import RunRequest, StageResult, timed
-from syphon.job.settle_actions import SETTLE_FACTS, Place, sent_places, settle_actions
+from syphon.job.settle_actions import Place, sent_places, settle_actions
 from syphon.job.settle_journal import close_settle_journal, open_settle_journal, removals
 from syphon.job.tally import Tally, tally
 from syphon.job.where import Spread, in_driver
@@ -181,6 +182,8 @@ def resumed_plan(ctx: RunContext, request: RunRequest, reading: Reading) -> Resu
         SyphonError: the audit holds no plan of that run, or the run was planned from
             another source than the request's.
     """
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
     spark = ctx.spark()
     progress.watch(spark)
     source = request.source
@@ -199,15 +202,16 @@ def resumed_plan(ctx: RunContext, request: RunRequest, reading: Reading) -> Resu
         after = F.col("s.recorded_at") >= F.col("p.recorded_at")
         rows = p.join(s, [*same, after], "left_anti")
     rows = keep(rows)
-    counts = {r["verdict"]: int(r["count"]) for r in rows.groupBy("verdict").count().collect()}
+    audit = rows.toArrow()  # the wave's plan rows in the driver, as a new plan's are
+    verdicts = pc.value_counts(audit.column("verdict")).to_pylist()
+    counts = {r["values"]: r["counts"] for r in verdicts}
     # not sized by its plan: fitted to it now
-    fit_shuffle_partitions(spark, sum(counts.values()), ctx.config.spark.conf)
+    fit_shuffle_partitions(spark, audit.num_rows, ctx.config.spark.conf)
     earlier = ctx.store.run_rows(request.run_id, Stage.REPLAY)
     if earlier is not None and earlier.limit(1).count() == 0:
         earlier = None
-    found = rows.select("backlog_queue", "source").distinct().collect()
-    paths = sorted({r["backlog_queue"] for r in found})
-    recorded = {r["source"] for r in found} - {None}  # None: a row without a source
+    paths = sorted(set(audit.column("backlog_queue").to_pylist()))
+    recorded = set(audit.column("source").to_pylist()) - {None}  # None: a row without one
     if recorded:
         other = recorded != {source.name}
     else:
@@ -221,7 +225,7 @@ def resumed_plan(ctx: RunContext, request: RunRequest, reading: Reading) -> Resu
     queues = [DiscoveredQueue("", 0, p, None, False) for p in paths]
     snapshot, _ = reading.whole(queues)
     messages = wave_messages(snapshot, source.redrive, request.repair)
-    return Resumed(wave=PlannedWave(rows, messages, counts, earlier=earlier))
+    return Resumed(wave=PlannedWave(rows, audit, messages, counts, earlier=earlier))
 
 
 @dataclass(kw_only=True)
@@ -309,7 +313,8 @@ def send(
         operations.credit_rates = credit_rates(results, rows, budgets, seconds)
         now = datetime.now(timezone.utc)
         commit = outcomes_commit(request.run_id, journal_id) if journal_id else None
-        ctx.store.append_outcomes(results, rows, request.run_id, Stage.REPLAY, now, commit)
+        audited = outcome_rows(done, wave.audit, request.run_id, Stage.REPLAY, now)
+        ctx.store.append_rows(audited, request.run_id, Stage.REPLAY, commit)
     replayed = tally(done, "transfers", "busy_retries")
     operations.replay_send_transfers = replayed.total("transfers")
     operations.replay_busy_retries = replayed.total("busy_retries")
@@ -341,25 +346,24 @@ def settle(
     """Settles the ``wave``'s rows in the source's queues by what the run ``sent`` (the
     places every attempt sent), through the run's ``reading`` (by the locks it keeps, or
     by receiving again), then commits the outcomes to the audit."""
-    rows = wave.rows
     operations = Operations()
     timings = Timings()
     with timed(timings, "settle", "settle_passes"):
         progress.step("settle: completing and dead-lettering in the backlog queues")
-        facts = wave.facts if wave.facts is not None else rows.select(*SETTLE_FACTS).toArrow()
-        wanted = settle_actions(facts, sent)
+        wanted = settle_actions(wave.audit, sent)
         journal = open_settle_journal(
             ctx.store.files, request.run_id, removals(wanted, request.run_id)
         )
         done = reading.settle(wanted, wave.size)  # in the driver's memory: settled once
     with timed(timings, "settle"):
-        from pyspark.sql import functions as F
+        import pyarrow.compute as pc
 
         now = datetime.now(timezone.utc)
         results = ctx.spark().createDataFrame(done, spark_schema(SETTLE_RESULT))
         # what the passes gave back without it being the wave's is counted, not audited
-        audited = results.where(F.col("outcome") != Outcome.GIVEN_BACK)
-        ctx.store.append_outcomes(audited, rows, request.run_id, Stage.SETTLE, now)
+        kept = done.filter(pc.not_equal(done.column("outcome"), Outcome.GIVEN_BACK))
+        audited = outcome_rows(kept, wave.audit, request.run_id, Stage.SETTLE, now)
+        ctx.store.append_rows(audited, request.run_id, Stage.SETTLE)
         close_settle_journal(ctx.store.files, journal)
     settled = tally(done, "received", "abandoned", "requests")
     operations.settle_receives = settled.total("received")

@@ -8,7 +8,7 @@
   change.
 
 Two backends implement :class:`AuditStore`: :class:`syphon.store.deltars.DeltaRsStore`
-(Delta tables at ``audit.path``, written by Spark's executors and committed by delta-rs)
+(Delta tables at ``audit.path``, written as Parquet and committed by delta-rs)
 and :class:`syphon.store.catalog.CatalogStore` (catalog tables through Spark's own
 table format). :func:`syphon.store.backend.open_store` picks one; nothing else asks which. The
 lease is each backend's (a delta-rs table at ``audit.path``, or a catalog table through
@@ -34,6 +34,7 @@ from syphon.store.location import Location
 from syphon.store.reports import write_page
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame, SparkSession
 
 #: Starts (or returns) the Spark session when a store first needs it.
@@ -51,9 +52,12 @@ class AuditStore(Protocol):
         """Where the audit is, for messages: a folder or URI, or a catalog table."""
         ...
 
-    def append_plan(self, rows: DataFrame, run_id: str) -> int:
-        """Appends a plan's audit rows (:func:`syphon.store.queries.plan_audit_rows`) in
-        one commit; returns how many."""
+    def append_rows(
+        self, rows: pa.Table, run_id: str, stage: str, commit: str | None = None
+    ) -> int:
+        """Appends audit rows the driver holds, a stage's of ``run_id`` (a wave's plan:
+        :func:`syphon.job.facts.plan_rows`; its outcomes: :func:`syphon.job.facts.outcome_rows`)
+        in one commit; returns how many. ``commit`` as for :meth:`append_outcomes`."""
         ...
 
     def append_outcomes(
@@ -65,10 +69,11 @@ class AuditStore(Protocol):
         recorded_at: datetime,
         commit: str | None = None,
     ) -> int:
-        """Appends a stage's results (keys from ``planned``) in one commit; returns how
-        many rows. ``commit`` names the commit for Delta's idempotent writes: an append
-        retried under the same name (a wave's outcomes, committed by the wave or read
-        from its journal after a crash) is written once, whichever comes first."""
+        """Appends a stage's results (keys from ``planned``: an earlier run's plan rows,
+        read back from the audit) in one commit; returns how many rows. ``commit`` names
+        the commit for Delta's idempotent writes: an append retried under the same name
+        (a wave's outcomes, committed by the wave or read from its journal after a
+        crash) is written once, whichever comes first."""
         ...
 
     def append_run(self, record: RunRecord) -> None:
@@ -155,8 +160,16 @@ class TableStore(abc.ABC):
     @abc.abstractmethod
     def audit(self) -> DataFrame | None: ...
 
-    def append_plan(self, rows: DataFrame, run_id: str) -> int:
-        return self._append(rows, AUDIT_TABLE, f"{Stage.PLAN}-{run_id}")
+    @abc.abstractmethod
+    def _append_rows(
+        self, rows: pa.Table, table: str, label: str, commit: str | None = None
+    ) -> int:
+        """Appends ``rows`` (Arrow, with the table's columns) as :meth:`_append` does."""
+
+    def append_rows(
+        self, rows: pa.Table, run_id: str, stage: str, commit: str | None = None
+    ) -> int:
+        return self._append_rows(rows, AUDIT_TABLE, f"{stage}-{run_id}", commit)
 
     def append_outcomes(
         self,

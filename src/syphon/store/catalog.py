@@ -16,12 +16,13 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.ledger import RunRecord
-from syphon.core.schema import AUDIT, LEASE, RUNS, arrow_schema, with_columns_of
+from syphon.core.schema import AUDIT, LEASE, RUNS, arrow_schema, spark_schema, with_columns_of
 from syphon.store.audit import AUDIT_TABLE, SparkProvider, TableStore
 from syphon.store.lease import Lease
 from syphon.store.location import Location
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,12 @@ class CatalogStore(TableStore):
             frame.unpersist()
         return rows
 
+    def _append_rows(
+        self, rows: pa.Table, table: str, label: str, commit: str | None = None
+    ) -> int:
+        frame = self._spark().createDataFrame(rows, schema=spark_schema(AUDIT))
+        return self._append(frame, table, label, commit)
+
     def _add_missing_columns(self, name: str, frame: DataFrame) -> None:
         """Adds to an existing table the columns of ``frame`` it lacks (a table whose
         schema has fewer columns than syphon's): its other rows read them as null."""
@@ -73,7 +80,7 @@ class CatalogStore(TableStore):
             spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
 
     def append_run(self, record: RunRecord) -> None:
-        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow as pa
 
         row = record.as_row(datetime.now(timezone.utc))
         frame = self._spark().createDataFrame(pa.Table.from_pylist([row], arrow_schema(RUNS)))

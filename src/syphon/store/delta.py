@@ -8,8 +8,9 @@ returns the file's name, size and row count; the driver commits exactly those fi
 one delta-rs transaction: readers see all of them or none. Files of a failed attempt or
 commit are in no commit, so no reader sees them, until a vacuum removes them.
 
-Small tables (the run ledger) are written from Arrow directly with
-:func:`append_arrow`.
+Rows the driver holds already (a wave's plan and outcomes, bounded by the wave) are
+written the same way from the driver, as one file (:func:`append_rows`). Small tables
+(the run ledger) are written from Arrow directly with :func:`append_arrow`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.errors import AuditStoreError
@@ -112,9 +113,37 @@ def append_dataframe(
     ``commit``, version 1), and a table that already has it is left as it is (0 rows):
     Delta's idempotent writes, the way Spark's Delta does them with ``txnAppId``.
     """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(df.schema, timezone="UTC")
+    return _append_files(
+        where, schema, label, commit, lambda write: df.mapInArrow(write, WRITTEN_FILES).collect()
+    )
+
+
+def append_rows(rows: pa.Table, where: Where, label: str = "", commit: str | None = None) -> int:
+    """Appends ``rows``, already in the driver's memory, as :func:`append_dataframe` does
+    (the same folder, commit and idempotent name), written from the driver as one
+    Parquet file: no Spark job for rows the driver holds (a wave's plan and outcomes)."""
+
+    def write(files: _WriteFiles) -> list[Any]:
+        return [r for batch in files(iter(rows.to_batches())) for r in batch.to_pylist()]
+
+    return _append_files(where, rows.schema, label, commit, write)
+
+
+def _append_files(
+    where: Where,
+    schema: pa.Schema,
+    label: str,
+    commit: str | None,
+    write: Callable[[_WriteFiles], list[Any]],
+) -> int:
+    """Writes the Parquet files of an append with ``write`` (which runs a
+    :class:`_WriteFiles` and returns a row per file: name, size, rows), then commits
+    them in one delta-rs transaction (see :func:`append_dataframe`)."""
     from deltalake import CommitProperties, DeltaTable, Schema, Transaction
     from deltalake.transaction import AddAction, create_table_with_add_actions
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     table = as_location(where)
     properties = None
@@ -124,9 +153,7 @@ def append_dataframe(
             return 0
         properties = CommitProperties(app_transactions=[Transaction(commit, 1)])
     folder = f"{STAGING_PREFIX}{label + '-' if label else ''}{uuid.uuid4().hex}"
-    schema = to_arrow_schema(df.schema, timezone="UTC")
-    writer = _WriteFiles(table.child(folder).for_tasks(), schema)
-    written = df.mapInArrow(writer, WRITTEN_FILES).collect()
+    written = write(_WriteFiles(table.child(folder).for_tasks(), schema))
 
     now_ms = int(time.time() * 1000)
     actions = [

@@ -1,5 +1,6 @@
-"""The audit as delta-rs tables at ``audit.path``: ``audit`` written by Spark's executors
-as Parquet and committed by delta-rs in one transaction, ``runs`` written from Arrow."""
+"""The audit as delta-rs tables at ``audit.path``: ``audit`` written as Parquet (by
+Spark's executors, or from the driver for the rows it holds) and committed by delta-rs in
+one transaction, ``runs`` written from Arrow."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE, SparkProvider, TableStor
 from syphon.store.delta import (
     append_arrow,
     append_dataframe,
+    append_rows,
     guarded,
     read_dataframe,
     read_table,
@@ -23,6 +25,7 @@ from syphon.store.figures import DeltaRsFigures, RunFigures
 from syphon.store.location import Location, as_location
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
@@ -46,8 +49,14 @@ class DeltaRsStore(TableStore):
         with guarded(self.where, f"append to its {table} table"):
             return append_dataframe(frame, self._table(table), label, commit)
 
+    def _append_rows(
+        self, rows: pa.Table, table: str, label: str, commit: str | None = None
+    ) -> int:
+        with guarded(self.where, f"append to its {table} table"):
+            return append_rows(rows, self._table(table), label, commit)
+
     def append_run(self, record: RunRecord) -> None:
-        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow as pa
 
         row = record.as_row(datetime.now(timezone.utc))
         arrow = pa.Table.from_pylist([row], schema=arrow_schema(RUNS))

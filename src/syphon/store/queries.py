@@ -6,7 +6,7 @@ the answers are the same whichever engine wrote the rows. Tested on hand-made ro
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
@@ -59,10 +59,15 @@ def _audit_columns(values: dict[str, str]) -> list[str]:
 
 
 def plan_audit_rows(
-    planned: DataFrame, run_id: str, recorded_at: datetime, job_run_id: str | None = None
+    planned: DataFrame,
+    run_id: str,
+    recorded_at: datetime,
+    job_run_id: str | None = None,
+    keep: Sequence[str] = (),
 ) -> DataFrame:
     """The audit rows (:data:`syphon.core.schema.AUDIT`) of a planned snapshot (of the
-    platform's job run ``job_run_id``, None: none)."""
+    platform's job run ``job_run_id``, None: none), and after them the planned columns
+    ``keep`` names, as they are."""
     run = {
         "run_id": _text(run_id),
         "job_run_id": _text(job_run_id),
@@ -73,7 +78,7 @@ def plan_audit_rows(
         "detail": _name("detail") if "detail" in planned.columns else "NULL",
     }
     renamed = {c: _name(source) for c, source in AUDIT_FROM_PLANNED.items()}
-    return planned.selectExpr(*_audit_columns({**renamed, **run}))
+    return planned.selectExpr(*_audit_columns({**renamed, **run}), *map(_name, keep))
 
 
 def outcome_audit_rows(
