@@ -13,7 +13,7 @@ from syphon.core import schema
 from syphon.core.ledger import RunRecord
 from syphon.core.schema import AUDIT, cast_type, names, spark_schema, spark_type
 from syphon.job.facts import SUMMARY_ONLY, audit_only, outcome_rows, plan_rows
-from syphon.job.replay import left_behind, replay_input, still_to_send
+from syphon.job.replay import replay_input, still_to_send
 from syphon.job.report import left_for_next_run
 from syphon.job.rows import utc
 from syphon.job.settle import settle_queues
@@ -87,57 +87,6 @@ def test_a_resumed_run_sends_only_what_no_earlier_attempt_sent(spark: SparkSessi
     )
     assert places(still_to_send(plan, None)) == [(Q0, 1), (Q0, 2), (Q0, 4), (Q0, 5)]
     assert places(still_to_send(plan, earlier)) == [(Q0, 2), (Q0, 4), (Q0, 5)]
-
-
-def test_what_a_wave_left_behind_is_its_unsent_keys_and_failed_destinations(
-    spark: SparkSession,
-) -> None:
-    """What a later wave of the run must not send: the keys of messages this wave did not
-    send, except a message that alone stays behind (its backlog copy changed, its TTL ran
-    out); keyless messages and keys all sent break nothing; a destination found missing
-    or failing is left whole, keyless messages included."""
-    from pyspark.sql import Row
-
-    lane = {"primary": "p", "destination": "orders"}
-    rows = spark.createDataFrame(
-        [
-            Row(backlog_queue=Q0, sequence_number=s, partition_key_effective=k, **lane)
-            for s, k in [
-                (1, "failed"),
-                (2, "sent"),
-                (3, "changed"),
-                (4, None),
-                (5, "doubt"),
-                (6, "skipped"),
-            ]
-        ]
-        + [
-            Row(
-                backlog_queue=Q0,
-                sequence_number=7,
-                partition_key_effective=None,
-                primary="p",
-                destination="gone",
-            )
-        ]
-    )
-    results = spark.createDataFrame(
-        [
-            Row(backlog_queue=Q0, sequence_number=s, outcome=o, detail=d)
-            for s, o, d in [
-                (1, "failed", "ServiceBusError"),
-                (2, "sent", None),
-                (3, "skipped", "backlog_changed"),
-                (4, "failed", "ServiceBusError"),
-                (5, "in_doubt", "OperationTimeoutError"),
-                (6, "skipped", "earlier_batch_failed"),
-                (7, "failed", "destination_missing"),
-            ]
-        ]
-    )
-    left = left_behind(results, rows)
-    assert left.lanes == {("p", "orders", k) for k in ("failed", "doubt", "skipped")}
-    assert dict(left.destinations) == {("p", "gone"): "destination_missing"}
 
 
 def test_the_replay_input_flags_changed_bodies_and_messages_in_doubt(spark: SparkSession) -> None:

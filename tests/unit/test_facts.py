@@ -1,5 +1,6 @@
 """What the driver makes of a wave's plan rows (syphon.job.facts): the plan's summary per
-destination, and the audit rows of the replay's and the settle's outcomes. No Spark:
+destination, the audit rows of the replay's and the settle's outcomes, and what the
+replay left behind for the run's later waves (syphon.job.replay.left_behind). No Spark:
 tests/spark/test_transforms.py checks the outcome rows against Spark's own."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 from syphon.core.repair import Repair
 from syphon.core.schema import AUDIT, arrow_schema, names
 from syphon.job.facts import outcome_rows, per_destination, starts_a_spread_group
+from syphon.job.replay import left_behind
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=timezone.utc)
 T1 = T0 + timedelta(minutes=5)
@@ -169,3 +171,40 @@ def test_an_outcomes_rows_from_a_plan_that_lacks_columns_have_them_null() -> Non
 def test_only_the_replay_and_the_settle_have_outcome_rows() -> None:
     with pytest.raises(ValueError, match="not an outcome stage"):
         outcome_rows(results(), plan_audit(), "r1", "plan", T0)
+
+
+def test_what_a_wave_left_behind_is_its_unsent_keys_and_failed_destinations() -> None:
+    """What a later wave of the run must not send: the keys of messages this wave did not
+    send, except a message that alone stays behind (its backlog copy changed, its TTL ran
+    out); keyless messages and keys all sent break nothing; a destination found missing
+    or failing is left whole, keyless messages included; a result without an outcome
+    breaks nothing."""
+    keys = [(1, "failed"), (2, "sent"), (3, "changed"), (4, None), (5, "doubt")]
+    keys += [(6, "skipped"), (8, "expired"), (9, "unknown")]
+    plan = plan_audit(
+        *(
+            {
+                "backlog_queue": Q0,
+                "sequence_number": s,
+                "partition_key_effective": k,
+                "primary": "p",
+                "destination": "orders",
+            }
+            for s, k in keys
+        ),
+        {"backlog_queue": Q0, "sequence_number": 7, "primary": "p", "destination": "gone"},
+    )
+    replayed = results(
+        (Q0, 1, "failed", "ServiceBusError"),
+        (Q0, 2, "sent", None),
+        (Q0, 3, "skipped", "backlog_changed"),
+        (Q0, 4, "failed", "ServiceBusError"),
+        (Q0, 5, "in_doubt", None),
+        (Q0, 6, "skipped", "earlier_batch_failed"),
+        (Q0, 7, "failed", "destination_missing"),
+        (Q0, 8, "skipped", "expired_before_send"),
+        (Q0, 9, None, "ServiceBusError"),  # type: ignore[arg-type]
+    )
+    left = left_behind(replayed, plan)
+    assert left.lanes == {("p", "orders", k) for k in ("failed", "doubt", "skipped")}
+    assert dict(left.destinations) == {("p", "gone"): "destination_missing"}

@@ -56,6 +56,7 @@ from syphon.servicebus.sending import Destination, SenderPool
 from syphon.store.location import Location
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame
 
 #: Columns the replay reads (restored snapshot columns plus the plan's).
@@ -313,27 +314,29 @@ class LeftBehind:
     destinations: Mapping[Destination, str] = field(default_factory=dict)
 
 
-def left_behind(results: DataFrame, rows: DataFrame) -> LeftBehind:
-    """What a wave's replay ``results`` of the plan ``rows`` left behind: the lane of a
-    keyed message that was not sent, unless it alone stays behind (its backlog copy
-    changed, its TTL ran out); and a destination the replay found missing, disabled or
-    failing. A later wave sends none of their messages (:func:`replay_messages`'
-    ``broken`` and ``skipped``). One Spark job."""
-    from pyspark.sql import functions as F
+def left_behind(results: pa.Table, plan: pa.Table) -> LeftBehind:
+    """What a wave's replay ``results`` of its ``plan`` rows (both in the driver's memory)
+    left behind: the lane of a keyed message that was not sent, unless it alone stays
+    behind (its backlog copy changed, its TTL ran out); and a destination the replay
+    found missing, disabled or failing. A later wave sends none of their messages
+    (:func:`replay_messages`' ``broken`` and ``skipped``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-    unsent = results.where(
-        (F.col("outcome") != Outcome.SENT)
-        & ~F.coalesce(F.col("detail").isin(*_LANE_KEEPING), F.lit(False))
-    ).select(*PLACE, F.col("detail").alias("_why"))
-    keyed = F.col("partition_key_effective").isNotNull()
-    found = (
-        rows.select(*PLACE, "primary", "destination", "partition_key_effective")
-        .join(unsent, list(PLACE))
-        .where(keyed | F.col("_why").isin(*_DESTINATION_DOWN))
-        .select("primary", "destination", "partition_key_effective", "_why")
-        .distinct()
-        .collect()
+    keeping = pc.is_in(results.column("detail"), pa.array(_LANE_KEEPING, pa.string()))
+    unsent = results.filter(
+        pc.and_(pc.not_equal(results.column("outcome"), Outcome.SENT), pc.invert(keeping))
     )
-    lanes = frozenset((r[0], r[1], r[2]) for r in found if r[2] is not None)
-    down = {(r[0], r[1]): r[3] for r in found if r[3] in _DESTINATION_DOWN}
-    return LeftBehind(lanes, down)
+    whys = unsent.select([*PLACE, "detail"]).rename_columns([*PLACE, "_why"])
+    lane = ["primary", "destination", "partition_key_effective"]
+    found = plan.select([*PLACE, *lane]).join(
+        whys, list(PLACE), join_type="inner", use_threads=False
+    )
+    lanes, down = set(), {}
+    for r in found.select([*lane, "_why"]).to_pylist():
+        primary, destination, key, why = r.values()
+        if key is not None:
+            lanes.add((primary, destination, key))
+        if why in _DESTINATION_DOWN:
+            down[(primary, destination)] = why
+    return LeftBehind(frozenset(lanes), down)

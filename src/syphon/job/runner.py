@@ -144,7 +144,7 @@ class WaveRunner:
         settled = settle(self.ctx, self.request, wave, places, self.reading)
         self._ledger.add(settled)
         failpoints.check("after_settle_commit")
-        left = left_behind(sent.results, wave.rows) if wave.more else LeftBehind()
+        left = left_behind(sent.results, wave.audit) if wave.more else LeftBehind()
         self._drained.add_wave(
             sent.tally,
             settled.tally,

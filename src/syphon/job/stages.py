@@ -59,6 +59,7 @@ from syphon.servicebus.sending import Destination, probe_destinations
 from syphon.store import queries
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
@@ -256,10 +257,10 @@ def probe(ctx: RunContext, wave: PlannedWave, known: Mapping[Destination, str | 
 
 @dataclass(kw_only=True)
 class Sent(StageResult):
-    """The replay's outcome rows (in the driver's memory, read by Spark: the sends happened
-    once), the places it sent and their tally."""
+    """The replay's outcome rows (in the driver's memory: the sends happened once), the
+    places it sent and their tally."""
 
-    results: DataFrame
+    results: pa.Table
     sent: set[Place]
     tally: Tally
 
@@ -322,7 +323,7 @@ def send(
     return Sent(
         timings=timings,
         operations=operations,
-        results=results,
+        results=done,
         sent=sent_places(done),
         tally=replayed,
     )
