@@ -46,16 +46,10 @@ class CatalogStore(TableStore):
         return self.table if table == AUDIT_TABLE else f"{self.table}_{table}"
 
     def _append(self, frame: DataFrame, table: str, label: str, commit: str | None = None) -> int:
-        name = self._name(table)
-        again_if_raced(lambda: self._add_missing_columns(name, frame))
         frame = frame.persist()
         try:
             rows = frame.count()
-            writer = frame.write.format(self.format).mode("append")
-            if commit is not None and rows:  # Delta's idempotent writes: a table that has
-                # it skips it (an empty append commits nothing for a retry to repeat)
-                writer = writer.option("txnAppId", commit).option("txnVersion", 1)
-            again_if_raced(lambda: writer.saveAsTable(name))
+            self._write(frame, table, commit, rows)
         finally:
             frame.unpersist()
         return rows
@@ -63,8 +57,21 @@ class CatalogStore(TableStore):
     def _append_rows(
         self, rows: pa.Table, table: str, label: str, commit: str | None = None
     ) -> int:
+        # the driver's rows: their count is known, no job counts them
         frame = self._spark().createDataFrame(rows, schema=spark_schema(AUDIT))
-        return self._append(frame, table, label, commit)
+        self._write(frame, table, commit, rows.num_rows)
+        return int(rows.num_rows)
+
+    def _write(self, frame: DataFrame, table: str, commit: str | None, rows: int) -> None:
+        """Appends ``frame`` (``rows`` rows) to ``table`` in one commit, named ``commit``
+        when given and the frame has rows."""
+        name = self._name(table)
+        again_if_raced(lambda: self._add_missing_columns(name, frame))
+        writer = frame.write.format(self.format).mode("append")
+        if commit is not None and rows:  # Delta's idempotent writes: a table that has
+            # it skips it (an empty append commits nothing for a retry to repeat)
+            writer = writer.option("txnAppId", commit).option("txnVersion", 1)
+        again_if_raced(lambda: writer.saveAsTable(name))
 
     def _add_missing_columns(self, name: str, frame: DataFrame) -> None:
         """Adds to an existing table the columns of ``frame`` it lacks (a table whose
