@@ -540,9 +540,11 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     assert not any(pair.secondary.broker.entity(f"{backlog}/{q}").messages for q in range(4))
 
 
-def test_only_destination_unknown_rows_name_unknown_destinations(spark: Any) -> None:
+def test_only_destination_unknown_rows_name_unknown_destinations() -> None:
     """The exit-8 list takes invalid rows whose reason is ``destination_unknown`` and no
     others, whatever their reasons sort like."""
+    import pyarrow as pa
+
     from syphon.job.finish import unknown_destinations
 
     rows = [
@@ -552,9 +554,8 @@ def test_only_destination_unknown_rows_name_unknown_destinations(spark: Any) -> 
         ("replay", None, "p", "orders"),
         ("invalid", "destination_unknown", "p", "gone"),
     ]
-    planned = spark.createDataFrame(
-        rows, "verdict string, reason string, primary string, destination string"
-    )
+    columns = ("verdict", "reason", "primary", "destination")
+    planned = pa.Table.from_pylist([dict(zip(columns, r, strict=True)) for r in rows])
     assert unknown_destinations(planned) == {("p", "gone")}
 
 

@@ -552,34 +552,15 @@ def test_a_discard_turns_what_it_takes_into_discarded_with_the_operators_reason(
     }
 
 
-def test_dead_letters_left_waiting_are_found_and_so_are_those_an_earlier_run_left(
+def test_dead_letters_an_earlier_run_left_waiting_as_they_wait_now_are_found(
     spark: SparkSession,
 ) -> None:
-    planned = audit_rows(
-        spark,
-        [
-            plan_row(1, "duplicate", queue=DLQ),
-            plan_row(2, "invalid", queue=DLQ),
-            plan_row(3, "replay", queue=DLQ),
-            plan_row(4, "unselected", queue=DLQ),
-            plan_row(5, "duplicate"),
-            plan_row(6, "conflict", queue=DLQ),
-        ],
+    """Of the dead letters a wave leaves waiting (tests/unit/test_facts.py), those an
+    earlier run's settle left where they are with the same waiting verdict."""
+    held = spark.createDataFrame(
+        [(DLQ, 1, "duplicate"), (DLQ, 2, "invalid")],
+        "backlog_queue string, sequence_number long, verdict string",
     )
-    settled = spark.createDataFrame(
-        [
-            (DLQ, 1, "left"),
-            (DLQ, 2, "left"),
-            (DLQ, 3, "left"),
-            (DLQ, 4, "left"),
-            (Q0, 5, "left"),
-            (DLQ, 6, "dead_lettered"),
-        ],
-        "backlog_queue string, sequence_number long, outcome string",
-    )
-    held = queries.waiting_dead_letters(settled, planned)
-    # 3 failed to send (the next run sends it), 4 the selection left, 5 is no dead letter
-    assert places(held) == [(DLQ, 1), (DLQ, 2)]
     audit = audit_rows(
         spark,
         [

@@ -1,6 +1,7 @@
 """What the driver makes of a wave's plan rows (syphon.job.facts): the plan's summary per
 destination, the audit rows of the replay's and the settle's outcomes, and what the
-replay left behind for the run's later waves (syphon.job.replay.left_behind). No Spark:
+replay left behind for the run's later waves (syphon.job.replay.left_behind), and the
+dead letters a wave leaves waiting for the operator. No Spark:
 tests/spark/test_transforms.py checks the outcome rows against Spark's own."""
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ import pytest
 
 from syphon.core.repair import Repair
 from syphon.core.schema import AUDIT, arrow_schema, names
-from syphon.job.facts import outcome_rows, per_destination, starts_a_spread_group
+from syphon.job.facts import (
+    dead_letters_waiting,
+    outcome_rows,
+    per_destination,
+    starts_a_spread_group,
+)
 from syphon.job.replay import left_behind
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=timezone.utc)
@@ -208,3 +214,40 @@ def test_what_a_wave_left_behind_is_its_unsent_keys_and_failed_destinations() ->
     left = left_behind(replayed, plan)
     assert left.lanes == {("p", "orders", k) for k in ("failed", "doubt", "skipped")}
     assert dict(left.destinations) == {("p", "gone"): "destination_missing"}
+
+
+DLQ = "orders/$DeadLetterQueue"
+
+
+def test_the_dead_letters_a_wave_leaves_waiting_are_those_judged_to_wait() -> None:
+    """A dead letter left where it is waits for the operator when it was judged a
+    duplicate, a conflict or invalid; not one that failed to send (the next run sends it),
+    one the selection left, one without a verdict, nor a message outside a dead-letter
+    queue."""
+    verdicts = [(DLQ, 1, "duplicate"), (DLQ, 2, "invalid"), (DLQ, 3, "replay")]
+    verdicts += [(DLQ, 4, "unselected"), (Q0, 5, "duplicate"), (DLQ, 6, "conflict")]
+    verdicts += [(DLQ, 7, None), (DLQ, 8, "conflict")]
+    plan = plan_audit(
+        *({"backlog_queue": q, "sequence_number": s, "verdict": v} for q, s, v in verdicts)
+    )
+    settled = results(
+        (DLQ, 1, "left", None),
+        (DLQ, 2, "left", None),
+        (DLQ, 3, "left", None),
+        (DLQ, 4, "left", "not_selected"),
+        (Q0, 5, "left", None),
+        (DLQ, 6, "dead_lettered", None),
+        (DLQ, 7, "left", None),
+        (DLQ, 8, "left", None),
+        (DLQ, 9, "left", None),  # no plan row
+    )
+    waiting = dead_letters_waiting(settled, plan)
+    assert waiting.column_names == ["backlog_queue", "sequence_number", "verdict"]
+    assert sorted(waiting.to_pylist(), key=lambda r: r["sequence_number"]) == [
+        {"backlog_queue": DLQ, "sequence_number": 1, "verdict": "duplicate"},
+        {"backlog_queue": DLQ, "sequence_number": 2, "verdict": "invalid"},
+        {"backlog_queue": DLQ, "sequence_number": 8, "verdict": "conflict"},
+    ]
+    # a settle that left nothing, or only what waits for nobody
+    assert dead_letters_waiting(results((DLQ, 1, "completed", None)), plan).num_rows == 0
+    assert dead_letters_waiting(results(), plan).num_rows == 0

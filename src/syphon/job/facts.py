@@ -15,8 +15,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from syphon.core.naming import is_dead_letter_path
 from syphon.core.repair import Repair
-from syphon.core.schema import AUDIT, PLACE, Stage, Verdict, arrow_schema, names
+from syphon.core.schema import AUDIT, PLACE, Outcome, Stage, Verdict, arrow_schema, names
 from syphon.job.classify import DESTINATION_UNKNOWN, REPAIR_INVALID
 from syphon.job.reconcile import REPAIRED_NAMES
 from syphon.store import queries
@@ -165,3 +166,26 @@ def starts_a_spread_group(rows: pa.Table) -> pa.ChunkedArray:
     first = pc.equal(rows.column("replay_order"), 1)
     spread = pc.and_kleene(pc.and_kleene(replay, rows.column("group_spread")), first)
     return pc.fill_null(spread, False)
+
+
+#: The verdicts that do not keep a dead letter waiting for the operator: a message to
+#: send (a failed send is sent by the next run) and one the selection left out.
+NOT_WAITING = (Verdict.REPLAY, Verdict.UNSELECTED)
+
+
+def dead_letters_waiting(settled: pa.Table, plan: pa.Table) -> pa.Table:
+    """The messages a wave's settle left in a dead-letter queue because they wait for the
+    operator (:data:`syphon.core.schema.PLACE` columns and the ``verdict``): judged a
+    duplicate, a conflict or invalid; no later run sends them by itself. ``settled``:
+    the settle's results; ``plan``: the wave's plan rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    left = settled.filter(pc.equal(settled.column("outcome"), Outcome.LEFT))
+    queues = left.column("backlog_queue").to_pylist()
+    in_dead_letters = [q is not None and is_dead_letter_path(q) for q in queues]
+    left = left.filter(pa.array(in_dead_letters, pa.bool_())).select(list(PLACE))
+    verdict = plan.column("verdict")
+    waiting = pc.invert(pc.is_in(verdict, pa.array(NOT_WAITING, pa.string())))
+    judged = plan.filter(pc.and_(waiting, pc.is_valid(verdict))).select([*PLACE, "verdict"])
+    return left.join(judged, list(PLACE), join_type="inner", use_threads=False)

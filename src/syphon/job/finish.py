@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from syphon.core.schema import Detail, Outcome, Status, Verdict
 from syphon.job.classify import DESTINATION_UNKNOWN
-from syphon.job.context import RunContext, keep
+from syphon.job.context import RunContext
+from syphon.job.facts import dead_letters_waiting
 from syphon.job.failures import Failure, missing_destinations
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.reading import ReadLocks
@@ -18,10 +19,9 @@ from syphon.job.request import RunRequest
 from syphon.job.tally import Tally, combined
 from syphon.servicebus.errors import NAMESPACE_FAULTS
 from syphon.servicebus.sending import Destination
-from syphon.store import queries
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 log = logging.getLogger(__name__)
 
@@ -41,30 +41,34 @@ class Waiting:
     kept: int = 0
 
 
+#: The columns of :func:`syphon.job.facts.dead_letters_waiting`'s rows, for Spark.
+WAITING = "backlog_queue string, sequence_number long, verdict string"
+
+
 def waiting_dead_letters(
-    ctx: RunContext, request: RunRequest, settled: DataFrame, rows: DataFrame
+    ctx: RunContext, request: RunRequest, settled: pa.Table, plan: pa.Table
 ) -> Waiting:
-    """The dead letters a wave left waiting for the operator, and how many of them an
-    earlier run left waiting too (none for a source that reads no dead-letter queue)."""
+    """The dead letters a wave left waiting for the operator (from its ``settled`` results
+    and ``plan`` rows, in the driver), and how many of them an earlier run left waiting
+    too (none for a source that reads no dead-letter queue)."""
     if not request.source.reads_dead_letters:
         return Waiting()
-    waiting = keep(queries.waiting_dead_letters(settled, rows))
-    now = waiting.count()
-    return Waiting(now, ctx.store.waiting_before(waiting, request.run_id).count() if now else 0)
+    waiting = dead_letters_waiting(settled, plan)
+    if not waiting.num_rows:
+        return Waiting()
+    frame = ctx.spark().createDataFrame(waiting, schema=WAITING)
+    return Waiting(waiting.num_rows, ctx.store.waiting_before(frame, request.run_id).count())
 
 
-def unknown_destinations(planned: DataFrame) -> set[Destination]:
-    """The (primary, destination) pairs the plan found no entity for (a resumed run's,
-    read from its audit rows; a new plan's come with it: ``PlanResult.unknown``)."""
-    from pyspark.sql import functions as F
+def unknown_destinations(plan: pa.Table) -> set[Destination]:
+    """The (primary, destination) pairs the ``plan`` rows (in the driver) found no entity
+    for (a resumed run's; a new plan's come with it: ``PlanResult.unknown``)."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-    unknown = planned.where(
-        (F.col("verdict") == Verdict.INVALID) & (F.col("reason") == DESTINATION_UNKNOWN)
-    )
-    return {
-        (r["primary"], r["destination"])
-        for r in unknown.select("primary", "destination").distinct().collect()
-    }
+    invalid = pc.equal(plan.column("verdict"), Verdict.INVALID)
+    unknown = plan.filter(pc.and_(invalid, pc.equal(plan.column("reason"), DESTINATION_UNKNOWN)))
+    pairs = unknown.select(["primary", "destination"]).to_pylist()
+    return {(r["primary"], r["destination"]) for r in pairs}
 
 
 @dataclass

@@ -149,8 +149,8 @@ class WaveRunner:
             sent.tally,
             settled.tally,
             left,
-            waiting_dead_letters(self.ctx, self.request, settled.results, wave.rows),
-            set(wave.unknown) if wave.unknown is not None else unknown_destinations(wave.rows),
+            waiting_dead_letters(self.ctx, self.request, settled.results, wave.audit),
+            set(wave.unknown) if wave.unknown is not None else unknown_destinations(wave.audit),
         )
 
     def _replay(self, wave: PlannedWave) -> Sent:

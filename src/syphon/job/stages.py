@@ -31,7 +31,6 @@ from syphon.core.naming import is_dead_letter_path
 from syphon.core.schema import (
     PLACE,
     REPLAY_RESULT,
-    SETTLE_RESULT,
     Detail,
     Outcome,
     Stage,
@@ -331,9 +330,9 @@ def send(
 
 @dataclass(kw_only=True)
 class Settled(StageResult):
-    """The settle's outcome rows (in the driver's memory, read by Spark) and their tally."""
+    """The settle's outcome rows (in the driver's memory) and their tally."""
 
-    results: DataFrame
+    results: pa.Table
     tally: Tally
 
 
@@ -360,7 +359,6 @@ def settle(
         import pyarrow.compute as pc
 
         now = datetime.now(timezone.utc)
-        results = ctx.spark().createDataFrame(done, spark_schema(SETTLE_RESULT))
         # what the passes gave back without it being the wave's is counted, not audited
         kept = done.filter(pc.not_equal(done.column("outcome"), Outcome.GIVEN_BACK))
         audited = outcome_rows(kept, wave.audit, request.run_id, Stage.SETTLE, now)
@@ -373,4 +371,4 @@ def settle(
     operations.settle_dead_letters = settled.count(Outcome.DEAD_LETTERED)
     operations.settle_discards = settled.count(Outcome.DISCARDED)
     operations.settle_abandons = settled.total("abandoned")
-    return Settled(timings=timings, operations=operations, results=results, tally=settled)
+    return Settled(timings=timings, operations=operations, results=done, tally=settled)

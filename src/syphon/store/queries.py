@@ -11,7 +11,6 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from syphon.core.ledger import RunRecord
-from syphon.core.naming import is_dead_letter_col
 from syphon.core.schema import (
     AUDIT,
     AUDIT_FROM_PLANNED,
@@ -157,19 +156,6 @@ def in_doubt_messages(audit: DataFrame, interrupted: list[str]) -> DataFrame:
     ).select("run_id", *PLACE)
     lost = planned.join(recorded, ["run_id", *PLACE], "left_anti")
     return doubt.unionByName(lost.drop("run_id"))
-
-
-def waiting_dead_letters(settled: DataFrame, planned: DataFrame) -> DataFrame:
-    """The messages a settle left in a dead-letter queue because they wait for the
-    operator (:data:`PLACE` columns and the ``verdict``): judged a duplicate, a conflict
-    or invalid — no later run sends them by itself. ``settled``: settle results;
-    ``planned``: the run's plan rows."""
-    from pyspark.sql import functions as F
-
-    left = settled.where(
-        (F.col("outcome") == Outcome.LEFT) & is_dead_letter_col(F.col("backlog_queue"))
-    ).select(*PLACE)
-    return left.join(_waiting(planned).select(*PLACE, "verdict"), list(PLACE), "inner")
 
 
 def _waiting(rows: DataFrame) -> DataFrame:
