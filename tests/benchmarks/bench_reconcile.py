@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from syphon.app.spark import build_spark_session
+from syphon.core import schema
 from syphon.core.config import SparkConfig
 from syphon.core.schema import SNAPSHOT, Stage, spark_schema
 from syphon.job.classify import Against
@@ -163,6 +164,7 @@ def synthetic_snapshot(spark: SparkSession, rows: int) -> DataFrame:
         *[F.lit(None).cast("string").alias(c) for c in UNSET],
         F.lit(None).cast("long").alias("time_to_live_ms"),
         F.lit(None).cast("timestamp").alias("scheduled_enqueue_time"),
+        F.lit(None).cast("string").alias("dead_letter_source"),  # a backlog, no dead letters
         props.alias("application_properties"),
         F.lit(None).cast("string").alias("property_problem"),
         F.lit("data").alias("body_type"),
@@ -175,13 +177,10 @@ def synthetic_snapshot(spark: SparkSession, rows: int) -> DataFrame:
 
 def destinations(spark: SparkSession) -> DataFrame:
     rows = [
-        (PRIMARY, f"dest-{d:02d}", True, d % 2 == 0, False, 256 * 1024) for d in range(DESTINATIONS)
+        (PRIMARY, f"dest-{d:02d}", True, d % 2 == 0, False, 256 * 1024, False)
+        for d in range(DESTINATIONS)
     ]
-    return spark.createDataFrame(
-        rows,
-        "primary string, destination string, exists boolean, "
-        "requires_duplicate_detection boolean, requires_session boolean, max_message_bytes long",
-    )
+    return spark.createDataFrame(rows, spark_schema(schema.DESTINATIONS))
 
 
 class PeakMemory:
