@@ -194,6 +194,16 @@ def test_in_doubt_are_in_doubt_sends_and_the_unrecorded_sends_of_interrupted_run
     assert places(queries.in_doubt_messages(audit, [])) == [(Q0, 1)]
 
 
+def with_the_rest_null(planned: DataFrame) -> DataFrame:
+    """``planned`` with every column the plan's audit rows read that it lacks, null."""
+    for f in AUDIT:
+        if f.name not in planned.columns and f.name not in ("backlog_enqueued_time", "session_id"):
+            planned = planned.selectExpr("*", f"null as `{f.name}`")
+    for col in ("original_time_to_live_ticks", "original_scheduled_enqueue_time"):
+        planned = planned.selectExpr("*", f"null as `{col}`")
+    return planned
+
+
 def test_the_audit_rows_of_a_plan_have_exactly_the_audit_schema(spark: SparkSession) -> None:
     planned = spark.createDataFrame(
         [(Q0, 1, T0, "s1", 7, "replay", 2, None)],
@@ -201,11 +211,7 @@ def test_the_audit_rows_of_a_plan_have_exactly_the_audit_schema(spark: SparkSess
         "original_session_id string, replay_order int, verdict string, group_size long, "
         "body_size long",
     )
-    for f in AUDIT:
-        if f.name not in planned.columns and f.name not in ("backlog_enqueued_time", "session_id"):
-            planned = planned.selectExpr("*", f"null as `{f.name}`")
-    for col in ("original_time_to_live_ticks", "original_scheduled_enqueue_time"):
-        planned = planned.selectExpr("*", f"null as `{col}`")
+    planned = with_the_rest_null(planned)
     rows = queries.plan_audit_rows(planned, "r1", T0)
     assert [(f.name, f.dataType) for f in rows.schema] == [
         (f.name, f.dataType) for f in spark_schema(AUDIT)
@@ -480,11 +486,7 @@ def test_a_plans_rows_in_the_driver_are_its_audit_rows_and_the_outcomes_sparks(
         "original_session_id string, replay_order int, verdict string, group_size long, "
         "_repaired_names array<string>",
     )
-    for f in AUDIT:
-        if f.name not in planned.columns and f.name not in ("backlog_enqueued_time", "session_id"):
-            planned = planned.selectExpr("*", f"null as `{f.name}`")
-    for col in ("original_time_to_live_ticks", "original_scheduled_enqueue_time"):
-        planned = planned.selectExpr("*", f"null as `{col}`")
+    planned = with_the_rest_null(planned)
     planned = planned.selectExpr("*", "enqueued_time AS original_enqueued_time")
     collected = plan_rows(planned, "r1", T0, "job-1")
     assert collected.column_names == [*names(AUDIT), *SUMMARY_ONLY]
