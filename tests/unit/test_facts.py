@@ -20,7 +20,7 @@ from syphon.job.facts import (
     per_destination,
     starts_a_spread_group,
 )
-from syphon.job.replay import left_behind
+from syphon.job.replay import credit_rates, left_behind
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=timezone.utc)
 T1 = T0 + timedelta(minutes=5)
@@ -251,3 +251,26 @@ def test_the_dead_letters_a_wave_leaves_waiting_are_those_judged_to_wait() -> No
     # a settle that left nothing, or only what waits for nobody
     assert dead_letters_waiting(results((DLQ, 1, "completed", None)), plan).num_rows == 0
     assert dead_letters_waiting(results(), plan).num_rows == 0
+
+
+def test_the_credit_rates_count_what_was_sent_to_each_budgeted_primary() -> None:
+    """Per primary with a budget: the budget, and the messages sent there per second of
+    the replay's sends (whole credits); nothing without a budget."""
+    plan = plan_audit(
+        *({"backlog_queue": Q0, "sequence_number": s, "primary": "east"} for s in (1, 2, 3)),
+        {"backlog_queue": Q1, "sequence_number": 1, "primary": "west"},
+    )
+    replayed = results(
+        (Q0, 1, "sent", None),
+        (Q0, 2, "sent", None),
+        (Q0, 3, "failed", "ServiceBusError"),
+        (Q1, 1, "sent", None),
+    )
+    rates = credit_rates(replayed, plan, {"east": 100.0, "north": 50.0}, 0.5)
+    assert rates == {
+        "replay.credit_budget.east": 100,
+        "replay.credit_rate.east": 4,  # two sent in half a second
+        "replay.credit_budget.north": 50,
+        "replay.credit_rate.north": 0,
+    }
+    assert credit_rates(replayed, plan, {}, 0.5) == {}

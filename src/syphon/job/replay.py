@@ -26,6 +26,7 @@ doubt, or by a Spark task retried after a failed attempt, has ``detail``
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -166,23 +167,20 @@ def replay_messages(
 
 
 def credit_rates(
-    results: DataFrame, planned: DataFrame, budgets: Mapping[str, float], seconds: float
+    results: pa.Table, plan: pa.Table, budgets: Mapping[str, float], seconds: float
 ) -> dict[str, int]:
     """The ledger's credit figures for the primaries with a budget: the budget and the
     rate reached (messages sent there per second of the replay's sending), whole credits.
-    One Spark job, and none without a budget."""
-    from pyspark.sql import functions as F
+    From the replay's ``results`` and the wave's ``plan`` rows, in the driver."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     if not budgets:
         return {}
-    sent = results.where(F.col("outcome") == Outcome.SENT).select(*PLACE)
-    per_primary = {
-        r["primary"]: int(r["count"])
-        for r in sent.join(planned.select(*PLACE, "primary"), list(PLACE))
-        .groupBy("primary")
-        .count()
-        .collect()
-    }
+    sent = results.filter(pc.equal(results.column("outcome"), Outcome.SENT)).select(list(PLACE))
+    where = sent.join(
+        plan.select([*PLACE, "primary"]), list(PLACE), join_type="inner", use_threads=False
+    )
+    per_primary = Counter(where.column("primary").to_pylist())
     out: dict[str, int] = {}
     for primary, budget in sorted(budgets.items()):
         out[f"replay.credit_budget.{primary}"] = int(budget)
@@ -321,7 +319,7 @@ def left_behind(results: pa.Table, plan: pa.Table) -> LeftBehind:
     found missing, disabled or failing. A later wave sends none of their messages
     (:func:`replay_messages`' ``broken`` and ``skipped``)."""
     import pyarrow as pa
-    import pyarrow.compute as pc  # type: ignore[import-untyped]
+    import pyarrow.compute as pc
 
     keeping = pc.is_in(results.column("detail"), pa.array(_LANE_KEEPING, pa.string()))
     unsent = results.filter(

@@ -282,7 +282,6 @@ def send(
     journal = None
     if journal_id is not None:
         journal = journal_folder(ctx.store.files, request.run_id, journal_id)
-    rows = wave.rows
     budgets = ctx.config.replay.credits_per_second
     operations = Operations()
     timings = Timings()
@@ -307,10 +306,9 @@ def send(
         )
         # the sends happen here, exactly once: their rows in the driver's memory
         done = results.toArrow()
-        results = ctx.spark().createDataFrame(done, spark_schema(REPLAY_RESULT))
     with timed(timings, "replay"):
         seconds = timings.replay_sends or 0.0
-        operations.credit_rates = credit_rates(results, rows, budgets, seconds)
+        operations.credit_rates = credit_rates(done, wave.audit, budgets, seconds)
         now = datetime.now(timezone.utc)
         commit = outcomes_commit(request.run_id, journal_id) if journal_id else None
         audited = outcome_rows(done, wave.audit, request.run_id, Stage.REPLAY, now)
