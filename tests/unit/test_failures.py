@@ -91,3 +91,38 @@ def test_a_refused_connection_outside_py4j_is_still_an_unreachable_namespace() -
     except ConnectionRefusedError as exc:
         failure = explain(exc)
     assert (failure.code, failure.fix) == (ExitCode.UNREACHABLE, UNREACHABLE_FIX)
+
+
+def test_a_jvm_lookup_without_an_answer_is_spark_gone_only_when_the_local_jvm_exited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Py4J raises "<class> does not exist in the JVM" (chained to nothing) when the JVM
+    died while a call was in flight: Spark's JVM is gone when the process the session
+    launched has exited (a real process here, standing for it); while it runs, or with
+    no local session (Spark Connect), the error stays what it says."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from py4j.protocol import Py4JError
+    from pyspark import SparkContext
+
+    lookup = Py4JError("org.apache.spark.sql.classic.SparkSession does not exist in the JVM")
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    assert explain(lookup).code == ExitCode.FAILED
+    assert "Spark's JVM is gone" not in (explain(lookup).why or "")
+
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        context = SimpleNamespace(_gateway=SimpleNamespace(proc=running))
+        monkeypatch.setattr(SparkContext, "_active_spark_context", context)
+        assert "Spark's JVM is gone" not in (explain(lookup).why or "")
+        running.kill()
+        running.wait()
+        gone = explain(lookup)
+        assert gone.code == ExitCode.FAILED
+        assert (gone.why or "").startswith("Spark's JVM is gone")
+        assert gone.fix.startswith("Spark's JVM exited under the run")
+    finally:
+        running.kill()
+        running.wait()

@@ -108,8 +108,26 @@ def spark_gone(exc: BaseException) -> bool:
             return True
         if isinstance(error, ConnectionError) and _raised_in_py4j(error):
             return True
+        # a JVM killed while a call was in flight: Py4J logs its network error and raises
+        # "<class> does not exist in the JVM", chained to nothing
+        if _JVM_LOOKUP in str(error) and type(error).__name__ == "Py4JError":
+            return local_jvm_exited()
         todo += [error.__cause__, error.__context__]
     return False
+
+
+#: How Py4J's lookup of a JVM class or package that got no answer ends.
+_JVM_LOOKUP = "does not exist in the JVM"
+
+
+def local_jvm_exited() -> bool:
+    """Whether the local Spark JVM this process launched has exited (False where there is
+    none: no session, or a Spark Connect one, whose server is another process)."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    launched = getattr(getattr(context, "_gateway", None), "proc", None)
+    return launched is not None and launched.poll() is not None
 
 
 def _raised_in_py4j(exc: BaseException) -> bool:
