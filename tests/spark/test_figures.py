@@ -72,6 +72,9 @@ def a_run(run: str) -> list[dict[str, Any]]:
              group_span_seconds=3.0, backlog_enqueued_time=at(5)),
         plan(run, 3, "replay", Q2, partition_key_effective="a", replay_order=3, **spread,
              group_span_seconds=3.0, backlog_enqueued_time=at(10)),
+        # a second message of the group in a queue it already counts: 4 messages, 3 queues
+        plan(run, 11, "replay", Q2, partition_key_effective="a", replay_order=4, **spread,
+             group_span_seconds=3.0),
         plan(run, 4, "replay", partition_key_effective="b", replay_order=1, **spread,
              group_span_seconds=1.5, backlog_enqueued_time=at(2.5)),
         plan(run, 5, "replay", Q1, partition_key_effective="b", replay_order=2, **spread,
@@ -99,8 +102,12 @@ def test_both_engines_answer_the_reports_questions_alike(spark: Any, tmp_path: P
     slices = TimeSlices.spanning(at(0), at(10), 4)  # 2.5 minutes: times on the boundaries
     got = both_answers(spark, tmp_path, "r1", slices)
     # the answers are the run's: another run's rows are not counted
-    assert sum(r[1] for e in got["per_entity"] for r in e if r[0] == "count") == 16
-    assert [dict(r)["partition_key_effective"] for r in got["spread"]] == ["a", "b"]
+    assert sum(r[1] for e in got["per_entity"] for r in e if r[0] == "count") == 17
+    spread = [
+        (dict(r)["partition_key_effective"], dict(r)["messages"], dict(r)["backlog_queues"])
+        for r in got["spread"]
+    ]
+    assert spread == [("a", 4, 3), ("b", 2, 2)]
     timeline = {
         (dict(r)["destination"], dict(r)["bucket"]): dict(r)["count"] for r in got["timeline"]
     }
@@ -122,7 +129,7 @@ def test_both_engines_answer_the_reports_questions_alike(spark: Any, tmp_path: P
 def test_a_run_id_with_a_quote_is_a_value_not_sql(spark: Any, tmp_path: Path) -> None:
     write(tmp_path, a_run("it's") + a_run("' OR ''='"))
     got = both_answers(spark, tmp_path, "it's", TimeSlices.spanning(at(0), at(10), 60))
-    assert sum(r[1] for e in got["per_entity"] for r in e if r[0] == "count") == 16
+    assert sum(r[1] for e in got["per_entity"] for r in e if r[0] == "count") == 17
 
 
 def test_files_older_than_a_column_read_it_as_null(spark: Any, tmp_path: Path) -> None:
