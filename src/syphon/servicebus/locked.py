@@ -44,6 +44,7 @@ from syphon.servicebus.raw import (
     SUSPENDED,
     complete_decoder,
     delivery_tag,
+    forget_deliveries,
     keep_delivered,
     keep_encoded,
     lean,
@@ -172,12 +173,15 @@ class LockedQueue:
         page = []
         if messages and self.lock_seconds is None:
             self.lock_seconds = _lock_seconds(messages[0])
+        tags = []
         with self._state:
             for m in messages:
                 seq = int(m.sequence_number)
                 self._tokens[seq] = m.lock_token
-                page.append((seq, self._encoded.pop(delivery_tag(m))))
+                tags.append(delivery_tag(m))
+                page.append((seq, self._encoded.pop(tags[-1])))
             self.received += len(page)
+        forget_deliveries(self._receiver, tags)  # settled by token, never by the link
         return page
 
     def settle(

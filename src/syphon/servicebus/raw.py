@@ -267,6 +267,20 @@ def stop_credit(receiver: Any) -> None:
         link.flow(link_credit=0)
 
 
+def forget_deliveries(receiver: Any, tags: Sequence[bytes]) -> None:
+    """Has ``receiver``'s link forget the deliveries of ``tags``, messages a receive
+    handed out that are settled by lock token (a management request), never through the
+    link. The link remembers each delivery's tag until it is settled through the link,
+    and nothing else removes it: a read of 200,000 messages kept 200,000 tags (about
+    130 bytes each) until its receiver closed."""
+    handler = receiver._handler
+    link = None if handler is None else handler._link
+    known = None if link is None else getattr(link, "_received_delivery_tags", None)
+    if known is not None:
+        for tag in tags:
+            known.discard(tag)
+
+
 def delivery_tag(message: Any) -> bytes:
     """A received message's delivery tag (the key of :func:`keep_encoded`'s bytes)."""
     return bytes(message._delivery_tag)
