@@ -6,6 +6,7 @@ of the zip that Spark puts first on the workers' path."""
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -96,5 +97,10 @@ def test_the_workers_started_ahead_of_a_run_are_the_daemon_its_tasks_use(spark: 
     earlier = set(tracker.getJobIdsForGroup(GROUP))  # in-process commands' sessions: this one
     start_python_workers(spark).join(timeout=120)
     (job,) = set(tracker.getJobIdsForGroup(GROUP)) - earlier
+    # the tracker learns a job's end from Spark's listener bus, after the job's action
+    # returned to the warm-up's thread: a suite run once read RUNNING here
+    until = time.monotonic() + 30
+    while tracker.getJobInfo(job).status == "RUNNING" and time.monotonic() < until:
+        time.sleep(0.05)
     assert tracker.getJobInfo(job).status == "SUCCEEDED"
     assert set(daemons_of(jvm)) == before
