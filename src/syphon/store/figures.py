@@ -142,8 +142,8 @@ GROUP BY "primary", destination, bucket
 #: :func:`syphon.store.queries.spread_groups` in SQL, in Spark's order (nulls first). The
 #: backlog queues are counted by grouping twice (per queue, then per group) rather than
 #: with ``COUNT(DISTINCT ...)``: the engine keeps a set per group for that, and on a
-#: 200,000-message run it took 250 MB of the driver's memory where this takes none beyond
-#: the scan's (tests/benchmarks/README.md, "The report's memory").
+#: 200,000-message run it took 250 MB of the driver's memory where this takes about 15 MB
+#: beyond the scan's (tests/benchmarks/README.md, "The report's memory").
 _SPREAD = f"""
 SELECT "primary", destination, partition_key_effective, SUM(messages) AS messages,
   COUNT(backlog_queue) AS backlog_queues, MAX(span_seconds) AS span_seconds
