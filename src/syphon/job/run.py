@@ -144,7 +144,7 @@ def _leased_run(
         in_driver(ctx)  # where the Service Bus I/O runs: decided before anything is read
         redrive = request.source.redrive
         check_selection(spark, request.selection, redrive)
-        # judged before any peek: a bad --set exits 2
+        # judged before anything is read: a bad --set exits 2
         request = replace(request, repair=check_repair(spark, request.repair, redrive))
         ledger.add(recover(ctx, request))  # what an interrupted run journaled
         ledger.add(recover_settles(ctx, request.source.access))
