@@ -35,8 +35,6 @@ class PlannedWave:
         unknown: the destinations the plan found no entity for (None: read from
             ``rows``).
         sending_to: the destinations it replays to (None: read from ``rows``).
-        in_waves: it is one of several waves of its run: its frames are kept on local
-            disk (:func:`syphon.job.context.keep`).
     """
 
     rows: DataFrame
@@ -47,7 +45,6 @@ class PlannedWave:
     more: bool = False
     unknown: frozenset[Destination] | None = None
     sending_to: frozenset[Destination] | None = None
-    in_waves: bool = False
 
     @property
     def replays(self) -> int:

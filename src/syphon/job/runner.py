@@ -108,7 +108,6 @@ class WaveRunner:
             more=not wave.last,
             unknown=plan.unknown,
             sending_to=plan.sending_to,
-            in_waves=wave.many,
         )
 
     def _hold_unseen(self, listed: Listed) -> None:
