@@ -168,11 +168,6 @@ def starts_a_spread_group(rows: pa.Table) -> pa.ChunkedArray:
     return pc.fill_null(spread, False)
 
 
-#: The verdicts that do not keep a dead letter waiting for the operator: a message to
-#: send (a failed send is sent by the next run) and one the selection left out.
-NOT_WAITING = (Verdict.REPLAY, Verdict.UNSELECTED)
-
-
 def dead_letters_waiting(settled: pa.Table, plan: pa.Table) -> pa.Table:
     """The messages a wave's settle left in a dead-letter queue because they wait for the
     operator (:data:`syphon.core.schema.PLACE` columns and the ``verdict``): judged a
@@ -186,6 +181,6 @@ def dead_letters_waiting(settled: pa.Table, plan: pa.Table) -> pa.Table:
     in_dead_letters = [q is not None and is_dead_letter_path(q) for q in queues]
     left = left.filter(pa.array(in_dead_letters, pa.bool_())).select(list(PLACE))
     verdict = plan.column("verdict")
-    waiting = pc.invert(pc.is_in(verdict, pa.array(NOT_WAITING, pa.string())))
+    waiting = pc.invert(pc.is_in(verdict, pa.array(queries.NOT_WAITING, pa.string())))
     judged = plan.filter(pc.and_(waiting, pc.is_valid(verdict))).select([*PLACE, "verdict"])
     return left.join(judged, list(PLACE), join_type="inner", use_threads=False)

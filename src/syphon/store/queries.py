@@ -158,11 +158,16 @@ def in_doubt_messages(audit: DataFrame, interrupted: list[str]) -> DataFrame:
     return doubt.unionByName(lost.drop("run_id"))
 
 
+#: The verdicts that do not keep a dead letter waiting for the operator: a message to
+#: send (a failed send is sent by the next run) and one the selection left out.
+NOT_WAITING = (Verdict.REPLAY, Verdict.UNSELECTED)
+
+
 def _waiting(rows: DataFrame) -> DataFrame:
     """The rows whose verdict keeps a dead letter waiting for the operator."""
     from pyspark.sql import functions as F
 
-    return rows.where(~F.col("verdict").isin(Verdict.REPLAY, Verdict.UNSELECTED))
+    return rows.where(~F.col("verdict").isin(*NOT_WAITING))
 
 
 def waiting_before(audit: DataFrame, waiting: DataFrame, run_id: str) -> DataFrame:
