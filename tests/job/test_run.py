@@ -566,7 +566,9 @@ def test_the_session_is_told_how_many_messages_the_discovery_counted(
     the discovery's counts reach the factory before the session starts; and the run sizes
     the session's shuffles to what it read (syphon.job.context.fit_shuffle_partitions),
     starting from a local session's own two partitions."""
+    from syphon.app import services
     from syphon.app.services import build_context, run_with_report
+    from syphon.core.sessions import SessionFit
 
     for queue, n in ((0, 3), (1, 4)):
         send_raw(
@@ -588,17 +590,21 @@ def test_the_session_is_told_how_many_messages_the_discovery_counted(
     config = job_config(pair, tmp_path, monkeypatch)
     told: list[tuple[int | None, int | None]] = []
 
-    def factory() -> Any:
-        told.append((ctx.spark.fitted.expected_messages, ctx.spark.fitted.wave_bytes))
+    def build(_conf: Any, _dbutils_get: Any, fit: SessionFit) -> Any:
+        """Stands for build_spark_session: records the fit, returns the test's session
+        (one shared JVM per test worker)."""
+        told.append((fit.expected_messages, fit.wave_bytes))
         return spark
 
+    monkeypatch.setattr(services, "build_spark_session", build)
+    monkeypatch.setattr(services, "start_python_workers", lambda _session: None)
     from syphon.app.spark import LOCAL_CONF
     from syphon.job.context import FITTED_SHUFFLE_PARTITIONS
 
     shuffles = "spark.sql.shuffle.partitions"
     for key in (shuffles, FITTED_SHUFFLE_PARTITIONS):
         spark.conf.set(key, LOCAL_CONF[key])  # as a local session starts
-    ctx = build_context(config, spark_factory=factory)
+    ctx = build_context(config)
     assert run_with_report(ctx).status == "done"
     assert told == [(7, size)]  # one wave: the backlog's bytes, as the namespace said
     assert spark.conf.get(shuffles) == "1"

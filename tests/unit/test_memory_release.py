@@ -54,12 +54,14 @@ def test_a_session_started_before_the_run_knew_its_size_still_knows_its_waves(
     """A notebook's (or a test's) session is running before the run's discovery: the
     session keeps its settings, and the release still follows the run's waves."""
     session = object()
-    spark = SparkOnDemand(lambda fit: session)
+    started_with: list[SessionFit] = []
+    spark = SparkOnDemand(lambda fit: started_with.append(fit) or session)
     spark()
     spark.fit(SessionFit(24, waves=True, wave_bytes=24 * 1024))
     spark.release()
     assert released == []
-    assert spark.fitted == SessionFit()  # what it was started with
+    assert spark() is session
+    assert started_with == [SessionFit()]  # started once, with what it knew then
     spark.fit(SessionFit(10**6, waves=True, wave_bytes=RELEASE_FROM_BYTES * 2))
     spark.release()
     assert released == [session]

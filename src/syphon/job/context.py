@@ -53,11 +53,6 @@ class SparkOnDemand:
             return
         self._fit = fit
 
-    @property
-    def fitted(self) -> SessionFit:
-        """What the session is (or will be) started with."""
-        return self._fit
-
     def __call__(self) -> SparkSession:
         if self._session is None:
             self._session = self._factory(self._fit)
