@@ -7,6 +7,9 @@ while a queue holds a message before the earliest front."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -16,7 +19,8 @@ from hypothesis import strategies as st
 
 from syphon.core.naming import PARTITIONED_SEQUENCE
 from syphon.job.wave_sizes import FIRST_WAVE_MESSAGES, WAVE_GROWTH, time_ordered, wave_limits
-from syphon.job.waves import QueueRead, cut_reads, watermark
+from syphon.job.waves import Cut, QueueRead, WaveRead, cut_reads, read_waves, watermark
+from syphon.servicebus.discovery import DiscoveredQueue
 
 T0 = datetime(2026, 11, 26, 8, 0, tzinfo=timezone.utc)
 
@@ -164,3 +168,64 @@ def test_a_run_of_small_waves_takes_them_at_their_size_from_the_first() -> None:
     assert [next(limits) for _ in range(3)] == [2, 2, 2]
     one = wave_limits(5, 1)  # fewer than the first wave's messages in one queue
     assert [next(one) for _ in range(2)] == [5, 5]
+
+
+def _waves_read_by(monkeypatch: pytest.MonkeyPatch, waves: int) -> list[int]:
+    """Stands for each wave's read (syphon.job.waves.read_wave): ``waves`` waves of one
+    message each; returns the list each read appends its wave's number to as it
+    starts."""
+    started: list[int] = []
+
+    def read_wave(*args: Any) -> tuple[WaveRead, None]:
+        started.append(len(started) + 1)
+        last = len(started) == waves
+        cut = Cut(reads=[], watermark=None, last=last, taken=1, cursors={})
+        return WaveRead(rows=None, read=None, cut=cut, limit=1), None  # type: ignore[arg-type]
+
+    monkeypatch.setattr("syphon.job.waves.read_wave", read_wave)
+    return started
+
+
+def _queue() -> DiscoveredQueue:
+    return DiscoveredQueue("p", 0, "p/x-servicebus-transfer/0", 10, False)
+
+
+def _soon(check: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + 10
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return check()
+
+
+def test_the_next_wave_is_read_once_the_caller_has_planned_this_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """syphon.job.waves.read_waves: wave 2's read waits for wave 1's plan (the plan has
+    the cores and the driver's interpreter to itself), then runs while the caller
+    replays and settles wave 1; a caller that never says it planned a wave gets the next
+    one all the same."""
+    started = _waves_read_by(monkeypatch, waves=3)
+    waves = read_waves(None, [_queue()], 2, T0)  # type: ignore[arg-type]
+    first = next(waves)
+    time.sleep(0.3)  # time enough for a read that did not wait to start
+    assert started == [1]
+    first.planned()
+    assert _soon(lambda: started == [1, 2])  # before the caller asks for wave 2
+    assert next(waves).number == 2  # not said planned: wave 3 is read when asked for
+    assert next(waves).last
+    assert started == [1, 2, 3]
+    assert list(waves) == []
+
+
+def test_a_caller_that_stops_leaves_no_read_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that stops after a wave (--max-waves, --until, a fault) closes the waves:
+    the next wave's read, still waiting for the plan, never starts, and the close does
+    not wait for it."""
+    started = _waves_read_by(monkeypatch, waves=3)
+    waves = read_waves(None, [_queue()], 2, T0)  # type: ignore[arg-type]
+    next(waves)
+    closing = threading.Thread(target=waves.close)
+    closing.start()
+    closing.join(timeout=10)
+    assert not closing.is_alive()
+    assert started == [1]

@@ -49,11 +49,12 @@ takes those messages.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -302,6 +303,8 @@ class Wave(SnapshotRead):
             beyond its watermark included (None: as many as it holds).
         many: whether it is one of several waves of its run (its rows in the ledger name
             it, and its frames are kept on disk).
+        planned: what the caller calls once it has planned the wave: the next wave's
+            read starts then (:func:`read_waves`).
     """
 
     number: int
@@ -310,6 +313,7 @@ class Wave(SnapshotRead):
     queues: int
     handed_out: int | None = None
     many: bool = False
+    planned: Callable[[], None] = field(default=lambda: None, compare=False, repr=False)
 
 
 def read_waves(
@@ -326,10 +330,15 @@ def read_waves(
     to the end). The waves grow from a small first one (:func:`wave_limits`).
 
     A wave's cursors are known as soon as it is read, so the next wave is read in the
-    background while the caller plans, replays and settles this one; the caller's Spark
-    jobs and the read's share the cores. The read of a wave taken when the caller stops
-    early is thrown away (peeked: nothing was locked; received: what it keeps locked is
-    given back with the rest when the run ends)."""
+    background while the caller replays and settles this one: from the moment the caller
+    says it has planned it (:attr:`Wave.planned`), or asks for the next wave. The plan
+    (the reconcile's Spark jobs, built through py4j by the driver) is the way to a
+    wave's first message home, and a read beside it took the same cores and the
+    driver's interpreter: a first wave of 2,000 messages planned in 15.2 s beside the
+    second wave's receives, in 4.5 s alone (tests/benchmarks/README.md, "Reading the
+    next wave after the plan"). The read of a wave taken when the caller stops early is
+    thrown away (peeked: nothing was locked; received: what it keeps locked is given
+    back with the rest when the run ends)."""
     readable = [q for q in queues if not q.empty and q.unreadable is None]
     if wave_messages is None:
         timings = Timings()
@@ -349,40 +358,56 @@ def read_waves(
     paths = [q.path for q in readable]
     limits = wave_limits(wave_messages, len(paths))
 
+    closed = threading.Event()  # the caller stopped taking waves: no read starts
+
     def read(
-        cursors: Mapping[str, int], carried: Carried | None, limit: int
-    ) -> tuple[WaveRead, Carried | None, float]:
+        cursors: Mapping[str, int], carried: Carried | None, limit: int, go: threading.Event
+    ) -> tuple[WaveRead, Carried | None, float] | None:
+        go.wait()
+        if closed.is_set():
+            return None
         clock = time.monotonic()
         got, carry = read_wave(reading, paths, cursors, limit, before, carried)
         return got, carry, time.monotonic() - clock
 
+    go = threading.Event()
+    go.set()  # the first wave: at once
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="syphon-wave-read") as pool:
-        ahead: Future[tuple[WaveRead, Carried | None, float]]
-        ahead = pool.submit(read, {}, None, next(limits))
+        ahead: Future[tuple[WaveRead, Carried | None, float] | None]
+        ahead = pool.submit(read, {}, None, next(limits), go)
         number = 0
-        while True:
-            number += 1
-            clock = time.monotonic()
-            got, carry, spent = ahead.result()
-            waited = time.monotonic() - clock
-            if number > 1 and not got.cut.taken:
-                return  # nothing before the run's start was left
-            more = not got.last and (max_waves is None or number < max_waves)
-            if more:
-                ahead = pool.submit(read, got.cut.cursors, carry, next(limits))
-            # the wave's snapshot time: what the caller waited for (the first wave: all
-            # of its read)
-            timings = Timings(snapshot=spent if number == 1 else waited)
-            yield Wave(
-                number=number,
-                snapshot=got.rows,
-                watermark=got.watermark,
-                last=got.last,
-                queues=len(paths),
-                messages=got.cut.taken,
-                handed_out=got.handed_out,
-                many=True,
-                timings=timings,
-            )
-            if not more:
-                return
+        try:
+            while True:
+                number += 1
+                go.set()  # a caller that never said it planned the wave before
+                clock = time.monotonic()
+                done = ahead.result()
+                assert done is not None  # only a closed generator reads nothing
+                got, carry, spent = done
+                waited = time.monotonic() - clock
+                if number > 1 and not got.cut.taken:
+                    return  # nothing before the run's start was left
+                more = not got.last and (max_waves is None or number < max_waves)
+                go = threading.Event()
+                if more:
+                    ahead = pool.submit(read, got.cut.cursors, carry, next(limits), go)
+                # the wave's snapshot time: what the caller waited for (the first wave:
+                # all of its read)
+                timings = Timings(snapshot=spent if number == 1 else waited)
+                yield Wave(
+                    number=number,
+                    snapshot=got.rows,
+                    watermark=got.watermark,
+                    last=got.last,
+                    queues=len(paths),
+                    messages=got.cut.taken,
+                    handed_out=got.handed_out,
+                    many=True,
+                    timings=timings,
+                    planned=go.set,
+                )
+                if not more:
+                    return
+        finally:  # a read waiting for its go ends at once
+            closed.set()
+            go.set()
