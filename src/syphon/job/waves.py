@@ -333,12 +333,11 @@ def read_waves(
     background while the caller replays and settles this one: from the moment the caller
     says it has planned it (:attr:`Wave.planned`), or asks for the next wave. The plan
     (the reconcile's Spark jobs, built through py4j by the driver) is the way to a
-    wave's first message home, and a read beside it took the same cores and the
-    driver's interpreter: a first wave of 2,000 messages planned in 15.2 s beside the
-    second wave's receives, in 4.5 s alone (tests/benchmarks/README.md, "Reading the
-    next wave after the plan"). The read of a wave taken when the caller stops early is
-    thrown away (peeked: nothing was locked; received: what it keeps locked is given
-    back with the rest when the run ends)."""
+    wave's first message home, and a read beside it shares the cores and the driver's
+    interpreter (tests/benchmarks/README.md, "Reading the next wave after the plan").
+    The read of a wave taken when the caller stops early is thrown away (peeked:
+    nothing was locked; received: what it keeps locked is given back with the rest when
+    the run ends)."""
     readable = [q for q in queues if not q.empty and q.unreadable is None]
     if wave_messages is None:
         timings = Timings()
