@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support.waiting import wait_until
 from syphon.core.naming import PARTITIONED_SEQUENCE
 from syphon.job.wave_sizes import FIRST_WAVE_MESSAGES, WAVE_GROWTH, time_ordered, wave_limits
 from syphon.job.waves import Cut, QueueRead, WaveRead, cut_reads, read_waves, watermark
@@ -190,13 +190,6 @@ def _queue() -> DiscoveredQueue:
     return DiscoveredQueue("p", 0, "p/x-servicebus-transfer/0", 10, False)
 
 
-def _soon(check: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + 10
-    while not check() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return check()
-
-
 def test_the_next_wave_is_read_once_the_caller_has_planned_this_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -207,10 +200,10 @@ def test_the_next_wave_is_read_once_the_caller_has_planned_this_one(
     started = _waves_read_by(monkeypatch, waves=3)
     waves = read_waves(None, [_queue()], 2, T0)  # type: ignore[arg-type]
     first = next(waves)
-    time.sleep(0.3)  # time enough for a read that did not wait to start
+    time.sleep(0.2)  # time enough for a read that did not wait to start
     assert started == [1]
     first.planned()
-    assert _soon(lambda: started == [1, 2])  # before the caller asks for wave 2
+    wait_until(lambda: started == [1, 2], timeout=10)  # before the caller asks for wave 2
     assert next(waves).number == 2  # not said planned: wave 3 is read when asked for
     assert next(waves).last
     assert started == [1, 2, 3]
