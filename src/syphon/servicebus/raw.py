@@ -28,7 +28,7 @@ SDK internals this module uses (where an SDK upgrade must look first):
 - ``azure.servicebus.ServiceBusReceivedMessage._delivery_tag``
 - ``azure.servicebus._pyamqp.client.ReceiveClient._client_ready``, ``._link``
 - ``azure.servicebus._pyamqp.receiver.ReceiverLink._incoming_transfer``,
-  ``._received_payload``, ``._first_frame``
+  ``._received_payload``, ``._first_frame``, ``._received_delivery_tags``
 - ``azure.servicebus.ServiceBusMessageBatch._message``, ``._size``, ``._count``,
   ``._amqp_transport``
 - ``azure.servicebus._common.constants._BATCH_MESSAGE_OVERHEAD_COST`` and the
@@ -275,10 +275,8 @@ def forget_deliveries(receiver: Any, tags: Sequence[bytes]) -> None:
     130 bytes each) until its receiver closed."""
     handler = receiver._handler
     link = None if handler is None else handler._link
-    known = None if link is None else getattr(link, "_received_delivery_tags", None)
-    if known is not None:
-        for tag in tags:
-            known.discard(tag)
+    if link is not None:
+        link._received_delivery_tags.difference_update(tags)
 
 
 def delivery_tag(message: Any) -> bytes:
