@@ -329,12 +329,21 @@ def cpu_seconds(pid: int) -> float:
 
 
 def drain_and_check(primary: str) -> tuple[int, int]:
-    """Receives every destination's messages; returns (messages, order violations).
+    """Receives every destination's messages; returns (messages, order violations)."""
+    received, violations, _ = drain_checked(primary)
+    return received, violations
+
+
+def drain_checked(primary: str) -> tuple[int, int, float | None]:
+    """Receives every destination's messages; returns (messages, order violations, the
+    earliest enqueue time among them as a POSIX timestamp: when the first message reached
+    a primary, by the local Service Bus's clock, which is this machine's; None: none).
     Destinations are drained side by side: each ends with a receive that waits a second
     for nothing, and fifty of them one after another made every check a minute long."""
 
-    def drain(d: int) -> tuple[int, int]:
+    def drain(d: int) -> tuple[int, int, float | None]:
         received = violations = 0
+        first: float | None = None
         last: dict[str, int] = {}
         with ServiceBusClient.from_connection_string(primary) as client:
             # lean: no keep-alive thread for its close to wait on (up to 1 s per
@@ -347,6 +356,9 @@ def drain_and_check(primary: str) -> tuple[int, int]:
                 while batch := receiver.receive_messages(max_message_count=500, max_wait_time=1):
                     for m in batch:
                         received += 1
+                        if m.enqueued_time_utc is not None:
+                            at = m.enqueued_time_utc.timestamp()
+                            first = at if first is None else min(first, at)
                         key = m.session_id or m.partition_key
                         if key is None:
                             continue
@@ -354,11 +366,12 @@ def drain_and_check(primary: str) -> tuple[int, int]:
                         if n < last.get(key, -1):
                             violations += 1
                         last[key] = n
-        return received, violations
+        return received, violations, first
 
     with ThreadPoolExecutor(max_workers=10) as pool:
         counts = list(pool.map(drain, range(DESTINATIONS)))
-    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+    firsts = [c[2] for c in counts if c[2] is not None]
+    return sum(c[0] for c in counts), sum(c[1] for c in counts), min(firsts, default=None)
 
 
 #: Extra ``spark.conf`` settings for syphon's config (``--spark-conf``).
