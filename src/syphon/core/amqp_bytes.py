@@ -76,6 +76,21 @@ TYPE_NAMES = {
     0xc1: "map", 0xd1: "map", 0xe0: "array", 0xf0: "array", 0x00: "described",
 }  # fmt: skip
 
+#: A value's size: in its first byte after the code, or in its first four.
+_SIZE_BYTE, _SIZE_WORD = -1, -4
+
+
+def _width(code: int) -> int:
+    """The bytes after a primitive ``code`` (fixed), or where its size is."""
+    fixed = _FIXED_WIDTH.get(code >> 4)
+    if fixed is not None:
+        return fixed
+    return _SIZE_BYTE if code >> 4 in (0xA, 0xC, 0xE) else _SIZE_WORD
+
+
+#: Per primitive format code, :func:`_width` (what :func:`value_end` reads a message by).
+_WIDTHS = {code: _width(code) for code in TYPE_NAMES if code != 0x00}
+
 
 class AmqpFormatError(ValueError):
     """The bytes are not the AMQP encoding they should be."""
@@ -87,25 +102,38 @@ def value_end(buf: bytes | memoryview, pos: int) -> int:
     Raises:
         AmqpFormatError: an unknown format code, or the value runs past the end.
     """
-    if pos >= len(buf):
-        raise AmqpFormatError(f"a value expected at byte {pos}, the data ends at {len(buf)}")
+    n = len(buf)
+    if pos >= n:
+        raise AmqpFormatError(f"a value expected at byte {pos}, the data ends at {n}")
+    code = buf[pos]
+    width = _WIDTHS.get(code)
+    if width is None:  # a described value, or a code no AMQP type has
+        return _value_end_other(buf, pos)
+    if width >= 0:
+        end = pos + 1 + width
+    elif width == _SIZE_BYTE:
+        if pos + 2 > n:
+            _need(buf, pos + 1, 1)
+        end = pos + 2 + buf[pos + 1]
+    else:
+        if pos + 5 > n:
+            _need(buf, pos + 1, 4)
+        end = pos + 5 + int.from_bytes(buf[pos + 1 : pos + 5], "big")
+    if end > n:
+        raise AmqpFormatError(f"the value at byte {pos} runs past the end ({end} > {n})")
+    return end
+
+
+def _value_end_other(buf: bytes | memoryview, pos: int) -> int:
+    """:func:`value_end` of a described value, or the error of an unknown code."""
     code = buf[pos]
     if code == 0x00:
         return value_end(buf, value_end(buf, pos + 1))
-    width = _FIXED_WIDTH.get(code >> 4)
-    if width is not None:
-        end = pos + 1 + width
-    elif code >> 4 in (0xA, 0xC, 0xE):
-        end = pos + 2 + _need(buf, pos + 1, 1)[0]
+    if code >> 4 in (0xA, 0xC, 0xE):
+        _need(buf, pos + 1, 1)
     elif code >> 4 in (0xB, 0xD, 0xF):
-        end = pos + 5 + int.from_bytes(_need(buf, pos + 1, 4), "big")
-    else:
-        raise AmqpFormatError(f"unknown format code 0x{code:02x} at byte {pos}")
-    if code not in TYPE_NAMES:
-        raise AmqpFormatError(f"unknown format code 0x{code:02x} at byte {pos}")
-    if end > len(buf):
-        raise AmqpFormatError(f"the value at byte {pos} runs past the end ({end} > {len(buf)})")
-    return end
+        _need(buf, pos + 1, 4)
+    raise AmqpFormatError(f"unknown format code 0x{code:02x} at byte {pos}")
 
 
 def _need(buf: bytes | memoryview, pos: int, n: int) -> bytes:
@@ -138,7 +166,10 @@ def sections(message: bytes) -> list[Section]:
             raise AmqpFormatError(f"a section expected at byte {pos}")
         start_value = value_end(buf, pos + 1)
         end = value_end(buf, start_value)
-        code = _section_code(decode(bytes(buf[pos + 1 : start_value])))
+        if start_value == pos + 3 and buf[pos + 1] == 0x53:  # a small ulong: the usual
+            code = _section_code(buf[pos + 2])
+        else:
+            code = _section_code(decode(bytes(buf[pos + 1 : start_value])))
         out.append(Section(code, bytes(buf[pos:end]), bytes(buf[start_value:end])))
         pos = end
     return out

@@ -42,25 +42,38 @@ def read_encoded(encoded: bytes) -> tuple[dict[str, TypedValue], str | None, str
     sequence sections as encoded (so that any change of type or value changes the
     digest)."""
     try:
-        parts = ab.sections(encoded)
-        found = next((p for p in parts if p.code == ab.APPLICATION_PROPERTIES), None)
-        props, problem = encoded_properties(found.value if found else None)
-        body_parts = [p for p in parts if p.code in _BODY_KINDS]
-        kind = _BODY_KINDS[body_parts[0].code] if body_parts else "data"
-        if kind == "data":
-            body = b"".join(ab.decode_bytes(p.value) for p in body_parts)
-        else:
-            body = b"".join(p.raw for p in body_parts)
+        return _read_sections(ab.sections(encoded))
     except ab.AmqpFormatError:
         return {}, MESSAGE_MALFORMED, "data", b""
+
+
+def _read_sections(
+    parts: list[ab.Section],
+) -> tuple[dict[str, TypedValue], str | None, str, bytes]:
+    """:func:`read_encoded` of a message's sections; raises AmqpFormatError."""
+    found = next((p for p in parts if p.code == ab.APPLICATION_PROPERTIES), None)
+    props, problem = encoded_properties(found.value if found else None)
+    body_parts = [p for p in parts if p.code in _BODY_KINDS]
+    kind = _BODY_KINDS[body_parts[0].code] if body_parts else "data"
+    if kind == "data":
+        body = b"".join(ab.decode_bytes(p.value) for p in body_parts)
+    else:
+        body = b"".join(p.raw for p in body_parts)
     return props, problem, kind, body
 
 
-def content_columns(encoded: bytes) -> dict[str, Any]:
+def content_columns(encoded: bytes, parts: list[ab.Section] | None = None) -> dict[str, Any]:
     """The snapshot columns that :func:`read_encoded` gives, and the bytes themselves:
     ``application_properties``, ``property_problem``, ``body_type``, ``body_size``,
-    ``body_sha256``, ``encoded``."""
-    props, problem, body_type, body = read_encoded(encoded)
+    ``body_sha256``, ``encoded``. ``parts``: the message's sections when the caller
+    read them already."""
+    if parts is None:
+        props, problem, body_type, body = read_encoded(encoded)
+    else:
+        try:
+            props, problem, body_type, body = _read_sections(parts)
+        except ab.AmqpFormatError:
+            props, problem, body_type, body = {}, MESSAGE_MALFORMED, "data", b""
     return {
         "application_properties": props,
         "property_problem": problem,
@@ -102,10 +115,9 @@ def _annotations(parts: dict[int, ab.Section]) -> dict[Any, Any]:
     return out
 
 
-def _system(encoded: bytes) -> dict[str, Any]:
-    """The service's annotations and the system properties; raises AmqpFormatError."""
-    parts = {p.code: p for p in ab.sections(encoded)}
-    annotations = _annotations(parts)
+def _system(parts: dict[int, ab.Section], annotations: dict[Any, Any]) -> dict[str, Any]:
+    """The service's annotations (as :func:`_annotations` read them from ``parts``, a
+    message's sections by code) and the system properties; raises AmqpFormatError."""
     if _UNREADABLE in annotations.values():
         raise ab.AmqpFormatError("an annotation syphon reads cannot be decoded")
     props = ab.compound_items(parts[ab.PROPERTIES].value) if ab.PROPERTIES in parts else []
@@ -136,9 +148,15 @@ def sequence_number(encoded: bytes) -> int:
         AmqpFormatError: the message has none (the service gives every message one).
     """
     try:
-        number = _annotations({p.code: p for p in ab.sections(encoded)}).get(SEQUENCE_NUMBER)
+        annotations = _annotations({p.code: p for p in ab.sections(encoded)})
     except ab.AmqpFormatError:
-        number = None
+        annotations = {}
+    return _number(annotations)
+
+
+def _number(annotations: dict[Any, Any]) -> int:
+    """The sequence number among a message's annotations; raises AmqpFormatError."""
+    number = annotations.get(SEQUENCE_NUMBER)
     if not isinstance(number, int):
         raise ab.AmqpFormatError(f"a peeked message without {SEQUENCE_NUMBER}")
     return number
@@ -162,10 +180,16 @@ def snapshot_row(encoded: bytes, backlog_queue: str) -> dict[str, Any]:
     Raises:
         AmqpFormatError: it has no sequence number (it cannot be placed).
     """
-    number = sequence_number(encoded)
-    content = content_columns(encoded)
     try:
-        system = _system(encoded)
+        parts = ab.sections(encoded)
+        by_code = {p.code: p for p in parts}
+        annotations = _annotations(by_code)
+    except ab.AmqpFormatError:
+        parts, by_code, annotations = [], {}, {}
+    number = _number(annotations)
+    content = content_columns(encoded, parts)
+    try:
+        system = _system(by_code, annotations)
     except ab.AmqpFormatError:
         system = {c: None for c in _PROPERTY_COLUMNS}
         system.update(
