@@ -158,7 +158,7 @@ def sections(message: bytes) -> list[Section]:
     Raises:
         AmqpFormatError: not a sequence of described sections.
     """
-    buf = memoryview(message)
+    buf = message if isinstance(message, bytes) else bytes(message)
     out: list[Section] = []
     pos = 0
     while pos < len(buf):
@@ -169,8 +169,8 @@ def sections(message: bytes) -> list[Section]:
         if start_value == pos + 3 and buf[pos + 1] == 0x53:  # a small ulong: the usual
             code = _section_code(buf[pos + 2])
         else:
-            code = _section_code(decode(bytes(buf[pos + 1 : start_value])))
-        out.append(Section(code, bytes(buf[pos:end]), bytes(buf[start_value:end])))
+            code = _section_code(decode(buf[pos + 1 : start_value]))
+        out.append(Section(code, buf[pos:end], buf[start_value:end]))
         pos = end
     return out
 
@@ -195,7 +195,7 @@ def compound_items(encoded: bytes) -> list[bytes]:
     Raises:
         AmqpFormatError: not a list, a map or null, or its items do not fill it.
     """
-    buf = memoryview(encoded)
+    buf = encoded if isinstance(encoded, bytes) else bytes(encoded)
     code = buf[0] if len(buf) else None
     if code in (0x40, 0x45):
         return []
@@ -211,7 +211,7 @@ def compound_items(encoded: bytes) -> list[bytes]:
     items = []
     for _ in range(count):
         nxt = value_end(buf, pos)
-        items.append(bytes(buf[pos:nxt]))
+        items.append(buf[pos:nxt])
         pos = nxt
     if pos != end or end != len(buf):
         raise AmqpFormatError("the items do not fill the list or map")

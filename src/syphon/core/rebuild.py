@@ -56,6 +56,9 @@ SERVICE_ANNOTATIONS = frozenset(
     }
 )
 SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
+#: The message annotations a replay leaves out of what it sends (it sets the scheduled
+#: time anew).
+_REPLACED_ANNOTATIONS = SERVICE_ANNOTATIONS | {SCHEDULED_ENQUEUE_TIME}
 #: The longest TTL a message can carry: the header holds it as an unsigned 32-bit count
 #: of milliseconds (about 49.7 days). A longer one is sent as this; the entity's default
 #: TTL caps it anyway when that is shorter.
@@ -101,7 +104,7 @@ def rebuild(
     kept = [
         (key, value)
         for key, value in (ab.map_entries(annotations.value) if annotations else [])
-        if str(ab.decode(key)) not in SERVICE_ANNOTATIONS | {SCHEDULED_ENQUEUE_TIME}
+        if str(ab.decode(key)) not in _REPLACED_ANNOTATIONS
     ]
     if scheduled_enqueue_time is not None:
         kept.append(
