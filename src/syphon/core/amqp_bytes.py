@@ -113,11 +113,11 @@ def value_end(buf: bytes | memoryview, pos: int) -> int:
         end = pos + 1 + width
     elif width == _SIZE_BYTE:
         if pos + 2 > n:
-            _need(buf, pos + 1, 1)
+            _need(buf, pos + 1, 1)  # raises: the size runs past the end
         end = pos + 2 + buf[pos + 1]
     else:
         if pos + 5 > n:
-            _need(buf, pos + 1, 4)
+            _need(buf, pos + 1, 4)  # raises: the size runs past the end
         end = pos + 5 + int.from_bytes(buf[pos + 1 : pos + 5], "big")
     if end > n:
         raise AmqpFormatError(f"the value at byte {pos} runs past the end ({end} > {n})")

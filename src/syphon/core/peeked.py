@@ -34,15 +34,17 @@ DEAD_LETTER_SOURCE = "x-opt-deadletter-source"
 _UNREADABLE = object()
 
 
-def read_encoded(encoded: bytes) -> tuple[dict[str, TypedValue], str | None, str, bytes]:
+def read_encoded(
+    encoded: bytes, parts: list[ab.Section] | None = None
+) -> tuple[dict[str, TypedValue], str | None, str, bytes]:
     """What the snapshot reads from a message's sections: its typed application
     properties, their problem (or ``message_malformed`` when the bytes are not AMQP
     sections), the body's kind (``data``, ``value`` or ``sequence``; ``data`` when it has
     none) and the body's bytes: the data sections' contents joined, or the value or
     sequence sections as encoded (so that any change of type or value changes the
-    digest)."""
+    digest). ``parts``: the message's sections when the caller read them already."""
     try:
-        return _read_sections(ab.sections(encoded))
+        return _read_sections(ab.sections(encoded) if parts is None else parts)
     except ab.AmqpFormatError:
         return {}, MESSAGE_MALFORMED, "data", b""
 
@@ -67,13 +69,7 @@ def content_columns(encoded: bytes, parts: list[ab.Section] | None = None) -> di
     ``application_properties``, ``property_problem``, ``body_type``, ``body_size``,
     ``body_sha256``, ``encoded``. ``parts``: the message's sections when the caller
     read them already."""
-    if parts is None:
-        props, problem, body_type, body = read_encoded(encoded)
-    else:
-        try:
-            props, problem, body_type, body = _read_sections(parts)
-        except ab.AmqpFormatError:
-            props, problem, body_type, body = {}, MESSAGE_MALFORMED, "data", b""
+    props, problem, body_type, body = read_encoded(encoded, parts)
     return {
         "application_properties": props,
         "property_problem": problem,
