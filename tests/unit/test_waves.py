@@ -193,20 +193,26 @@ def _queue() -> DiscoveredQueue:
 def test_the_next_wave_is_read_once_the_caller_has_planned_this_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """syphon.job.waves.read_waves: wave 2's read waits for wave 1's plan (the plan has
+    """syphon.job.waves.read_waves: wave 3's read waits for wave 2's plan (the plan has
     the cores and the driver's interpreter to itself), then runs while the caller
-    replays and settles wave 1; a caller that never says it planned a wave gets the next
-    one all the same."""
-    started = _waves_read_by(monkeypatch, waves=3)
+    replays and settles wave 2; wave 2's read waits for the whole first wave (its replay
+    is the way to the first message home), and a caller that never says it planned a
+    wave gets the next one all the same."""
+    started = _waves_read_by(monkeypatch, waves=4)
     waves = read_waves(None, [_queue()], 2, T0)  # type: ignore[arg-type]
     first = next(waves)
-    time.sleep(0.2)  # time enough for a read that did not wait to start
-    assert started == [1]
     first.planned()
-    wait_until(lambda: started == [1, 2], timeout=10)  # before the caller asks for wave 2
-    assert next(waves).number == 2  # not said planned: wave 3 is read when asked for
+    time.sleep(0.2)  # time enough for a read that did not wait to start
+    assert started == [1]  # the first wave is replayed with the cores to itself
+    second = next(waves)
+    assert (second.number, started) == (2, [1, 2])
+    time.sleep(0.2)
+    assert started == [1, 2]
+    second.planned()
+    wait_until(lambda: started == [1, 2, 3], timeout=10)  # before the caller asks
+    assert next(waves).number == 3  # not said planned: wave 4 is read when asked for
     assert next(waves).last
-    assert started == [1, 2, 3]
+    assert started == [1, 2, 3, 4]
     assert list(waves) == []
 
 

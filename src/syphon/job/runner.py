@@ -90,7 +90,7 @@ class WaveRunner:
         read = replace(wave, operations=self.reading.counted(wave.queues, wave.handed_out))
         planned = self._planned(plan_snapshot(ctx, request, read, listed, mark), wave)
         self._hold_unseen(listed)  # before anything of the wave is sent
-        wave.planned()  # the next wave's read starts: the plan had the cores to itself
+        wave.planned()  # the next wave's read may start: the plan had the cores to itself
         failpoints.check("after_plan")
         self.replay_and_settle(planned)
         self._progress(wave, expected)
