@@ -340,7 +340,7 @@ def read_waves(
     wave's first message home, and a read beside it shares the cores and the driver's
     interpreter (tests/benchmarks/README.md, "Reading the next wave after the plan").
     The first wave's replay is on that way too, and the second wave's read (twenty
-    times the first's messages) beside it held its first message back by 3 s to 5 s:
+    times the first's messages) beside it delayed its first message by 3 s to 5 s:
     wave 2 is read when the caller asks for it, once the first wave is home (the same
     README, "The second wave's read after the first wave's replay").
     The read of a wave taken when the caller stops early is thrown away (peeked:
