@@ -290,6 +290,10 @@ def read_wave(
         have, limit = read, limit * 2
 
 
+def _no_read_ahead() -> None:
+    """A :attr:`Wave.planned` that starts nothing: the next read waits to be asked for."""
+
+
 @dataclass(kw_only=True)
 class Wave(SnapshotRead):
     """One wave's snapshot, as the plan takes it (its ``snapshot`` and ``messages``).
@@ -313,11 +317,7 @@ class Wave(SnapshotRead):
     queues: int
     handed_out: int | None = None
     many: bool = False
-    planned: Callable[[], None] = field(default=lambda: None, compare=False, repr=False)
-
-
-def _after_the_wave() -> None:
-    """The first wave's :attr:`Wave.planned`: wave 2's read waits to be asked for."""
+    planned: Callable[[], None] = field(default=_no_read_ahead, compare=False, repr=False)
 
 
 def read_waves(
@@ -341,8 +341,8 @@ def read_waves(
     interpreter (tests/benchmarks/README.md, "Reading the next wave after the plan").
     The first wave's replay is on that way too, and the second wave's read (twenty
     times the first's messages) beside it delayed its first message by 3 s to 5 s:
-    wave 2 is read when the caller asks for it, once the first wave is home (the same
-    README, "The second wave's read after the first wave's replay").
+    wave 2 is read when the caller asks for it, once wave 1 is sent and settled (the
+    same README, "The second wave's read after the first wave's replay").
     The read of a wave taken when the caller stops early is thrown away (peeked:
     nothing was locked; received: what it keeps locked is given back with the rest when
     the run ends)."""
@@ -411,7 +411,7 @@ def read_waves(
                     handed_out=got.handed_out,
                     many=True,
                     timings=timings,
-                    planned=go.set if number > 1 else _after_the_wave,  # see above
+                    planned=go.set if number > 1 else _no_read_ahead,  # see above
                 )
                 if not more:
                     return
