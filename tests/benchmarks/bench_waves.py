@@ -204,6 +204,11 @@ def curve(run: WaveRun) -> str:
     return " ".join(points)
 
 
+def by_kind(run: WaveRun) -> str:
+    """The run's peak by kind of process, in GB."""
+    return ", ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(run.usage.peak_by_kind.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
@@ -291,6 +296,7 @@ def main() -> None:
                         f"order violations {other.violations}",
                         flush=True,
                     )
+                    print(f"  peak by kind of process (GB): {by_kind(other)}", flush=True)
                 u = run.usage
                 print(
                     f"{name}: {total:,} messages, wall {u.wall:.1f} s, CPU {u.cpu:.1f} s, "
@@ -299,9 +305,8 @@ def main() -> None:
                     f"order violations {run.violations}",
                     flush=True,
                 )
-                kinds = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(u.peak_by_kind.items()))
                 print(f"  home over time: {curve(run)}", flush=True)
-                print(f"  peak by kind of process (GB): {kinds}", flush=True)
+                print(f"  peak by kind of process (GB): {by_kind(run)}", flush=True)
             if len(runs) < len(plan):
                 partial_targets(runs, args.messages, args.small)
                 return

@@ -105,6 +105,25 @@ def test_a_local_run_in_waves_keeps_its_heap_close_to_what_it_holds() -> None:
     assert JAVA not in cluster
 
 
+def test_a_local_run_in_waves_hands_its_freed_c_heap_back_on_a_java_that_can() -> None:
+    from syphon.app.spark import WAVE_JAVA_OPTIONS, WAVE_TRIM_OPTIONS
+
+    local = SparkConfig(master="local[2]")
+    trimmed = spark_settings(local, expected_messages=20_000, waves=True, trims=True)
+    assert trimmed[JAVA].endswith(f"{WAVE_JAVA_OPTIONS} {WAVE_TRIM_OPTIONS}")
+    # a Java that does not know the option would not start: it is not given
+    assert (
+        WAVE_TRIM_OPTIONS not in spark_settings(local, expected_messages=20_000, waves=True)[JAVA]
+    )
+    # nor to a run in one wave
+    one = spark_settings(local, expected_messages=20_000, trims=True)
+    assert WAVE_TRIM_OPTIONS not in one[JAVA]
+    # the config's own options still come last, and win
+    own = SparkConfig(master="local[2]", conf={JAVA: "-XX:TrimNativeHeapInterval=0"})
+    last = spark_settings(own, expected_messages=20_000, waves=True, trims=True)[JAVA]
+    assert last.endswith(f"{WAVE_TRIM_OPTIONS} -XX:TrimNativeHeapInterval=0")
+
+
 def test_a_master_where_spark_connect_hands_out_the_session_says_how_to_join_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -23,11 +23,12 @@ import contextlib
 import hashlib
 import logging
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from syphon.app.java import java_executable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,11 +85,9 @@ def environment_key() -> str | None:
         import pyspark
     except ImportError:
         return None
-    home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not java or not os.path.exists(java):
+    real = java_executable()
+    if real is None:
         return None
-    real = os.path.realpath(java)
     jars = Path(pyspark.__file__).parent / "jars"
     listing = sorted(p.name for p in jars.iterdir()) if jars.is_dir() else []
     parts = [pyspark.__version__, real, str(os.stat(real).st_mtime_ns), sys.prefix, *listing]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from syphon.app.classarchive import class_archive, write_at_exit
+from syphon.app.java import java_executable, java_version, trims_native_heap
 from syphon.core.config import SecretRef, SparkConfig
 from syphon.core.errors import SecretError, SparkSetupError
 from syphon.core.sessions import SessionFit
@@ -93,6 +94,13 @@ QUICK_START_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 #: default policy (grow while less than 40 % is free) let the heap expand wave after
 #: wave to its maximum.
 WAVE_JAVA_OPTIONS = "-XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=20"
+
+#: The JVM options, after :data:`WAVE_JAVA_OPTIONS`, of a local session of a run in waves
+#: on a Java that knows them (:func:`syphon.app.java.trims_native_heap`): glibc keeps what
+#: the JVM's threads free (compilations, a wave's buffers) for their next allocations, and
+#: a run of many waves kept more of it resident than one wave (tests/benchmarks/README.md,
+#: "Why the settings are what they are"); the JVM hands it back every 5 s.
+WAVE_TRIM_OPTIONS = "-XX:+UnlockExperimentalVMOptions -XX:TrimNativeHeapInterval=5000"
 
 #: The heap of a local session of a run in waves whose wave's bytes are known (the
 #: management discovery's queue sizes), unless ``spark.conf`` sets
@@ -216,13 +224,14 @@ def spark_settings(
     expected_messages: int | None = None,
     waves: bool = False,
     wave_bytes: int | None = None,
+    trims: bool = False,
 ) -> dict[str, str]:
     """Every setting the session gets: syphon's (for a local session of a run expecting
     at most :data:`QUICK_START_MESSAGES` messages, a quick start's, without code
     generation up to :data:`INTERPRETED_MESSAGES`; for a run in ``waves``, a heap kept
-    close to what it holds: :data:`WAVE_JAVA_OPTIONS`, and sized to ``wave_bytes`` when
-    known: :func:`wave_heap_mb`), then the config's (its secret references read here,
-    never logged).
+    close to what it holds: :data:`WAVE_JAVA_OPTIONS`, :data:`WAVE_TRIM_OPTIONS` when its
+    Java ``trims``, and sized to ``wave_bytes`` when known: :func:`wave_heap_mb`), then
+    the config's (its secret references read here, never logged).
 
     Raises:
         SecretError: a referenced secret is not set.
@@ -237,10 +246,9 @@ def spark_settings(
             if expected_messages <= INTERPRETED_MESSAGES:
                 settings.update(INTERPRETED_CONF)
         if waves:
+            wave = f"{WAVE_JAVA_OPTIONS} {WAVE_TRIM_OPTIONS}" if trims else WAVE_JAVA_OPTIONS
             options = settings.get(_JAVA_OPTIONS)
-            settings[_JAVA_OPTIONS] = (
-                f"{options} {WAVE_JAVA_OPTIONS}" if options else WAVE_JAVA_OPTIONS
-            )
+            settings[_JAVA_OPTIONS] = f"{options} {wave}" if options else wave
             if wave_bytes is not None:
                 settings[_DRIVER_MEMORY] = f"{wave_heap_mb(wave_bytes)}m"
     for key, value in config.conf.items():
@@ -311,6 +319,7 @@ def build_spark_session(
         expected_messages=fit.expected_messages,
         waves=fit.waves,
         wave_bytes=fit.wave_bytes,
+        trims=local and fit.waves and trims_native_heap(java_version(java_executable())),
     )
     if local:  # the JVM's own log: errors only (its start-up lines come before any setting)
         quiet = f"-Dlog4j2.configurationFile={resources.files('syphon.app') / 'log4j2.properties'}"
