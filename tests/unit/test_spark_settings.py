@@ -188,3 +188,20 @@ def test_a_local_run_in_waves_of_known_bytes_sizes_its_heap_to_a_wave() -> None:
     assert memory not in spark_settings(cluster, waves=True, wave_bytes=330 * mb)
     own = SparkConfig(master="local[2]", conf={memory: "3g"})
     assert spark_settings(own, waves=True, wave_bytes=330 * mb)[memory] == "3g"
+
+
+def test_a_local_run_in_waves_gives_each_python_task_a_worker_of_its_own() -> None:
+    from syphon.app.spark import WAVE_WORKER_CONF
+
+    local = SparkConfig(master="local[2]")
+    fresh = spark_settings(local, expected_messages=20_000, waves=True, fresh_workers=True)
+    assert all(fresh[k] == v for k, v in WAVE_WORKER_CONF.items())
+    for settings in (
+        spark_settings(local, expected_messages=20_000, waves=True),  # Azure AD: reused
+        spark_settings(local, expected_messages=20_000, fresh_workers=True),  # one wave
+        spark_settings(SparkConfig(master=None), waves=True, fresh_workers=True),  # a cluster
+    ):
+        assert not set(WAVE_WORKER_CONF) & set(settings)
+    own = SparkConfig(master="local[2]", conf={"spark.python.worker.reuse": "true"})
+    mine = spark_settings(own, expected_messages=20_000, waves=True, fresh_workers=True)
+    assert mine["spark.python.worker.reuse"] == "true"  # the config's own wins

@@ -43,3 +43,32 @@ def test_without_an_installed_pyspark_the_path_is_as_spark_set_it(tmp_path: Path
     path = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip"), str(tmp_path / "empty")]
     assert installed_first(path) == path
     assert installed_first(["/work", str(tmp_path)]) == ["/work", str(tmp_path)]
+
+
+def test_what_the_daemon_preloads_imports_and_starts_no_thread_of_its_own() -> None:
+    import subprocess
+    import sys
+
+    from syphon.app.worker_daemon import PRELOADED
+
+    script = (
+        "import os, sys, threading\n"
+        "import pyarrow\n"
+        "arrows = len(os.listdir('/proc/self/task'))\n"
+        "for name in sys.argv[1:]:\n"
+        "    __import__(name)\n"
+        "print(threading.active_count(), arrows, len(os.listdir('/proc/self/task')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *PRELOADED],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr  # each of them imports: none is misnamed
+    python_threads, arrows, after = (int(n) for n in done.stdout.split())
+    # no Python thread (one holding the interpreter's locks across the fork would leave
+    # the worker stuck), and no native thread beyond those Arrow's own import starts
+    # (its allocator's and its pool's, which Arrow starts again in a forked child)
+    assert python_threads == 1
+    assert after == arrows

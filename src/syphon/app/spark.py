@@ -102,6 +102,14 @@ WAVE_JAVA_OPTIONS = "-XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=20"
 #: "Why the settings are what they are"); the JVM hands it back every 5 s.
 WAVE_TRIM_OPTIONS = "-XX:+UnlockExperimentalVMOptions -XX:TrimNativeHeapInterval=5000"
 
+#: The settings of a local session of a run in waves whose namespaces do not sign in with
+#: Azure AD (the config's own win): each Python task gets a worker of its own, forked from
+#: the daemon that holds what the tasks import (syphon.app.worker_daemon). A reused worker
+#: keeps what its largest task touched, for every later task of a run of many waves; a
+#: worker of its own would fetch an Azure AD token of its own, and a short run would pay
+#: a fork for each task (tests/benchmarks/README.md, "Why the settings are what they are").
+WAVE_WORKER_CONF: dict[str, str] = {"spark.python.worker.reuse": "false"}
+
 #: The heap of a local session of a run in waves whose wave's bytes are known (the
 #: management discovery's queue sizes), unless ``spark.conf`` sets
 #: ``spark.driver.memory``: :data:`WAVE_HEAP_BASE_MB` plus a wave's bytes, in steps of
@@ -225,13 +233,15 @@ def spark_settings(
     waves: bool = False,
     wave_bytes: int | None = None,
     trims: bool = False,
+    fresh_workers: bool = False,
 ) -> dict[str, str]:
     """Every setting the session gets: syphon's (for a local session of a run expecting
     at most :data:`QUICK_START_MESSAGES` messages, a quick start's, without code
     generation up to :data:`INTERPRETED_MESSAGES`; for a run in ``waves``, a heap kept
     close to what it holds: :data:`WAVE_JAVA_OPTIONS`, :data:`WAVE_TRIM_OPTIONS` when its
-    Java ``trims``, and sized to ``wave_bytes`` when known: :func:`wave_heap_mb`), then
-    the config's (its secret references read here, never logged).
+    Java ``trims``, sized to ``wave_bytes`` when known (:func:`wave_heap_mb`), and
+    :data:`WAVE_WORKER_CONF` with ``fresh_workers``), then the config's (its secret
+    references read here, never logged).
 
     Raises:
         SecretError: a referenced secret is not set.
@@ -251,6 +261,8 @@ def spark_settings(
             settings[_JAVA_OPTIONS] = f"{options} {wave}" if options else wave
             if wave_bytes is not None:
                 settings[_DRIVER_MEMORY] = f"{wave_heap_mb(wave_bytes)}m"
+            if fresh_workers:
+                settings.update(WAVE_WORKER_CONF)
     for key, value in config.conf.items():
         if isinstance(value, SecretRef):
             try:
@@ -320,6 +332,7 @@ def build_spark_session(
         waves=fit.waves,
         wave_bytes=fit.wave_bytes,
         trims=local and fit.waves and trims_native_heap(java_version(java_executable())),
+        fresh_workers=fit.waves and not fit.azure_ad,
     )
     if local:  # the JVM's own log: errors only (its start-up lines come before any setting)
         quiet = f"-Dlog4j2.configurationFile={resources.files('syphon.app') / 'log4j2.properties'}"

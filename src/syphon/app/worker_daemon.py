@@ -48,11 +48,29 @@ def _is_spark_zip(entry: str) -> bool:
     return entry.endswith(".zip") and name.startswith(_ZIP_PREFIXES)
 
 
-#: What syphon's Python tasks import (its Arrow and pandas stages, the SDK), imported
-#: once by the daemon before it forks: a forked worker starts with them (about 0.4 CPU-s
-#: a worker otherwise). None of them starts a thread on import, so the fork is as safe as
-#: PySpark's own.
-PRELOADED = ("pandas", "pyarrow", "azure.servicebus")
+#: What syphon's Python tasks import (its Arrow and pandas stages, the SDK, PySpark's
+#: worker and the syphon modules whose functions the tasks run), imported once by the
+#: daemon before it forks: a forked worker starts with them (about 0.4 CPU-s a worker
+#: otherwise), which counts for each task where a task gets a worker of its own
+#: (syphon.app.spark.WAVE_WORKER_CONF). None starts a Python thread, and the only
+#: native threads running at the fork are those Arrow's own import starts (its
+#: allocator's background thread and a pool's), which Arrow starts again in a forked
+#: child (tests/unit/test_worker_daemon.py).
+PRELOADED = (
+    "pandas",
+    "pyarrow",
+    "azure.servicebus",
+    "pyspark.worker",
+    "syphon.app.pyworkers",
+    "syphon.job.batches",
+    "syphon.job.handoff",
+    "syphon.job.repair",
+    "syphon.job.replay",
+    "syphon.job.settle",
+    "syphon.job.snapshot",
+    "syphon.job.where",
+    "syphon.store.delta",
+)
 
 
 def main() -> None:

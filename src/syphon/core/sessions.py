@@ -24,11 +24,14 @@ class SessionFit:
             unknown).
         waves: whether the run drains its source in several waves.
         wave_bytes: about how many bytes a wave's messages take (None: unknown).
+        azure_ad: whether any namespace the run reads or sends to signs in with Azure AD
+            (a Python worker of its own per task would fetch a token of its own).
     """
 
     expected_messages: int | None = None
     waves: bool = False
     wave_bytes: int | None = None
+    azure_ad: bool = False
 
 
 #: The task count a Spark Connect session's stages take when its configuration does not

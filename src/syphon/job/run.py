@@ -94,7 +94,9 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
                 # records them under the lease, and reads nothing
                 return _leased_run(ctx, request, ledger, reading, lambda runner: None)
             wave_messages = _wave_messages(ctx, request, discovered.queues)
-            ctx.spark.fit(_fit(discovered, wave_messages))  # before anything starts it
+            signs_in = [request.source.access, *ctx.namespaces.primaries.values()]
+            fit = _fit(discovered, wave_messages, any(a.uses_azure_ad for a in signs_in))
+            ctx.spark.fit(fit)  # before anything starts it
 
             def waves(runner: WaveRunner) -> None:
                 _waves(runner, discovered.queues, wave_messages)
@@ -160,9 +162,10 @@ def _take_up(runner: WaveRunner) -> None:
     runner.resumed(resumed.wave)
 
 
-def _fit(discovered: Discovered, wave_messages: int | None) -> SessionFit:
-    """What the run's session is fitted to: a wave's messages, at most, and about what
-    they take (the source's bytes in the share of its messages a wave reads)."""
+def _fit(discovered: Discovered, wave_messages: int | None, azure_ad: bool) -> SessionFit:
+    """What the run's session is fitted to: a wave's messages, at most, about what they
+    take (the source's bytes in the share of its messages a wave reads), and whether its
+    namespaces sign in with ``azure_ad``."""
     total, size = discovered.messages, discovered.size_bytes
     expected = total
     if expected is not None and wave_messages is not None:
@@ -170,7 +173,8 @@ def _fit(discovered: Discovered, wave_messages: int | None) -> SessionFit:
     wave_bytes = None
     if size is not None and total and expected is not None:
         wave_bytes = -(-size * expected // total)
-    return SessionFit(expected, waves=wave_messages is not None, wave_bytes=wave_bytes)
+    waves = wave_messages is not None
+    return SessionFit(expected, waves=waves, wave_bytes=wave_bytes, azure_ad=azure_ad)
 
 
 def _wave_messages(
