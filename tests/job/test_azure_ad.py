@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusMessage
 
-from support.paired_env import PRIMARY, Pair, job_config, run_job, send_raw
+from support.paired_env import PRIMARY, Pair, job_config, send_raw
 from syphon.core.errors import ExitCode
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.store.audit import AUDIT_TABLE
@@ -109,11 +109,26 @@ def test_a_run_with_a_managed_identity_uses_bearer_tokens_only(
     assert config.secondary.credential.type == "managed_identity"
     for emulator in (pair.primary, pair.secondary):
         emulator.broker.auth_seen.clear()
+    from syphon.app import services
+    from syphon.core.sessions import SessionFit
 
-    result = run_job(config, spark)
+    fits: list[SessionFit] = []
+
+    def build(_conf: Any, _dbutils_get: Any, fit: SessionFit) -> Any:
+        """Stands for build_spark_session: records the fit, returns the tests' session."""
+        fits.append(fit)
+        return spark
+
+    monkeypatch.setattr(services, "build_spark_session", build)
+    monkeypatch.setattr(services, "start_python_workers", lambda _session: None)
+
+    result = services.run_with_report(services.build_context(config))
 
     assert result.status == "done", result
     assert result.exit_code == ExitCode.DONE
+    # the session is told: a run in waves would keep its Python workers (each fresh
+    # worker would fetch a token of its own, syphon.app.spark.WAVE_WORKER_CONF)
+    assert [f.azure_ad for f in fits] == [True]
     orders = pair.primary.broker.entity("orders")
     assert sorted(str(m.message_id) for m in orders.messages.values()) == ["m1", "m2"]
     assert not pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/0").messages

@@ -588,12 +588,12 @@ def test_the_session_is_told_how_many_messages_the_discovery_counted(
     size = sum(q.size_in_bytes for q in admin.list_queues_runtime_properties())
     assert size > len("c0-0") * 7
     config = job_config(pair, tmp_path, monkeypatch)
-    told: list[tuple[int | None, int | None]] = []
+    told: list[tuple[int | None, int | None, bool]] = []
 
     def build(_conf: Any, _dbutils_get: Any, fit: SessionFit) -> Any:
         """Stands for build_spark_session: records the fit, returns the test's session
         (one shared JVM per test worker)."""
-        told.append((fit.expected_messages, fit.wave_bytes))
+        told.append((fit.expected_messages, fit.wave_bytes, fit.azure_ad))
         return spark
 
     monkeypatch.setattr(services, "build_spark_session", build)
@@ -606,5 +606,6 @@ def test_the_session_is_told_how_many_messages_the_discovery_counted(
         spark.conf.set(key, LOCAL_CONF[key])  # as a local session starts
     ctx = build_context(config)
     assert run_with_report(ctx).status == "done"
-    assert told == [(7, size)]  # one wave: the backlog's bytes, as the namespace said
+    # one wave: the backlog's bytes, as the namespace said; connection strings, no Azure AD
+    assert told == [(7, size, False)]
     assert spark.conf.get(shuffles) == "1"
