@@ -115,9 +115,10 @@ def test_a_local_run_in_waves_hands_its_freed_c_heap_back_on_a_java_that_can() -
     assert (
         WAVE_TRIM_OPTIONS not in spark_settings(local, expected_messages=20_000, waves=True)[JAVA]
     )
-    # nor to a run in one wave
+    # nor to a run in one wave, nor to a cluster's JVM (the platform's)
     one = spark_settings(local, expected_messages=20_000, trims=True)
     assert WAVE_TRIM_OPTIONS not in one[JAVA]
+    assert JAVA not in spark_settings(SparkConfig(master=None), waves=True, trims=True)
     # the config's own options still come last, and win
     own = SparkConfig(master="local[2]", conf={JAVA: "-XX:TrimNativeHeapInterval=0"})
     last = spark_settings(own, expected_messages=20_000, waves=True, trims=True)[JAVA]
