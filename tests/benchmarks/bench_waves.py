@@ -32,7 +32,8 @@ first message home within 15 s, peak memory with waves at most 1.2x the small ru
 total wall with waves at most 1.1x one wave. ``--read once`` runs every run with
 ``run.read: once`` (the source received once under lock, beside the driver);
 ``--against-read`` sets the ``--against`` runs' (``--against`` this tree's own folder:
-both reads of one tree side by side).
+both reads of one tree side by side). ``--logs DIR`` keeps each run's log (its stderr,
+secrets masked as always) in ``DIR``, named by the run and the tree.
 """
 
 from __future__ import annotations
@@ -106,6 +107,10 @@ def depth(admin: ServiceBusAdministrationClient) -> int:
     )
 
 
+#: Where each run's log is kept (``--logs``; empty: not kept).
+LOGS: list[Path] = []
+
+
 def run_one(
     name: str,
     direct: dict[str, Any],
@@ -148,6 +153,9 @@ def run_one(
     finally:
         stop.set()
         watcher.join()
+    for folder in LOGS:
+        tree = "this" if against is None else against.name
+        (folder / f"{name.replace(' ', '-')}-{total}-{tree}.log").write_text(usage.stderr)
     if usage.returncode not in (0, 5):
         raise RuntimeError(f"syphon run exited {usage.returncode}: {usage.stderr[-3000:]}")
     received, bad, first = drain_checked(direct["primary"]["conn"])
@@ -255,7 +263,11 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="an extra spark.conf setting of syphon's config",
     )
+    parser.add_argument("--logs", type=Path, help="keep each run's log in this folder")
     args = parser.parse_args()
+    if args.logs is not None:
+        args.logs.mkdir(parents=True, exist_ok=True)
+        LOGS.append(args.logs)
     SPARK_CONF.update(dict(kv.split("=", 1) for kv in args.spark_conf))
     bench_run.BODY_BYTES = args.body_bytes
     wanted = {n.strip() for n in args.runs.split(",")}
