@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,13 +45,17 @@ def start_python_workers(spark: SparkSession) -> threading.Thread:
 
 
 def _warm(spark: SparkSession) -> None:
+    # a job of the session's context, not a query: a cold JVM plans a query (a
+    # DataFrame's analysis, optimisation and code) for about a second before its task
+    # starts, which the daemon's start, and the run's first Python task, waited for
     try:
-        spark.sparkContext.setJobGroup(GROUP, DESCRIPTION)
-        spark.range(1, numPartitions=1).mapInArrow(_same, "id long").collect()
+        context = spark.sparkContext
+        context.setJobGroup(GROUP, DESCRIPTION)
+        context.parallelize([0], 1).mapPartitions(_same).collect()
     except Exception as exc:  # the session stopped under it, or a task failed
         log.debug("the Python workers did not start ahead of the run: %s", exc)
 
 
-def _same(batches: Iterator[Any]) -> Iterator[Any]:
-    """What the warm-up's task runs: its batches as they come."""
-    yield from batches
+def _same(items: Iterable[int]) -> Iterator[int]:
+    """What the warm-up's task runs: its items as they come."""
+    yield from items
