@@ -27,6 +27,7 @@ from support.report_html import parse_report, table_dict
 from support.waves import QUEUES, arrived, park_spread, queue, waves_config
 from syphon.app.services import run_with_report
 from syphon.core.schema import Status
+from syphon.job import plan
 from syphon.job.request import Asked, run_request
 from syphon.servicebus.backlog_messages import to_backlog_message
 
@@ -52,6 +53,11 @@ def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message
     keys = park_spread(pair, "w", MESSAGES)
     # peeked (read once: tests/job/test_read_once_runs.py); 2 messages a queue and wave
     config = waves_config(pair, tmp_path, monkeypatch, read="peek")
+    fitted: list[bool] = []  # each wave's plan: interpreted or compiled (the tests' session
+    # plans everything interpreted: tests/spark/test_session.py checks the setting itself)
+    monkeypatch.setattr(
+        plan, "fit_code_generation", lambda spark, first, conf: fitted.append(first) or False
+    )
     with caplog.at_level(logging.INFO, logger="syphon.job.runner"):
         result = run_job(config, spark, "waves")
     assert result.status == Status.DONE, result
@@ -80,6 +86,7 @@ def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message
     assert marks == sorted(marks)
     assert sum(sum(w.counts.values()) for w in waves) == MESSAGES
     assert all(sum(w.counts.values()) <= 6 for w in waves)
+    assert fitted == [True] + [False] * (len(waves) - 1)  # the small first wave only
     # every destination probed once, not once per wave
     assert result.operations.replay_probes == 2
     # the report's waves: one row each, messages home growing to every message

@@ -248,6 +248,48 @@ def test_a_run_sizes_its_shuffles_to_its_backlog_unless_the_operator_chose(
                 spark.conf.set(k, value)
 
 
+def test_a_small_first_wave_is_planned_without_generated_code_unless_the_operator_chose(
+    spark: SparkSession, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run in waves plans its small first wave interpreted and the next waves compiled
+    (syphon.job.context.fit_code_generation); the operator's setting, in the config or
+    in the session, wins."""
+    from syphon.job.context import COMPILED_CONF, FITTED_CODEGEN, fit_code_generation
+
+    key = "spark.sql.codegen.wholeStage"
+    kept = {k: spark.conf.get(k, None) for k in (*COMPILED_CONF, FITTED_CODEGEN)}
+
+    def compiled() -> bool:
+        """Whether a query's physical plan has stages of generated code (``*(1)``)."""
+        spark.range(10).selectExpr("id * 2 AS x").where("x > 3").explain()
+        return "*(" in capsys.readouterr().out
+
+    try:
+        for k, value in COMPILED_CONF.items():  # Spark's defaults: a cluster nobody tuned
+            spark.conf.set(k, value)
+        spark.conf.unset(FITTED_CODEGEN)
+        assert compiled()
+        assert fit_code_generation(spark, True, {})  # the first wave
+        assert spark.conf.get(key) == "false"
+        assert not compiled()
+        assert fit_code_generation(spark, False, {})  # the next: as Spark's default again
+        assert spark.conf.get(key) == "true"
+        assert compiled()
+        # the operator's choice wins: in the config's spark.conf, or in the session
+        assert not fit_code_generation(spark, True, {key: "true"})
+        assert spark.conf.get(key) == "true"
+        spark.conf.set(key, "false")  # the operator's, or a quick start's session
+        spark.conf.unset(FITTED_CODEGEN)
+        assert not fit_code_generation(spark, False, {})
+        assert spark.conf.get(key) == "false"
+    finally:
+        for k, value in kept.items():
+            if value is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, value)
+
+
 def test_a_stage_that_talks_to_service_bus_takes_a_task_per_share_of_messages(
     spark: SparkSession,
 ) -> None:

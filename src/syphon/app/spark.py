@@ -28,7 +28,7 @@ from syphon.app.classarchive import class_archive, write_at_exit
 from syphon.app.java import java_executable, java_version, trims_native_heap
 from syphon.core.config import SecretRef, SparkConfig
 from syphon.core.errors import SecretError, SparkSetupError
-from syphon.core.sessions import SessionFit
+from syphon.core.sessions import INTERPRETED_CONF, INTERPRETED_MESSAGES, SessionFit
 from syphon.job.context import FITTED_SHUFFLE_PARTITIONS
 from syphon.servicebus.secrets import resolve_secret
 
@@ -78,11 +78,6 @@ LOCAL_CONF: dict[str, str] = {
 #: starts to pay is not measured, so the threshold stays well below the million.
 QUICK_START_MESSAGES = 100_000
 
-#: A quick start of a run that expects at most this many messages also plans its queries
-#: without code generation: compiling each query's code costs about a second of a cold
-#: run, and interpreting it costs about 0.25 CPU-ms per message more.
-INTERPRETED_MESSAGES = 10_000
-
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 #: The JVM options of a quick start (before the config's own, which win).
@@ -126,12 +121,6 @@ _DRIVER_MEMORY = "spark.driver.memory"
 #: The query settings of a quick start (the config's own win).
 QUICK_START_CONF: dict[str, str] = {
     "spark.sql.adaptive.enabled": "false",
-}
-
-#: The query settings of a quick start of at most :data:`INTERPRETED_MESSAGES`.
-INTERPRETED_CONF: dict[str, str] = {
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
 
 #: Settings syphon relies on wherever it runs.

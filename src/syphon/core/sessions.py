@@ -34,6 +34,19 @@ class SessionFit:
     azure_ad: bool = False
 
 
+#: A quick start of a run that expects at most this many messages plans its queries
+#: without code generation (:func:`syphon.app.spark.build_spark_session`), and so does a
+#: run's first wave of at most this many (:func:`syphon.job.context.fit_code_generation`):
+#: compiling each query's code costs about a second of a cold JVM, and interpreting it
+#: costs about 0.25 CPU-ms per message more.
+INTERPRETED_MESSAGES = 10_000
+
+#: The query settings that plan without code generation.
+INTERPRETED_CONF: dict[str, str] = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
 #: The task count a Spark Connect session's stages take when its configuration does not
 #: say (``spark.default.parallelism``): a client cannot see the cluster's cores.
 CONNECT_DEFAULT_PARALLELISM = 8

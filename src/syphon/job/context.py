@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from syphon.core.config import MESSAGES_PER_TASK_DEFAULT, SyphonConfig
-from syphon.core.sessions import SessionFit, default_parallelism, release_memory
+from syphon.core.sessions import (
+    INTERPRETED_CONF,
+    SessionFit,
+    default_parallelism,
+    is_connect,
+    release_memory,
+)
+from syphon.obs import progress
 from syphon.servicebus.access import Namespaces
 from syphon.store.audit import AuditStore
 
@@ -29,8 +38,10 @@ RELEASE_FROM_BYTES = 16 * 2**20
 
 
 class SparkOnDemand:
-    """Starts the Spark session the first time it is called, then returns it. A run that
-    needs no Spark (an empty one) never calls it.
+    """Starts the Spark session the first time it is called, then returns it; or in the
+    background from :meth:`start_soon`, the first call then waiting for it. A run that
+    needs no Spark (an empty one) never calls it. Every session it starts is watched by
+    the progress reporter (:func:`syphon.obs.progress.watch`).
 
     Args:
         factory: makes the session, given the run's :class:`SessionFit` (what
@@ -39,29 +50,66 @@ class SparkOnDemand:
 
     def __init__(self, factory: Callable[[SessionFit], SparkSession]) -> None:
         self._factory = factory
+        self._start: Future[SparkSession] | None = None
+        self._claim = threading.Lock()
         self._session: SparkSession | None = None
         self._fit = SessionFit()
         self._wave_bytes: int | None = None
 
     def fit(self, fit: SessionFit) -> None:
         """Tells the factory what the run expects (the discovery's counts, its waves),
-        for when the session starts; a session already started keeps what it was
-        started with (its JVM's settings are fixed at its start)."""
+        for when the session starts; a session already started (or starting) keeps what
+        it was started with (its JVM's settings are fixed at its start)."""
         self._wave_bytes = fit.wave_bytes
-        if self._session is not None:
+        if self._start is not None:
             log.debug("the session started before the run knew its size: not fitted")
             return
         self._fit = fit
 
+    def start_soon(self) -> None:
+        """Starts the session in a thread of its own (nothing when it is started or
+        starting): the caller goes on with what needs no Spark meanwhile (a cold start
+        is seconds of the JVM's), and the first call waits for it; an error of the start
+        is raised by every call."""
+        start = self._claimed()
+        if start is not None:
+            threading.Thread(
+                target=self._build, args=(start,), name="syphon-spark-start", daemon=True
+            ).start()
+
     def __call__(self) -> SparkSession:
-        if self._session is None:
-            self._session = self._factory(self._fit)
-        return self._session
+        start = self._claimed()
+        if start is not None:
+            self._build(start)
+        assert self._start is not None
+        return self._start.result()
 
     @property
     def started(self) -> SparkSession | None:
-        """The session if it was started, else None."""
-        return self._session
+        """The session if it was started (waiting for a start under way), else None."""
+        if self._start is None:
+            return None
+        with contextlib.suppress(Exception):  # it did not start: the caller's call said so
+            return self._start.result()
+        return None
+
+    def _claimed(self) -> Future[SparkSession] | None:
+        """The start to make, when none was made yet; None: one was."""
+        with self._claim:
+            if self._start is not None:
+                return None
+            self._start = Future()
+            return self._start
+
+    def _build(self, start: Future[SparkSession]) -> None:
+        try:
+            session = self._factory(self._fit)
+            progress.watch(session)
+        except BaseException as exc:  # the caller's call raises it
+            start.set_exception(exc)
+            return
+        self._session = session
+        start.set_result(session)
 
     def release(self) -> None:
         """Lets the session's process give back what earlier waves kept
@@ -126,6 +174,46 @@ def fit_shuffle_partitions(
     with contextlib.suppress(Exception):
         spark.conf.set(FITTED_SHUFFLE_PARTITIONS, str(partitions))
     return partitions
+
+
+#: Spark's own values of :data:`~syphon.core.sessions.INTERPRETED_CONF`'s settings.
+COMPILED_CONF: dict[str, str] = {
+    "spark.sql.codegen.wholeStage": "true",
+    "spark.sql.codegen.factoryMode": "FALLBACK",
+}
+
+#: Where a session keeps the code generation syphon set last (``true``, ``false``), so
+#: that the next wave knows the setting for its own.
+FITTED_CODEGEN = "spark.syphon.codegen.fitted"
+
+_WHOLE_STAGE = "spark.sql.codegen.wholeStage"
+
+
+def fit_code_generation(
+    spark: SparkSession, interpreted: bool, spark_conf: Mapping[str, object]
+) -> bool:
+    """Plans the session's next queries without code generation (``interpreted``) or
+    with it, as Spark does by default. A run in waves plans its small first wave
+    interpreted and the rest compiled: a cold JVM spends about a second and a half
+    compiling the first wave's reconcile, which is on the way to the run's first message
+    home, and the second wave compiles it once for the rest of the run (the code of a
+    query of the same shape is compiled once per session).
+
+    Left alone when the operator chose (in ``spark_conf``, the config's ``spark.conf``,
+    or in the session: anything but Spark's default or the value syphon gave it; a quick
+    start's session plans every query interpreted, see
+    :data:`~syphon.core.sessions.INTERPRETED_MESSAGES`), and on a Spark Connect session,
+    whose server is no cold JVM of the run's. Returns whether it set them."""
+    if is_connect(spark) or set(INTERPRETED_CONF) & set(spark_conf):
+        return False
+    current = spark.conf.get(_WHOLE_STAGE, COMPILED_CONF[_WHOLE_STAGE])
+    if current not in (COMPILED_CONF[_WHOLE_STAGE], spark.conf.get(FITTED_CODEGEN, None)):
+        return False
+    settings = INTERPRETED_CONF if interpreted else COMPILED_CONF
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    spark.conf.set(FITTED_CODEGEN, settings[_WHOLE_STAGE])
+    return True
 
 
 def service_tasks(

@@ -22,8 +22,9 @@ from syphon.core.ledger import Operations, Timings
 from syphon.core.repair import Repair
 from syphon.core.schema import DESTINATIONS, Stage, Verdict, spark_schema
 from syphon.core.selection import Selection, SelectionError
+from syphon.core.sessions import INTERPRETED_MESSAGES
 from syphon.job.classify import Against
-from syphon.job.context import RunContext, fit_shuffle_partitions, keep
+from syphon.job.context import RunContext, fit_code_generation, fit_shuffle_partitions, keep
 from syphon.job.facts import audit_only, per_destination, plan_rows
 from syphon.job.ledger import record_planned
 from syphon.job.reconcile import reconcile_snapshot, wave_messages
@@ -120,11 +121,12 @@ def discovery_operations(
     )
 
 
-def destination_settings(ctx: RunContext) -> tuple[DataFrame | None, tuple[str, ...]]:
-    """Every entity of every primary that answers, with the settings the reconcile uses.
+def destination_settings(ctx: RunContext) -> tuple[list[tuple[Any, ...]] | None, tuple[str, ...]]:
+    """Every entity of every primary that answers, with the settings the reconcile uses
+    (rows of :data:`~syphon.core.schema.DESTINATIONS`); no Spark is needed.
 
     Returns:
-        (the destinations frame or None, the primaries that were listed completely).
+        (the destinations' rows or None, the primaries that were listed completely).
     """
     rows: list[tuple[Any, ...]] = []
     listed: list[str] = []
@@ -144,24 +146,35 @@ def destination_settings(ctx: RunContext) -> tuple[DataFrame | None, tuple[str, 
         listed.append(name)
     if not listed:
         return None, ()
-    return ctx.spark().createDataFrame(rows, spark_schema(DESTINATIONS)), tuple(listed)
+    return rows, tuple(listed)
 
 
 @dataclass(kw_only=True)
 class Listed(StageResult):
-    """The primaries' entities with their settings (``frame``; None when no primary's
-    management API answered) and the primaries listed completely."""
+    """The primaries' entities with their settings (``rows`` of
+    :data:`~syphon.core.schema.DESTINATIONS`; None when no primary's management API
+    answered) and the primaries listed completely. The listing needs no Spark, so a run
+    lists while its session starts; the plan asks for the rows as a DataFrame."""
 
-    frame: DataFrame | None
+    rows: list[tuple[Any, ...]] | None
     primaries: tuple[str, ...]
+    _frame: DataFrame | None = field(default=None, init=False, repr=False, compare=False)
+
+    def frame(self, spark: SparkSession) -> DataFrame | None:
+        """The rows as a DataFrame of ``spark``, made once for all the run's waves."""
+        if self.rows is None:
+            return None
+        if self._frame is None:
+            self._frame = spark.createDataFrame(self.rows, spark_schema(DESTINATIONS))
+        return self._frame
 
 
 def list_primaries(ctx: RunContext) -> Listed:
     """The destinations' settings, read once per run (every wave plans against them)."""
-    result = Listed(frame=None, primaries=())
+    result = Listed(rows=None, primaries=())
     with timed(result.timings, "destinations"):
         progress.step("destinations: reading the primaries' entities")
-        result.frame, result.primaries = destination_settings(ctx)
+        result.rows, result.primaries = destination_settings(ctx)
     result.operations.destinations_management_calls = 2 * len(ctx.config.primaries)
     return result
 
@@ -183,7 +196,6 @@ def plan(
     """
     source = request.source
     spark = ctx.spark()  # its start is no stage's time
-    progress.watch(spark)
     check_selection(spark, request.selection, source.redrive)
     request = replace(request, repair=check_repair(spark, request.repair, source.redrive))
     timings = Timings()
@@ -242,6 +254,9 @@ def plan_snapshot(
     with timed(timings, "snapshot"):
         peeked = read.snapshot.count() if read.messages is None else read.messages
     fit_shuffle_partitions(spark, peeked, ctx.config.spark.conf)
+    if wave is not None:  # a run in waves: its small first wave interpreted
+        first = wave.number == 1 and peeked <= INTERPRETED_MESSAGES
+        fit_code_generation(spark, first, ctx.config.spark.conf)
     planned_at = request.started if wave is None else wave.planned_at
     on_disk = wave is not None  # a run in waves (see keep)
 
@@ -297,7 +312,7 @@ def against(ctx: RunContext, request: RunRequest, listed: Listed) -> Against:
 
     return Against(
         F.lit(request.started),
-        listed.frame,
+        listed.frame(ctx.spark()),
         ctx.store.replayed(),
         request.source.access.max_message_bytes,
         listed.primaries,

@@ -53,8 +53,8 @@ from syphon.job.sources import RunSource
 from syphon.job.stages import Discovered, discover, recover, resumed_plan
 from syphon.job.wave_sizes import one_wave
 from syphon.job.waves import read_waves
-from syphon.job.where import in_driver
-from syphon.obs import failpoints, progress
+from syphon.job.where import check_before_reading
+from syphon.obs import failpoints
 from syphon.obs.logs import run_context
 from syphon.servicebus.access import Access
 from syphon.servicebus.discovery import DiscoveredQueue
@@ -141,13 +141,15 @@ def _leased_run(
     with _leased(ctx, ledger) as lease:
         if isinstance(lease, LeaseState):
             return ledger.busy(lease, ctx.config.run.lease_seconds)
-        spark = ctx.spark()  # its start is no stage's time
-        progress.watch(spark)
-        in_driver(ctx)  # where the Service Bus I/O runs: decided before anything is read
-        redrive = request.source.redrive
-        check_selection(spark, request.selection, redrive)
-        # judged before anything is read: a bad --set exits 2
-        request = replace(request, repair=check_repair(spark, request.repair, redrive))
+        # its start is no stage's time: the run goes on with what needs no Spark (its
+        # queues opened, the primaries listed) until a stage asks for it
+        ctx.spark.start_soon()
+        check_before_reading(ctx)  # a task that cannot reach a namespace exits 2
+        if request.selection is not None or request.repair is not None:
+            # judged before anything is read: a bad --where or --set exits 2
+            spark, redrive = ctx.spark(), request.source.redrive
+            check_selection(spark, request.selection, redrive)
+            request = replace(request, repair=check_repair(spark, request.repair, redrive))
         ledger.add(recover(ctx, request))  # what an interrupted run journaled
         ledger.add(recover_settles(ctx, request.source.access))
         runner = WaveRunner(ctx, request, ledger, lease, reading)

@@ -185,7 +185,6 @@ def resumed_plan(ctx: RunContext, request: RunRequest, reading: Reading) -> Resu
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     spark = ctx.spark()
-    progress.watch(spark)
     source = request.source
     rows = ctx.store.run_rows(request.run_id, Stage.PLAN)
     if rows is None:

@@ -22,13 +22,17 @@ namespaces. ``run.service_io`` says which:
   the one-task check decides (about 0.2 s, a second when it starts the session's first
   Python worker): ``tasks`` when a task connects, else ``driver``.
 
-The choice is made once per run (:func:`in_driver`) and logged.
+The choice is made once per run (:func:`in_driver`), when first needed, and logged;
+only ``tasks``, whose check can stop the run, is decided before anything is read
+(:func:`check_before_reading`): the others cannot stop it, so a run decides them once its
+session is up and goes on meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -88,6 +92,10 @@ class Endpoint:
         return cls(namespace, host.strip("[]"), AMQP_PORT)
 
 
+#: One decision at a time: a peeking read asks from its own thread.
+_DECIDING = threading.Lock()
+
+
 def in_driver(ctx: RunContext) -> bool:
     """Whether the run's Service Bus I/O runs in the driver (decided at the first call
     of the run, then remembered; see the module docstring).
@@ -95,11 +103,24 @@ def in_driver(ctx: RunContext) -> bool:
     Raises:
         TasksOfflineError: ``run.service_io`` is ``tasks`` and a task cannot connect.
     """
-    decided = ctx.decisions.get("service_io")
-    if decided is None:
-        decided = _decide(ctx)
-        ctx.decisions["service_io"] = decided
+    with _DECIDING:
+        decided = ctx.decisions.get("service_io")
+        if decided is None:
+            decided = _decide(ctx)
+            ctx.decisions["service_io"] = decided
     return decided == DRIVER
+
+
+def check_before_reading(ctx: RunContext) -> None:
+    """Decides now where the I/O runs when ``run.service_io`` is ``tasks``: its check
+    ends the run before anything is read when a task cannot connect. ``auto`` and
+    ``driver`` cannot end it, and are decided when first asked (:func:`in_driver`).
+
+    Raises:
+        TasksOfflineError: a task cannot connect.
+    """
+    if ctx.config.run.service_io == TASKS:
+        in_driver(ctx)
 
 
 def _decide(ctx: RunContext) -> str:
