@@ -128,6 +128,27 @@ def test_resume_that_fails_inside_the_lease_is_failed_and_releases_it(
     assert ctx.store.lease("next", timedelta(minutes=1)).state().holder is None  # released
 
 
+def test_a_run_whose_session_cannot_start_fails_having_received_nothing(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session starts in the background while the run opens its queues and lists the
+    primaries, and no read locks a message before it is up: a session that cannot start
+    (a bad setting, run after run on a schedule) counts no delivery against the backlog."""
+
+    def refuse() -> None:
+        raise RuntimeError("no Spark here")
+
+    park_orders(pair, "s", 2, 3)
+    ctx = context(job_config(pair, tmp_path, monkeypatch), refuse)
+    assert ctx.config.run.read == "once"  # a read that locks what it receives
+    result = run(ctx, run_request(ctx, "no-session"))
+    assert (result.status, result.detail) == (Status.FAILED, "RuntimeError")
+    for i in range(2):
+        stored = pair.secondary.broker.entity(f"{PRIMARY}/x-servicebus-transfer/{i}").messages
+        assert [(m.delivery_count, m.lock_token) for m in stored.values()] == [(0, None)] * 3
+    assert ctx.store.lease("next", timedelta(minutes=1)).state().holder is None  # released
+
+
 def test_the_lease_is_released_when_the_leased_work_raises(
     pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,7 +4,9 @@ messages safe.
 1. discover the source's queues; when every one is empty, record an ``empty`` run and
    stop — no Spark session is started;
 2. take the lease (a run that finds another holding it records ``busy`` and stops); it is renewed
-   in the background for the whole run;
+   in the background for the whole run; the Spark session starts in the background
+   while the run opens its queues and lists the primaries (what needs no Spark), and
+   the first thing that needs it waits for it;
 3. list the primaries' entities once; then, wave after wave (:mod:`syphon.job.waves`:
    the messages enqueued before the wave's watermark, at most ``run.wave_messages``;
    one wave for sources that cannot be cut by time, or with ``run.wave_messages: 0``):
@@ -199,6 +201,10 @@ def _waves(runner: WaveRunner, queues: list[DiscoveredQueue], wave_messages: int
     end when the request bounds the run."""
     request = runner.request
     listed = runner.list_primaries()
+    # the session, starting since the lease was taken: its start is no stage's time, and
+    # no read locks a message before it is up (a session that cannot start ends the run
+    # with nothing received)
+    runner.ctx.spark()
     counts = [q.message_count for q in queues if q.unreadable is None]
     expected = None if None in counts else sum(c or 0 for c in counts)
     waves = read_waves(runner.reading, queues, wave_messages, request.started, request.max_waves)
