@@ -21,6 +21,7 @@ GUARDED = {
     ("syphon.app.classarchive", "_finish"): "registered by write_at_exit, local sessions only",
     ("syphon.app.pyworkers", "_warm"): "started for a local master's session only (services)",
     ("syphon.job.failures", "local_jvm_exited"): "a Connect session has no active SparkContext",
+    ("syphon.job.request", "_describe_jobs"): "a Connect session has no active SparkContext",
 }
 
 SRC = Path(__file__).resolve().parents[2] / "src"
