@@ -1,8 +1,10 @@
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -216,14 +218,28 @@ def test_only_a_folder_with_scratch_files_in_it_is_reported_as_ended_uncleanly(
     assert list(root.iterdir()) == []
 
 
+@contextlib.contextmanager
+def settings_kept(spark: SparkSession, *keys: str) -> Iterator[None]:
+    """The session's ``keys`` as they were before, whatever the block set (the session is
+    shared by the worker's tests)."""
+    kept = {k: spark.conf.get(k, None) for k in keys}
+    try:
+        yield
+    finally:
+        for k, value in kept.items():
+            if value is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, value)
+
+
 def test_a_run_sizes_its_shuffles_to_its_backlog_unless_the_operator_chose(
     spark: SparkSession,
 ) -> None:
     from syphon.job.context import FITTED_SHUFFLE_PARTITIONS, fit_shuffle_partitions
 
     key = "spark.sql.shuffle.partitions"
-    kept = {k: spark.conf.get(k, None) for k in (key, FITTED_SHUFFLE_PARTITIONS)}
-    try:
+    with settings_kept(spark, key, FITTED_SHUFFLE_PARTITIONS):
         spark.conf.set(key, "200")  # Spark's default, as on a cluster nobody tuned
         # a small backlog: one partition, whatever the cores
         assert fit_shuffle_partitions(spark, 6, {}) == 1
@@ -240,12 +256,6 @@ def test_a_run_sizes_its_shuffles_to_its_backlog_unless_the_operator_chose(
         spark.conf.set(key, "7")
         assert fit_shuffle_partitions(spark, 1_000_001, {}) is None
         assert spark.conf.get(key) == "7"
-    finally:
-        for k, value in kept.items():
-            if value is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, value)
 
 
 def test_a_small_first_wave_is_planned_without_generated_code_unless_the_operator_chose(
@@ -257,14 +267,13 @@ def test_a_small_first_wave_is_planned_without_generated_code_unless_the_operato
     from syphon.job.context import COMPILED_CONF, FITTED_CODEGEN, fit_code_generation
 
     key = "spark.sql.codegen.wholeStage"
-    kept = {k: spark.conf.get(k, None) for k in (*COMPILED_CONF, FITTED_CODEGEN)}
 
     def compiled() -> bool:
         """Whether a query's physical plan has stages of generated code (``*(1)``)."""
         spark.range(10).selectExpr("id * 2 AS x").where("x > 3").explain()
         return "*(" in capsys.readouterr().out
 
-    try:
+    with settings_kept(spark, *COMPILED_CONF, FITTED_CODEGEN):
         for k, value in COMPILED_CONF.items():  # Spark's defaults: a cluster nobody tuned
             spark.conf.set(k, value)
         spark.conf.unset(FITTED_CODEGEN)
@@ -282,12 +291,6 @@ def test_a_small_first_wave_is_planned_without_generated_code_unless_the_operato
         spark.conf.unset(FITTED_CODEGEN)
         assert not fit_code_generation(spark, False, {})
         assert spark.conf.get(key) == "false"
-    finally:
-        for k, value in kept.items():
-            if value is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, value)
 
 
 def test_a_stage_that_talks_to_service_bus_takes_a_task_per_share_of_messages(
