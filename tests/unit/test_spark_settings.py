@@ -16,6 +16,7 @@ from syphon.app.spark import (
     spark_settings,
 )
 from syphon.core.config import SparkConfig
+from syphon.core.sessions import SessionFit
 
 JAVA = "spark.driver.extraJavaOptions"
 
@@ -28,7 +29,7 @@ def quick(settings: dict[str, str]) -> bool:
 
 @pytest.mark.parametrize("messages", [1, 20_000, QUICK_START_MESSAGES])
 def test_a_local_run_of_few_messages_starts_quickly(messages: int) -> None:
-    assert quick(spark_settings(SparkConfig(master="local[2]"), expected_messages=messages))
+    assert quick(spark_settings(SparkConfig(master="local[2]"), fit=SessionFit(messages)))
 
 
 def interpreted(settings: dict[str, str]) -> bool:
@@ -37,28 +38,28 @@ def interpreted(settings: dict[str, str]) -> bool:
 
 @pytest.mark.parametrize("messages", [1, INTERPRETED_MESSAGES])
 def test_the_smallest_runs_plan_without_code_generation(messages: int) -> None:
-    assert interpreted(spark_settings(SparkConfig(master="local[2]"), expected_messages=messages))
+    assert interpreted(spark_settings(SparkConfig(master="local[2]"), fit=SessionFit(messages)))
 
 
 @pytest.mark.parametrize("messages", [INTERPRETED_MESSAGES + 1, QUICK_START_MESSAGES])
 def test_a_larger_quick_start_compiles_its_queries(messages: int) -> None:
     """Interpreting a query costs per message: from some thousands of messages on,
     compiling it pays."""
-    settings = spark_settings(SparkConfig(master="local[2]"), expected_messages=messages)
+    settings = spark_settings(SparkConfig(master="local[2]"), fit=SessionFit(messages))
     assert quick(settings)
     assert not set(INTERPRETED_CONF) & set(settings)
 
 
 @pytest.mark.parametrize("messages", [QUICK_START_MESSAGES + 1, 10_000_000, None])
 def test_a_large_run_or_one_of_unknown_size_keeps_the_full_jit(messages: int | None) -> None:
-    settings = spark_settings(SparkConfig(master="local[2]"), expected_messages=messages)
+    settings = spark_settings(SparkConfig(master="local[2]"), fit=SessionFit(messages))
     assert JAVA not in settings
     assert not (set(QUICK_START_CONF) | set(INTERPRETED_CONF)) & set(settings)
 
 
 def test_a_session_on_a_cluster_is_never_changed() -> None:
     for master in (None, "spark://cluster:7077", "yarn"):
-        settings = spark_settings(SparkConfig(master=master), expected_messages=10)
+        settings = spark_settings(SparkConfig(master=master), fit=SessionFit(10))
         assert not quick(settings)
         assert JAVA not in settings
 
@@ -69,11 +70,11 @@ def test_a_local_session_builds_its_columns_without_recording_their_python_lines
     left as its owner set it."""
     key = "spark.python.sql.dataFrameDebugging.enabled"
     for messages in (10, None):
-        assert spark_settings(SparkConfig(master="local[2]"), expected_messages=messages)[key] == (
+        assert spark_settings(SparkConfig(master="local[2]"), fit=SessionFit(messages))[key] == (
             "false"
         )
     for master in (None, "spark://cluster:7077", "yarn"):
-        assert key not in spark_settings(SparkConfig(master=master), expected_messages=10)
+        assert key not in spark_settings(SparkConfig(master=master), fit=SessionFit(10))
     own = SparkConfig(master="local[2]", conf={key: "true"})
     assert spark_settings(own)[key] == "true"  # the config's own setting wins
 
@@ -83,7 +84,7 @@ def test_the_configs_own_settings_win_over_a_quick_start() -> None:
         master="local[2]",
         conf={JAVA: "-XX:TieredStopAtLevel=4 -Xmx8g", "spark.sql.adaptive.enabled": "true"},
     )
-    settings = spark_settings(config, expected_messages=10)
+    settings = spark_settings(config, fit=SessionFit(10))
     # the JVM takes the last of two settings of one option: the config's
     assert settings[JAVA] == f"{QUICK_START_JAVA_OPTIONS} -XX:TieredStopAtLevel=4 -Xmx8g"
     assert settings["spark.sql.adaptive.enabled"] == "true"
@@ -95,13 +96,13 @@ def test_a_local_run_in_waves_keeps_its_heap_close_to_what_it_holds() -> None:
 
     local = SparkConfig(master="local[2]")
     for messages in (20_000, None):
-        settings = spark_settings(local, expected_messages=messages, waves=True)
+        settings = spark_settings(local, fit=SessionFit(messages, waves=True))
         assert settings[JAVA].endswith(WAVE_JAVA_OPTIONS)
-        assert WAVE_JAVA_OPTIONS not in spark_settings(local, expected_messages=messages).get(
+        assert WAVE_JAVA_OPTIONS not in spark_settings(local, fit=SessionFit(messages)).get(
             JAVA, ""
         )
-    assert quick(spark_settings(local, expected_messages=20_000, waves=True))
-    cluster = spark_settings(SparkConfig(master=None), expected_messages=20_000, waves=True)
+    assert quick(spark_settings(local, fit=SessionFit(20_000, waves=True)))
+    cluster = spark_settings(SparkConfig(master=None), fit=SessionFit(20_000, waves=True))
     assert JAVA not in cluster
 
 
@@ -109,19 +110,19 @@ def test_a_local_run_in_waves_hands_its_freed_c_heap_back_on_a_java_that_can() -
     from syphon.app.spark import WAVE_JAVA_OPTIONS, WAVE_TRIM_OPTIONS
 
     local = SparkConfig(master="local[2]")
-    trimmed = spark_settings(local, expected_messages=20_000, waves=True, trims=True)
+    trimmed = spark_settings(local, fit=SessionFit(20_000, waves=True), trims=True)
     assert trimmed[JAVA].endswith(f"{WAVE_JAVA_OPTIONS} {WAVE_TRIM_OPTIONS}")
     # a Java that does not know the option would not start: it is not given
-    assert (
-        WAVE_TRIM_OPTIONS not in spark_settings(local, expected_messages=20_000, waves=True)[JAVA]
-    )
+    assert WAVE_TRIM_OPTIONS not in spark_settings(local, fit=SessionFit(20_000, waves=True))[JAVA]
     # nor to a run in one wave, nor to a cluster's JVM (the platform's)
-    one = spark_settings(local, expected_messages=20_000, trims=True)
+    one = spark_settings(local, fit=SessionFit(20_000), trims=True)
     assert WAVE_TRIM_OPTIONS not in one[JAVA]
-    assert JAVA not in spark_settings(SparkConfig(master=None), waves=True, trims=True)
+    assert JAVA not in spark_settings(
+        SparkConfig(master=None), fit=SessionFit(waves=True), trims=True
+    )
     # the config's own options still come last, and win
     own = SparkConfig(master="local[2]", conf={JAVA: "-XX:TrimNativeHeapInterval=0"})
-    last = spark_settings(own, expected_messages=20_000, waves=True, trims=True)[JAVA]
+    last = spark_settings(own, fit=SessionFit(20_000, waves=True), trims=True)[JAVA]
     assert last.endswith(f"{WAVE_TRIM_OPTIONS} -XX:TrimNativeHeapInterval=0")
 
 
@@ -181,28 +182,28 @@ def test_a_local_run_in_waves_of_known_bytes_sizes_its_heap_to_a_wave() -> None:
 
     memory = "spark.driver.memory"
     local = SparkConfig(master="local[2]")
-    fitted = spark_settings(local, expected_messages=40_000, waves=True, wave_bytes=330 * mb)
+    fitted = spark_settings(local, fit=SessionFit(40_000, waves=True, wave_bytes=330 * mb))
     assert fitted[memory] == "768m"
-    assert memory not in spark_settings(local, expected_messages=40_000, waves=True)
-    assert memory not in spark_settings(local, expected_messages=40_000, wave_bytes=330 * mb)
+    assert memory not in spark_settings(local, fit=SessionFit(40_000, waves=True))
+    assert memory not in spark_settings(local, fit=SessionFit(40_000, wave_bytes=330 * mb))
     cluster = SparkConfig(master=None)
-    assert memory not in spark_settings(cluster, waves=True, wave_bytes=330 * mb)
+    assert memory not in spark_settings(cluster, fit=SessionFit(waves=True, wave_bytes=330 * mb))
     own = SparkConfig(master="local[2]", conf={memory: "3g"})
-    assert spark_settings(own, waves=True, wave_bytes=330 * mb)[memory] == "3g"
+    assert spark_settings(own, fit=SessionFit(waves=True, wave_bytes=330 * mb))[memory] == "3g"
 
 
 def test_a_local_run_in_waves_gives_each_python_task_a_worker_of_its_own() -> None:
     from syphon.app.spark import WAVE_WORKER_CONF
 
     local = SparkConfig(master="local[2]")
-    fresh = spark_settings(local, expected_messages=20_000, waves=True, fresh_workers=True)
+    fresh = spark_settings(local, fit=SessionFit(20_000, waves=True))
     assert all(fresh[k] == v for k, v in WAVE_WORKER_CONF.items())
     for settings in (
-        spark_settings(local, expected_messages=20_000, waves=True),  # Azure AD: reused
-        spark_settings(local, expected_messages=20_000, fresh_workers=True),  # one wave
-        spark_settings(SparkConfig(master=None), waves=True, fresh_workers=True),  # a cluster
+        spark_settings(local, fit=SessionFit(20_000, waves=True, azure_ad=True)),  # reused
+        spark_settings(local, fit=SessionFit(20_000)),  # one wave
+        spark_settings(SparkConfig(master=None), fit=SessionFit(waves=True)),  # a cluster
     ):
         assert not set(WAVE_WORKER_CONF) & set(settings)
     own = SparkConfig(master="local[2]", conf={"spark.python.worker.reuse": "true"})
-    mine = spark_settings(own, expected_messages=20_000, waves=True, fresh_workers=True)
+    mine = spark_settings(own, fit=SessionFit(20_000, waves=True))
     assert mine["spark.python.worker.reuse"] == "true"  # the config's own wins

@@ -218,19 +218,17 @@ def spark_settings(
     config: SparkConfig,
     dbutils_get: Callable[[str, str], str] | None = None,
     environ: Mapping[str, str] | None = None,
-    expected_messages: int | None = None,
-    waves: bool = False,
-    wave_bytes: int | None = None,
+    fit: SessionFit | None = None,
     trims: bool = False,
-    fresh_workers: bool = False,
 ) -> dict[str, str]:
-    """Every setting the session gets: syphon's (for a local session of a run expecting
-    at most :data:`QUICK_START_MESSAGES` messages, a quick start's, without code
-    generation up to :data:`INTERPRETED_MESSAGES`; for a run in ``waves``, a heap kept
-    close to what it holds: :data:`WAVE_JAVA_OPTIONS`, :data:`WAVE_TRIM_OPTIONS` when its
-    Java ``trims``, sized to ``wave_bytes`` when known (:func:`wave_heap_mb`), and
-    :data:`WAVE_WORKER_CONF` with ``fresh_workers``), then the config's (its secret
-    references read here, never logged).
+    """Every setting the session gets: syphon's, fitted to the run (``fit``), then the
+    config's (its secret references read here, never logged; no ``fit``: a run of
+    unknown size in one wave). A local session of a run expecting at most
+    :data:`QUICK_START_MESSAGES` messages gets a quick start's, without code generation
+    up to :data:`INTERPRETED_MESSAGES`; one of a run in waves, a heap kept close to what
+    it holds: :data:`WAVE_JAVA_OPTIONS`, :data:`WAVE_TRIM_OPTIONS` when its Java
+    ``trims``, sized to the wave's bytes when known (:func:`wave_heap_mb`), and
+    :data:`WAVE_WORKER_CONF` unless its namespaces sign in with Azure AD.
 
     Raises:
         SecretError: a referenced secret is not set.
@@ -239,18 +237,20 @@ def spark_settings(
     settings = dict(COMMON_CONF)
     if local:
         settings.update(LOCAL_CONF)
-        if expected_messages is not None and expected_messages <= QUICK_START_MESSAGES:
+        fit = fit or SessionFit()
+        expected = fit.expected_messages
+        if expected is not None and expected <= QUICK_START_MESSAGES:
             settings.update(QUICK_START_CONF)
             settings[_JAVA_OPTIONS] = QUICK_START_JAVA_OPTIONS
-            if expected_messages <= INTERPRETED_MESSAGES:
+            if expected <= INTERPRETED_MESSAGES:
                 settings.update(INTERPRETED_CONF)
-        if waves:
+        if fit.waves:
             wave = f"{WAVE_JAVA_OPTIONS} {WAVE_TRIM_OPTIONS}" if trims else WAVE_JAVA_OPTIONS
             options = settings.get(_JAVA_OPTIONS)
             settings[_JAVA_OPTIONS] = f"{options} {wave}" if options else wave
-            if wave_bytes is not None:
-                settings[_DRIVER_MEMORY] = f"{wave_heap_mb(wave_bytes)}m"
-            if fresh_workers:
+            if fit.wave_bytes is not None:
+                settings[_DRIVER_MEMORY] = f"{wave_heap_mb(fit.wave_bytes)}m"
+            if not fit.azure_ad:
                 settings.update(WAVE_WORKER_CONF)
     for key, value in config.conf.items():
         if isinstance(value, SecretRef):
@@ -317,11 +317,8 @@ def build_spark_session(
     settings = spark_settings(
         config,
         dbutils_get,
-        expected_messages=fit.expected_messages,
-        waves=fit.waves,
-        wave_bytes=fit.wave_bytes,
+        fit=fit,
         trims=local and fit.waves and trims_native_heap(java_version(java_executable())),
-        fresh_workers=fit.waves and not fit.azure_ad,
     )
     if local:  # the JVM's own log: errors only (its start-up lines come before any setting)
         quiet = f"-Dlog4j2.configurationFile={resources.files('syphon.app') / 'log4j2.properties'}"

@@ -52,7 +52,6 @@ class SparkOnDemand:
         self._factory = factory
         self._start: Future[SparkSession] | None = None
         self._claim = threading.Lock()
-        self._session: SparkSession | None = None
         self._fit = SessionFit()
         self._wave_bytes: int | None = None
 
@@ -108,7 +107,6 @@ class SparkOnDemand:
         except BaseException as exc:  # the caller's call raises it
             start.set_exception(exc)
             return
-        self._session = session
         start.set_result(session)
 
     def release(self) -> None:
@@ -116,8 +114,9 @@ class SparkOnDemand:
         (:func:`syphon.core.sessions.release_memory`); nothing when it never started, or
         when the run's waves are smaller than :data:`RELEASE_FROM_BYTES`."""
         small = self._wave_bytes is not None and self._wave_bytes < RELEASE_FROM_BYTES
-        if self._session is not None and not small:
-            release_memory(self._session)
+        session = self.started
+        if session is not None and not small:
+            release_memory(session)
 
 
 @dataclass(frozen=True)
