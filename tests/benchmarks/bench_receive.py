@@ -141,15 +141,15 @@ def overlapped(spark: Any, once: Any, ranges: list[Any], chunk: int) -> Any:
     """The messages of ``ranges``, each ``chunk`` received handed to Spark and parsed
     (kept) in the background while the rest is received; their union."""
     import pyarrow as pa  # type: ignore[import-untyped]
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    from syphon.core.schema import SNAPSHOT, spark_schema
+    from syphon.core.render import arrow_schema, spark_schema
+    from syphon.core.schema import SNAPSHOT
     from syphon.job.context import keep
     from syphon.job.handoff import _Parse
 
     received = pa.schema([("backlog_queue", pa.string()), ("encoded", pa.binary())])
     schema = spark_schema(SNAPSHOT)
-    parse = _Parse(to_arrow_schema(schema, timezone="UTC"))
+    parse = _Parse(arrow_schema(SNAPSHOT))
 
     def hand(queues: list[str], encoded: list[bytes]) -> Any:
         table = pa.Table.from_batches([pa.record_batch([queues, encoded], schema=received)])

@@ -30,7 +30,8 @@ from pyspark.sql import functions as F
 from syphon.app.spark import build_spark_session
 from syphon.core import schema
 from syphon.core.config import SparkConfig
-from syphon.core.schema import SNAPSHOT, Stage, spark_schema
+from syphon.core.render import spark_schema
+from syphon.core.schema import SNAPSHOT, Stage
 from syphon.job.classify import Against
 from syphon.job.facts import audit_only, plan_rows
 from syphon.job.reconcile import reconcile_snapshot, wave_messages

@@ -120,7 +120,8 @@ def test_a_catalog_audit_an_earlier_syphon_wrote_gains_the_new_columns(
 ) -> None:
     """A catalog audit without the columns added since (the source's) gains them at the
     next append; its old rows, and a read before that append, give null for them."""
-    from syphon.core.schema import AUDIT, names, spark_schema
+    from syphon.core.render import spark_schema
+    from syphon.core.schema import AUDIT, names
     from syphon.store.catalog import CatalogStore
     from syphon.store.location import as_location
 
@@ -156,7 +157,8 @@ def test_a_catalog_ledger_and_audit_without_the_wave_and_repair_columns_gain_the
     from datetime import datetime, timezone
 
     from syphon.core.ledger import RunRecord
-    from syphon.core.schema import AUDIT, RUNS, arrow_schema, names, spark_schema
+    from syphon.core.render import arrow_schema, spark_schema
+    from syphon.core.schema import AUDIT, RUNS, names
     from syphon.store.catalog import CatalogStore
     from syphon.store.location import as_location
 
@@ -197,7 +199,8 @@ def test_an_append_retried_under_its_commit_name_is_written_once(
     in the table's log and writes nothing (Delta's application transactions: Spark's
     ``txnAppId``/``txnVersion``, delta-rs's ``Transaction``). Another name is another
     commit."""
-    from syphon.core.schema import AUDIT, names, spark_schema
+    from syphon.core.render import spark_schema
+    from syphon.core.schema import AUDIT, names
     from syphon.store.audit import TableStore
     from syphon.store.catalog import CatalogStore
     from syphon.store.deltars import DeltaRsStore

@@ -17,7 +17,8 @@ from pyspark.sql import SparkSession
 
 from servicebus_emulator import Emulator, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
-from syphon.core.schema import REPLAY_RESULT, Detail, Field, Outcome, names, spark_schema
+from syphon.core.render import spark_schema
+from syphon.core.schema import REPLAY_RESULT, Detail, Field, Outcome, names
 from syphon.job.lanes import ReplaySettings
 from syphon.job.replay import (
     INPUT_COLUMNS,

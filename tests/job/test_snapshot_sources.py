@@ -13,7 +13,8 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 from servicebus_emulator import QueueSpec
 from support.paired_env import PRIMARY, Pair, context, job_config
 from support.quick_client import QuickClient
-from syphon.core.schema import SNAPSHOT, names, spark_schema
+from syphon.core.render import spark_schema
+from syphon.core.schema import SNAPSHOT, names
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.servicebus.discovery import discover_by_management, discover_by_probe
 from syphon.servicebus.peek import peek_rows

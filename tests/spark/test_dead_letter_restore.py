@@ -11,7 +11,8 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from support.snapshot_rows import T0, encode_message, snapshot_row
-from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.core.render import spark_schema
+from syphon.core.schema import SNAPSHOT
 from syphon.core.selection import Selection
 from syphon.job.classify import Against
 from syphon.job.reconcile import reconcile_snapshot, wave_messages

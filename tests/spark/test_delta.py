@@ -122,7 +122,8 @@ def test_a_ledger_without_the_source_column_gains_it(tmp_path: Path) -> None:
     import pyarrow as pa  # type: ignore[import-untyped]
 
     from syphon.core.ledger import RunRecord
-    from syphon.core.schema import RUNS, arrow_schema
+    from syphon.core.render import arrow_schema
+    from syphon.core.schema import RUNS
     from syphon.store.delta import append_arrow
     from syphon.store.deltars import DeltaRsStore
 
@@ -149,7 +150,8 @@ def test_a_ledger_without_the_wave_columns_gains_them_and_keeps_a_waves_cut(
     import pyarrow as pa  # type: ignore[import-untyped]
 
     from syphon.core.ledger import RunRecord
-    from syphon.core.schema import RUNS, arrow_schema
+    from syphon.core.render import arrow_schema
+    from syphon.core.schema import RUNS
     from syphon.store.delta import append_arrow
     from syphon.store.deltars import DeltaRsStore
 

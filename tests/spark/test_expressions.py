@@ -37,7 +37,7 @@ from syphon.core.naming import (
 )
 from syphon.core.partitioning import effective_partition_key_col
 from syphon.core.properties import KEY_DUPLICATE
-from syphon.core.schema import spark_type
+from syphon.core.render import spark_type
 from syphon.core.timespan import TIMESPAN_MAX_TICKS
 
 pytestmark = pytest.mark.spark

@@ -14,7 +14,8 @@ import pytest
 from deltalake import write_deltalake
 
 from support.figures import both_answers
-from syphon.core.schema import AUDIT, arrow_schema, names
+from syphon.core.render import arrow_schema
+from syphon.core.schema import AUDIT, names
 from syphon.store.audit import AUDIT_TABLE
 from syphon.store.figures import TimeSlices
 

@@ -9,7 +9,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from support.snapshot_rows import T0, row
-from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.core.render import spark_schema
+from syphon.core.schema import SNAPSHOT
 from syphon.job.classify import Against, classify
 from syphon.job.reconcile import order_groups
 from syphon.job.restore import restore

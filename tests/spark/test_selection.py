@@ -11,7 +11,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from support.snapshot_rows import T0, row
-from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.core.render import spark_schema
+from syphon.core.schema import SNAPSHOT
 from syphon.core.selection import Selection, SelectionError
 from syphon.job.classify import Against
 from syphon.job.plan import check_selection

@@ -16,7 +16,8 @@ from support.python_rules import message_bytes_bound
 from support.snapshot_rows import T0, snapshot_row
 from syphon.core import amqp_bytes as ab
 from syphon.core.rebuild import MAX_TTL_MS, rebuild
-from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.core.render import spark_schema
+from syphon.core.schema import SNAPSHOT
 from syphon.job.classify import message_bytes_col
 from syphon.job.restore import restore
 from syphon.servicebus.raw import encoded_batch_cost

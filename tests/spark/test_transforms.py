@@ -11,7 +11,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from syphon.core import schema
 from syphon.core.ledger import RunRecord
-from syphon.core.schema import AUDIT, cast_type, names, spark_schema, spark_type
+from syphon.core.render import cast_type, spark_schema, spark_type
+from syphon.core.schema import AUDIT, names
 from syphon.job.facts import SUMMARY_ONLY, audit_only, outcome_rows, plan_rows
 from syphon.job.replay import replay_input, still_to_send
 from syphon.job.report import left_for_next_run

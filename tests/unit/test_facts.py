@@ -12,8 +12,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from syphon.core.render import arrow_schema
 from syphon.core.repair import Repair
-from syphon.core.schema import AUDIT, arrow_schema, names
+from syphon.core.schema import AUDIT, names
 from syphon.job.facts import (
     dead_letters_waiting,
     outcome_rows,

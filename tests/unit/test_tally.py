@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from syphon.core.schema import REPLAY_RESULT, SETTLE_ACTION, SETTLE_RESULT, arrow_schema
+from syphon.core.render import arrow_schema
+from syphon.core.schema import REPLAY_RESULT, SETTLE_ACTION, SETTLE_RESULT
 from syphon.job.rows import arrow_rows
 from syphon.job.tally import Line, combined, tally
 

@@ -3,9 +3,9 @@
 One notation: a schema is a tuple of :class:`Field` whose types are a few names
 (``string``, ``long``, ``int``, ``double``, ``boolean``, ``binary``, ``timestamp``,
 ``map<string,long>``, ``map<string,double>`` and ``properties``, the typed
-application-property map of :mod:`syphon.core.properties`). :func:`spark_schema` and
-:func:`arrow_schema` render one for Spark or for Arrow, so a table written through
-either engine has the same columns and types.
+application-property map of :mod:`syphon.core.properties`). :mod:`syphon.core.render`
+renders one for Spark or for Arrow, so a table written through either engine has the
+same columns and types.
 
 The vocabularies (verdicts, stages, outcomes, details, run statuses) are plain strings
 grouped in classes, because they are stored in tables that other tools read.
@@ -15,11 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-    from pyspark.sql.types import DataType, StructType
+from typing import Final
 
 
 @dataclass(frozen=True)
@@ -333,82 +329,3 @@ MESSAGE_COLUMNS: Final = (
     "original_time_to_live_ticks",
     "original_scheduled_enqueue_time",
 )
-
-
-# --- rendering --------------------------------------------------------------------------
-
-_SPARK_SIMPLE = {
-    "string": "StringType",
-    "long": "LongType",
-    "int": "IntegerType",
-    "double": "DoubleType",
-    "boolean": "BooleanType",
-    "binary": "BinaryType",
-    "timestamp": "TimestampType",
-}
-
-
-def spark_type(name: str) -> DataType:
-    """The Spark type of a type name."""
-    from pyspark.sql import types as T
-
-    if name in _SPARK_SIMPLE:
-        kind: Any = getattr(T, _SPARK_SIMPLE[name])
-        return kind()  # type: ignore[no-any-return]
-    if name == "properties":
-        return T.MapType(T.StringType(), spark_schema(TYPED_VALUE), valueContainsNull=False)
-    if name.startswith("map<string,") and name.endswith(">"):
-        return T.MapType(T.StringType(), spark_type(name[len("map<string,") : -1]))
-    raise ValueError(f"not a schema type: {name}")
-
-
-def cast_type(name: str) -> str | DataType:
-    """``Column.cast``'s argument: a simple type's name (one py4j call), else the type."""
-    return name if name in _SPARK_SIMPLE else spark_type(name)
-
-
-def spark_schema(fields: Iterable[Field]) -> StructType:
-    """A schema as a Spark ``StructType``."""
-    from pyspark.sql import types as T
-
-    return T.StructType([T.StructField(f.name, spark_type(f.type), f.nullable) for f in fields])
-
-
-def arrow_type(name: str) -> Any:
-    """The Arrow type of a type name (timestamps in microseconds, UTC, as Delta stores
-    them)."""
-    import pyarrow as pa  # type: ignore[import-untyped]
-
-    simple = {
-        "string": pa.string(),
-        "long": pa.int64(),
-        "int": pa.int32(),
-        "double": pa.float64(),
-        "boolean": pa.bool_(),
-        "binary": pa.binary(),
-        "timestamp": pa.timestamp("us", tz="UTC"),
-    }
-    if name in simple:
-        return simple[name]
-    if name.startswith("map<string,") and name.endswith(">"):
-        return pa.map_(pa.string(), arrow_type(name[len("map<string,") : -1]))
-    raise ValueError(f"not an Arrow schema type: {name}")
-
-
-def arrow_schema(fields: Iterable[Field]) -> Any:
-    """A schema as a ``pyarrow.Schema``."""
-    import pyarrow as pa
-
-    return pa.schema([pa.field(f.name, arrow_type(f.type), f.nullable) for f in fields])
-
-
-def with_columns_of(frame: DataFrame, fields: Iterable[Field]) -> DataFrame:
-    """``frame`` with the columns of ``fields`` it lacks added as nulls of their type (a
-    table whose schema has fewer columns than syphon's)."""
-    from pyspark.sql import functions as F
-
-    have = {c.lower() for c in frame.columns}
-    for f in fields:
-        if f.name.lower() not in have:
-            frame = frame.withColumn(f.name, F.lit(None).cast(cast_type(f.type)))
-    return frame

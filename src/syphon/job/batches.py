@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.schema import DESTINATION_KEY, PACKED, Verdict, spark_schema
+from syphon.core.render import spark_schema
+from syphon.core.schema import DESTINATION_KEY, PACKED, Verdict
 from syphon.job.rows import plain_cell
 
 if TYPE_CHECKING:

@@ -16,8 +16,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.naming import is_dead_letter_path
+from syphon.core.render import arrow_schema
 from syphon.core.repair import Repair
-from syphon.core.schema import AUDIT, PLACE, Outcome, Stage, Verdict, arrow_schema, names
+from syphon.core.schema import AUDIT, PLACE, Outcome, Stage, Verdict, names
 from syphon.job.classify import DESTINATION_UNKNOWN, REPAIR_INVALID
 from syphon.job.reconcile import REPAIRED_NAMES
 from syphon.store import queries

@@ -7,7 +7,8 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.peeked import snapshot_row
-from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.core.render import arrow_schema, spark_schema
+from syphon.core.schema import SNAPSHOT
 from syphon.core.sessions import return_freed_memory
 from syphon.job.snapshot import record_batches
 
@@ -24,7 +25,6 @@ def snapshot_frame(spark: SparkSession, pages: Iterable[tuple[str, list[bytes]]]
     read the rest from the bytes (:func:`syphon.core.peeked.snapshot_row`), side by
     side, as a peek's tasks do: the driver does not parse a message."""
     import pyarrow as pa  # type: ignore[import-untyped]
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     received = pa.schema([("backlog_queue", pa.string()), ("encoded", pa.binary())])
     batches = []
@@ -43,7 +43,7 @@ def snapshot_frame(spark: SparkSession, pages: Iterable[tuple[str, list[bytes]]]
     table = pa.Table.from_batches(batches, schema=received)
     del queues, encoded, batches
     schema = spark_schema(SNAPSHOT)
-    parse = _Parse(to_arrow_schema(schema, timezone="UTC"))
+    parse = _Parse(arrow_schema(SNAPSHOT))
     frame = spark.createDataFrame(table)
     del table
     return_freed_memory()  # the read's bytes, now Spark's

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from syphon.core.discard import Discard
 from syphon.core.ledger import Operations, Timings
+from syphon.core.render import spark_schema
 from syphon.core.repair import Repair
-from syphon.core.schema import DESTINATIONS, Stage, Verdict, spark_schema
+from syphon.core.schema import DESTINATIONS, Stage, Verdict
 from syphon.core.selection import Selection, SelectionError
 from syphon.core.sessions import INTERPRETED_MESSAGES
 from syphon.job.classify import Against

@@ -18,12 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from syphon.core.ledger import Operations
-from syphon.core.schema import (
-    SETTLE_ACTION,
-    SETTLE_RESULT,
-    arrow_schema,
-    spark_schema,
-)
+from syphon.core.render import arrow_schema, spark_schema
+from syphon.core.schema import SETTLE_ACTION, SETTLE_RESULT
 from syphon.job.context import RunContext, keep, service_tasks
 from syphon.job.once import ReadOnce
 from syphon.job.request import RunRequest

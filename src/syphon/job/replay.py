@@ -33,6 +33,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.rebuild import dropped_properties, rebuild
+from syphon.core.render import spark_schema
 from syphon.core.repaired import decode_changes, repaired_timing
 from syphon.core.schema import (
     MESSAGE_COLUMNS,
@@ -42,7 +43,6 @@ from syphon.core.schema import (
     Outcome,
     Verdict,
     names,
-    spark_schema,
 )
 from syphon.job.context import service_tasks
 from syphon.job.journal import TaskJournal

@@ -22,7 +22,8 @@ from syphon.core.naming import (
     entity_of_dead_letter_col,
     is_dead_letter_col,
 )
-from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.core.render import spark_schema
+from syphon.core.schema import SNAPSHOT
 from syphon.core.timespan import TICKS_PER_SECOND
 from syphon.job.selection import property_text, with_views
 

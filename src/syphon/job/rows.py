@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from syphon.core.schema import Field, arrow_schema
+from syphon.core.render import arrow_schema
+from syphon.core.schema import Field
 
 
 def plain_cell(value: Any) -> Any:

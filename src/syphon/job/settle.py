@@ -42,7 +42,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.naming import PARTITIONED_SEQUENCE
-from syphon.core.schema import SETTLE_RESULT, Detail, Outcome, names, spark_schema
+from syphon.core.render import spark_schema
+from syphon.core.schema import SETTLE_RESULT, Detail, Outcome, names
 from syphon.job.context import service_tasks
 from syphon.job.settle_actions import LEAVE, Action
 from syphon.job.settling import SETTLED, QueueSettle, SettledCount, result_row

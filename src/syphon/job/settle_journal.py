@@ -27,7 +27,8 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from syphon.core.schema import SETTLE_RESULT, Stage, spark_schema
+from syphon.core.render import spark_schema
+from syphon.core.schema import SETTLE_RESULT, Stage
 from syphon.job.journal import new_journal_id
 from syphon.job.request import StageResult
 from syphon.job.settling import SETTLED, settlement_of

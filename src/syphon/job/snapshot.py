@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.config import MESSAGES_PER_TASK_DEFAULT
-from syphon.core.schema import SNAPSHOT, spark_schema
+from syphon.core.render import arrow_schema, spark_schema
+from syphon.core.schema import SNAPSHOT
 from syphon.job.context import keep, service_tasks
 from syphon.job.where import map_in_arrow
 from syphon.servicebus.access import Access
@@ -196,13 +197,11 @@ def peek_frame(
     planning a data source start two Python processes of their own on the driver (about
     1.5 s of a run), and the rows reach Spark as Arrow batches either way.
     """
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     schema = spark_schema(SNAPSHOT)
     if not ranges:
         return spark.createDataFrame([], schema)
     groups = deal(ranges, 1 if driver else tasks)  # the driver: every range side by side
-    task = _PeekTask(access, groups, page, to_arrow_schema(schema, timezone="UTC"))
+    task = _PeekTask(access, groups, page, arrow_schema(SNAPSHOT))
     ids = spark.range(len(groups), numPartitions=len(groups))
     return map_in_arrow(ids, task, schema, driver)
 

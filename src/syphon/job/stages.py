@@ -28,15 +28,8 @@ from typing import TYPE_CHECKING
 from syphon.core.errors import SyphonError
 from syphon.core.ledger import Operations, Timings
 from syphon.core.naming import is_dead_letter_path
-from syphon.core.schema import (
-    PLACE,
-    REPLAY_RESULT,
-    Detail,
-    Outcome,
-    Stage,
-    Status,
-    spark_schema,
-)
+from syphon.core.render import spark_schema
+from syphon.core.schema import PLACE, REPLAY_RESULT, Detail, Outcome, Stage, Status
 from syphon.job.context import RunContext, fit_shuffle_partitions, keep, service_tasks
 from syphon.job.facts import outcome_rows
 from syphon.job.journal import journal_folder, outcomes_commit, read_journal, remove_journal

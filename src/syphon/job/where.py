@@ -236,9 +236,10 @@ def map_in_arrow(
     if not driver:
         return frame.mapInArrow(function, schema)
     import pyarrow as pa  # type: ignore[import-untyped]
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    from syphon.core.render import arrow_schema_of
+
+    arrow_schema = arrow_schema_of(schema)
     batches = list(function(iter(frame.toArrow().to_batches())))
     table = pa.Table.from_batches(batches, schema=arrow_schema)
     return frame.sparkSession.createDataFrame(table, schema)

@@ -16,7 +16,8 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.ledger import RunRecord
-from syphon.core.schema import AUDIT, LEASE, RUNS, arrow_schema, spark_schema, with_columns_of
+from syphon.core.render import arrow_schema, spark_schema, with_columns_of
+from syphon.core.schema import AUDIT, LEASE, RUNS
 from syphon.store.audit import AUDIT_TABLE, SparkProvider, TableStore
 from syphon.store.lease import Lease
 from syphon.store.location import Location

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.errors import AuditStoreError
+from syphon.core.render import arrow_schema_of
 from syphon.store.location import Location, as_location
 
 if TYPE_CHECKING:
@@ -113,9 +114,7 @@ def append_dataframe(
     ``commit``, version 1), and a table that already has it is left as it is (0 rows):
     Delta's idempotent writes, the way Spark's Delta does them with ``txnAppId``.
     """
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = to_arrow_schema(df.schema, timezone="UTC")
+    schema = arrow_schema_of(df.schema)
     return _append_files(
         where, schema, label, commit, lambda write: df.mapInArrow(write, WRITTEN_FILES).collect()
     )
@@ -273,9 +272,7 @@ def read_dataframe(spark: SparkSession, where: Where, schema: StructType) -> Dat
     names = sorted(pa.table(delta.get_add_actions(flatten=True)).column("path").to_pylist())
     if not names:
         return None
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    reader = _ReadFiles(table.for_tasks(), names, to_arrow_schema(schema, timezone="UTC"))
+    reader = _ReadFiles(table.for_tasks(), names, arrow_schema_of(schema))
     # a task per file, up to READ_TASKS (each reads its files one after another)
     tasks = min(len(names), READ_TASKS)
     return spark.range(len(names), numPartitions=tasks).mapInArrow(reader, schema)

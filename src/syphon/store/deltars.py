@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from syphon.core.ledger import RunRecord
-from syphon.core.schema import AUDIT, RUNS, arrow_schema, spark_schema
+from syphon.core.render import arrow_schema, spark_schema
+from syphon.core.schema import AUDIT, RUNS
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE, SparkProvider, TableStore
 from syphon.store.delta import (
     append_arrow,

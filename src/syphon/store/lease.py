@@ -39,7 +39,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from syphon.core.errors import LeaseLostError
-from syphon.core.schema import LEASE, arrow_schema
+from syphon.core.render import arrow_schema
+from syphon.core.schema import LEASE
 from syphon.store.delta import append_arrow, guarded
 from syphon.store.location import Location, as_location
 
