@@ -31,6 +31,9 @@ PARTITION_KEY = "x-opt-partition-key"
 SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
 #: the entity a message was dead-lettered in, when it was forwarded to another's DLQ
 DEAD_LETTER_SOURCE = "x-opt-deadletter-source"
+#: The state the service gives a peeked message: 0 active, 1 deferred, 2 scheduled.
+MESSAGE_STATE = "x-opt-message-state"
+DEFERRED = 1
 _UNREADABLE = object()
 
 
@@ -100,6 +103,7 @@ def _annotations(parts: dict[int, ab.Section]) -> dict[Any, Any]:
         PARTITION_KEY,
         SCHEDULED_ENQUEUE_TIME,
         DEAD_LETTER_SOURCE,
+        MESSAGE_STATE,
     )
     out: dict[Any, Any] = {}
     for key, value in ab.map_entries(parts[ab.MESSAGE_ANNOTATIONS].value):
@@ -156,6 +160,16 @@ def _number(annotations: dict[Any, Any]) -> int:
     if not isinstance(number, int):
         raise ab.AmqpFormatError(f"a peeked message without {SEQUENCE_NUMBER}")
     return number
+
+
+def deferred(encoded: bytes) -> bool:
+    """Whether the service says a peeked message is deferred (received only by its
+    sequence number, never handed out by a receive)."""
+    try:
+        state = _annotations({p.code: p for p in ab.sections(encoded)}).get(MESSAGE_STATE)
+    except ab.AmqpFormatError:
+        return False
+    return state == DEFERRED
 
 
 def enqueued_time(encoded: bytes) -> datetime | None:

@@ -18,7 +18,9 @@ refused the renewal) is recorded as lost: its message is the queue's again, and 
 settle leaves it for a later run, which finds its outcome in the audit (a message sent
 is then a duplicate, completed unsent). A later wave of the same run that receives it
 again keeps it locked without taking it: no wave plans a message another wave of its
-run planned.
+run planned. Only such a message counts as a lapse: the run remembers every sequence
+number it took, so a message it receives after another receiver let it go (an explorer,
+a killed run whose locks lapsed) is simply taken, as any other.
 
 If the driver dies, its links die with it: its locks lapse after the queue's lock
 duration, and the next run reads those messages as any other.
@@ -29,6 +31,7 @@ what another receiver keeps locked is *unseen*, and the run holds back its keys.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -37,7 +40,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.errors import SyphonError
-from syphon.core.naming import PARTITIONED_SEQUENCE
+from syphon.core.peeked import deferred
 from syphon.job.gaps import Gaps
 from syphon.job.handoff import snapshot_frame
 from syphon.job.settle_actions import Action
@@ -101,8 +104,8 @@ class ReadOnce:
         #: per queue, how many messages it had when the run found it that it never
         #: handed out (locked by another receiver, expired or removed): read no more
         self.short: dict[str, int] = {}
-        self._highest: dict[str, int] = {}
-        self._partitioned: dict[str, set[int]] = {}
+        #: per queue, the sequence numbers the run took (as ranges)
+        self._numbers: dict[str, Taken] = {}
         self._marks = threading.Lock()
 
     def __repr__(self) -> str:
@@ -137,6 +140,13 @@ class ReadOnce:
         """How many messages the queues handed out (each a credit): every receive,
         those received again after a lapse included."""
         return sum(q.received for q in self.queues.values())
+
+    @property
+    def taken(self) -> int:
+        """How many messages the run took (each once: never those it received again after
+        a lapse of its own, nor those the gap check found unseen)."""
+        with self._marks:
+            return sum(self._took.values())
 
     @property
     def peeked(self) -> int:
@@ -190,12 +200,12 @@ class ReadOnce:
         receive hands it out again, ahead of the rest. An earlier wave of the run took
         it, and its outcome is in the audit (or its wave's settle recorded it left): it
         is locked again, given back when the run ends, and no wave takes it twice (a run
-        would otherwise plan it again and again while its locks keep lapsing). A queue
-        hands out its messages in sequence order, so one the run took has a sequence
-        number at most the highest it received there; a partitioned queue (read in one
-        wave) numbers each partition apart, and its own are remembered one by one. A
-        message the gap check found unseen, received once its holder let it go, is
-        locked too and never taken: its key is held back for the rest of the run."""
+        would otherwise plan it again and again while its locks keep lapsing). The run
+        knows it by its sequence number, which it remembers for every message it took. A
+        message it never took is taken whatever its number: one another receiver let go
+        (a killed run's, an explorer's) is the run's like any other. A message the gap
+        check found unseen, received once its holder let it go, is locked too and never
+        taken: its key is held back for the rest of the run."""
         queue = self.queues[path]
         if path in self.short:  # it came up short: a later read would wait again
             return
@@ -252,30 +262,29 @@ class ReadOnce:
     def _taken(self, path: str, seq: int) -> bool:
         """Whether the run took ``seq`` of ``path`` before (and remembers it now)."""
         with self._marks:
-            if seq >= PARTITIONED_SEQUENCE:
-                seen = self._partitioned.setdefault(path, set())
-                if seq in seen:
-                    return True
-                seen.add(seq)
-                return False
-            if seq <= self._highest.get(path, 0):
-                return True
-            self._highest[path] = seq
-            return False
+            return not self._numbers.setdefault(path, Taken()).add(seq)
 
-    def not_handed_out(self) -> dict[str, str]:
+    def gone(self) -> dict[str, int]:
         """Per queue that handed out fewer messages than it had when the run found it,
-        beyond those the gap check found locked by another receiver (their keys were
-        held back), why it was not read whole: they expired, or were removed, while the
-        run read."""
+        beyond those the gap check found there (locked by another receiver, or
+        deferred), how many: the gap check peeked every hole and the queue's tail and
+        found nothing of them, so they were gone when the run looked (completed by
+        another receiver, or expired). Nothing waits for them."""
         out = {}
         for path, missing in sorted(self.short.items()):
             missing -= len(self.gaps.unseen.get(path, {}))
             if missing > 0:
-                out[path] = (
-                    f"{missing} of its messages were not handed out: locked by another "
-                    "receiver that let them go before the run looked, or expired"
-                )
+                out[path] = missing
+        return out
+
+    def deferred(self) -> dict[str, int]:
+        """Per queue, how many of the messages the gap check found the service says are
+        deferred (a consumer deferred them: only a receive by sequence number takes
+        them)."""
+        out = {}
+        for path, found in sorted(self.gaps.unseen.items()):
+            if n := sum(1 for m in found.values() if deferred(m)):
+                out[path] = n
         return out
 
     def settle(
@@ -313,3 +322,43 @@ def _settle_all(settle: QueueSettle) -> None:
         settle.stop(stopped_by(exc))
         return
     settle.stop(None)
+
+
+class Taken:
+    """Sequence numbers, kept as sorted ranges: a queue hands out its messages mostly in
+    order, so the numbers a run took are a few ranges, however many messages."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []  # each range's last number
+
+    def __contains__(self, seq: int) -> bool:
+        i = bisect.bisect_right(self._starts, seq) - 1
+        return i >= 0 and seq <= self._ends[i]
+
+    def __len__(self) -> int:
+        return sum(e - s + 1 for s, e in zip(self._starts, self._ends, strict=True))
+
+    def add(self, seq: int) -> bool:
+        """Adds ``seq``; False when it was there already."""
+        if seq in self:
+            return False
+        i = bisect.bisect_right(self._starts, seq)  # the range after seq
+        joins_before = i > 0 and self._ends[i - 1] == seq - 1
+        joins_after = i < len(self._starts) and self._starts[i] == seq + 1
+        if joins_before and joins_after:
+            self._ends[i - 1] = self._ends[i]
+            del self._starts[i], self._ends[i]
+        elif joins_before:
+            self._ends[i - 1] = seq
+        elif joins_after:
+            self._starts[i] = seq
+        else:
+            self._starts.insert(i, seq)
+            self._ends.insert(i, seq)
+        return True
+
+    @property
+    def ranges(self) -> int:
+        """How many ranges hold the numbers."""
+        return len(self._starts)
