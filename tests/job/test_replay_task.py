@@ -397,6 +397,7 @@ INPUT = (
     Field("snapshot_matches", "boolean"),
     Field("repair_application", "binary"),
     Field("repair_system", "binary"),
+    Field("send_as", "string"),
 )
 
 

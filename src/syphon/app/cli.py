@@ -93,6 +93,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             max_waves=getattr(args, "max_waves", None),
             until=stop_at,
             job_run_id=getattr(args, "job_run_id", None) or None,
+            new_message_ids=bool(getattr(args, "new_message_ids", False)),
         )
         request = run_request(ctx, run_id, source, asked, resume=args.command == "replay")
         if args.command == "plan":

@@ -219,6 +219,14 @@ def _add_selection_options(cmd: argparse.ArgumentParser, resend: bool = True) ->
             help="send this MessageId again although an earlier run replayed it "
             "(repeatable; the audit records the reason resend_allowed)",
         )
+        cmd.add_argument(
+            "--new-message-ids",
+            action="store_true",
+            help="send a re-driven dead letter that its destination's duplicate detection "
+            "would drop under a new MessageId derived from its own (the same on every "
+            "rerun; the original is kept in the property syphon-original-message-id and "
+            "in the audit) instead of leaving it until the window passes",
+        )
     group.add_argument(
         "--where",
         default=None,

@@ -85,6 +85,11 @@ def format_summary(result: PlanResult) -> str:
             f"{d['ping']:>5} {d['invalid']:>5} {d['unselected']:>5} {d['discarded']:>5}"
             f" {d['spread_groups']:>6}  {span}"
         )
+        if d.get("too_soon"):
+            lines.append(
+                f"{'':<20} too soon: {d['too_soon']} would be dropped by its duplicate "
+                f"detection; they wait until {d.get('too_soon_until')} (or --new-message-ids)"
+            )
         if d.get("repaired"):
             changed = ", ".join(f"{c} {n}" for c, n in sorted(d["repaired"].items()))
             lines.append(f"{'':<20} repaired: {changed}")

@@ -77,6 +77,7 @@ def rebuild(
     dropped: Collection[str] = ALIASES,
     application: Mapping[str, bytes | None] | None = None,
     system: Mapping[str, bytes | None] | None = None,
+    message_id: str | None = None,
 ) -> bytes:
     """The message to send for the backlog message ``encoded`` (as a peek returns it).
 
@@ -90,6 +91,7 @@ def rebuild(
         application: a repair's application properties: name to encoded value, or None
             to remove it.
         system: a repair's system properties of :data:`REPAIRABLE`, the same way.
+        message_id: the MessageId to send it under instead of its own (None: its own).
 
     Raises:
         AmqpFormatError: ``encoded`` is not an AMQP message.
@@ -113,6 +115,8 @@ def rebuild(
     if kept:
         out.append(ab.section(ab.MESSAGE_ANNOTATIONS, ab.encode_map(kept)))
     system = {k: v for k, v in (system or {}).items() if k in REPAIRABLE}
+    if message_id is not None:
+        system["message_id"] = ab.encode_string(message_id)
     has_properties = any(p.code == ab.PROPERTIES for p in parts)
     if not has_properties and (session_id is not None or system):
         out.append(_properties(b"\x45", session_id, system))

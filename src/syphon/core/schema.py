@@ -50,7 +50,20 @@ class Verdict:
     UNSELECTED: Final = "unselected"
     #: removed without being sent, as the operator asked (:mod:`syphon.core.discard`)
     DISCARDED: Final = "discarded"
-    ALL: Final = (REPLAY, DUPLICATE, CONFLICT, EXPIRED, PING, INVALID, UNSELECTED, DISCARDED)
+    #: a re-drive its destination would drop as a duplicate within its window
+    #: (:mod:`syphon.core.dedupe`): never sent, never settled, until the window passes
+    TOO_SOON: Final = "too_soon"
+    ALL: Final = (
+        REPLAY,
+        DUPLICATE,
+        CONFLICT,
+        EXPIRED,
+        PING,
+        INVALID,
+        UNSELECTED,
+        DISCARDED,
+        TOO_SOON,
+    )
     #: settled by completing the backlog message (a replayed one too, once ``sent``)
     COMPLETED_AS_IS: Final = (DUPLICATE, EXPIRED, PING)
     #: settled by dead-lettering it, with the verdict's reason
@@ -93,6 +106,7 @@ class Detail:
     # replay skips
     EARLIER_BATCH_FAILED: Final = "earlier_batch_failed"  # an earlier batch of the key
     EARLIER_MESSAGE_UNSEEN: Final = "earlier_message_unseen"  # another receiver holds one
+    EARLIER_MESSAGE_DEFERRED: Final = "earlier_message_deferred"  # a consumer deferred one
     DESTINATION_FAILING: Final = "destination_failing"
     BACKLOG_CHANGED: Final = "backlog_changed"
     EXPIRED_BEFORE_SEND: Final = "expired_before_send"
@@ -288,6 +302,7 @@ DESTINATIONS: Final = (
     Field("requires_session", "boolean"),
     Field("max_message_bytes", "long"),
     Field("partitioned", "boolean"),
+    Field("duplicate_detection_window_seconds", "double"),
 )
 
 #: What earlier runs replayed (for duplicates across runs).

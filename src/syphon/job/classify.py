@@ -21,7 +21,12 @@ precedence:
    (``already_replayed``);
 5. ``conflict`` — the same destination and MessageId with a different body
    (``message_id_reused_in_snapshot`` or ``message_id_reused_after_replay``);
-6. ``replay``.
+6. ``too_soon`` — a dead letter re-driven to the entity that accepted its MessageId
+   within that entity's duplicate detection window, which would drop it
+   (``duplicate_detection_window``, or ``duplicate_detection_unknown`` when the
+   destination's settings are unknown; :mod:`syphon.job.too_soon`); with
+   ``--new-message-ids`` it is a ``replay`` under a new id instead (``new_message_id``);
+7. ``replay``.
 
 A run that discards then turns what it takes into ``discarded``
 (:func:`syphon.job.reconcile.with_discards`).
@@ -39,8 +44,10 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 
+from syphon.core.dedupe import NEW_MESSAGE_ID, renamed_bytes_col
 from syphon.core.envelope import PING_CONTENT_TYPE
 from syphon.core.partitioning import effective_partition_key_col
+from syphon.core.render import with_columns_of
 from syphon.core.schema import (
     DESTINATION_KEY,
     DESTINATIONS,
@@ -52,6 +59,8 @@ from syphon.core.sizing import ENVELOPE_RESERVE
 from syphon.core.timespan import TICKS_PER_SECOND
 from syphon.job.repair import REPAIR, carried_changes
 from syphon.job.selection import SELECTED
+from syphon.job.too_soon import COLUMNS as WINDOW_COLUMNS
+from syphon.job.too_soon import detail, renamed, too_soon, with_window
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -95,6 +104,11 @@ class Against:
         allow_resend: MessageIds the operator asks to send again although an earlier
             run replayed them (``--allow-resend``): judged as if never replayed, and a
             replay of one that was is recorded with the reason ``resend_allowed``.
+        redrive_window: whether a re-driven dead letter is judged against its
+            destination's duplicate detection window (a dead-letter source's: its
+            messages go back to the entities that accepted their MessageIds).
+        new_message_ids: whether one its window would drop is sent under a new
+            MessageId instead of waiting (``--new-message-ids``).
     """
 
     now: Column
@@ -103,6 +117,8 @@ class Against:
     default_max_message_bytes: int = 256 * 1024
     listed_primaries: tuple[str, ...] = ()
     allow_resend: tuple[str, ...] = ()
+    redrive_window: bool = False
+    new_message_ids: bool = False
 
 
 #: A step of the classify: the rows so far, what they are judged against -> the rows with
@@ -128,7 +144,8 @@ def with_destination_settings(df: DataFrame, against: Against) -> DataFrame:
     settings = [f for f in DESTINATIONS if f.name not in DESTINATION_KEY]
     if against.destinations is None:
         return df.withColumns({f.name: F.lit(None).cast(f.type) for f in settings})
-    known = against.destinations.select(
+    # a listing without a setting (an older one) leaves it unknown
+    known = with_columns_of(against.destinations, settings).select(
         *[F.col(k).alias(f"_k_{k}") for k in DESTINATION_KEY], *[f.name for f in settings]
     )
     same = [F.col(k) == F.col(f"_k_{k}") for k in DESTINATION_KEY]
@@ -157,6 +174,12 @@ def with_partition_key(df: DataFrame, against: Against) -> DataFrame:
         missing = F.col("exists").isNull() & F.col("primary").isin(*against.listed_primaries)
         added["exists"] = F.when(missing, F.lit(False)).otherwise(F.col("exists"))
     return df.withColumns(added)
+
+
+def with_duplicate_window(df: DataFrame, against: Against) -> DataFrame:
+    """When a re-driven dead letter's destination would drop it as a duplicate
+    (:mod:`syphon.job.too_soon`)."""
+    return with_window(df, against.now, against.redrive_window)
 
 
 def with_checks(df: DataFrame, against: Against) -> DataFrame:
@@ -221,6 +244,9 @@ def with_checks(df: DataFrame, against: Against) -> DataFrame:
     bound = message_bytes_col()
     if repaired:  # the bytes a repair adds
         bound = bound + F.coalesce(F.col(f"{REPAIR}.added"), F.lit(0))
+    if against.new_message_ids:  # the bytes a new MessageId may add
+        more = renamed_bytes_col(F.col("message_id"))
+        bound = bound + F.when(renamed(True), more).otherwise(F.lit(0))
     # what rebuilds the message for the exact measure, a repair's changes included
     rebuilt_from = [*[F.col(c) for c in MESSAGE_COLUMNS], *carried_changes(df)]
     df = df.withColumns({"message_bytes": F.when(sendable, bound), "_candidate": candidate})
@@ -292,11 +318,14 @@ def with_duplicate_reasons(df: DataFrame, against: Against) -> DataFrame:
     return df.withColumn("_dup_reason", reason)
 
 
-def verdict_rules(df: DataFrame) -> list[tuple[Column, str, Column]]:
+def verdict_rules(df: DataFrame, against: Against) -> list[tuple[Column, str, Column]]:
     """The verdicts in their order of precedence (the module docstring's): (when it
     holds, the verdict, its reason). The first that holds decides; a row none holds is
-    ``replay``, with the reason :data:`RESEND_ALLOWED` for a resend the operator allowed."""
+    ``replay``, with the reason ``new_message_id`` for one sent under a new MessageId,
+    :data:`RESEND_ALLOWED` for a resend the operator allowed."""
     from pyspark.sql import functions as F
+
+    from syphon.job import too_soon as window
 
     duplicate = F.col("_dup_reason").isin("already_replayed", "duplicate_in_snapshot")
     return [
@@ -306,36 +335,44 @@ def verdict_rules(df: DataFrame) -> list[tuple[Column, str, Column]]:
         (F.col("_expired"), Verdict.EXPIRED, F.lit("time_to_live_passed")),
         (duplicate, Verdict.DUPLICATE, F.col("_dup_reason")),
         (F.col("_dup_reason").isNotNull(), Verdict.CONFLICT, F.col("_dup_reason")),
+        (too_soon(against.new_message_ids), Verdict.TOO_SOON, window.reason()),
     ]
 
 
 def with_verdicts(df: DataFrame, against: Against) -> DataFrame:
-    """``verdict`` and ``reason`` by :func:`verdict_rules`, the effective partition key
+    """``verdict``, ``reason`` and ``detail`` by :func:`verdict_rules` (``detail``: what
+    :func:`syphon.job.too_soon.detail` gives, else null), the effective partition key
     and its source; the steps' own columns dropped."""
     from pyspark.sql import functions as F
 
-    (holds, name, why), *rest = verdict_rules(df)
+    (holds, name, why), *rest = verdict_rules(df, against)
     verdict, reason = F.when(holds, F.lit(name)), F.when(holds, why)
     for holds, name, why in rest:
         verdict, reason = verdict.when(holds, F.lit(name)), reason.when(holds, why)
     verdict = verdict.otherwise(F.lit(Verdict.REPLAY))
-    reason = reason.otherwise(F.when(F.col("_resend"), F.lit(RESEND_ALLOWED)))
+    reason = reason.otherwise(
+        F.when(renamed(against.new_message_ids), F.lit(NEW_MESSAGE_ID)).when(
+            F.col("_resend"), F.lit(RESEND_ALLOWED)
+        )
+    )
     done = df.withColumns(
         {
             "verdict": verdict,
             "reason": reason,
+            "detail": detail(verdict, against.new_message_ids),
             "partition_key_effective": F.col("_key.key"),
             "partition_key_source": F.col("_key.source"),
         }
     )
     steps_own = ("_key", "_is_ping", "_invalid", "_expired", "_dup_reason", "_candidate")
-    return done.drop(*steps_own, "_r_hashes", "_resend", SELECTED)
+    return done.drop(*steps_own, *WINDOW_COLUMNS, "_r_hashes", "_resend", SELECTED)
 
 
 #: The classify, step by step.
 STEPS: tuple[Step, ...] = (
     with_destination_settings,
     with_partition_key,
+    with_duplicate_window,
     with_checks,
     with_replayed,
     with_duplicate_reasons,

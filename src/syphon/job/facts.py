@@ -90,8 +90,10 @@ def per_destination(rows: pa.Table, repair: Repair | None = None) -> list[dict[s
     """Per (primary, destination) of a plan's :func:`plan_rows`, sorted: messages, a
     count per verdict, the replay groups spread over several backlog queues, and the
     first and last original enqueue times; ``destination_unknown``: the invalid messages
-    whose destination the listing did not find; with a ``repair``, ``repaired``: how many
-    messages to send each of its changes alters (``set NAME``/``unset NAME``: count)."""
+    whose destination the listing did not find; ``too_soon_until``, where some wait for
+    the destination's duplicate detection window: when the last window passes; with a
+    ``repair``, ``repaired``: how many messages to send each of its changes alters
+    (``set NAME``/``unset NAME``: count)."""
     import pyarrow as pa
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
@@ -127,6 +129,13 @@ def per_destination(rows: pa.Table, repair: Repair | None = None) -> list[dict[s
         if first is not None:
             d["first"] = first if d["first"] is None else min(d["first"], first)
             d["last"] = last if d["last"] is None else max(d["last"], last)
+    waits = rows.filter(pc.equal(rows.column("verdict"), Verdict.TOO_SOON))
+    if waits.num_rows:
+        latest = waits.group_by(["primary", "destination"], use_threads=False).aggregate(
+            [("detail", "max")]
+        )
+        for r in latest.to_pylist():
+            out[(r["primary"], r["destination"])]["too_soon_until"] = r["detail_max"]
     if repair is not None:
         for d in out.values():
             d["repaired"] = {}

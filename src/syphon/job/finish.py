@@ -71,6 +71,49 @@ def unknown_destinations(plan: pa.Table) -> set[Destination]:
     return {(r["primary"], r["destination"]) for r in pairs}
 
 
+@dataclass(frozen=True)
+class TooSoon:
+    """Dead letters a run left because their destination would drop them as duplicates:
+    how many, and when the last window passes (UTC, ISO 8601; None: none)."""
+
+    count: int = 0
+    until: str | None = None
+
+    @classmethod
+    def of(cls, plan: pa.Table) -> TooSoon:
+        """Those of a wave's ``plan`` rows (in the driver)."""
+        import pyarrow.compute as pc
+
+        rows = plan.filter(pc.equal(plan.column("verdict"), Verdict.TOO_SOON))
+        if not rows.num_rows:
+            return cls()
+        return cls(rows.num_rows, pc.max(rows.column("detail")).as_py())
+
+    def __add__(self, other: TooSoon) -> TooSoon:
+        until = max((u for u in (self.until, other.until) if u is not None), default=None)
+        return TooSoon(self.count + other.count, until)
+
+    def note(self) -> str | None:
+        """The run's words for them (None: none)."""
+        if not self.count:
+            return None
+        return (
+            f"{self.count} dead letters wait for their destination's duplicate detection "
+            "window (sent now, the destination would accept and drop them as duplicates); "
+            f"the last window passes at {self.until}"
+        )
+
+    def fix(self) -> str | None:
+        """The ``fix:`` part for them (None: none)."""
+        if not self.count:
+            return None
+        return (
+            f"rerun after {self.until}, or now with --new-message-ids to send them under "
+            "new MessageIds derived from theirs (the original kept in the property "
+            "syphon-original-message-id)"
+        )
+
+
 @dataclass
 class Drained:
     """What a run's waves did, added up; what one wave left behind is what the later
@@ -90,6 +133,8 @@ class Drained:
             did not).
         left_destinations: the destinations a wave's sends found missing, disabled or
             failing (a subset of ``skipped``), with why.
+        too_soon: the dead letters the plans left for their destinations' duplicate
+            detection windows.
     """
 
     skipped: dict[Destination, str | None] = field(default_factory=dict)
@@ -101,6 +146,7 @@ class Drained:
     planned: int = 0
     stopped: str | None = None
     left_destinations: dict[Destination, str] = field(default_factory=dict)
+    too_soon: TooSoon = field(default_factory=lambda: TooSoon())
 
     @property
     def waves(self) -> int:
@@ -199,11 +245,16 @@ def finish(
             f"{' and '.join(parts)} that failed in a wave were held back in the later "
             "waves: the next run takes them, in order"
         )
-    notes += locks.notes(drained.keys_held_back(Detail.EARLIER_MESSAGE_UNSEEN))
+    notes += locks.notes(
+        drained.keys_held_back(Detail.EARLIER_MESSAGE_UNSEEN),
+        drained.keys_held_back(Detail.EARLIER_MESSAGE_DEFERRED),
+    )
     if ledger.unread:
         unread = ", ".join(f"{p} ({why})" for p, why in sorted(ledger.unread.items()))
         notes.append(f"not read: {unread}")
         log.warning("run %s: not read: %s", ledger.run_id, unread)
+    if (too_soon := drained.too_soon.note()) is not None:
+        notes.append(too_soon)
     if drained.waiting.now:
         notes.append(
             f"{drained.waiting.now} dead letters wait for the operator ({drained.waiting.kept} of "
@@ -211,11 +262,12 @@ def finish(
             "discard) or send them again (--allow-resend)"
         )
     detail = "; ".join(notes) or None
-    waiting = left or ledger.unread or drained.stopped or locks.unseen
+    waiting = left or ledger.unread or drained.stopped or locks.waiting
     status = Status.PARTIAL if waiting else Status.DONE
     result = ledger.result(status, detail, outcomes)
-    if status == Status.PARTIAL and (fix := locks.fix()) is not None:
-        result.fix = fix
+    fixes = [f for f in (locks.fix(), drained.too_soon.fix()) if f is not None]
+    if status == Status.PARTIAL and fixes:
+        result.fix = "; ".join(fixes)
     skipped = drained.skipped
     missing = sorted(k for k, reason in skipped.items() if reason == Detail.DESTINATION_MISSING)
     failure = refused or missing_destinations(sorted(drained.unknown), missing)

@@ -307,8 +307,9 @@ def plan_snapshot(
 def against(ctx: RunContext, request: RunRequest, listed: Listed) -> Against:
     """What a wave's plan judges its messages against: the run's start, the listed
     destinations, what earlier runs and waves replayed (read anew for each wave: the
-    last wave's replays are in), the source's size limit and the operator's
-    ``--allow-resend``."""
+    last wave's replays are in), the source's size limit, the operator's
+    ``--allow-resend`` and ``--new-message-ids``, and whether a dead letter's
+    destination's duplicate detection window is judged (a dead-letter source)."""
     from pyspark.sql import functions as F
 
     return Against(
@@ -318,6 +319,8 @@ def against(ctx: RunContext, request: RunRequest, listed: Listed) -> Against:
         request.source.access.max_message_bytes,
         listed.primaries,
         request.allow_resend,
+        redrive_window=request.source.kind == "dead_letter",
+        new_message_ids=request.new_message_ids,
     )
 
 

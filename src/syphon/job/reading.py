@@ -47,32 +47,52 @@ class ReadLocks:
     Attributes:
         unseen: per queue, the messages another receiver kept locked, which the run
             could not receive (their keys were held back).
-        lost: per queue, the locks that lapsed while the run kept them.
+        lost: per queue, the locks that lapsed while the run kept them (its own: a
+            message it took and received again).
         renewals_failed: renewal requests the namespace failed.
         lock_seconds: the queues' lock duration (None: no message was received).
+        deferred: per queue, the messages a consumer deferred, which only a receive by
+            sequence number takes (their keys were held back).
+        gone: per queue, the messages the queue had when the run found it that were gone
+            when it looked (completed by another receiver, or expired): nothing waits.
     """
 
     unseen: Mapping[str, int] = field(default_factory=dict)
     lost: Mapping[str, int] = field(default_factory=dict)
     renewals_failed: int = 0
     lock_seconds: float | None = None
+    deferred: Mapping[str, int] = field(default_factory=dict)
+    gone: Mapping[str, int] = field(default_factory=dict)
 
-    def notes(self, keys: int) -> list[str]:
-        """The partial line's words for it; ``keys``: the keys held back for the
-        unseen messages."""
+    @property
+    def waiting(self) -> bool:
+        """Whether a later run has work for what the read could not take."""
+        return bool(self.unseen or self.deferred)
+
+    def notes(self, keys: int, deferred_keys: int = 0) -> list[str]:
+        """The run's words for it; ``keys``, ``deferred_keys``: the keys held back for
+        the locked and for the deferred messages."""
         out = []
-        if self.unseen:
-            where = ", ".join(f"{p} ({n})" for p, n in sorted(self.unseen.items()))
-            locked = (
-                f"{sum(self.unseen.values())} messages are locked by another receiver in {where}"
-            )
-            if keys:
+        for found, kept, what, later in (
+            (self.unseen, keys, "locked by another receiver", "the next run takes them"),
+            (
+                self.deferred,
+                deferred_keys,
+                "deferred by a consumer",
+                "only a receive by sequence number takes them",
+            ),
+        ):
+            if not found:
+                continue
+            where = ", ".join(f"{p} ({n})" for p, n in sorted(found.items()))
+            found_here = f"{sum(found.values())} messages are {what} in {where}"
+            if kept:
                 out.append(
-                    f"{keys} keys held back: {locked}, and nothing of their keys is sent "
-                    "before them: the next run takes them in order"
+                    f"{kept} keys held back: {found_here}, and nothing of their keys is sent "
+                    f"before them: {later}"
                 )
             else:
-                out.append(f"{locked} (none of them has a key): the next run takes them")
+                out.append(f"{found_here} (none of them has a key): {later}")
         if self.lost:
             cause = (
                 "the namespace failed renewals"
@@ -82,6 +102,13 @@ class ReadLocks:
             out.append(
                 f"{sum(self.lost.values())} locks lapsed while the run kept them ({cause}); "
                 "their messages wait for the next run, which finds their outcomes in the audit"
+            )
+        if self.gone:
+            where = ", ".join(f"{p} ({n})" for p, n in sorted(self.gone.items()))
+            out.append(
+                f"{sum(self.gone.values())} messages counted when the run started were gone "
+                f"when it looked, in {where}: completed by another receiver, or expired "
+                "(nothing waits for them)"
             )
         return out
 
@@ -94,6 +121,12 @@ class ReadLocks:
                 "rerun once the other receiver lets its messages go: a killed syphon run's "
                 f"locks lapse after the queues' lock duration{lapse}; otherwise stop the "
                 "receiver that holds them (an explorer in peek-lock mode, a consumer)"
+            )
+        if self.deferred:
+            parts.append(
+                "rerun with --take-deferred to bring the deferred messages home in order "
+                "(syphon receives them by sequence number), or have the consumer that "
+                "deferred them settle them"
             )
         if self.lost:
             parts.append(
@@ -240,9 +273,9 @@ class Receiving:
 
     def whole(self, queues: list[DiscoveredQueue]) -> tuple[DataFrame, int | None]:
         """Every message of ``queues`` that no one keeps locked."""
-        before = self.once.received
-        frame = self.once.frame(self.ctx.spark(), [QueueRange(q.path) for q in queues])
-        return keep(frame), self.once.received - before
+        before = self.once.taken
+        frame = keep(self.once.frame(self.ctx.spark(), [QueueRange(q.path) for q in queues]))
+        return frame, self.once.taken - before
 
     def counted(self, queues: int, messages: int | None) -> Operations:
         self._counted += messages or 0
@@ -273,13 +306,17 @@ class Receiving:
             settle_abandons=once.given_back,
             settle_requests=once.give_back_requests,
         )
+        deferred = once.deferred()
+        unseen = {p: len(m) - deferred.get(p, 0) for p, m in once.gaps.unseen.items()}
         locks = ReadLocks(
-            unseen={p: len(m) for p, m in once.gaps.unseen.items() if m},
+            unseen={p: n for p, n in unseen.items() if n},
             lost=once.lost,
             renewals_failed=once.renewal.failed,
             lock_seconds=once.renewal.lock_seconds,
+            deferred=deferred,
+            gone=once.gone(),
         )
-        return ReadClosed(operations, locks, once.not_handed_out())
+        return ReadClosed(operations, locks)
 
 
 def reading_for(ctx: RunContext, request: RunRequest, queues: list[DiscoveredQueue]) -> Reading:

@@ -39,13 +39,15 @@ if TYPE_CHECKING:
 
 
 def with_discards(classified: DataFrame, discard: Discard | None) -> DataFrame:
-    """Classified rows with the verdict ``discarded`` for what ``discard`` takes, and a
-    ``detail`` column: the operator's reason on a discarded row, else null."""
+    """Classified rows with the verdict ``discarded`` for what ``discard`` takes, and
+    their ``detail``: the operator's reason on a discarded row, else the classify's."""
     from pyspark.sql import functions as F
 
-    detail = F.lit(None).cast("string")
+    if "detail" not in classified.columns:
+        classified = classified.withColumn("detail", F.lit(None).cast("string"))
+    detail = F.col("detail")
     if discard is None:
-        return classified.withColumn("detail", detail)
+        return classified
     verdict = F.col("verdict")
     if discard.what == DUPLICATES:
         taken = verdict == Verdict.DUPLICATE

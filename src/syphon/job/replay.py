@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from syphon.core import amqp_bytes as ab
+from syphon.core.dedupe import NEW_MESSAGE_ID, ORIGINAL_ID_PROPERTY
 from syphon.core.rebuild import dropped_properties, rebuild
 from syphon.core.render import spark_schema
 from syphon.core.repaired import decode_changes, repaired_timing
@@ -75,6 +77,7 @@ INPUT_COLUMNS = (
     "snapshot_matches",
     "repair_application",
     "repair_system",
+    "send_as",
 )
 
 #: Snapshot columns that rebuild a message.
@@ -109,6 +112,8 @@ def replay_input(restored: DataFrame, todo: DataFrame, in_doubt: DataFrame | Non
         "batch_id",
         "batch_position",
         F.col("body_sha256").alias("_planned_sha"),
+        # the MessageId a dead letter its destination would drop is sent under
+        F.when(F.col("reason") == NEW_MESSAGE_ID, F.col("detail")).alias("send_as"),
     )
     message = restored.select(*PLACE, *_MESSAGE_COLUMNS, *carried_changes(restored))
     df = plan.join(message, list(PLACE), "left")
@@ -193,7 +198,9 @@ def credit_rates(
 def build_message(rec: Mapping[str, Any], ttl: timedelta | None, now: datetime) -> EncodedMessage:
     """The message a record restores (:func:`syphon.core.rebuild.rebuild` of its backlog
     bytes), with the TTL left and what a repair changes (a TTL it sets counts from
-    now); a scheduled time already past is sent at once (unscheduled).
+    now); a scheduled time already past is sent at once (unscheduled). A record with
+    ``send_as`` goes under that MessageId, its own kept in
+    :data:`~syphon.core.dedupe.ORIGINAL_ID_PROPERTY`.
 
     Raises:
         AmqpFormatError: the record's bytes are not an AMQP message.
@@ -206,17 +213,22 @@ def build_message(rec: Mapping[str, Any], ttl: timedelta | None, now: datetime) 
             scheduled = scheduled.replace(tzinfo=timezone.utc)
         if scheduled <= now:
             scheduled = None
+    application = decode_changes(rec.get("repair_application"))
+    message_id, send_as = rec["message_id"], rec.get("send_as")
+    if send_as is not None:
+        application = {**(application or {}), ORIGINAL_ID_PROPERTY: ab.encode_string(message_id)}
     encoded = rebuild(
         bytes(rec["encoded"]),
         session_id=rec["original_session_id"],
         time_to_live_ms=ttl_ms,
         scheduled_enqueue_time=scheduled,
         dropped=dropped_properties(rec.get("backlog_queue")),
-        application=decode_changes(rec.get("repair_application")),
+        application=application,
         system=system,
+        message_id=send_as,
     )
     return EncodedMessage(
-        encoded, rec["message_id"], rec["original_session_id"], rec["partition_key"]
+        encoded, send_as or message_id, rec["original_session_id"], rec["partition_key"]
     )
 
 

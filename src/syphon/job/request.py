@@ -50,6 +50,9 @@ class RunRequest:
             run's is the one its plan recorded.
         job_run_id: the platform's job run that runs it (None: none), on its ledger rows
             and its plan's audit rows.
+        new_message_ids: whether a re-driven dead letter its destination would drop as
+            a duplicate is sent under a new MessageId instead of waiting for the
+            destination's window (:mod:`syphon.core.dedupe`).
     """
 
     run_id: str
@@ -63,6 +66,7 @@ class RunRequest:
     until: datetime | None = None
     repair: Repair | None = None
     job_run_id: str | None = None
+    new_message_ids: bool = False
 
 
 def new_run_id(now: datetime) -> str:
@@ -84,6 +88,7 @@ class Asked:
     until: datetime | None = None
     #: the platform's job run that runs the command (Databricks' ``{{job.run_id}}``)
     job_run_id: str | None = None
+    new_message_ids: bool = False
 
 
 def run_request(
@@ -120,6 +125,7 @@ def run_request(
         asked.until,
         asked.repair,
         asked.job_run_id or None,
+        new_message_ids=asked.new_message_ids,
     )
 
 

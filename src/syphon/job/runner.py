@@ -12,10 +12,17 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from syphon.core.peeked import deferred
 from syphon.core.schema import Detail, Status
 from syphon.job.context import RunContext, keep
 from syphon.job.failures import refused_primaries
-from syphon.job.finish import Drained, finish, unknown_destinations, waiting_dead_letters
+from syphon.job.finish import (
+    Drained,
+    TooSoon,
+    finish,
+    unknown_destinations,
+    waiting_dead_letters,
+)
 from syphon.job.journal import new_journal_id, open_journal, remove_journal
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.plan import Listed, PlanResult, WaveMark, list_primaries, plan_snapshot
@@ -113,20 +120,27 @@ class WaveRunner:
 
     def _hold_unseen(self, listed: Listed) -> None:
         """Holds back, for the rest of the run, the keys of the messages the run's read
-        found and could not take (another receiver keeps them locked; see
-        :mod:`syphon.job.gaps`), those found since the last call: every message the run
-        read up to its latest wave is checked by then."""
+        found and could not take (another receiver keeps them locked, or a consumer
+        deferred them; see :mod:`syphon.job.gaps`), those found since the last call:
+        every message the run read up to its latest wave is checked by then."""
         new = self.reading.unseen()
-        if not new:
-            return
-        lanes = unseen_lanes(self.ctx, self.request, listed, new)
-        log.warning(
-            "run %s holds back %d keys: %d of their messages are locked by another receiver",
-            self.request.run_id,
-            len(lanes),
-            len(new),
-        )
-        self._drained.hold_back(lanes, Detail.EARLIER_MESSAGE_UNSEEN)
+        put_off = [m for m in new if deferred(m[1])]
+        locked = [m for m in new if not deferred(m[1])]
+        for found, why, what in (
+            (locked, Detail.EARLIER_MESSAGE_UNSEEN, "locked by another receiver"),
+            (put_off, Detail.EARLIER_MESSAGE_DEFERRED, "deferred by a consumer"),
+        ):
+            if not found:
+                continue
+            lanes = unseen_lanes(self.ctx, self.request, listed, found)
+            log.warning(
+                "run %s holds back %d keys: %d of their messages are %s",
+                self.request.run_id,
+                len(lanes),
+                len(found),
+                what,
+            )
+            self._drained.hold_back(lanes, why)
 
     def resumed(self, wave: PlannedWave) -> None:
         """A resumed run's one wave, its plan's counts the run's: replayed and settled."""
@@ -145,6 +159,7 @@ class WaveRunner:
         self._ledger.add(settled)
         failpoints.check("after_settle_commit")
         left = left_behind(sent.results, wave.audit) if wave.more else LeftBehind()
+        self._drained.too_soon += TooSoon.of(wave.audit)
         self._drained.add_wave(
             sent.tally,
             settled.tally,

@@ -28,11 +28,19 @@ def list_destinations(access: Access) -> list[tuple[Any, ...]]:
             requires_session=requires_session,
             max_message_bytes=size or access.max_message_bytes,
             partitioned=bool(entity.enable_partitioning),
+            duplicate_detection_window_seconds=_seconds(
+                entity.duplicate_detection_history_time_window
+            ),
         )
 
     with access.admin_client() as admin:
         queues = [row(q, bool(q.requires_session)) for q in admin.list_queues()]
         return queues + [row(t, False) for t in admin.list_topics()]
+
+
+def _seconds(window: Any) -> float | None:
+    """A window the SDK read (a timedelta, or None), in seconds."""
+    return None if window is None else float(window.total_seconds())
 
 
 def listing_failed(exc: BaseException) -> bool:

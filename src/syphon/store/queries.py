@@ -159,8 +159,9 @@ def in_doubt_messages(audit: DataFrame, interrupted: list[str]) -> DataFrame:
 
 
 #: The verdicts that do not keep a dead letter waiting for the operator: a message to
-#: send (a failed send is sent by the next run) and one the selection left out.
-NOT_WAITING = (Verdict.REPLAY, Verdict.UNSELECTED)
+#: send (a failed send is sent by the next run), one the selection left out, and one
+#: that waits for its destination's duplicate detection window (a later run sends it).
+NOT_WAITING = (Verdict.REPLAY, Verdict.UNSELECTED, Verdict.TOO_SOON)
 
 
 def _waiting(rows: DataFrame) -> DataFrame:
