@@ -108,7 +108,7 @@ def test_encoded_messages_added_to_a_batch_arrive_byte_for_byte(
     message (properties to footer) exactly, a value body and a ulong id included."""
     from azure.servicebus.exceptions import MessageSizeExceededError
 
-    from syphon.servicebus.raw import add_encoded
+    from syphon.servicebus.raw_batch import add_encoded
 
     sb = servicebus_emulator(QueueSpec("q", enable_partitioning=True))
     value = Message(id=ulong(9), body={"k": [1, 2]}, properties={"n": 7})

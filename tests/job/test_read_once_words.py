@@ -147,6 +147,28 @@ def test_deferred_messages_are_named_deferred_and_never_taken(
         assert once.gone() == {}
 
 
+def test_deferred_messages_taken_by_their_numbers_are_the_reads_to_settle(
+    servicebus_emulator: EmulatorFactory,
+) -> None:
+    sb = servicebus_emulator(QueueSpec("q"))
+    _fill(sb)
+    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+        with client.get_queue_receiver("q") as consumer:
+            for m in consumer.receive_messages(max_message_count=2, max_wait_time=5):
+                consumer.defer_message(m)
+    with ReadOnce(
+        _access(sb), ["q"], counts={"q": MESSAGES}, wait_seconds=0.1, take_deferred=True
+    ) as once:
+        assert _read_all(once) == [3, 4, 5, 6, 7, 8, 1, 2]
+        assert once.deferred() == {}
+        assert once.gone() == {}
+        assert once.deferred_taken == 2
+        assert once.taken == MESSAGES
+        assert once.queue("q").locked == list(range(1, MESSAGES + 1))
+        once.settle([("q", s, "complete", None, "replay") for s in (1, 2)], "r")
+    assert sorted(sb.broker.entity("q").messages) == [3, 4, 5, 6, 7, 8]  # given back
+
+
 def test_messages_a_competitor_completed_are_gone_not_unseen(
     servicebus_emulator: EmulatorFactory,
 ) -> None:

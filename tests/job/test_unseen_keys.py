@@ -51,17 +51,18 @@ def lock_for(pair: Pair, seconds: float) -> None:
 
 def skipped_unseen(config: Any, spark: Any, run_id: str) -> set[str]:
     """The MessageIds the run skipped because a message of their key was unseen."""
+    return skipped_for(config, spark, run_id, Detail.EARLIER_MESSAGE_UNSEEN)
+
+
+def skipped_for(config: Any, spark: Any, run_id: str, detail: str) -> set[str]:
+    """The MessageIds the run skipped with ``detail``."""
     store = context(config, spark).store
-    rows = store.run_rows(run_id, "replay")
+    rows, plan = store.run_rows(run_id, "replay"), store.run_rows(run_id, "plan")
     assert rows is not None
-    plan = store.run_rows(run_id, "plan")
     assert plan is not None
-    skipped = rows.where(f"detail = '{Detail.EARLIER_MESSAGE_UNSEEN}'").select(
-        "backlog_queue", "sequence_number"
-    )
-    return {
-        r["message_id"] for r in plan.join(skipped, ["backlog_queue", "sequence_number"]).collect()
-    }
+    places = rows.where(f"detail = '{detail}'").select("backlog_queue", "sequence_number")
+    found = plan.join(places, ["backlog_queue", "sequence_number"]).collect()
+    return {r["message_id"] for r in found}
 
 
 def test_keys_whose_messages_another_receiver_holds_wait_and_a_later_run_sends_them_in_order(
@@ -166,3 +167,49 @@ def test_a_run_that_takes_over_while_a_killed_runs_locks_still_hold_keeps_every_
     for key, ids in arrived(pair).items():
         twice = {m for m in ids if ids.count(m) > 1}
         assert twice <= marked, (key, twice - marked)
+
+
+def test_deferred_messages_are_named_deferred_and_taken_in_order_when_the_operator_asks(
+    pair: Pair, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer deferred two backlog messages: only a receive by sequence number takes
+    them. The run holds back their keys and says they are deferred (not locked), with a
+    fix that works: with ``--take-deferred`` the next run receives them by their
+    sequence numbers and brings every key home in order."""
+    from syphon.app.services import run_with_report
+    from syphon.job.request import Asked, run_request
+
+    keys = park_spread(pair, "d", MESSAGES)
+    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (0.3,))
+    config = job_config(
+        pair, tmp_path, monkeypatch, extra="run:\n  wave_messages: 6\n  read: once\n"
+    )
+    with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
+        with client.get_queue_receiver(queue(1)) as consumer:
+            got = consumer.receive_messages(max_message_count=3, max_wait_time=5)
+            consumer.abandon_message(got[0])
+            for m in got[1:]:
+                consumer.defer_message(m)
+    put_off = {str(m.message_id) for m in got[1:]}
+    assert put_off == {"d-4", "d-7"}
+    first = run_job(config, spark, "beside-deferred")
+    assert first.status == Status.PARTIAL, first
+    assert "2 keys held back: 2 messages are deferred by a consumer" in (first.detail or "")
+    assert "locked" not in (first.detail or "")
+    assert "--take-deferred" in (first.fix or ""), first.fix
+    assert "other receiver" not in (first.fix or "")
+    waiting = {k for k, ids in keys.items() if put_off & set(ids)}
+    later = {m for k in waiting for m in keys[k]} - put_off
+    skipped = skipped_for(config, spark, "beside-deferred", Detail.EARLIER_MESSAGE_DEFERRED)
+    assert skipped
+    assert skipped <= later
+    assert not skipped_unseen(config, spark, "beside-deferred")
+
+    ctx = context(config, spark)
+    asked = Asked(take_deferred=True)
+    second = run_with_report(ctx, run_request(ctx, "take-deferred", asked=asked))
+    assert second.status == Status.DONE, second
+    assert second.operations.snapshot_deferred_received == 2
+    assert first_arrivals(pair) == keys  # every key in order
+    assert arrived(pair) == keys  # and nothing twice
+    assert not any(backlog_state(pair).values())

@@ -218,7 +218,7 @@ def sdk_packing(messages: list[bytes], limit: int) -> list[int]:
     from azure.servicebus import ServiceBusMessageBatch
     from azure.servicebus.exceptions import MessageSizeExceededError
 
-    from syphon.servicebus.raw import add_encoded
+    from syphon.servicebus.raw_batch import add_encoded
 
     numbers, batch, n = [], ServiceBusMessageBatch(max_size_in_bytes=limit), 0
     for m in messages:
@@ -239,7 +239,7 @@ def wire_size(messages: list[bytes], envelope: tuple[str, str | None, str]) -> i
     from azure.servicebus import ServiceBusMessageBatch
     from azure.servicebus._pyamqp._encode import encode_payload
 
-    from syphon.servicebus.raw import add_encoded
+    from syphon.servicebus.raw_batch import add_encoded
 
     batch = ServiceBusMessageBatch(max_size_in_bytes=2**62)
     for m in messages:

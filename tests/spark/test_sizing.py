@@ -20,7 +20,7 @@ from syphon.core.render import spark_schema
 from syphon.core.schema import SNAPSHOT
 from syphon.job.classify import message_bytes_col
 from syphon.job.restore import restore
-from syphon.servicebus.raw import encoded_batch_cost
+from syphon.servicebus.raw_batch import encoded_batch_cost
 
 
 def text(rng: random.Random, longest: int) -> str:

@@ -209,13 +209,17 @@ def park_orders(pair: Pair, prefix: str, queues: int, per_queue: int) -> list[st
     return ids
 
 
-def make_pair(servicebus_emulator: Callable[..., Emulator]) -> Pair:
+def make_pair(servicebus_emulator: Callable[..., Emulator], secondary_clock: Any = None) -> Pair:
+    """The tests' pair of namespaces (``secondary_clock``: the secondary's clock, a
+    ``ManualClock`` for a test that moves its locks' time; None: the wall clock)."""
     primary = servicebus_emulator(
         QueueSpec("orders"),
         QueueSpec("sessions", requires_session=True),
         TopicSpec("events", subscriptions=(SubscriptionSpec("all"),)),
     )
-    secondary = servicebus_emulator()
+    secondary = servicebus_emulator(
+        **({} if secondary_clock is None else {"clock": secondary_clock})
+    )
     admin = ServiceBusAdministrationClient.from_connection_string(
         secondary.admin_connection_string, connection_verify=secondary.ca_bundle
     )

@@ -16,7 +16,7 @@ def test_the_size_bound_assumes_the_sdks_own_empty_batch_size() -> None:
 def test_an_encoded_message_costs_what_the_sdk_counts_for_the_same_message(body: bytes) -> None:
     from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 
-    from syphon.servicebus.raw import encoded_batch_cost
+    from syphon.servicebus.raw_batch import encoded_batch_cost
 
     message = ServiceBusMessage(body, message_id="m")
     batch = ServiceBusMessageBatch(max_size_in_bytes=2**62)

@@ -94,6 +94,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             until=stop_at,
             job_run_id=getattr(args, "job_run_id", None) or None,
             new_message_ids=bool(getattr(args, "new_message_ids", False)),
+            take_deferred=bool(getattr(args, "take_deferred", False)),
         )
         request = run_request(ctx, run_id, source, asked, resume=args.command == "replay")
         if args.command == "plan":

@@ -227,6 +227,13 @@ def _add_selection_options(cmd: argparse.ArgumentParser, resend: bool = True) ->
             "rerun; the original is kept in the property syphon-original-message-id and "
             "in the audit) instead of leaving it until the window passes",
         )
+        cmd.add_argument(
+            "--take-deferred",
+            action="store_true",
+            help="a run that reads once receives the deferred messages it finds by their "
+            "sequence numbers and takes them with their keys, in order (by default their "
+            "keys wait, and the run says they are deferred)",
+        )
     group.add_argument(
         "--where",
         default=None,

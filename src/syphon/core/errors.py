@@ -72,10 +72,13 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
     ExitCodeDoc(
         ExitCode.PARTIAL,
         "work was left for a later run (a skipped destination, a failed send, a message "
-        "not received, a queue of the source that cannot be read, a dead letter newly "
-        "waiting for the operator; late arrivals do not count)",
-        "see the outcomes; rerun when the destination is back; discard or resend what "
-        "waits for you",
+        "not received, a queue of the source that cannot be read, a message locked by "
+        "another receiver or deferred by a consumer, a dead letter within its "
+        "destination's duplicate detection window, a dead letter newly waiting for the "
+        "operator; late arrivals and messages gone before the run looked do not count)",
+        "see the outcomes and the `fix:` line; rerun when the destination is back or the "
+        "window has passed; `--take-deferred`, `--new-message-ids`; discard or resend "
+        "what waits for you",
     ),
     ExitCodeDoc(
         ExitCode.BUSY,

@@ -70,6 +70,9 @@ class Operations(_Metrics):
     #: read once: the messages the run's reads received in peek-lock (each a credit;
     #: its settle then receives nothing)
     snapshot_messages_received: int | None = None
+    #: read once with ``--take-deferred``: the deferred messages received by their
+    #: sequence numbers (counted among those received too)
+    snapshot_deferred_received: int | None = None
     replay_pings: int | None = None  # None: the run probed its destinations
     replay_probes: int | None = None
     replay_send_transfers: int | None = None

@@ -28,7 +28,7 @@ def _exact_size(measure_input: Mapping[str, Any]) -> int | None:
     when it cannot be rebuilt."""
     from syphon.core.rebuild import MAX_TTL_MS, rebuild
     from syphon.core.repaired import decode_changes, repaired_timing
-    from syphon.servicebus.raw import encoded_batch_cost
+    from syphon.servicebus.raw_batch import encoded_batch_cost
 
     rec = {k: plain_cell(v) for k, v in measure_input.items()}
     try:

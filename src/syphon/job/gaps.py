@@ -18,8 +18,9 @@ credit or two a queue per wave.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 
 from syphon.core.peeked import enqueued_time, sequence_number
@@ -58,6 +59,14 @@ class Gaps:
         before it. The caller keeps it locked and never takes it."""
         with self._lock:
             return seq in self.unseen.get(path, {})
+
+    @contextlib.contextmanager
+    def found_in(self, path: str) -> Iterator[dict[int, bytes]]:
+        """What the check found unseen in ``path`` (sequence number: message), under the
+        check's lock: the caller may remove what it takes after all (a deferred message
+        it received by its sequence number)."""
+        with self._lock:
+            yield self.unseen.get(path, {})
 
     def take_new(self) -> list[tuple[str, bytes]]:
         """(queue, encoded message) of the unseen messages found since the last call."""

@@ -84,16 +84,22 @@ class ReadOnce:
         counts: Mapping[str, int | None] | None = None,
         wait_seconds: float = RECEIVE_WAIT_SECONDS,
         before: datetime | None = None,
+        take_deferred: bool = False,
     ) -> None:
         """``counts``: how many messages each queue had when the run found it (None or
         missing: unknown); a queue's reads stop once they took that many, instead of
         waiting on an empty receive (what arrived since is the next run's). ``before``:
         the run's start; a message enqueued at or after it is not the run's, and the
-        gap check of a queue's tail stops there (None: at the queue's end)."""
+        gap check of a queue's tail stops there (None: at the queue's end).
+        ``take_deferred``: the deferred messages the gap check finds are received by
+        their sequence numbers and taken with the read (else their keys wait)."""
         self.__access = access
         self.paths = list(paths)
         self.counts = dict(counts or {})
         self.wait_seconds = wait_seconds
+        self.take_deferred = take_deferred
+        #: how many deferred messages it received by their sequence numbers, and took
+        self.deferred_taken = 0
         self._took: dict[str, int] = {}
         self.queues: dict[str, LockedQueue] = {}
         self.gaps = Gaps(self.queues, before)
@@ -254,10 +260,40 @@ class ReadOnce:
                                 self.short[path] = count - self._took.get(path, 0) - got
                         break
             self.gaps.check(path, taken, ended)
+            if self.take_deferred and (put_off := self._deferred_of(path)):
+                got += len(put_off)
+                yield put_off
         finally:
             with self._marks:
                 self.again.setdefault(path, set()).update(again)
                 self._took[path] = self._took.get(path, 0) + got
+
+    def _deferred_of(self, path: str) -> list[bytes]:
+        """The deferred messages the gap check found in ``path`` (not taken yet),
+        received by their sequence numbers and taken, in sequence order; none when the
+        service refuses (one was settled meanwhile): their keys wait, as without
+        ``take_deferred``."""
+        with self.gaps.found_in(path) as found:
+            seqs = sorted(seq for seq, m in found.items() if deferred(m))
+            if not seqs:
+                return []
+            try:
+                page = self.queues[path].receive_deferred(seqs)
+            except Exception as exc:  # the service's refusal: the keys wait
+                log.warning(
+                    "the deferred messages of %s could not be received (%s): their keys wait",
+                    path,
+                    type(exc).__name__,
+                )
+                return []
+            for seq, _ in page:
+                found.pop(seq, None)
+                self._taken(path, seq)
+        with self._marks:  # counted when the queue was, and taken after all
+            self.deferred_taken += len(page)
+            if path in self.short:
+                self.short[path] -= len(page)
+        return [encoded for _, encoded in page]
 
     def _taken(self, path: str, seq: int) -> bool:
         """Whether the run took ``seq`` of ``path`` before (and remembers it now)."""

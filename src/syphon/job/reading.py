@@ -253,7 +253,13 @@ class Receiving:
         self.ctx = ctx
         self.run_id = request.run_id
         counts = {q.path: q.message_count for q in queues if not q.empty and q.unreadable is None}
-        self.once = ReadOnce(request.source.access, list(counts), counts, before=request.started)
+        self.once = ReadOnce(
+            request.source.access,
+            list(counts),
+            counts,
+            before=request.started,
+            take_deferred=request.take_deferred,
+        )
         #: the messages the waves counted as received
         self._counted = 0
 
@@ -305,6 +311,7 @@ class Receiving:
             snapshot_messages_peeked=once.peeked,
             settle_abandons=once.given_back,
             settle_requests=once.give_back_requests,
+            snapshot_deferred_received=once.deferred_taken if once.take_deferred else None,
         )
         deferred = once.deferred()
         unseen = {p: len(m) - deferred.get(p, 0) for p, m in once.gaps.unseen.items()}

@@ -54,7 +54,7 @@ from syphon.job.rows import plain_cell
 from syphon.job.where import IN_TASKS, Spread, map_in_pandas
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access
-from syphon.servicebus.raw import EncodedMessage
+from syphon.servicebus.raw_batch import EncodedMessage
 from syphon.servicebus.sending import Destination, SenderPool
 from syphon.store.location import Location
 

@@ -53,6 +53,8 @@ class RunRequest:
         new_message_ids: whether a re-driven dead letter its destination would drop as
             a duplicate is sent under a new MessageId instead of waiting for the
             destination's window (:mod:`syphon.core.dedupe`).
+        take_deferred: whether a read once receives the deferred messages it finds by
+            their sequence numbers and takes them (else their keys wait).
     """
 
     run_id: str
@@ -67,6 +69,7 @@ class RunRequest:
     repair: Repair | None = None
     job_run_id: str | None = None
     new_message_ids: bool = False
+    take_deferred: bool = False
 
 
 def new_run_id(now: datetime) -> str:
@@ -89,6 +92,7 @@ class Asked:
     #: the platform's job run that runs the command (Databricks' ``{{job.run_id}}``)
     job_run_id: str | None = None
     new_message_ids: bool = False
+    take_deferred: bool = False
 
 
 def run_request(
@@ -126,6 +130,7 @@ def run_request(
         asked.repair,
         asked.job_run_id or None,
         new_message_ids=asked.new_message_ids,
+        take_deferred=asked.take_deferred,
     )
 
 

@@ -37,6 +37,7 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
+from syphon.core.peeked import sequence_number
 from syphon.servicebus.access import Access
 from syphon.servicebus.raw import (
     ABANDONED,
@@ -49,6 +50,7 @@ from syphon.servicebus.raw import (
     keep_encoded,
     lean,
     peek_raw,
+    receive_deferred_raw,
     renew_lock_tokens,
     settle_tokens,
     stop_credit,
@@ -218,6 +220,28 @@ class LockedQueue:
             self._tokens.pop(seq, None)
             if lost:
                 self.lost.add(seq)
+
+    def receive_deferred(self, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        """Receives the deferred messages ``seqs`` by their sequence numbers (a receive
+        never hands one out), keeps them locked like any other it received and answers
+        them as :meth:`receive` does, in sequence order. Each costs a credit.
+
+        Raises:
+            ServiceBusError: the service refused (one of them is not deferred now).
+        """
+        if not seqs:
+            return []
+        with self._managing:
+            self.requests += 1
+            got = receive_deferred_raw(self._manager, sorted(seqs))
+        page = []
+        with self._state:
+            for encoded, token in got:
+                seq = sequence_number(encoded)
+                self._tokens[seq] = token if isinstance(token, uuid.UUID) else uuid.UUID(str(token))
+                page.append((seq, encoded))
+            self.received += len(page)
+        return sorted(page)
 
     def peek(self, from_sequence_number: int, count: int) -> list[bytes]:
         """Up to ``count`` messages of the queue from ``from_sequence_number`` on, as the

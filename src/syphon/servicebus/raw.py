@@ -5,11 +5,12 @@ decoder turns a ``long`` into an ``int`` and loses ``char`` and described values
 decimal fails the whole peek), so syphon reads and writes encoded messages
 (see :mod:`syphon.core.amqp_bytes`). The SDK has no public call for either: a peek's
 answer carries every message encoded, and the SDK decodes it at once. This module
-repeats the SDK's peek request with its own answer handler, which keeps the encoded
-bytes and decodes nothing; a batch takes encoded messages as the SDK's own; the
+repeats the SDK's peek request (and its receive of deferred messages by sequence number)
+with its own answer handler, which keeps the encoded bytes and decodes nothing; the
 SDK's decoder table learns the three types it lacks, for the settle's receiver; and a
 page of received messages is settled in one management request (the SDK's public calls
-settle one message each).
+settle one message each). Sending encoded messages in the SDK's batch is
+:mod:`syphon.servicebus.raw_batch`'s, the other module below the surface.
 ``tests/job/test_raw_peek.py`` fails if an SDK upgrade changes the answer this relies on
 (pinned: azure-servicebus 7.15.0), and ``tests/unit/test_sdk_internals.py`` if it renames
 or removes one of the names below, or if this module reaches for one not listed here.
@@ -29,11 +30,8 @@ SDK internals this module uses (where an SDK upgrade must look first):
 - ``azure.servicebus._pyamqp.client.ReceiveClient._client_ready``, ``._link``
 - ``azure.servicebus._pyamqp.receiver.ReceiverLink._incoming_transfer``,
   ``._received_payload``, ``._first_frame``, ``._received_delivery_tags``
-- ``azure.servicebus.ServiceBusMessageBatch._message``, ``._size``, ``._count``,
-  ``._amqp_transport``
-- ``azure.servicebus._common.constants._BATCH_MESSAGE_OVERHEAD_COST`` and the
-  management request's names in that module (``MGMT_REQUEST_*``, ``MGMT_RESPONSE_*``,
-  ``REQUEST_RESPONSE_*``)
+- the management request's names in ``azure.servicebus._common.constants.MGMT_REQUEST_*``
+  (and ``MGMT_RESPONSE_*``, ``REQUEST_RESPONSE_*``)
 """
 
 from __future__ import annotations
@@ -41,24 +39,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EncodedMessage:
-    """A message to send as it is encoded, and what the batch's envelope takes from it
-    when it is a batch's first message (the service routes a batch by them)."""
-
-    encoded: bytes
-    message_id: str | None = None
-    session_id: str | None = None
-    partition_key: str | None = None
-
-    def __repr__(self) -> str:  # never show a body
-        return f"EncodedMessage({len(self.encoded)} bytes, message_id={self.message_id!r})"
 
 
 def complete_decoder() -> None:
@@ -149,7 +132,6 @@ def peek_raw(receiver: Any, sequence_number: int, count: int) -> list[bytes]:
     from azure.servicebus._common.constants import (
         MGMT_REQUEST_FROM_SEQUENCE_NUMBER,
         MGMT_REQUEST_MAX_MESSAGE_COUNT,
-        MGMT_RESPONSE_MESSAGE_ERROR_CONDITION,
         REQUEST_RESPONSE_PEEK_OPERATION,
     )
 
@@ -158,25 +140,54 @@ def peek_raw(receiver: Any, sequence_number: int, count: int) -> list[bytes]:
         MGMT_REQUEST_FROM_SEQUENCE_NUMBER: transport.AMQP_LONG_VALUE(sequence_number),
         MGMT_REQUEST_MAX_MESSAGE_COUNT: count,
     }
+    found = _messages(receiver, REQUEST_RESPONSE_PEEK_OPERATION, request, "Message peek failed.")
+    return [bytes(m[b"message"]) for m in found]
+
+
+def receive_deferred_raw(receiver: Any, sequence_numbers: Sequence[int]) -> list[tuple[bytes, Any]]:
+    """Receives the deferred messages ``sequence_numbers`` in peek-lock, with the request
+    and retries of ``receiver.receive_deferred_messages``: (the bytes the service sent,
+    the lock token) of each, in the order the service answers.
+
+    Raises:
+        ServiceBusError: the service refused (one of them is not deferred, or gone).
+    """
+    from azure.servicebus._common.constants import (
+        MGMT_REQUEST_RECEIVER_SETTLE_MODE,
+        MGMT_REQUEST_SEQUENCE_NUMBERS,
+        REQUEST_RESPONSE_RECEIVE_BY_SEQUENCE_NUMBER,
+    )
+
+    transport = receiver._amqp_transport
+    request = {
+        MGMT_REQUEST_SEQUENCE_NUMBERS: transport.AMQP_ARRAY_VALUE(
+            [transport.AMQP_LONG_VALUE(s) for s in sequence_numbers]
+        ),
+        MGMT_REQUEST_RECEIVER_SETTLE_MODE: transport.AMQP_UINT_VALUE(1),  # peek-lock
+    }
+    what = "Retrieving deferred messages failed."
+    found = _messages(receiver, REQUEST_RESPONSE_RECEIVE_BY_SEQUENCE_NUMBER, request, what)
+    return [(bytes(m[b"message"]), m[b"lock-token"]) for m in found]
+
+
+def _messages(receiver: Any, operation: bytes, request: dict[Any, Any], what: str) -> list[Any]:
+    """The ``messages`` of a management request's answer (none for 202 and 204), each
+    its map as the service sent it: nothing decoded."""
+    from azure.servicebus._common.constants import MGMT_RESPONSE_MESSAGE_ERROR_CONDITION
+
     receiver._populate_message_properties(request)
 
-    def answer(
-        status_code: int, message: Any, description: str, amqp_transport: Any
-    ) -> list[bytes]:
+    def answer(status_code: int, message: Any, description: str, amqp_transport: Any) -> list[Any]:
         if status_code == 200:
-            return [bytes(m[b"message"]) for m in message.value[b"messages"]]
-        if status_code in (202, 204):  # no message at or after the sequence number
+            return list(message.value[b"messages"])
+        if status_code in (202, 204):  # no message there
             return []
         condition = message.application_properties.get(MGMT_RESPONSE_MESSAGE_ERROR_CONDITION)
-        amqp_transport.handle_amqp_mgmt_error(
-            log, "Message peek failed.", condition, description, status_code
-        )
+        amqp_transport.handle_amqp_mgmt_error(log, what, condition, description, status_code)
         return []  # not reached: the SDK raises
 
-    encoded: list[bytes] = receiver._mgmt_request_response_with_retry(
-        REQUEST_RESPONSE_PEEK_OPERATION, request, answer
-    )
-    return encoded
+    found: list[Any] = receiver._mgmt_request_response_with_retry(operation, request, answer)
+    return found
 
 
 def keep_encoded(receiver: Any, encoded: dict[bytes, bytes]) -> Any:
@@ -335,55 +346,3 @@ def settle_tokens(
 
 #: ``update-disposition``'s status per settlement (the service's names).
 COMPLETED, SUSPENDED, ABANDONED = "completed", "suspended", "abandoned"
-
-
-def encoded_batch_cost(size: int) -> int:
-    """The bytes an encoded message of ``size`` bytes adds to a ``ServiceBusMessageBatch``
-    (its size and the SDK's per-message overhead)."""
-    from azure.servicebus._common.constants import _BATCH_MESSAGE_OVERHEAD_COST
-
-    return size + _BATCH_MESSAGE_OVERHEAD_COST[0 if size < 256 else 1]
-
-
-def encoded_batch(sender: Any, messages: Sequence[EncodedMessage]) -> Any:
-    """A ``ServiceBusMessageBatch`` of ``sender`` (its link's size limit) holding
-    ``messages`` in order, the envelope taken from the first.
-
-    Raises:
-        MessageSizeExceededError: they do not fit in one batch.
-    """
-    batch = sender.create_message_batch()
-    for m in messages:
-        add_encoded(batch, m.encoded, (m.message_id, m.session_id, m.partition_key))
-    return batch
-
-
-def add_encoded(
-    batch: Any,
-    encoded: bytes,
-    envelope: tuple[str | None, str | None, str | None] = (None, None, None),
-) -> None:
-    """Adds one encoded message to a ``ServiceBusMessageBatch`` (from the sender's
-    ``create_message_batch``), counted as the SDK counts a message it encodes itself, so
-    that it goes on the wire exactly as given.
-
-    Args:
-        envelope: the message id, session id and partition key to put on the batch's
-            envelope when this is its first message (the SDK copies them from its first
-            message; the service routes a batch to a partition or session by them).
-
-    Raises:
-        MessageSizeExceededError: the batch would pass its size limit (it is unchanged).
-    """
-    from azure.servicebus.exceptions import MessageSizeExceededError
-
-    after = batch._size + encoded_batch_cost(len(encoded))
-    if after > batch.max_size_in_bytes:
-        raise MessageSizeExceededError(
-            message=f"ServiceBusMessageBatch has reached its size limit: {batch.max_size_in_bytes}"
-        )
-    batch._message[5].append(bytearray(encoded))
-    batch._size = after
-    batch._count += 1
-    if batch._count == 1:
-        batch._amqp_transport.set_batch_envelope_properties(batch._message, *envelope)

@@ -19,7 +19,8 @@ from typing import Any
 from syphon.core.schema import Detail
 from syphon.servicebus import errors
 from syphon.servicebus.access import Access
-from syphon.servicebus.raw import EncodedMessage, encoded_batch, lean
+from syphon.servicebus.raw import lean
+from syphon.servicebus.raw_batch import EncodedMessage, encoded_batch
 
 log = logging.getLogger(__name__)
 
