@@ -18,6 +18,7 @@ module as its argument, as it runs ``pyspark.daemon``.
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from importlib.machinery import PathFinder
@@ -52,10 +53,8 @@ def _is_spark_zip(entry: str) -> bool:
 #: worker and the syphon modules whose functions the tasks run), imported once by the
 #: daemon before it forks: a forked worker starts with them (about 0.4 CPU-s a worker
 #: otherwise), which counts for each task where a task gets a worker of its own
-#: (syphon.app.spark.WAVE_WORKER_CONF). None starts a Python thread, and the only
-#: native threads running at the fork are those Arrow's own import starts (its
-#: allocator's background thread and a pool's), which Arrow starts again in a forked
-#: child (tests/unit/test_worker_daemon.py).
+#: (syphon.app.spark.WAVE_WORKER_CONF). None starts a Python thread; two native libraries
+#: would, on import, but for :data:`ONE_THREAD` (tests/unit/test_worker_daemon.py).
 PRELOADED = (
     "pandas",
     "pyarrow",
@@ -73,13 +72,33 @@ PRELOADED = (
 )
 
 
-def main() -> None:
+#: The environment that keeps the daemon at one thread until it forks (each set only
+#: where the environment does not say otherwise): a process that forks while another
+#: thread runs may leave the child a lock that thread had taken (Python 3.12 warns of it).
+#: numpy's OpenBLAS starts a pool of threads as it loads, and Arrow's bundled jemalloc a
+#: background thread; syphon's tasks use neither (no linear algebra; Arrow's default
+#: pool here is mimalloc, which starts none), and the forked workers inherit the same.
+ONE_THREAD = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "JE_ARROW_MALLOC_CONF": "background_thread:false",
+}
+
+
+def prepare() -> None:
+    """The daemon's state before PySpark's daemon runs and forks its workers: the path
+    (:func:`installed_first`), :data:`ONE_THREAD`, and :data:`PRELOADED` imported."""
     sys.path[:] = installed_first(sys.path)
+    for name, value in ONE_THREAD.items():
+        os.environ.setdefault(name, value)
     for name in PRELOADED:
         try:
             __import__(name)
         except ImportError:  # the task that needs it says so, as without the daemon
             continue
+
+
+def main() -> None:
+    prepare()
     runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
 
 
