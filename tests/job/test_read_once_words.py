@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-from servicebus_emulator import ManualClock, QueueSpec
+from servicebus_emulator import Emulator, ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.core.peeked import sequence_number
 from syphon.job.once import ReadOnce, Taken
@@ -54,6 +54,18 @@ def _once_it_holds(once: ReadOnce, count: int, then: Callable[[], object]) -> No
         then()
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def _first_two(servicebus_emulator: EmulatorFactory, settled: str) -> Emulator:
+    """A queue of :data:`MESSAGES` whose first two a consumer received and settled
+    (``settled``: ``defer`` or ``complete``)."""
+    sb = servicebus_emulator(QueueSpec("q"))
+    _fill(sb)
+    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
+        with client.get_queue_receiver("q") as consumer:
+            for m in consumer.receive_messages(max_message_count=2, max_wait_time=5):
+                getattr(consumer, f"{settled}_message")(m)
+    return sb
 
 
 def _read_all(once: ReadOnce) -> list[int]:
@@ -134,12 +146,7 @@ def test_a_message_of_the_runs_own_received_again_after_a_lapse_is_a_lapse_and_n
 def test_deferred_messages_are_named_deferred_and_never_taken(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
-    sb = servicebus_emulator(QueueSpec("q"))
-    _fill(sb)
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
-        with client.get_queue_receiver("q") as consumer:
-            for m in consumer.receive_messages(max_message_count=2, max_wait_time=5):
-                consumer.defer_message(m)
+    sb = _first_two(servicebus_emulator, "defer")
     with ReadOnce(_access(sb), ["q"], counts={"q": MESSAGES}, wait_seconds=0.1) as once:
         assert _read_all(once) == [3, 4, 5, 6, 7, 8]
         assert once.deferred() == {"q": 2}
@@ -150,12 +157,7 @@ def test_deferred_messages_are_named_deferred_and_never_taken(
 def test_deferred_messages_taken_by_their_numbers_are_the_reads_to_settle(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
-    sb = servicebus_emulator(QueueSpec("q"))
-    _fill(sb)
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
-        with client.get_queue_receiver("q") as consumer:
-            for m in consumer.receive_messages(max_message_count=2, max_wait_time=5):
-                consumer.defer_message(m)
+    sb = _first_two(servicebus_emulator, "defer")
     with ReadOnce(
         _access(sb), ["q"], counts={"q": MESSAGES}, wait_seconds=0.1, take_deferred=True
     ) as once:
@@ -172,12 +174,7 @@ def test_deferred_messages_taken_by_their_numbers_are_the_reads_to_settle(
 def test_messages_a_competitor_completed_are_gone_not_unseen(
     servicebus_emulator: EmulatorFactory,
 ) -> None:
-    sb = servicebus_emulator(QueueSpec("q"))
-    _fill(sb)
-    with ServiceBusClient.from_connection_string(sb.connection_string) as client:
-        with client.get_queue_receiver("q") as competitor:
-            for m in competitor.receive_messages(max_message_count=2, max_wait_time=5):
-                competitor.complete_message(m)
+    sb = _first_two(servicebus_emulator, "complete")  # by a competitor
     # the run counted the queue before the competitor took its two
     with ReadOnce(_access(sb), ["q"], counts={"q": MESSAGES}, wait_seconds=0.1) as once:
         assert _read_all(once) == [3, 4, 5, 6, 7, 8]

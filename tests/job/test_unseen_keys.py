@@ -49,6 +49,13 @@ def lock_for(pair: Pair, seconds: float) -> None:
         )
 
 
+def once_in_waves(pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A config that reads once in waves of six; a receive that comes back empty waits
+    once more, briefly (not 2 + 4 + 8 s)."""
+    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (0.3,))
+    return job_config(pair, tmp_path, monkeypatch, extra="run:\n  wave_messages: 6\n  read: once\n")
+
+
 def skipped_unseen(config: Any, spark: Any, run_id: str) -> set[str]:
     """The MessageIds the run skipped because a message of their key was unseen."""
     return skipped_for(config, spark, run_id, Detail.EARLIER_MESSAGE_UNSEEN)
@@ -74,11 +81,7 @@ def test_keys_whose_messages_another_receiver_holds_wait_and_a_later_run_sends_t
     why; once the explorer lets go, the next run brings the rest home in order."""
     keys = park_spread(pair, "x", MESSAGES)
     lock_for(pair, 120)  # the explorer's locks outlast the run
-    # a receive that comes back empty waits once more, briefly (not 2 + 4 + 8 s)
-    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (0.3,))
-    config = job_config(
-        pair, tmp_path, monkeypatch, extra="run:\n  wave_messages: 6\n  read: once\n"
-    )
+    config = once_in_waves(pair, tmp_path, monkeypatch)
     with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         with client.get_queue_receiver(queue(1)) as explorer:
             skipped = explorer.receive_messages(max_message_count=3, max_wait_time=5)
@@ -180,10 +183,7 @@ def test_deferred_messages_are_named_deferred_and_taken_in_order_when_the_operat
     from syphon.job.request import Asked, run_request
 
     keys = park_spread(pair, "d", MESSAGES)
-    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (0.3,))
-    config = job_config(
-        pair, tmp_path, monkeypatch, extra="run:\n  wave_messages: 6\n  read: once\n"
-    )
+    config = once_in_waves(pair, tmp_path, monkeypatch)
     with QuickClient.from_connection_string(pair.secondary.connection_string) as client:
         with client.get_queue_receiver(queue(1)) as consumer:
             got = consumer.receive_messages(max_message_count=3, max_wait_time=5)

@@ -1,13 +1,16 @@
 """The Python workers' daemon of local sessions puts the installed PySpark ahead of the
-zips Spark lists first, and only when those zips are that installation's own."""
+zips Spark lists first, and only when those zips are that installation's own; it forks
+its workers with one thread."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
-from syphon.app.worker_daemon import installed_first
+from syphon.app.worker_daemon import ONE_THREAD, installed_first
 
 
 def installed_pyspark(site: Path) -> Path:
@@ -46,15 +49,23 @@ def test_without_an_installed_pyspark_the_path_is_as_spark_set_it(tmp_path: Path
     assert installed_first(["/work", str(tmp_path)]) == ["/work", str(tmp_path)]
 
 
+def _without_one_thread(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by this interpreter in an environment without :data:`ONE_THREAD`'s
+    names (the daemon sets them itself), checked to exit 0."""
+    env = {k: v for k, v in os.environ.items() if k not in ONE_THREAD}
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_the_daemon_forks_its_workers_with_one_thread() -> None:
     """The daemon prepared as it runs (its preloads imported) has one thread, so a fork
     copies no lock another thread holds, and every preload imports (none is misnamed).
     With warnings as errors the fork itself goes through: Python 3.12 warns when a
     multi-threaded process forks."""
-    import subprocess
-    import sys
-
-    from syphon.app.worker_daemon import ONE_THREAD, PRELOADED
+    from syphon.app.worker_daemon import PRELOADED
 
     script = (
         "import os, sys, threading, warnings\n"
@@ -69,11 +80,7 @@ def test_the_daemon_forks_its_workers_with_one_thread() -> None:
         "os.waitpid(pid, 0)\n"
         "print(threading.active_count(), threads, len(missing))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ONE_THREAD}
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
-    )
-    assert done.returncode == 0, done.stderr
+    done = _without_one_thread(script)
     python_threads, threads, missing = (int(n) for n in done.stdout.split())
     assert missing == 0
     assert python_threads == 1
@@ -84,10 +91,7 @@ def test_the_daemon_forks_its_workers_with_one_thread() -> None:
 def test_without_its_settings_the_preloads_start_native_threads() -> None:
     """What :data:`ONE_THREAD` stops: the same imports, without it, start threads (so
     the test above can fail)."""
-    import subprocess
-    import sys
-
-    from syphon.app.worker_daemon import ONE_THREAD, PRELOADED
+    from syphon.app.worker_daemon import PRELOADED
 
     script = (
         "import os, sys\n"
@@ -95,9 +99,4 @@ def test_without_its_settings_the_preloads_start_native_threads() -> None:
         "    __import__(name)\n"
         "print(len(os.listdir('/proc/self/task')))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ONE_THREAD}
-    done = subprocess.run(
-        [sys.executable, "-c", script, *PRELOADED], capture_output=True, text=True, env=env
-    )
-    assert done.returncode == 0, done.stderr
-    assert int(done.stdout) > 1
+    assert int(_without_one_thread(script, *PRELOADED).stdout) > 1
