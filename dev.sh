@@ -2,7 +2,10 @@
 # The project's set-up and everyday commands, for a fresh Debian machine or a used one:
 #
 #   ./dev.sh test [pytest args]   create/reuse .venv from the lock, then the whole test suite
-#                                 (in SYPHON_TEST_WORKERS parallel workers, default 4)
+#                                 (in SYPHON_TEST_WORKERS parallel workers, default 4) and
+#                                 the version legs: Python 3.12 and Spark 4.0, each in an
+#                                 environment of its own (with pytest args: only those)
+#   ./dev.sh legs                 the version legs alone
 #   ./dev.sh demo                 create/reuse .venv, then run syphon on the embedded default
 #   ./dev.sh lint                 ruff and mypy
 #   ./dev.sh lock                 re-resolve pyproject.toml into requirements.lock
@@ -125,6 +128,69 @@ ensure_test_services() {
 
 setup() { ensure_python; ensure_java; ensure_venv; }
 
+# The version legs (README, "Tested versions"): after the main run on this machine's
+# Python and the lock's Spark, the platforms' Python 3.12 (found with pyenv where the
+# machine has it; a machine without it skips that leg and says so) and Spark 4.0, the
+# bundle's job cluster's (Databricks Runtime 17.3 LTS, with Delta's 4.0 jars), each in an
+# environment of its own (.venv-py3.12, .venv-spark4.0) from the same lock, the Spark
+# leg's with requirements-spark4.0.lock's pins in place of its own.
+LEG_PY312_TESTS="tests/unit tests/job/test_demo.py tests/job/test_connect_sandbox.py tests/job/test_packed_env.py tests/job/test_notebook.py"
+LEG_SPARK40_TESTS="tests/spark tests/job/test_demo.py tests/job/test_run.py"
+
+find_python312() {
+  local c
+  for c in "${SYPHON_PYTHON312:-}" "$(command -v python3.12 2>/dev/null || true)" \
+    "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/3.12*/bin/python3.12; do
+    if [ -n "$c" ] && [ -x "$c" ]; then echo "$c"; return; fi
+  done
+}
+
+# leg_venv DIR PYTHON [LEG_LOCK]: the leg's environment, installed again only when the
+# lock, pyproject.toml, the leg's lock or the interpreter changed
+leg_venv() {
+  local dir=$1 py=$2 leg=${3:-} want lock=requirements.lock
+  want=$( (cat requirements.lock pyproject.toml ${leg:+"$leg"}; "$py" --version) | sha256sum | cut -d' ' -f1)
+  if [ -f "$dir/.syphon-installed" ] && [ "$(cat "$dir/.syphon-installed")" = "$want" ]; then
+    return
+  fi
+  say "installing the environment $dir ($("$py" --version))"
+  [ -x "$dir/bin/python" ] || "$py" -m venv "$dir"
+  if [ -n "$leg" ]; then
+    lock=$dir/leg.lock
+    "$VENV/bin/python" tests/versions/leg_lock.py "$leg" > "$lock"
+  fi
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r "$lock"
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
+  "$dir/bin/python" tests/support/delta_jars.py \
+    || say "could not copy Delta's jars into $dir: its catalog tests will fail"
+  (cd tests/support && "../../$dir/bin/python" jvm.py) >/dev/null 2>&1 \
+    || say "no JVM class archive for $dir: its JVMs start slower"
+  echo "$want" > "$dir/.syphon-installed"
+}
+
+# leg NAME DIR TESTS: one leg's tests, in its environment
+leg() {
+  local name=$1 dir=$2
+  say "version leg $name: $3"
+  # shellcheck disable=SC2086  # the test paths are words
+  "$dir/bin/python" -m pytest -q -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile \
+    --no-loadscope-reorder $3
+}
+
+legs() {
+  local failed=0 py312
+  py312=$(find_python312)
+  if [ -n "$py312" ]; then
+    leg_venv .venv-py3.12 "$py312"
+    leg "Python 3.12" .venv-py3.12 "$LEG_PY312_TESTS" || failed=1
+  else
+    say "version leg Python 3.12 skipped: no python3.12 here (pyenv install 3.12, or set SYPHON_PYTHON312)"
+  fi
+  leg_venv .venv-spark4.0 "$VENV/bin/python" requirements-spark4.0.lock
+  leg "Spark 4.0" .venv-spark4.0 "$LEG_SPARK40_TESTS" || failed=1
+  return $failed
+}
+
 cmd=${1:-help}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -147,8 +213,23 @@ case "$cmd" in
     # pytest rewrote the test modules' asserts in every worker. The caches go where
     # Python keeps them (__pycache__, ignored by git and left out of the wheel).
     unset PYTHONDONTWRITEBYTECODE
-    exec "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile \
-      --no-loadscope-reorder "$@"
+    # with test arguments only those run; the whole suite is followed by the version
+    # legs (SYPHON_TEST_LEGS=0 leaves them out)
+    if [ $# -gt 0 ] || [ "${SYPHON_TEST_LEGS:-1}" = 0 ]; then
+      exec "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile \
+        --no-loadscope-reorder "$@"
+    fi
+    main=0
+    "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile \
+      --no-loadscope-reorder || main=$?
+    legs_failed=0
+    legs || legs_failed=1
+    [ "$main" = 0 ] && [ "$legs_failed" = 0 ] || exit 1
+    ;;
+  legs)  # the version legs alone (./dev.sh test runs them after the suite)
+    setup
+    unset PYTHONDONTWRITEBYTECODE
+    legs
     ;;
   demo)
     setup
@@ -208,7 +289,7 @@ case "$cmd" in
     "$VENV/bin/python" jobs/runtime_lock.py
     ;;
   *)
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     [ "$cmd" = help ] || exit 2
     ;;
 esac

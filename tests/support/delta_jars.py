@@ -8,10 +8,11 @@ pinned here. The tests' sessions then load them from there (``spark.jars``) with
 session extension and catalog, so the suite runs offline after the set-up and no test
 worker resolves anything.
 
-delta-spark 4.4.0 is the release of the Spark 4.2 line that Maven Central serves here
-(4.4.1, which the notes name, is not: ``mvn dependency:get`` answers not found); its
-Python package, ``delta-spark==4.4.0`` (``pyspark>=4.0.1,<=4.2.0``), is pinned beside
-it in pyproject.toml.
+The jars are the Delta release of the installed Spark's line (:data:`LINES`): delta-spark
+4.4.0 for Spark 4.2 (4.4.1, which the notes name, is not served here), 4.0.1 for Spark 4.0
+(the version leg, ``./dev.sh test``). The Python package, ``delta-spark==4.4.0``
+(``pyspark>=4.0.1,<=4.2.0``), is pinned in pyproject.toml and serves both: it carries no
+jars.
 """
 
 from __future__ import annotations
@@ -23,23 +24,53 @@ import sys
 import tempfile
 from pathlib import Path
 
-VERSION = "4.4.0"
+#: Delta's release for each Spark line the tests run on (its jars: (artifact, SHA-256)):
+#: Spark 4.2 is Delta 4.4's line; Spark 4.0 (Databricks Runtime 17.3 LTS) Delta 4.0's,
+#: whose newest release Maven Central serves here is 4.0.1.
+LINES = {
+    "4.2": (
+        "4.4.0",
+        (
+            (
+                "delta-spark_2.13",
+                "27d4fd8b1f879535c573ed1c718177d6a27f24d3e626ba02e216369725721ead",
+            ),
+            ("delta-storage", "c46735481fa8e326b0957be02b4420cbcab4b325bb08009b7f2045a95133f1cc"),
+        ),
+    ),
+    "4.0": (
+        "4.0.1",
+        (
+            (
+                "delta-spark_2.13",
+                "a1e76860b19fe1e6b205a4ea7a9099a2f9575d39bb71d49b3e679b299d0efb91",
+            ),
+            ("delta-storage", "ecc42c5aaa51c423312d9e4e48aa4a12b34740bf2c37de0e8f279277ec3d12e4"),
+        ),
+    ),
+}
 
-#: (group, artifact, version, SHA-256 of the jar).
-ARTIFACTS = (
-    (
-        "io.delta",
-        "delta-spark_2.13",
-        VERSION,
-        "27d4fd8b1f879535c573ed1c718177d6a27f24d3e626ba02e216369725721ead",
-    ),
-    (
-        "io.delta",
-        "delta-storage",
-        VERSION,
-        "c46735481fa8e326b0957be02b4420cbcab4b325bb08009b7f2045a95133f1cc",
-    ),
-)
+
+def spark_line() -> str:
+    """The installed PySpark's line (``4.2``), read from its metadata (nothing imported)."""
+    from importlib.metadata import version
+
+    return ".".join(version("pyspark").split(".")[:2])
+
+
+def _artifacts(line: str) -> tuple[tuple[str, str, str, str], ...]:
+    """(group, artifact, version, SHA-256 of the jar) of Delta's jars for Spark ``line``.
+
+    Raises:
+        KeyError: no Delta release is pinned for that line.
+    """
+    release, jars = LINES[line]
+    return tuple(("io.delta", artifact, release, digest) for artifact, digest in jars)
+
+
+#: (group, artifact, version, SHA-256 of the jar) for the installed Spark.
+ARTIFACTS = _artifacts(spark_line())
+VERSION = ARTIFACTS[0][2]
 
 #: Where the set-up keeps them (inside the environment they belong to).
 FOLDER = Path(sys.prefix) / "delta-jars"

@@ -95,3 +95,30 @@ def test_a_session_never_asked_for_is_not_started() -> None:
     assert spark() is factory.session  # asked without start_soon: made by the caller
     ((thread, _),) = factory.calls
     assert thread == threading.current_thread().name
+
+
+def test_pysparks_packages_are_imported_by_the_runs_thread_before_the_start_begins() -> None:
+    """Imported by two threads at once, PySpark's packages can hand one of them a module
+    the other has half made (a run on Python 3.12 failed with ``cannot import name
+    'SQLContext' from partially initialized module 'pyspark.sql'``): the run's thread
+    imports them before the start's thread runs. In a fresh interpreter, where nothing
+    of PySpark is imported yet."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, threading\n"
+        "from syphon.job.context import SparkOnDemand\n"
+        "assert 'pyspark.sql' not in sys.modules\n"
+        "seen = []\n"
+        "def factory(fit):\n"
+        "    imported = 'pyspark.sql.functions' in sys.modules\n"
+        "    seen.append((threading.current_thread().name, imported))\n"
+        "    return 'session'\n"
+        "spark = SparkOnDemand(factory)\n"
+        "spark.start_soon()\n"
+        "print(spark(), seen == [('syphon-spark-start', True)])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["session", "True"]

@@ -28,7 +28,7 @@ from syphon.app.classarchive import class_archive, write_at_exit
 from syphon.app.java import java_executable, java_version, trims_native_heap
 from syphon.core.config import SecretRef, SparkConfig
 from syphon.core.errors import SecretError, SparkSetupError
-from syphon.core.sessions import INTERPRETED_CONF, INTERPRETED_MESSAGES, SessionFit
+from syphon.core.sessions import INTERPRETED_CONF, INTERPRETED_MESSAGES, SessionFit, require_spark
 from syphon.job.context import FITTED_SHUFFLE_PARTITIONS
 from syphon.servicebus.secrets import resolve_secret
 
@@ -292,6 +292,7 @@ def build_spark_session(
         SparkSetupError: PySpark or Java is missing, or the session cannot start.
     """
     try:
+        from pyspark import __version__ as spark_version
         from pyspark.sql import SparkSession
     except ImportError as exc:
         raise SparkSetupError(
@@ -299,6 +300,7 @@ def build_spark_session(
             fix="pip install 'syphon[local]' (PySpark 4.2.0), or run on a Spark cluster "
             "(spark-submit, Databricks)",
         ) from exc
+    require_spark(spark_version)
 
     local = local_master(config)
     if local and not os.environ.get("JAVA_HOME") and shutil.which("java") is None:

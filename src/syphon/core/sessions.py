@@ -116,3 +116,26 @@ def return_freed_memory() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)
+
+
+#: The oldest Spark syphon runs on: it uses DataFrame.toArrow, Python data sources and the
+#: Arrow task APIs of Spark 4 (Databricks Runtime 17.3 LTS, serverless environment 4).
+OLDEST_SPARK = (4, 0)
+
+
+def require_spark(version: str) -> None:
+    """Refuses a Spark older than :data:`OLDEST_SPARK` (``version``: PySpark's, such as
+    ``3.5.7`` or ``4.0.5``), before any session starts.
+
+    Raises:
+        SparkSetupError: an older Spark, with the runtime to use.
+    """
+    from syphon.core.errors import SparkSetupError
+
+    parts = [int(p) for p in version.split(".")[:2] if p.isdigit()]
+    if len(parts) == 2 and tuple(parts) < OLDEST_SPARK:
+        raise SparkSetupError(
+            f"PySpark {version} is installed; syphon needs Spark 4.0 or later",
+            fix="run on Databricks Runtime 17.3 LTS or later (Spark 4.0), serverless "
+            "environment 4 or later, or pip install 'syphon[local]' (PySpark 4.2.0)",
+        )

@@ -72,6 +72,12 @@ class SparkOnDemand:
         is raised by every call."""
         start = self._claimed()
         if start is not None:
+            # PySpark's packages import each other: imported by two threads at once, one
+            # may get a module the other has half made (``cannot import name ... from
+            # partially initialized module 'pyspark.sql'``), so the run's thread imports
+            # them before the start's thread does
+            import pyspark.sql.functions  # noqa: F401
+
             threading.Thread(
                 target=self._build, args=(start,), name="syphon-spark-start", daemon=True
             ).start()
