@@ -214,8 +214,8 @@ case "$cmd" in
     # Python keeps them (__pycache__, ignored by git and left out of the wheel).
     unset PYTHONDONTWRITEBYTECODE
     # with test arguments only those run; the whole suite is followed by the version
-    # legs (SYPHON_TEST_LEGS=0 leaves them out)
-    if [ $# -gt 0 ] || [ "${SYPHON_TEST_LEGS:-1}" = 0 ]; then
+    # legs when SYPHON_TEST_LEGS=1 (not yet by default: see the closing note of issue 87)
+    if [ $# -gt 0 ] || [ "${SYPHON_TEST_LEGS:-0}" = 0 ]; then
       exec "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile \
         --no-loadscope-reorder "$@"
     fi
