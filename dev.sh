@@ -2,9 +2,9 @@
 # The project's set-up and everyday commands, for a fresh Debian machine or a used one:
 #
 #   ./dev.sh test [pytest args]   create/reuse .venv from the lock, then the whole test suite
-#                                 (in SYPHON_TEST_WORKERS parallel workers, default 4) and
-#                                 the version legs: Python 3.12 and Spark 4.0, each in an
-#                                 environment of its own (with pytest args: only those)
+#                                 (in SYPHON_TEST_WORKERS parallel workers, default 4); with
+#                                 SYPHON_TEST_LEGS=1 the version legs too (Python 3.12,
+#                                 Spark 4.0), each in its own environment
 #   ./dev.sh legs                 the version legs alone
 #   ./dev.sh demo                 create/reuse .venv, then run syphon on the embedded default
 #   ./dev.sh lint                 ruff and mypy
