@@ -2,9 +2,10 @@
 # The project's set-up and everyday commands, for a fresh Debian machine or a used one:
 #
 #   ./dev.sh test [pytest args]   create/reuse .venv from the lock, then the whole test suite
-#                                 (in SYPHON_TEST_WORKERS parallel workers, default 4); with
-#                                 SYPHON_TEST_LEGS=1 the version legs too (Python 3.12,
-#                                 Spark 4.0), each in its own environment
+#                                 (in SYPHON_TEST_WORKERS parallel workers, default 4): the
+#                                 main run, then the version legs (Python 3.12 where pyenv
+#                                 has it, Spark 4.0), each in its own environment; with
+#                                 pytest args, only those tests, in the main environment
 #   ./dev.sh legs                 the version legs alone
 #   ./dev.sh demo                 create/reuse .venv, then run syphon on the embedded default
 #   ./dev.sh lint                 ruff and mypy
@@ -128,43 +129,80 @@ ensure_test_services() {
 
 setup() { ensure_python; ensure_java; ensure_venv; }
 
-# The version legs (README, "Tested versions"): after the main run on this machine's
-# Python and the lock's Spark, the platforms' Python 3.12 (found with pyenv where the
-# machine has it; a machine without it skips that leg and says so) and Spark 4.0, the
-# bundle's job cluster's (Databricks Runtime 17.3 LTS, with Delta's 4.0 jars), each in an
-# environment of its own (.venv-py3.12, .venv-spark4.0) from the same lock, the Spark
-# leg's with requirements-spark4.0.lock's pins in place of its own.
-LEG_PY312_TESTS="tests/unit tests/job/test_demo.py tests/job/test_connect_sandbox.py tests/job/test_packed_env.py tests/job/test_notebook.py"
-LEG_SPARK40_TESTS="tests/spark tests/job/test_demo.py tests/job/test_run.py"
+# The version matrix (README, "Tested versions"). The main run is on this machine's
+# Python and the lock's Spark (4.2). Beside it, each in an environment of its own from
+# the same lock (.venv-py3.12, .venv-spark4.0):
+# - Python 3.12, the platforms' (serverless environments 3 to 5, Databricks Runtime 16
+#   and 17), found with pyenv where the machine has it: the unit tests, and the whole-job
+#   tests of each entry point (the demo, a Connect run on sandboxed workers,
+#   spark-submit from a packed environment, the notebook). Those run there instead of in
+#   the main run: a whole job is tested once on each version it runs on, not twice on
+#   one. A machine without 3.12 runs them in the main run and says the leg is skipped.
+# - Spark 4.0, the bundle's job cluster's (Databricks Runtime 17.3 LTS), with Delta's 4.0
+#   jars (requirements-spark4.0.lock's pins in place of the lock's): the Spark tests and
+#   the demo, on this machine's Python.
+LEG_PY312_OWNS="tests/job/test_demo.py tests/job/test_connect_sandbox.py tests/job/test_packed_env.py tests/job/test_notebook.py"
+LEG_PY312_TESTS="tests/unit $LEG_PY312_OWNS"
+LEG_SPARK40_TESTS="tests/spark tests/job/test_demo.py"
 
 find_python312() {
   local c
   for c in "${SYPHON_PYTHON312:-}" "$(command -v python3.12 2>/dev/null || true)" \
     "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/3.12*/bin/python3.12; do
-    if [ -n "$c" ] && [ -x "$c" ]; then echo "$c"; return; fi
+    # pyenv's shim is on the PATH even where its 3.12 is not the selected version, and
+    # fails when run: a candidate counts only if it runs as 3.12
+    if [ -n "$c" ] && [ -x "$c" ] \
+      && "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+      echo "$c"; return
+    fi
   done
 }
 
-# leg_venv DIR PYTHON [LEG_LOCK]: the leg's environment, installed again only when the
-# lock, pyproject.toml, the leg's lock or the interpreter changed
-leg_venv() {
-  local dir=$1 py=$2 leg=${3:-} want lock=requirements.lock
-  want=$( (cat requirements.lock pyproject.toml ${leg:+"$leg"}; "$py" --version) | sha256sum | cut -d' ' -f1)
-  if [ -f "$dir/.syphon-installed" ] && [ "$(cat "$dir/.syphon-installed")" = "$want" ]; then
-    return
-  fi
-  say "installing the environment $dir ($("$py" --version))"
-  [ -x "$dir/bin/python" ] || "$py" -m venv "$dir"
-  if [ -n "$leg" ]; then
-    lock=$dir/leg.lock
-    "$VENV/bin/python" tests/versions/leg_lock.py "$leg" > "$lock"
-  fi
-  "$dir/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r "$lock"
-  "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
+# leg_extras DIR: what a leg's environment needs beside its packages: Delta's jars for
+# its Spark and the tests' JVM class archive
+leg_extras() {
+  local dir=$1
   "$dir/bin/python" tests/support/delta_jars.py \
     || say "could not copy Delta's jars into $dir: its catalog tests will fail"
   (cd tests/support && "../../$dir/bin/python" jvm.py) >/dev/null 2>&1 \
     || say "no JVM class archive for $dir: its JVMs start slower"
+}
+
+# leg_stamp DIR WANT: whether DIR was installed for WANT (a digest of what it came from)
+leg_stamp() { [ -f "$1/.syphon-installed" ] && [ "$(cat "$1/.syphon-installed")" = "$2" ]; }
+
+# py312_venv DIR PYTHON: the Python 3.12 leg's environment, the lock installed again for
+# that interpreter only when the lock, pyproject.toml or the interpreter changed
+py312_venv() {
+  local dir=$1 py=$2 want
+  want=$( (cat requirements.lock pyproject.toml; "$py" --version) | sha256sum | cut -d' ' -f1)
+  leg_stamp "$dir" "$want" && return
+  say "installing the environment $dir ($("$py" --version))"
+  [ -x "$dir/bin/python" ] || "$py" -m venv "$dir"
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
+  leg_extras "$dir"
+  echo "$want" > "$dir/.syphon-installed"
+}
+
+# spark40_venv DIR: the Spark 4.0 leg's environment, .venv's packages with the leg's own
+# PySpark in front (tests/versions/overlay.py): PySpark 4.0 installed, nothing else again
+spark40_venv() {
+  local dir=$1 want site
+  want=$( (cat "$STAMP" requirements-spark4.0.lock tests/versions/overlay.py) | sha256sum | cut -d' ' -f1)
+  leg_stamp "$dir" "$want" && return
+  say "installing the environment $dir (.venv with requirements-spark4.0.lock in front)"
+  rm -rf "$dir"
+  "$VENV/bin/python" -m venv --without-pip "$dir"
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  "$dir/bin/python" tests/versions/overlay.py link "$site"
+  # pip is .venv's, seen through the link; it installs into the leg's own site-packages
+  # and leaves .venv's releases where they are (--ignore-installed)
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps --ignore-installed \
+    --require-hashes -r requirements-spark4.0.lock
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps --ignore-installed -e .
+  "$dir/bin/python" tests/versions/overlay.py check
+  leg_extras "$dir"
   echo "$want" > "$dir/.syphon-installed"
 }
 
@@ -177,16 +215,22 @@ leg() {
     --no-loadscope-reorder $3
 }
 
-legs() {
-  local failed=0 py312
-  py312=$(find_python312)
-  if [ -n "$py312" ]; then
-    leg_venv .venv-py3.12 "$py312"
-    leg "Python 3.12" .venv-py3.12 "$LEG_PY312_TESTS" || failed=1
+# legs_setup: the legs' environments; PY312 is the 3.12 interpreter, or empty without one
+legs_setup() {
+  PY312=$(find_python312)
+  if [ -n "$PY312" ]; then
+    py312_venv .venv-py3.12 "$PY312"
   else
-    say "version leg Python 3.12 skipped: no python3.12 here (pyenv install 3.12, or set SYPHON_PYTHON312)"
+    say "version leg Python 3.12 skipped: no python3.12 here (pyenv install 3.12, or set SYPHON_PYTHON312); its whole-job tests run in the main run"
   fi
-  leg_venv .venv-spark4.0 "$VENV/bin/python" requirements-spark4.0.lock
+  spark40_venv .venv-spark4.0
+}
+
+legs() {
+  local failed=0
+  if [ -n "$PY312" ]; then
+    leg "Python 3.12" .venv-py3.12 "$LEG_PY312_TESTS" || failed=1
+  fi
   leg "Spark 4.0" .venv-spark4.0 "$LEG_SPARK40_TESTS" || failed=1
   return $failed
 }
@@ -213,22 +257,28 @@ case "$cmd" in
     # pytest rewrote the test modules' asserts in every worker. The caches go where
     # Python keeps them (__pycache__, ignored by git and left out of the wheel).
     unset PYTHONDONTWRITEBYTECODE
-    # with test arguments only those run; the whole suite is followed by the version
-    # legs when SYPHON_TEST_LEGS=1 (not yet by default: see the closing note of issue 87)
-    if [ $# -gt 0 ] || [ "${SYPHON_TEST_LEGS:-0}" = 0 ]; then
+    # with test arguments only those run; the whole suite is the main run and the version
+    # legs after it, the 3.12 leg's whole-job tests left out of the main run when it runs
+    if [ $# -gt 0 ]; then
       exec "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile \
         --no-loadscope-reorder "$@"
     fi
+    legs_setup
+    owned=()
+    if [ -n "$PY312" ]; then
+      for f in $LEG_PY312_OWNS; do owned+=("--ignore=$f"); done
+    fi
     main=0
     "$VENV/bin/python" -m pytest -n "${SYPHON_TEST_WORKERS:-4}" --dist loadfile \
-      --no-loadscope-reorder || main=$?
+      --no-loadscope-reorder "${owned[@]}" || main=$?
     legs_failed=0
     legs || legs_failed=1
     [ "$main" = 0 ] && [ "$legs_failed" = 0 ] || exit 1
     ;;
-  legs)  # the version legs alone (./dev.sh test runs them after the suite)
+  legs)  # the version legs alone (./dev.sh test runs them after the main run)
     setup
     unset PYTHONDONTWRITEBYTECODE
+    legs_setup
     legs
     ;;
   demo)
