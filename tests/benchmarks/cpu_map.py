@@ -6,7 +6,10 @@ child subreaper of what it starts (see :mod:`proctree`), and around each test it
 the CPU of its own process, of its reaped descendants (``RUSAGE_CHILDREN``) and of the
 descendants still alive (their ``/proc`` totals: the worker's Spark JVM, a Connect
 server, a local Service Bus). Each worker appends one line per test to FILE:
-``nodeid <tab> wall seconds <tab> CPU seconds``. ``python tests/benchmarks/cpu_map.py
+``nodeid <tab> wall seconds <tab> CPU seconds <tab> of which the worker's own`` (its
+Python: the test, the local Service Bus, the SDK) ``<tab> of which live JVMs'`` (the
+worker's session, a Connect server; a ``syphon`` command's JVM that has exited by the
+test's end is in the CPU total only). ``python tests/benchmarks/cpu_map.py
 FILE`` sums them per file, costliest first.
 
 A process that outlives its test (a session's JVM, a shared server) is charged, each
@@ -28,6 +31,8 @@ from pathlib import Path
 import pytest
 
 _TICK = os.sysconf("SC_CLK_TCK")
+#: each process seen: its command name (/proc/PID/stat), to tell the JVMs apart
+_NAMES: dict[int, str] = {}
 
 
 def _descendants_cpu(root: int) -> dict[int, float]:
@@ -43,6 +48,7 @@ def _descendants_cpu(root: int) -> dict[int, float]:
         pid = int(stat.parent.name)
         parents[pid] = int(fields[1])
         cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICK
+        _NAMES[pid] = text[text.index("(") + 1 : text.rindex(")")]
     found: dict[int, float] = {}
     for pid in cpu:
         up = parents.get(pid)
@@ -51,6 +57,11 @@ def _descendants_cpu(root: int) -> dict[int, float]:
         if up == root:
             found[pid] = cpu[pid]
     return found
+
+
+def _own() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
 
 
 def _own_and_reaped() -> float:
@@ -75,30 +86,36 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         return
     me = os.getpid()
     alive = _descendants_cpu(me)
-    start, began = _own_and_reaped(), time.monotonic()
+    own0, start, began = _own(), _own_and_reaped(), time.monotonic()
     yield
     wall = time.monotonic() - began
     after = _descendants_cpu(me)
+    own = _own() - own0
     spent = _own_and_reaped() - start
     # live ones: what they spent since (a new one: all of it); one gone since was reaped
     # (its whole CPU is in RUSAGE_CHILDREN: only what it had before is taken back)
     spent += sum(c - alive.get(pid, 0.0) for pid, c in after.items())
     spent -= sum(c for pid, c in alive.items() if pid not in after)
+    java = sum(c - alive.get(pid, 0.0) for pid, c in after.items() if _NAMES.get(pid) == "java")
     with open(out, "a") as f:
-        f.write(f"{item.nodeid}\t{wall:.2f}\t{spent:.2f}\n")
+        f.write(f"{item.nodeid}\t{wall:.2f}\t{spent:.2f}\t{own:.2f}\t{java:.2f}\n")
 
 
 def main(path: str, top: int = 40) -> None:
     wall: dict[str, float] = defaultdict(float)
     cpu: dict[str, float] = defaultdict(float)
+    own = java = 0.0
     tests: list[tuple[float, float, str]] = []
     for line in Path(path).read_text().splitlines():
-        nodeid, w, c = line.split("\t")
+        nodeid, w, c, *split = line.split("\t")
         name = nodeid.split("::", 1)[0]
         wall[name] += float(w)
         cpu[name] += float(c)
+        if len(split) == 2:
+            own, java = own + float(split[0]), java + float(split[1])
         tests.append((float(c), float(w), nodeid))
     print(f"total: {sum(cpu.values()):.0f} CPU-s, {sum(wall.values()):.0f} s of test time")
+    print(f"  of which the workers' own Python {own:.0f} CPU-s, live JVMs {java:.0f} CPU-s")
     print("files, costliest first (CPU-s, wall s):")
     for name in sorted(cpu, key=cpu.__getitem__, reverse=True)[:top]:
         print(f"  {cpu[name]:7.1f} {wall[name]:7.1f}  {name}")
