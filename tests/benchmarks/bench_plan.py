@@ -24,7 +24,7 @@ from syphon.app.services import build_context
 from syphon.app.spark import build_spark_session
 from syphon.app.text import format_summary
 from syphon.core.configfile import load_config
-from syphon.job.plan import plan
+from syphon.job.plan.planning import plan
 from syphon.job.request import run_request
 from syphon.servicebus.backlog_messages import to_backlog_message
 

@@ -5,7 +5,7 @@
 
 A read-once run (``run.read: once``) receives its source in the driver: one
 :class:`syphon.servicebus.locked.LockedQueue` per backlog queue, the queues side by side
-in threads of one Python process (:class:`syphon.job.once.ReadOnce`), then hands the
+in threads of one Python process (:class:`syphon.job.read.once.ReadOnce`), then hands the
 bytes to Spark, whose tasks parse them. On loopback that read is slower than the peeks
 Spark's tasks make side by side (README, "Reading once"). This script measures, on the
 backlog of ``bench_run.py`` (10 queues, 1 KB bodies, both namespaces in a child process)
@@ -14,7 +14,7 @@ and each alternative on the same messages in one invocation:
 1. **receive only**, the queues' receives as syphon makes them (each queue asked for
    exactly what it holds, as a run that counted its queues does): ``threads-10``, every
    queue in a thread of this process; ``threads-N``, the queues taken N at a time in
-   this process (syphon reads 4 at a time: ``syphon.job.once._READ_THREADS``);
+   this process (syphon reads 4 at a time: ``syphon.job.read.once._READ_THREADS``);
    ``processes-N``, the queues split over N processes started for it, each receiving its
    share a thread a queue (a receiving process beside the driver; their CPU includes
    their start). Printed: the wall time of the receives, the CPU seconds of the
@@ -120,8 +120,8 @@ def handoff_row(spark: Any, ns: dict[str, Any], each: int, chunk: int | None) ->
     """One receive-and-hand-over alternative (in-process, warm): ``chunk`` None is
     syphon's one handoff."""
     from syphon.job.context import keep
-    from syphon.job.once import ReadOnce
-    from syphon.job.snapshot import QueueRange
+    from syphon.job.read.once import ReadOnce
+    from syphon.job.read.snapshot import QueueRange
 
     counts = dict.fromkeys(PATHS, each)
     with ReadOnce(access(ns), PATHS, counts) as once:
@@ -145,7 +145,7 @@ def overlapped(spark: Any, once: Any, ranges: list[Any], chunk: int) -> Any:
     from syphon.core.render import arrow_schema, spark_schema
     from syphon.core.schema import SNAPSHOT
     from syphon.job.context import keep
-    from syphon.job.handoff import _Parse
+    from syphon.job.read.handoff import _Parse
 
     received = pa.schema([("backlog_queue", pa.string()), ("encoded", pa.binary())])
     schema = spark_schema(SNAPSHOT)

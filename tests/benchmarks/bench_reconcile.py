@@ -32,9 +32,9 @@ from syphon.core import schema
 from syphon.core.config import SparkConfig
 from syphon.core.render import spark_schema
 from syphon.core.schema import SNAPSHOT, Stage
-from syphon.job.classify import Against
-from syphon.job.facts import audit_only, plan_rows
-from syphon.job.reconcile import reconcile_snapshot, wave_messages
+from syphon.job.plan.classify import Against
+from syphon.job.plan.facts import audit_only, plan_rows
+from syphon.job.plan.reconcile import reconcile_snapshot, wave_messages
 from syphon.store.deltars import DeltaRsStore
 
 PRIMARY = "bench-primary"

@@ -59,7 +59,7 @@ class Application:
 
 
 def short_site(site: str) -> str:
-    """``collect at /path/to/syphon/job/plan.py:154`` as ``collect at job/plan.py:154``."""
+    """``collect at /path/to/syphon/job/plan.py:154`` as ``collect at job/plan/planning.py:154``."""
     action, _, where = site.partition(" at ")
     parts = Path(where).parts
     if "syphon" in parts:

@@ -18,8 +18,8 @@ from chispa import assert_df_equality
 from support.paired_env import Pair, context, job_config, run_job, send_raw
 from syphon.core.configfile import load_config
 from syphon.core.errors import ExitCode
+from syphon.job.run.status import status
 from syphon.job.sources import run_source
-from syphon.job.status import status
 from syphon.servicebus.backlog_messages import to_backlog_message
 
 pytestmark = pytest.mark.timeout(300)

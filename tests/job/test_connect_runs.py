@@ -50,8 +50,8 @@ from support.paired_env import (
 )
 from support.waves import arrived, park_spread, waves_config
 from syphon.core.errors import ExitCode
-from syphon.job.journal import outcomes_commit
-from syphon.job.stages import journal_of
+from syphon.job.replay.journal import outcomes_commit
+from syphon.job.run.stages import journal_of
 from syphon.store.audit import AUDIT_TABLE, RUNS_TABLE
 from syphon.store.catalog import SparkLeaseLog
 from syphon.store.delta import read_table

@@ -13,8 +13,8 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from servicebus_emulator import ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.core.peeked import sequence_number, snapshot_row
-from syphon.job.once import ReadOnce
-from syphon.job.snapshot import QueueRange
+from syphon.job.read.once import ReadOnce
+from syphon.job.read.snapshot import QueueRange
 from syphon.servicebus.access import Access
 from syphon.servicebus.locked import COMPLETE, DEAD_LETTER, LockedQueue
 from syphon.servicebus.peek import peek_queue

@@ -183,7 +183,7 @@ def test_locks_that_lapse_while_a_destination_stalls_lose_nothing_and_send_nothi
 
     from support.crash_scenario import locked
     from support.waiting import wait_until
-    from syphon.job import runner
+    from syphon.job.run import runner
     from syphon.servicebus.renewal import Renewal
 
     for q in range(QUEUES):
@@ -253,7 +253,7 @@ def test_a_queue_whose_messages_another_receiver_holds_leaves_the_run_partial_na
 
     short_locks(pair)
     # a receive that comes back empty waits once more, briefly (not 2 + 4 + 8 s)
-    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (0.3,))
+    monkeypatch.setattr("syphon.job.read.once._SHORT_PAGE_WAITS", (0.3,))
     for q, ids in ((0, ["held-1", "held-2"]), (1, ["free-1", "free-2"])):
         messages = [ServiceBusMessage(m.encode(), message_id=m) for m in ids]
         send_raw(pair, q, [to_backlog_message(m, "orders") for m in messages])

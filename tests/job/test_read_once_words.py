@@ -19,9 +19,9 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from servicebus_emulator import Emulator, ManualClock, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.core.peeked import sequence_number
-from syphon.job.once import ReadOnce, Taken
-from syphon.job.reading import ReadLocks
-from syphon.job.snapshot import QueueRange
+from syphon.job.read.modes import ReadLocks
+from syphon.job.read.once import ReadOnce, Taken
+from syphon.job.read.snapshot import QueueRange
 from syphon.servicebus.access import Access
 
 MESSAGES = 8
@@ -31,7 +31,7 @@ MESSAGES = 8
 def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """A read that took fewer messages than it counted waits a little before it takes the
     queue as read (2, 4 and 8 s): a fraction of that here."""
-    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (0.5, 0.5))
+    monkeypatch.setattr("syphon.job.read.once._SHORT_PAGE_WAITS", (0.5, 0.5))
 
 
 def _access(sb: object) -> Access:

@@ -19,8 +19,8 @@ from servicebus_emulator import Emulator, QueueSpec
 from servicebus_emulator.pytest_plugin import EmulatorFactory
 from syphon.core.render import spark_schema
 from syphon.core.schema import REPLAY_RESULT, Detail, Field, Outcome, names
-from syphon.job.lanes import ReplaySettings
-from syphon.job.replay import (
+from syphon.job.replay.lanes import ReplaySettings
+from syphon.job.replay.send import (
     INPUT_COLUMNS,
     _ReplayTask,
     _TaskPlan,
@@ -376,7 +376,7 @@ def test_the_task_shows_no_secret_and_its_plan_cannot_change(
         task.plan.skip = {}  # type: ignore[misc]
 
 
-#: The replay input's columns and types (what :func:`syphon.job.replay.replay_input` gives).
+#: The replay input's columns and types (what :func:`syphon.job.replay.send.replay_input` gives).
 INPUT = (
     Field("backlog_queue", "string"),
     Field("sequence_number", "long"),

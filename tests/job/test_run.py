@@ -447,10 +447,10 @@ def test_a_planned_run_is_replayed_later_and_what_changed_in_between_is_left(
     settle (sent, then ``left`` / ``not_received``) and one arrives (not part of the
     plan). The next run finishes, sending nothing twice."""
     from syphon.app.text import format_status
-    from syphon.job.plan import plan
+    from syphon.job.plan.planning import plan
     from syphon.job.request import run_request
+    from syphon.job.run.status import status
     from syphon.job.sources import run_source
-    from syphon.job.status import status
 
     def park(queue: int, mid: str, **options: Any) -> None:
         send_raw(
@@ -545,7 +545,7 @@ def test_only_destination_unknown_rows_name_unknown_destinations() -> None:
     others, whatever their reasons sort like."""
     import pyarrow as pa
 
-    from syphon.job.finish import unknown_destinations
+    from syphon.job.run.finish import unknown_destinations
 
     rows = [
         ("invalid", "destination_unknown", "p", "gone"),

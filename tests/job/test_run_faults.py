@@ -95,7 +95,7 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
 ) -> None:
     from datetime import timedelta as td
 
-    import syphon.job.stages
+    import syphon.job.run.stages
     from syphon.store.lease import Lease
 
     send_raw(
@@ -122,7 +122,7 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
     other.release()
 
     # server busy beyond the SDK's own retries: the replay backs off and goes on
-    original_probe = syphon.job.stages.probe_destinations
+    original_probe = syphon.job.run.stages.probe_destinations
 
     def probe_then_throttle(*args: Any, **kwargs: Any) -> Any:
         answer = original_probe(*args, **kwargs)
@@ -130,7 +130,7 @@ def test_a_throttled_destination_backs_off_and_a_held_lease_stops_a_second_run(
         threading.Timer(15.0, lambda: pair.primary.throttle("orders", busy=False)).start()
         return answer
 
-    monkeypatch.setattr("syphon.job.stages.probe_destinations", probe_then_throttle)
+    monkeypatch.setattr("syphon.job.run.stages.probe_destinations", probe_then_throttle)
     done = run_job(config, spark)
     assert done.status == "done", done
     assert (done.operations.replay_busy_retries or 0) >= 1
@@ -144,13 +144,13 @@ def test_a_secondary_that_goes_down_while_settling_fails_the_run_and_the_next_ru
     """Peeked, the settle receives again (and fails); read once, the settle's requests by
     the read's locks fail. Either way the run fails naming the secondary, nothing is
     settled, and the next run completes the sent messages as duplicates."""
-    import syphon.job.reading
+    import syphon.job.read.modes
 
     messages = [ServiceBusMessage(f"s{i}".encode(), message_id=f"s-{i}") for i in range(4)]
     send_raw(pair, 2, [to_backlog_message(m, "orders") for m in messages])
     config = job_config(pair, tmp_path, monkeypatch, extra=f"run:\n  read: {read}\n")
     short_locks(pair)  # what the failed run held lapses before the next run
-    reading = syphon.job.reading.Peeking if read == "peek" else syphon.job.reading.Receiving
+    reading = syphon.job.read.modes.Peeking if read == "peek" else syphon.job.read.modes.Receiving
     settling = reading.settle
 
     def settle_with_the_secondary_down(self: Any, *args: Any, **kwargs: Any) -> Any:

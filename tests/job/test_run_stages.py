@@ -16,12 +16,12 @@ from support.paired_env import PRIMARY, Pair, context, job_config, park_orders
 from syphon.core.errors import ExitCode, SyphonError
 from syphon.core.schema import Detail, Outcome, Status
 from syphon.job.context import RunContext
-from syphon.job.finish import Drained
-from syphon.job.finish import finish as finish_run
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.request import run_request
-from syphon.job.run import _leased, run
-from syphon.job.tally import Line, Tally
+from syphon.job.run.finish import Drained
+from syphon.job.run.finish import finish as finish_run
+from syphon.job.run.loop import _leased, run
+from syphon.job.run.tally import Line, Tally
 from syphon.store.lease import Lease
 
 NO_SPARK = "this run must not start Spark"
@@ -293,7 +293,7 @@ def test_a_run_with_its_service_bus_io_in_the_driver_sends_peeks_and_settles_the
     would not be), the peeks and the settle too; every key in order, the backlog empty."""
     from support.paired_env import backlog_state, job_config, run_job
     from support.waves import arrived, park_spread
-    from syphon.job import replay as replay_module
+    from syphon.job.replay import send as replay_module
     from syphon.servicebus import sending
 
     sends: list[int] = []

@@ -18,9 +18,9 @@ from servicebus_emulator.pytest_plugin import EmulatorFactory
 from support.paired_env import secondary_access
 from support.quick_client import QuickClient
 from syphon.core.schema import Detail, Outcome
-from syphon.job.settle import _SettleTask
-from syphon.job.settle_actions import COMPLETE, DEAD_LETTER, LEAVE
-from syphon.job.settling import LOCK_LOST
+from syphon.job.settle.actions import COMPLETE, DEAD_LETTER, LEAVE
+from syphon.job.settle.by_locks import LOCK_LOST
+from syphon.job.settle.passes import _SettleTask
 from syphon.servicebus.access import Access
 
 QUEUE = "contoso-primary/x-servicebus-transfer/0"
@@ -181,7 +181,7 @@ def test_a_queue_with_more_to_settle_than_one_receive_brings_is_settled_to_the_e
 ) -> None:
     """A pass receives page after page until everything it must settle has come: one
     more than a page and a half of messages to complete, all completed."""
-    from syphon.job.settle import RECEIVE_PAGE
+    from syphon.job.settle.passes import RECEIVE_PAGE
 
     sb = servicebus_emulator(QueueSpec(QUEUE))
     seq = park(sb, [f"m{i}" for i in range(RECEIVE_PAGE * 3 // 2 + 1)])
@@ -227,7 +227,7 @@ def test_a_pass_stops_a_page_beyond_the_plans_last_message(
     after the snapshot): a pass waiting for a message locked elsewhere stops at the
     first page that goes beyond the plan, instead of receiving (and locking, and raising
     the delivery count of) the rest of the queue."""
-    from syphon.job import settle
+    from syphon.job.settle import passes as settle
 
     monkeypatch.setattr(settle, "RECEIVE_PAGE", 3)
     sb = servicebus_emulator(QueueSpec(QUEUE))
@@ -263,7 +263,7 @@ def test_a_page_beyond_the_plan_that_missed_a_message_given_back_meanwhile_goes_
     sent meanwhile (here: another consumer gives m3 back while m4 is settled). The
     pass goes on, asking for only what it still has to settle, and settles it; the
     message after the plan was received once, by the page that went beyond."""
-    from syphon.job import settle
+    from syphon.job.settle import passes as settle
     from syphon.servicebus import locked as queue_locks
 
     monkeypatch.setattr(settle, "RECEIVE_PAGE", 3)

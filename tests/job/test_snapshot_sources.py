@@ -164,7 +164,7 @@ def test_the_peek_tasks_read_what_the_peek_walk_reads(
     pair: Pair, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from syphon.core.config import NamespaceConfig, SecretRef
-    from syphon.job.snapshot import QueueRange, peek_frame
+    from syphon.job.read.snapshot import QueueRange, peek_frame
     from syphon.servicebus.access import resolve_access
 
     fill(pair, queue(0), backlog_messages(300))
@@ -208,7 +208,7 @@ def test_the_peek_tasks_read_what_the_peek_walk_reads(
 def test_a_large_queue_is_read_in_ranges_exactly_once(
     pair: Pair, spark: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from syphon.job.snapshot import QueueRange, read_snapshot, snapshot_ranges, split_ranges
+    from syphon.job.read.snapshot import QueueRange, read_snapshot, snapshot_ranges, split_ranges
     from syphon.job.sources import run_source
 
     fill(pair, queue(1), backlog_messages(620))

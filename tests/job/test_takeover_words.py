@@ -97,7 +97,7 @@ def test_a_takeover_whose_read_sees_a_killed_runs_locks_lapse_plans_what_it_read
     free_the_killed_runs_lease(tmp_path / "delta")  # as once its short lease expired
     later = park_spread(pair, "b", MESSAGES)
     clock.advance(20)  # the killed run's locks end 10 s from now, the takeover's later
-    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (1.0, 1.0, 1.0))
+    monkeypatch.setattr("syphon.job.read.once._SHORT_PAGE_WAITS", (1.0, 1.0, 1.0))
     lapse = _when(lambda: _locked(pair.secondary) >= 2 * MESSAGES, lambda: clock.advance(11))
 
     takeover = run_job(config, spark, "takeover")
@@ -119,7 +119,7 @@ def test_an_explorer_that_gives_its_messages_back_during_a_run_causes_no_lapse_w
 ) -> None:
     keys = park_spread(pair, "e", MESSAGES)
     config = job_config(pair, tmp_path, monkeypatch)
-    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (1.0, 1.0, 1.0))
+    monkeypatch.setattr("syphon.job.read.once._SHORT_PAGE_WAITS", (1.0, 1.0, 1.0))
     explorer = QuickClient.from_connection_string(pair.secondary.connection_string)
     receiver = explorer.get_queue_receiver(queue(0))
     held = receiver.receive_messages(max_message_count=2, max_wait_time=5)
@@ -154,7 +154,7 @@ def test_a_competitor_that_completes_messages_during_a_run_leaves_it_done_saying
 
     keys = park_spread(pair, "c", MESSAGES)
     config = job_config(pair, tmp_path, monkeypatch)
-    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (0.3,))
+    monkeypatch.setattr("syphon.job.read.once._SHORT_PAGE_WAITS", (0.3,))
     taken: list[str] = []
 
     def compete(name: str) -> None:

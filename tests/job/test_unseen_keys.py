@@ -52,7 +52,7 @@ def lock_for(pair: Pair, seconds: float) -> None:
 def once_in_waves(pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A config that reads once in waves of six; a receive that comes back empty waits
     once more, briefly (not 2 + 4 + 8 s)."""
-    monkeypatch.setattr("syphon.job.once._SHORT_PAGE_WAITS", (0.3,))
+    monkeypatch.setattr("syphon.job.read.once._SHORT_PAGE_WAITS", (0.3,))
     return job_config(pair, tmp_path, monkeypatch, extra="run:\n  wave_messages: 6\n  read: once\n")
 
 

@@ -27,7 +27,7 @@ from support.report_html import parse_report, table_dict
 from support.waves import QUEUES, arrived, park_spread, queue, waves_config
 from syphon.app.services import run_with_report
 from syphon.core.schema import Status
-from syphon.job import plan
+from syphon.job.plan import planning as plan
 from syphon.job.request import Asked, run_request
 from syphon.servicebus.backlog_messages import to_backlog_message
 
@@ -58,7 +58,7 @@ def test_a_backlog_drained_in_waves_keeps_each_keys_order_and_sends_each_message
     monkeypatch.setattr(
         plan, "fit_code_generation", lambda spark, first, conf: fitted.append(first) or False
     )
-    with caplog.at_level(logging.INFO, logger="syphon.job.runner"):
+    with caplog.at_level(logging.INFO, logger="syphon.job.run.runner"):
         result = run_job(config, spark, "waves")
     assert result.status == Status.DONE, result
     assert arrived(pair) == keys  # every key in order, every message once
@@ -181,7 +181,7 @@ def test_partitioned_and_dead_letter_sources_take_one_wave_and_say_why(pair: Pai
     enqueue time: neither can be cut by time, so the run takes one wave (no Spark here:
     the decision is made before the session starts)."""
     from servicebus_emulator import QueueSpec
-    from syphon.job.wave_sizes import one_wave
+    from syphon.job.read.wave_sizes import one_wave
     from syphon.servicebus.discovery import DiscoveredQueue
 
     partitioned = f"{PRIMARY}/x-servicebus-transfer/9"

@@ -1,4 +1,4 @@
-"""A wave's read against the local Service Bus (syphon.job.waves.read_wave): backlog
+"""A wave's read against the local Service Bus (syphon.job.read.waves.read_wave): backlog
 queues filled in turn, read wave after wave with a small limit. Each message is taken
 by exactly one wave, every wave's messages were enqueued before the next wave's, a
 queue gives a wave at most the limit (and one front more is read), and reading removes
@@ -15,7 +15,7 @@ from azure.servicebus import ServiceBusMessage
 
 from support.paired_env import PRIMARY, Pair, backlog_state, context, job_config
 from support.quick_client import QuickClient
-from syphon.job.reading import Peeking, Receiving
+from syphon.job.read.modes import Peeking, Receiving
 from syphon.job.request import run_request
 from syphon.servicebus.backlog_messages import to_backlog_message
 from syphon.servicebus.discovery import DiscoveredQueue
@@ -87,7 +87,7 @@ def test_waves_take_each_message_once_and_in_time_order(
 def _read_all(reading: Any, paths: list[str]) -> tuple[list[list[Any]], int]:
     """Every wave of ``paths`` read with a limit of 4; their rows and how many messages
     the reads took from the queues."""
-    from syphon.job.waves import read_wave
+    from syphon.job.read.waves import read_wave
 
     cursors: dict[str, int] = {}
     carried = None
@@ -116,7 +116,7 @@ def test_a_burst_in_one_millisecond_doubles_the_limit_rather_than_stall(
     """Five messages sent in one batch share their enqueue time: a limit of two cannot
     cut before them and after another queue's earlier messages, so the wave reads again
     with a larger limit and takes the burst whole."""
-    from syphon.job.waves import read_wave
+    from syphon.job.read.waves import read_wave
 
     burst = [
         to_backlog_message(ServiceBusMessage(f"b-{i}".encode(), message_id=f"b-{i}"), "orders")

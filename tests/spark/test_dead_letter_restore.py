@@ -14,8 +14,8 @@ from support.snapshot_rows import T0, encode_message, snapshot_row
 from syphon.core.render import spark_schema
 from syphon.core.schema import SNAPSHOT
 from syphon.core.selection import Selection
-from syphon.job.classify import Against
-from syphon.job.reconcile import reconcile_snapshot, wave_messages
+from syphon.job.plan.classify import Against
+from syphon.job.plan.reconcile import reconcile_snapshot, wave_messages
 from syphon.job.restore import Redrive
 
 NOW = T0 + timedelta(days=3)

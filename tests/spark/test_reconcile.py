@@ -11,8 +11,8 @@ from pyspark.sql import functions as F
 from support.snapshot_rows import T0, row
 from syphon.core.render import spark_schema
 from syphon.core.schema import SNAPSHOT
-from syphon.job.classify import Against, classify
-from syphon.job.reconcile import order_groups
+from syphon.job.plan.classify import Against, classify
+from syphon.job.plan.reconcile import order_groups
 from syphon.job.restore import restore
 
 NOW = T0 + timedelta(hours=2)
@@ -253,7 +253,7 @@ def wire_size(messages: list[bytes], envelope: tuple[str, str | None, str]) -> i
 def test_a_batch_holds_many_keys_unless_the_destination_is_partitioned_or_has_sessions(
     spark: Any, partitioned: bool, sessions: bool
 ) -> None:
-    from syphon.job.batches import plan_batches
+    from syphon.job.plan.batches import plan_batches
 
     rows = [
         row(
@@ -286,7 +286,7 @@ def test_a_batch_holds_many_keys_unless_the_destination_is_partitioned_or_has_se
 
 def test_batches_fit_the_sdk_measure_and_keep_keys_apart(spark: Any) -> None:
     from syphon.core.sizing import ENVELOPE_RESERVE
-    from syphon.job.batches import plan_batches
+    from syphon.job.plan.batches import plan_batches
 
     rows = (
         [
@@ -349,7 +349,7 @@ def test_a_repair_is_judged_with_its_added_bytes_and_its_bad_values(spark: Any) 
     from pyspark.sql import functions as F
 
     from syphon.core.repair import Repair
-    from syphon.job.reconcile import reconcile_snapshot, wave_messages
+    from syphon.job.plan.reconcile import reconcile_snapshot, wave_messages
     from syphon.job.repair import check_repair
 
     rows = [

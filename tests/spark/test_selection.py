@@ -14,9 +14,9 @@ from support.snapshot_rows import T0, row
 from syphon.core.render import spark_schema
 from syphon.core.schema import SNAPSHOT
 from syphon.core.selection import Selection, SelectionError
-from syphon.job.classify import Against
-from syphon.job.plan import check_selection
-from syphon.job.reconcile import reconcile_snapshot, wave_messages
+from syphon.job.plan.classify import Against
+from syphon.job.plan.planning import check_selection
+from syphon.job.plan.reconcile import reconcile_snapshot, wave_messages
 
 NOW = T0 + timedelta(hours=2)
 

@@ -18,7 +18,7 @@ from syphon.core import amqp_bytes as ab
 from syphon.core.rebuild import MAX_TTL_MS, rebuild
 from syphon.core.render import spark_schema
 from syphon.core.schema import SNAPSHOT
-from syphon.job.classify import message_bytes_col
+from syphon.job.plan.classify import message_bytes_col
 from syphon.job.restore import restore
 from syphon.servicebus.raw_batch import encoded_batch_cost
 

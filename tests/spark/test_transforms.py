@@ -13,11 +13,11 @@ from syphon.core import schema
 from syphon.core.ledger import RunRecord
 from syphon.core.render import cast_type, spark_schema, spark_type
 from syphon.core.schema import AUDIT, names
-from syphon.job.facts import SUMMARY_ONLY, audit_only, outcome_rows, plan_rows
-from syphon.job.replay import replay_input, still_to_send
-from syphon.job.report import left_for_next_run
+from syphon.job.plan.facts import SUMMARY_ONLY, audit_only, outcome_rows, plan_rows
+from syphon.job.replay.send import replay_input, still_to_send
 from syphon.job.rows import utc
-from syphon.job.settle import settle_queues
+from syphon.job.run.report import left_for_next_run
+from syphon.job.settle.passes import settle_queues
 from syphon.servicebus.access import Access
 from syphon.store import queries
 
@@ -479,7 +479,7 @@ def test_a_plans_rows_in_the_driver_are_its_audit_rows_and_the_outcomes_sparks(
     spark: SparkSession,
 ) -> None:
     """``plan_rows`` collects the plan's audit rows with the summary's own columns, and
-    the outcome rows the driver makes of them (syphon.job.facts.outcome_rows) are the
+    the outcome rows the driver makes of them (syphon.job.plan.facts.outcome_rows) are the
     rows Spark's join makes (queries.outcome_audit_rows), column for column."""
     planned = spark.createDataFrame(
         [(Q0, 1, T0, "s1", 7, "replay", 2, ["set Subject"]), (Q0, 2, T1, None, 1, "ping", 1, None)],
@@ -522,7 +522,7 @@ def test_a_discard_turns_what_it_takes_into_discarded_with_the_operators_reason(
     spark: SparkSession,
 ) -> None:
     from syphon.core.discard import DUPLICATES, SELECTED, Discard
-    from syphon.job.reconcile import with_discards
+    from syphon.job.plan.reconcile import with_discards
 
     classified = spark.createDataFrame(
         [

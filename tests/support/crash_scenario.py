@@ -17,7 +17,7 @@ there twice only if the audit marks its second send ``resent_in_doubt``.
 
 A run killed in the middle of its replay or after the replay's commit is also resumed at
 once, as ``syphon replay --run-id`` would (:func:`resume_the_killed_run`): the replay's
-journal (syphon.job.journal) tells it which of the killed attempt's transfers ended and
+journal (syphon.job.replay.journal) tells it which of the killed attempt's transfers ended and
 which were cut off.
 """
 

@@ -248,7 +248,7 @@ def run_job(
 
 def plan_now(config: SyphonConfig, spark: Any) -> Any:
     """``syphon plan`` as the command runs it; its ``PlanResult``."""
-    from syphon.job.plan import plan
+    from syphon.job.plan.planning import plan
     from syphon.job.request import run_request
 
     ctx = context(config, spark)

@@ -1,6 +1,6 @@
-"""What the driver makes of a wave's plan rows (syphon.job.facts): the plan's summary per
+"""What the driver makes of a wave's plan rows (syphon.job.plan.facts): the plan's summary per
 destination, the audit rows of the replay's and the settle's outcomes, and what the
-replay left behind for the run's later waves (syphon.job.replay.left_behind), and the
+replay left behind for the run's later waves (syphon.job.replay.send.left_behind), and the
 dead letters a wave leaves waiting for the operator. No Spark:
 tests/spark/test_transforms.py checks the outcome rows against Spark's own."""
 
@@ -15,13 +15,13 @@ import pytest
 from syphon.core.render import arrow_schema
 from syphon.core.repair import Repair
 from syphon.core.schema import AUDIT, names
-from syphon.job.facts import (
+from syphon.job.plan.facts import (
     dead_letters_waiting,
     outcome_rows,
     per_destination,
     starts_a_spread_group,
 )
-from syphon.job.replay import credit_rates, left_behind
+from syphon.job.replay.send import credit_rates, left_behind
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=timezone.utc)
 T1 = T0 + timedelta(minutes=5)

@@ -1,4 +1,4 @@
-"""The replay's journal (syphon.job.journal) on a local folder: what a task journals
+"""The replay's journal (syphon.job.replay.journal) on a local folder: what a task journals
 before and after each transfer, what a reader makes of it after a crash at any point,
 and that a journal holds places and outcomes only."""
 
@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from support.python_rules import local_location
-from syphon.job.journal import TaskJournal, open_journal, read_journal, remove_journal
+from syphon.job.replay.journal import TaskJournal, open_journal, read_journal, remove_journal
 
 Q = "contoso/x-servicebus-transfer/0"
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from syphon.core.timespan import timedelta_to_ticks
-from syphon.job.lanes import Attempt, Clocks, CreditPacer, Replayer, ReplaySettings, ttl_left
+from syphon.job.replay.lanes import Attempt, Clocks, CreditPacer, Replayer, ReplaySettings, ttl_left
 from syphon.servicebus.sending import Sent
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)

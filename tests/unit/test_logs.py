@@ -104,7 +104,7 @@ def test_the_libraries_chatter_stays_below_the_default_level(
     stream: io.StringIO, level: str, sdk_level: str, shown: list[str]
 ) -> None:
     configure_logging(level, "text", stream, sdk_level=sdk_level)
-    logging.getLogger("syphon.job.run").info("syphon INFO")
+    logging.getLogger("syphon.job.run.loop").info("syphon INFO")
     sdk = logging.getLogger("azure.servicebus._pyamqp.link")
     sdk.debug("azure DEBUG")
     sdk.info("azure INFO")

@@ -13,7 +13,7 @@ import pytest
 from support.python_rules import report_path
 from support.report_html import parse_report, table_dict
 from syphon.app.report import TABLE_ROWS, render_html
-from syphon.job.report import SPREAD_ROWS, ReportData
+from syphon.job.run.report import SPREAD_ROWS, ReportData
 from syphon.store.reports import write_page
 
 T0 = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
@@ -255,7 +255,7 @@ def test_a_report_that_fails_says_where_and_never_the_errors_text(
 
 def test_a_run_of_several_waves_shows_each_wave_and_messages_home_over_time() -> None:
     from syphon.core.ledger import Operations, RunRecord
-    from syphon.job.report import waves_of
+    from syphon.job.run.report import waves_of
 
     def row(status: str, wave: int | None, at: int, sent: int = 0, planned: int = 0) -> RunRecord:
         return RunRecord(

@@ -1,5 +1,5 @@
 """What the settle does with each planned message, worked out in the driver from the plan's
-facts and the places the replay sent (syphon.job.settle_actions)."""
+facts and the places the replay sent (syphon.job.settle.actions)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from syphon.job.settle_actions import SETTLE_FACTS, sent_places, settle_actions
+from syphon.job.settle.actions import SETTLE_FACTS, sent_places, settle_actions
 
 Q0 = "contoso/x-servicebus-transfer/0"
 DLQ = "orders/$DeadLetterQueue"

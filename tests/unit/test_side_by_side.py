@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from syphon.job.snapshot import QueueRange, deal, side_by_side
+from syphon.job.read.snapshot import QueueRange, deal, side_by_side
 
 
 def test_ranges_are_dealt_round_robin_to_at_most_the_tasks() -> None:

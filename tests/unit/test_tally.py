@@ -8,7 +8,7 @@ import pyarrow as pa
 from syphon.core.render import arrow_schema
 from syphon.core.schema import REPLAY_RESULT, SETTLE_ACTION, SETTLE_RESULT
 from syphon.job.rows import arrow_rows
-from syphon.job.tally import Line, combined, tally
+from syphon.job.run.tally import Line, combined, tally
 
 
 def test_a_tally_counts_each_outcome_and_detail_and_sums_the_counted_columns() -> None:

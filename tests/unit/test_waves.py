@@ -1,4 +1,4 @@
-"""The waves' time cut (syphon.job.waves): every queue read from its cursor for at most
+"""The waves' time cut (syphon.job.read.waves): every queue read from its cursor for at most
 a limit and one more; the watermark is the earliest front among the queues not read to
 their end; the wave is what was read before it. Checked here against queues simulated
 in Python, whatever their contents: the wave is a prefix of every queue, holds every
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from support.waiting import wait_until
 from syphon.core.naming import PARTITIONED_SEQUENCE
-from syphon.job.wave_sizes import FIRST_WAVE_MESSAGES, WAVE_GROWTH, time_ordered, wave_limits
-from syphon.job.waves import Cut, QueueRead, WaveRead, cut_reads, read_waves, watermark
+from syphon.job.read.wave_sizes import FIRST_WAVE_MESSAGES, WAVE_GROWTH, time_ordered, wave_limits
+from syphon.job.read.waves import Cut, QueueRead, WaveRead, cut_reads, read_waves, watermark
 from syphon.servicebus.discovery import DiscoveredQueue
 
 T0 = datetime(2026, 11, 26, 8, 0, tzinfo=timezone.utc)
@@ -41,7 +41,7 @@ def at(ms: int) -> datetime:
 
 
 def cut(queues: dict[str, Queue], cursors: dict[str, int], limit: int) -> tuple[Any, Wave]:
-    """The watermark of a wave over ``queues`` (syphon.job.waves.cut_reads over what the
+    """The watermark of a wave over ``queues`` (syphon.job.read.waves.cut_reads over what the
     wave reads) and what it takes of each; checks the cut's cursors and count too."""
     seen = {name: read(queue, cursors[name], limit) for name, queue in queues.items()}
     marks = [(name, s, at(ms)) for name, got in seen.items() for s, ms in got]
@@ -171,7 +171,7 @@ def test_a_run_of_small_waves_takes_them_at_their_size_from_the_first() -> None:
 
 
 def _waves_read_by(monkeypatch: pytest.MonkeyPatch, waves: int) -> list[int]:
-    """Stands for each wave's read (syphon.job.waves.read_wave): ``waves`` waves of one
+    """Stands for each wave's read (syphon.job.read.waves.read_wave): ``waves`` waves of one
     message each; returns the list each read appends its wave's number to as it
     starts."""
     started: list[int] = []
@@ -182,7 +182,7 @@ def _waves_read_by(monkeypatch: pytest.MonkeyPatch, waves: int) -> list[int]:
         cut = Cut(reads=[], watermark=None, last=last, taken=1, cursors={})
         return WaveRead(rows=None, read=None, cut=cut, limit=1), None  # type: ignore[arg-type]
 
-    monkeypatch.setattr("syphon.job.waves.read_wave", read_wave)
+    monkeypatch.setattr("syphon.job.read.waves.read_wave", read_wave)
     return started
 
 
@@ -193,7 +193,7 @@ def _queue() -> DiscoveredQueue:
 def test_the_next_wave_is_read_once_the_caller_has_planned_this_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """syphon.job.waves.read_waves: wave 3's read waits for wave 2's plan (the plan has
+    """syphon.job.read.waves.read_waves: wave 3's read waits for wave 2's plan (the plan has
     the cores and the driver's interpreter to itself), then runs while the caller
     replays and settles wave 2; wave 2's read waits for the whole first wave (its replay
     is the way to the first message home), and a caller that never says it planned a

@@ -24,10 +24,10 @@ from syphon.core.selection import SelectionError
 from syphon.core.sessions import close_client
 from syphon.job.context import RunContext
 from syphon.job.failures import explain
-from syphon.job.plan import plan
+from syphon.job.plan.planning import plan
 from syphon.job.request import Asked, RunRequest, new_run_id, run_request
+from syphon.job.run.status import status
 from syphon.job.sources import RunSource, run_source
-from syphon.job.status import status
 from syphon.obs import progress
 from syphon.obs.logs import configure_logging, run_context
 from syphon.servicebus.access import Access

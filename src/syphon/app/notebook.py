@@ -19,10 +19,10 @@ from syphon.core.repair import Repair
 from syphon.core.schema import Stage
 from syphon.core.selection import Selection, selection_from_text
 from syphon.job.context import RunContext
-from syphon.job.plan import plan as plan_run
+from syphon.job.plan.planning import plan as plan_run
 from syphon.job.request import Asked, run_request
+from syphon.job.run.status import status
 from syphon.job.sources import run_source
-from syphon.job.status import status
 from syphon.obs.logs import configure_logging
 from syphon.servicebus.secrets import databricks_secrets
 from syphon.store import queries

@@ -4,7 +4,7 @@ Written at the end of every ``run`` and ``replay`` to ``<audit.path>/reports/<ru
 the run's status, counts by verdict per destination, the outage window (when the parked
 messages were first sent, per destination), the groups spread over several backlog
 queues, the operations and estimated credits, and what was left for the next run. The
-figures come from :mod:`syphon.job.report`; the page is a Jinja2 template
+figures come from :mod:`syphon.job.run.report`; the page is a Jinja2 template
 (``templates/report.html.j2``, autoescaped). Charts are inline SVG written by
 :mod:`syphon.app.svg`, every label escaped: the page loads nothing, so it opens anywhere,
 offline.
@@ -24,7 +24,7 @@ from typing import Any
 from syphon.app import svg
 from syphon.job.context import RunContext
 from syphon.job.ledger import RunResult
-from syphon.job.report import ReportData, gather
+from syphon.job.run.report import ReportData, gather
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from syphon.app.spark import build_spark_session, local_master
 from syphon.app.storage import resolve_location
 from syphon.core.config import SyphonConfig
 from syphon.core.sessions import SessionFit
-from syphon.job import run as job_run
 from syphon.job.context import RunContext, SparkOnDemand
 from syphon.job.ledger import RunResult
 from syphon.job.request import RunRequest, run_request
+from syphon.job.run import loop as job_run
 from syphon.servicebus.access import resolve_namespaces
 from syphon.servicebus.secrets import DbutilsGet
 from syphon.store.backend import open_store

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from syphon.core.errors import action_of
 from syphon.job.ledger import RunResult
-from syphon.job.plan import PlanResult, unread
-from syphon.job.status import StatusReport
+from syphon.job.plan.planning import PlanResult, unread
+from syphon.job.run.status import StatusReport
 
 
 def format_run(result: RunResult) -> str:

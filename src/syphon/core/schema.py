@@ -319,7 +319,7 @@ MESSAGE_KEY: Final = (
     Field("sequence_number", "long"),
 )
 
-#: The batch plan's answer per replayable message (:mod:`syphon.job.batches`).
+#: The batch plan's answer per replayable message (:mod:`syphon.job.plan.batches`).
 PACKED: Final = (
     Field("backlog_queue", "string"),
     Field("sequence_number", "long"),

@@ -250,7 +250,7 @@ def keep(frame: DataFrame, on_disk: bool = False) -> DataFrame:
     they made its peak grow with the waves' size (the README's "Reading once" has the
     figures, from bench_waves.py). A run of one wave keeps them in memory. (A stage's
     results, one small row per message, are collected into the driver instead: see
-    :func:`syphon.job.stages.send`.)"""
+    :func:`syphon.job.run.stages.send`.)"""
     from pyspark import StorageLevel
 
     return frame.localCheckpoint(

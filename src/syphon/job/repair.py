@@ -1,6 +1,6 @@
 """Repair on re-drive in Spark: a run's ``--set`` expressions judged against the restored
 snapshot's columns before anything is peeked (:func:`check_repair`), as the selection's
-``where`` is (:func:`syphon.job.plan.check_selection`); then computed per message
+``where`` is (:func:`syphon.job.plan.planning.check_selection`); then computed per message
 (:func:`with_repair`), by the plan (which judges and audits them) and again by the
 replay from the same snapshot (which sends them).
 

@@ -3,7 +3,7 @@
 A :class:`RunRequest` is built once, at the entry point, beside the
 :class:`~syphon.job.context.RunContext` (which says where things are): the run's id, the
 source it drains, what it takes and what it may send again. Each stage of
-:mod:`syphon.job.run` takes ``(ctx, request, inputs)`` and answers a result that carries
+:mod:`syphon.job.run.loop` takes ``(ctx, request, inputs)`` and answers a result that carries
 its own :class:`~syphon.core.ledger.Timings` and :class:`~syphon.core.ledger.Operations`
 (a :class:`StageResult`), which the run folds into its ledger.
 """

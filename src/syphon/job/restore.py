@@ -6,7 +6,7 @@ application properties) come from the aliases the paired-namespace sender wrote
 dead-letter source) or from another namespace's (a namespace source) is its own
 envelope, and goes to its entity (or the entity's target) in the primary of a
 :class:`Redrive`. Both add the audit's ``source_entity`` and ``dead_letter_*``
-columns. Pure DataFrame transforms; the reconcile (:mod:`syphon.job.reconcile`) judges
+columns. Pure DataFrame transforms; the reconcile (:mod:`syphon.job.plan.reconcile`) judges
 the restored rows.
 """
 

@@ -1,5 +1,5 @@
 """A :class:`syphon.core.selection.Selection` as a Spark condition on restored snapshot
-rows (:func:`syphon.job.reconcile.restore`); :func:`syphon.job.plan.check_selection`
+rows (:func:`syphon.job.plan.reconcile.restore`); :func:`syphon.job.plan.planning.check_selection`
 judges a ``where`` before a run peeks anything.
 
 The ``where`` predicate sees every column of a restored row (``destination``,

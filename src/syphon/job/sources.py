@@ -13,7 +13,7 @@ are found, and how their messages are restored.
 
 Both of the last restore a message from the message itself
 (:func:`syphon.job.restore.restore_redriven`). The settle decides by the queue a
-message was read from (:func:`syphon.job.settle_actions.settle_actions`): in a dead-letter queue
+message was read from (:func:`syphon.job.settle.actions.settle_actions`): in a dead-letter queue
 it completes what was sent and leaves everything else (a dead letter cannot be
 dead-lettered again, and one that is not sent is never removed); an active queue is
 settled as a backlog queue is.

@@ -10,11 +10,11 @@ decoded message is dropped at once. Its messages stay locked, and so invisible t
 receive of the queue, until it settles them (complete or dead-letter, a page in one
 request by lock tokens), gives them back (abandon) or closes. Both reads use it:
 
-- a read once (:mod:`syphon.job.once`) keeps one per queue for a whole run, and receives,
+- a read once (:mod:`syphon.job.read.once`) keeps one per queue for a whole run, and receives,
   renews and settles from several threads (the next wave's read, the renewal, the
   settle): receives go through one link, the management requests through another (a
   lock token settles its message from any link), each link's calls one at a time;
-- a peeking read's settle (:mod:`syphon.job.settle`) opens one per queue for a pass,
+- a peeking read's settle (:mod:`syphon.job.settle.passes`) opens one per queue for a pass,
   on one link (``own_link=False``): it receives what it settles and settles it at once.
 
 A lock lasts the queue's lock duration from its receive or its last renewal;
@@ -25,7 +25,7 @@ of it settles nothing and answers it (the caller records it as left, ``lock_lost
 
 A receive never hands out what another receiver holds locked; a peek shows it. The
 queue peeks on its management link (:meth:`LockedQueue.peek`), so that a run can learn
-what it could not receive (:mod:`syphon.job.gaps`).
+what it could not receive (:mod:`syphon.job.read.gaps`).
 """
 
 from __future__ import annotations

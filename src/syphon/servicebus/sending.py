@@ -3,7 +3,7 @@
 A :class:`SenderPool` holds one client per primary and one sender per destination,
 opens them side by side (the SDK's link set-up is mostly waiting), sends one batch of
 encoded messages (:mod:`syphon.servicebus.raw`) per call and says what happened as a
-:class:`Sent` — never raising, so the replay's rules (:mod:`syphon.job.lanes`) decide
+:class:`Sent` — never raising, so the replay's rules (:mod:`syphon.job.replay.lanes`) decide
 what a failure means for the batches after it.
 """
 
@@ -109,7 +109,7 @@ def probe_destinations(
     behaviour is the paired-namespace feature's, still pings). A destination that accepts
     the attach and refuses sends (the service may check a disabled entity only when it
     receives a message) is found by the first send, and its later batches are skipped
-    (see :mod:`syphon.job.lanes`)."""
+    (see :mod:`syphon.job.replay.lanes`)."""
 
     def probe(client: Any, primary: str, name: str) -> str | None:
         try:

@@ -56,8 +56,9 @@ class AuditStore(Protocol):
         self, rows: pa.Table, run_id: str, stage: str, commit: str | None = None
     ) -> int:
         """Appends audit rows the driver holds, a stage's of ``run_id`` (a wave's plan:
-        :func:`syphon.job.facts.plan_rows`; its outcomes: :func:`syphon.job.facts.outcome_rows`)
-        in one commit; returns how many. ``commit`` as for :meth:`append_outcomes`."""
+        :func:`syphon.job.plan.facts.plan_rows`; its outcomes:
+        :func:`syphon.job.plan.facts.outcome_rows`) in one commit; returns how many.
+        ``commit`` as for :meth:`append_outcomes`."""
         ...
 
     def append_outcomes(

@@ -206,7 +206,7 @@ def verdicts_per_destination(
     over several backlog queues that start there; the ``first`` and ``last`` value of
     the column ``time`` (the audit's rows know when a message was parked; a plan being
     made, when it was first enqueued). The one aggregate the plan's summary, the run
-    report (through :func:`syphon.job.report.by_source_entity`) and the notebook read."""
+    report (through :func:`syphon.job.run.report.by_source_entity`) and the notebook read."""
     from pyspark.sql import functions as F
 
     return plan.groupBy("primary", "destination", "verdict", *by).agg(

@@ -24,12 +24,12 @@ precedence:
 6. ``too_soon`` — a dead letter re-driven to the entity that accepted its MessageId
    within that entity's duplicate detection window, which would drop it
    (``duplicate_detection_window``, or ``duplicate_detection_unknown`` when the
-   destination's settings are unknown; :mod:`syphon.job.too_soon`); with
+   destination's settings are unknown; :mod:`syphon.job.plan.too_soon`); with
    ``--new-message-ids`` it is a ``replay`` under a new id instead (``new_message_id``);
 7. ``replay``.
 
 A run that discards then turns what it takes into ``discarded``
-(:func:`syphon.job.reconcile.with_discards`).
+(:func:`syphon.job.plan.reconcile.with_discards`).
 
 The verdicts' order is :func:`verdict_rules`; each step of :data:`STEPS` adds the
 columns the next ones read. "Earlier" is the replay order: original enqueue time, then
@@ -57,10 +57,10 @@ from syphon.core.schema import (
 from syphon.core.selection import NOT_SELECTED
 from syphon.core.sizing import ENVELOPE_RESERVE
 from syphon.core.timespan import TICKS_PER_SECOND
+from syphon.job.plan.too_soon import COLUMNS as WINDOW_COLUMNS
+from syphon.job.plan.too_soon import detail, renamed, too_soon, with_window
 from syphon.job.repair import REPAIR, carried_changes
 from syphon.job.selection import SELECTED
-from syphon.job.too_soon import COLUMNS as WINDOW_COLUMNS
-from syphon.job.too_soon import detail, renamed, too_soon, with_window
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -178,7 +178,7 @@ def with_partition_key(df: DataFrame, against: Against) -> DataFrame:
 
 def with_duplicate_window(df: DataFrame, against: Against) -> DataFrame:
     """When a re-driven dead letter's destination would drop it as a duplicate
-    (:mod:`syphon.job.too_soon`)."""
+    (:mod:`syphon.job.plan.too_soon`)."""
     return with_window(df, against.now, against.redrive_window)
 
 
@@ -325,7 +325,7 @@ def verdict_rules(df: DataFrame, against: Against) -> list[tuple[Column, str, Co
     :data:`RESEND_ALLOWED` for a resend the operator allowed."""
     from pyspark.sql import functions as F
 
-    from syphon.job import too_soon as window
+    from syphon.job.plan import too_soon as window
 
     duplicate = F.col("_dup_reason").isin("already_replayed", "duplicate_in_snapshot")
     return [
@@ -341,7 +341,7 @@ def verdict_rules(df: DataFrame, against: Against) -> list[tuple[Column, str, Co
 
 def with_verdicts(df: DataFrame, against: Against) -> DataFrame:
     """``verdict``, ``reason`` and ``detail`` by :func:`verdict_rules` (``detail``: what
-    :func:`syphon.job.too_soon.detail` gives, else null), the effective partition key
+    :func:`syphon.job.plan.too_soon.detail` gives, else null), the effective partition key
     and its source; the steps' own columns dropped."""
     from pyspark.sql import functions as F
 

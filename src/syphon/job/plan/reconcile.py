@@ -3,9 +3,9 @@
 :func:`wave_messages` restores a wave's snapshot (:mod:`syphon.job.restore`) and
 repairs it; :func:`reconcile_snapshot` applies the operator's selection
 (:mod:`syphon.job.selection`) to those messages, gives every row its verdict
-(:mod:`syphon.job.classify`, where the verdicts and their precedence are), applies a
+(:mod:`syphon.job.plan.classify`, where the verdicts and their precedence are), applies a
 discard (:func:`with_discards`), orders each replay group (:func:`order_groups`) and
-plans the batches (:mod:`syphon.job.batches`).
+plans the batches (:mod:`syphon.job.plan.batches`).
 
 A run that repairs (:mod:`syphon.job.repair`) computes each message's changes before the
 classify, which judges the repaired message; a ``replay`` row's ``repaired`` names what
@@ -27,9 +27,9 @@ from syphon.core.schema import (
     Verdict,
 )
 from syphon.core.selection import Selection
-from syphon.job.batches import plan_batches
-from syphon.job.classify import ORDER_COLUMNS, REPAIR_INVALID, Against, classify
 from syphon.job.context import keep
+from syphon.job.plan.batches import plan_batches
+from syphon.job.plan.classify import ORDER_COLUMNS, REPAIR_INVALID, Against, classify
 from syphon.job.repair import REPAIR, with_repair
 from syphon.job.restore import Redrive, restore
 from syphon.job.selection import select

@@ -19,7 +19,7 @@ the watermark the next wave takes as read (:class:`Carried`), peeking each queue
 the last message read for what its limit still allows: a peek costs a credit a message,
 and each message of a run in waves is peeked once.
 
-The first wave is small and the waves grow (:func:`syphon.job.wave_sizes.wave_limits`):
+The first wave is small and the waves grow (:func:`syphon.job.read.wave_sizes.wave_limits`):
 a wave is cut by time whatever its size, so a key keeps its order across waves of any
 sizes, and the largest wave bounds the run's memory.
 
@@ -36,7 +36,7 @@ Sources whose queues are not ordered by enqueue time cannot be cut by time:
   partition after another.
 
 A run whose source has such a queue drains it in one wave
-(:func:`syphon.job.wave_sizes.one_wave`). A
+(:func:`syphon.job.read.wave_sizes.one_wave`). A
 partitioned queue is recognised by a message in a partition other than the first (a
 peek from the second partition's first sequence number); one whose messages are all in
 the first partition reads in order, and what arrives in the other partitions during the
@@ -60,10 +60,10 @@ from typing import TYPE_CHECKING
 
 from syphon.core.ledger import Timings
 from syphon.job.context import keep
-from syphon.job.reading import Reading
+from syphon.job.read.modes import Reading
+from syphon.job.read.wave_sizes import wave_limits
 from syphon.job.request import SnapshotRead, timed
 from syphon.job.rows import utc
-from syphon.job.wave_sizes import wave_limits
 from syphon.servicebus.discovery import DiscoveredQueue
 
 if TYPE_CHECKING:
@@ -255,7 +255,7 @@ def read_wave(
     Raises:
         ValueError: ``limit`` below 1.
     """
-    from syphon.job.snapshot import QueueRange
+    from syphon.job.read.snapshot import QueueRange
 
     if limit < 1:
         raise ValueError("a wave's limit is at least one message per queue")

@@ -7,13 +7,13 @@ driver first (a sender link attached, no message sent); one that is missing, una
 or refuses the probe is skipped for this run and its messages stay in the backlog.
 
 Spark lays the sends out by packing group (a destination, and its partition key where
-batches hold one key; see :mod:`syphon.job.batches`): rows are hash-partitioned on the
+batches hold one key; see :mod:`syphon.job.plan.batches`): rows are hash-partitioned on the
 group and sorted by batch number and position inside each task, so each group's batches
 go out in order and every key's order is kept. A primary's credit budget
 (``replay.credits_per_second``) is split evenly among the tasks, each pacing its own
-sends (:class:`~syphon.job.lanes.CreditPacer`). A task holds one client per
+sends (:class:`~syphon.job.replay.lanes.CreditPacer`). A task holds one client per
 primary namespace (:class:`~syphon.servicebus.sending.SenderPool`), applies the rules of
-:mod:`syphon.job.lanes` batch by batch and closes its clients on every path.
+:mod:`syphon.job.replay.lanes` batch by batch and closes its clients on every path.
 
 Outcomes per message: ``sent``; ``failed`` (the error class in ``detail``: the service
 refused the batch, nothing was delivered); ``in_doubt`` (a timeout or a broken
@@ -47,9 +47,9 @@ from syphon.core.schema import (
     names,
 )
 from syphon.job.context import service_tasks
-from syphon.job.journal import TaskJournal
-from syphon.job.lanes import Attempt, Lane, Replayer, ReplaySettings
 from syphon.job.repair import carried_changes
+from syphon.job.replay.journal import TaskJournal
+from syphon.job.replay.lanes import Attempt, Lane, Replayer, ReplaySettings
 from syphon.job.rows import plain_cell
 from syphon.job.where import IN_TASKS, Spread, map_in_pandas
 from syphon.obs.failpoints import FailPoint
@@ -146,7 +146,7 @@ def replay_messages(
     messages unsent, or the run could not read one) are ``skipped`` with the lane's
     detail (``earlier_batch_failed``, ``earlier_message_unseen``). With ``journal`` (a
     wave's journal folder, as tasks get it), each transfer is journaled
-    (:mod:`syphon.job.journal`). Lazy: the sends happen when the result is read, so read
+    (:mod:`syphon.job.replay.journal`). Lazy: the sends happen when the result is read, so read
     it exactly once (checkpoint or write it)."""
     from pyspark.sql import functions as F
 
@@ -241,7 +241,7 @@ class _TaskPlan:
     skip: dict[Destination, str | None]
     settings: ReplaySettings
     failpoint: FailPoint | None = None
-    #: lanes the run holds back, with why (see :class:`~syphon.job.lanes.Replayer`)
+    #: lanes the run holds back, with why (see :class:`~syphon.job.replay.lanes.Replayer`)
     broken: Mapping[Lane, str] = field(default_factory=dict)
     #: the wave's journal folder (its storage options, secrets included: never shown)
     journal: Location | None = field(default=None, repr=False)

@@ -8,7 +8,7 @@ would break the key's order. So each read of a queue checks its sequence numbers
 before the first) is peeked, a peek shows locked messages too, and so is the queue's
 tail when a receive came back empty before the run's start. What a peek finds there is
 *unseen* (:attr:`Gaps.unseen`): the run holds back its keys for the rest of the run
-(:mod:`syphon.job.unseen`), and a later run, which sees everything, takes them in order.
+(:mod:`syphon.job.plan.unseen`), and a later run, which sees everything, takes them in order.
 
 On the normal path a peek of an empty hole (messages a run already removed) or of the
 tail costs a message at most, a hole's unseen messages a credit each: the service numbers

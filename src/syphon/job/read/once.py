@@ -5,7 +5,7 @@ A :class:`ReadOnce` opens one :class:`~syphon.servicebus.locked.LockedQueue` per
 queue when the run starts and keeps it for the whole run, across the Spark stages of
 every wave (a Spark task would close its receivers when it ends, and with them their
 locks). A wave's read receives from each queue (four queues at a time) and hands the
-messages to Spark as Arrow (:func:`syphon.job.handoff.snapshot_frame`): a snapshot row
+messages to Spark as Arrow (:func:`syphon.job.read.handoff.snapshot_frame`): a snapshot row
 per message, made from the bytes the service sent, exactly as a peek's. A message stays
 locked, so no later receive of the run sees it again, until the wave's outcomes are in
 the audit and :meth:`ReadOnce.settle` completes or dead-letters it by its lock token;
@@ -25,7 +25,7 @@ a killed run whose locks lapsed) is simply taken, as any other.
 If the driver dies, its links die with it: its locks lapse after the queue's lock
 duration, and the next run reads those messages as any other.
 
-Each read of a queue is checked for what it could not see (:mod:`syphon.job.gaps`):
+Each read of a queue is checked for what it could not see (:mod:`syphon.job.read.gaps`):
 what another receiver keeps locked is *unseen*, and the run holds back its keys.
 """
 
@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING, Any
 
 from syphon.core.errors import SyphonError
 from syphon.core.peeked import deferred
-from syphon.job.gaps import Gaps
-from syphon.job.handoff import snapshot_frame
-from syphon.job.settle_actions import Action
-from syphon.job.settling import QueueSettle, SettledCount, stopped_by
-from syphon.job.snapshot import QueueRange, side_by_side
+from syphon.job.read.gaps import Gaps
+from syphon.job.read.handoff import snapshot_frame
+from syphon.job.read.snapshot import QueueRange, side_by_side
+from syphon.job.settle.actions import Action
+from syphon.job.settle.by_locks import QueueSettle, SettledCount, stopped_by
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access
 from syphon.servicebus.locked import LockedQueue
@@ -330,7 +330,7 @@ class ReadOnce:
         failpoint: FailPoint | None = None,
     ) -> list[dict[str, Any]]:
         """Settles each message of ``actions`` ((queue, sequence number, action, reason,
-        verdict), as :func:`~syphon.job.settle_actions.settle_actions` says) by the lock
+        verdict), as :func:`~syphon.job.settle.actions.settle_actions` says) by the lock
         the read keeps, the queues side by side; answers a settle row per message (its
         ``received`` 0: the read counted it). What the wave leaves stays locked, so no
         later wave receives it again; the run gives it back when it ends.

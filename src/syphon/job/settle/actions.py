@@ -1,9 +1,9 @@
 """What the settle does with each message of a run's plan: complete it, dead-letter it,
-discard it or leave it, and why (:func:`settle_actions`); :mod:`syphon.job.settle` then
+discard it or leave it, and why (:func:`settle_actions`); :mod:`syphon.job.settle.passes` then
 does it, queue by queue.
 
 The actions are worked out in the driver, from the wave's plan rows it holds already
-(:func:`syphon.job.facts.plan_rows`) and the places the replay sent (its results are in
+(:func:`syphon.job.plan.facts.plan_rows`) and the places the replay sent (its results are in
 the driver's memory too): a join in Spark was a job of its own for every wave."""
 
 from __future__ import annotations

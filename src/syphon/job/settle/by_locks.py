@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from syphon.core.schema import Detail, Outcome
-from syphon.job.settle_actions import COMPLETE, DEAD_LETTER, DISCARD, LEAVE, Action
+from syphon.job.settle.actions import COMPLETE, DEAD_LETTER, DISCARD, LEAVE, Action
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus import locked
 from syphon.servicebus.errors import NAMESPACE_FAULTS

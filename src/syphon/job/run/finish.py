@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from syphon.core.schema import Detail, Outcome, Status, Verdict
-from syphon.job.classify import DESTINATION_UNKNOWN
 from syphon.job.context import RunContext
-from syphon.job.facts import dead_letters_waiting
 from syphon.job.failures import Failure, missing_destinations
 from syphon.job.ledger import Ledger, RunResult
-from syphon.job.reading import ReadLocks
-from syphon.job.replay import LeftBehind
+from syphon.job.plan.classify import DESTINATION_UNKNOWN
+from syphon.job.plan.facts import dead_letters_waiting
+from syphon.job.read.modes import ReadLocks
+from syphon.job.replay.send import LeftBehind
 from syphon.job.request import RunRequest
-from syphon.job.tally import Tally, combined
+from syphon.job.run.tally import Tally, combined
 from syphon.servicebus.errors import NAMESPACE_FAULTS
 from syphon.servicebus.sending import Destination
 
@@ -41,7 +41,7 @@ class Waiting:
     kept: int = 0
 
 
-#: The columns of :func:`syphon.job.facts.dead_letters_waiting`'s rows, for Spark.
+#: The columns of :func:`syphon.job.plan.facts.dead_letters_waiting`'s rows, for Spark.
 WAITING = "backlog_queue string, sequence_number long, verdict string"
 
 

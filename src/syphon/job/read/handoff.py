@@ -10,7 +10,7 @@ from syphon.core.peeked import snapshot_row
 from syphon.core.render import arrow_schema, spark_schema
 from syphon.core.schema import SNAPSHOT
 from syphon.core.sessions import return_freed_memory
-from syphon.job.snapshot import record_batches
+from syphon.job.read.snapshot import record_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

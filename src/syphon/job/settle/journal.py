@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from syphon.core.render import spark_schema
 from syphon.core.schema import SETTLE_RESULT, Stage
-from syphon.job.journal import new_journal_id
+from syphon.job.replay.journal import new_journal_id
 from syphon.job.request import StageResult
-from syphon.job.settling import SETTLED, settlement_of
+from syphon.job.settle.by_locks import SETTLED, settlement_of
 from syphon.servicebus.peek import present_sequence_numbers
 from syphon.store.location import Location
 
@@ -48,7 +48,7 @@ Removal = tuple[str, int, str, "str | None"]
 
 def removals(actions: Iterable[tuple[Any, ...]], run_id: str) -> list[Removal]:
     """The removals of a wave's settle actions ((queue, sequence number, action, reason,
-    verdict), :func:`~syphon.job.settle_actions.settle_actions`' rows): what it completes,
+    verdict), :func:`~syphon.job.settle.actions.settle_actions`' rows): what it completes,
     dead-letters or discards, each with the outcome and detail its row records."""
     out: list[Removal] = []
     for queue, seq, action, reason, verdict in actions:

@@ -2,7 +2,7 @@
 
 A *lane* is a (primary, destination, partition key): its messages go out in plan order,
 each batch only after the one before it was sent. A batch may hold several lanes (many
-keys for one destination, see :mod:`syphon.job.batches`): a lane that broke earlier is
+keys for one destination, see :mod:`syphon.job.plan.batches`): a lane that broke earlier is
 left out of the batch, the rest goes, and a failed batch breaks every lane in it.
 :class:`Replayer` applies the rules to one batch at a time, given a ``send`` callable (a
 :class:`~syphon.servicebus.sending.SenderPool` in a Spark task; a fake in tests) and a
@@ -32,10 +32,10 @@ left out of the batch, the rest goes, and a failed batch breaks every lane in it
   or this task is a retry that may have sent it already), ``failed`` or ``in_doubt``
   with the error class.
 
-With a :class:`~syphon.job.journal.TaskJournal`, each transfer's places are journaled
-before it starts and its outcome after it (see :mod:`syphon.job.journal`).
+With a :class:`~syphon.job.replay.journal.TaskJournal`, each transfer's places are journaled
+before it starts and its outcome after it (see :mod:`syphon.job.replay.journal`).
 
-Records are plain mappings (the replay input's columns, see :mod:`syphon.job.replay`).
+Records are plain mappings (the replay input's columns, see :mod:`syphon.job.replay.send`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from typing import Any
 
 from syphon.core.schema import Detail, Outcome
 from syphon.core.timespan import TICKS_PER_MICROSECOND
-from syphon.job.journal import TaskJournal
+from syphon.job.replay.journal import TaskJournal
 from syphon.servicebus import errors
 from syphon.servicebus.sending import Destination, Sent
 

@@ -3,7 +3,7 @@
 the plan's summary per destination worked out from them (:func:`per_destination`); and
 the audit rows of the wave's outcomes (:func:`outcome_rows`): a stage's results, in the
 driver's memory already, beside their plan rows. The settle's actions are worked out
-from the same rows (:func:`syphon.job.settle_actions.settle_actions`).
+from the same rows (:func:`syphon.job.settle.actions.settle_actions`).
 
 A wave holds its plan's rows from its plan to its settle: a few hundred bytes a message
 (keys, hashes and sizes, never a body), bounded by the wave as its messages are. Where
@@ -19,8 +19,8 @@ from syphon.core.naming import is_dead_letter_path
 from syphon.core.render import arrow_schema
 from syphon.core.repair import Repair
 from syphon.core.schema import AUDIT, PLACE, Outcome, Stage, Verdict, names
-from syphon.job.classify import DESTINATION_UNKNOWN, REPAIR_INVALID
-from syphon.job.reconcile import REPAIRED_NAMES
+from syphon.job.plan.classify import DESTINATION_UNKNOWN, REPAIR_INVALID
+from syphon.job.plan.reconcile import REPAIRED_NAMES
 from syphon.store import queries
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """How big a run's waves are: whether a run drains its source in one wave or in several
 (:func:`one_wave`: only sources whose queues are ordered by enqueue time can be cut by
-time, see :mod:`syphon.job.waves`), and the limit each wave of a run in waves reads
+time, see :mod:`syphon.job.read.waves`), and the limit each wave of a run in waves reads
 with (:func:`wave_limits`): a small first wave, so that the first messages reach their
 primaries in seconds whatever the backlog, then waves growing to ``run.wave_messages``.
 """

@@ -13,7 +13,7 @@ of a Spark task side by side, see :func:`settle_queues`), receive in peek-lock a
 
 A pass receives through a :class:`~syphon.servicebus.locked.LockedQueue` on one link
 and settles each received page at once, as a read once settles what it keeps locked
-(:class:`~syphon.job.settling.QueueSettle`: a request per page and outcome, one by one
+(:class:`~syphon.job.settle.by_locks.QueueSettle`: a request per page and outcome, one by one
 where it fails); what it keeps locked is given back at the end, a page per request.
 
 A queue's pass touches only what its plan holds, as far as the queue allows: it asks for
@@ -45,8 +45,8 @@ from syphon.core.naming import PARTITIONED_SEQUENCE
 from syphon.core.render import spark_schema
 from syphon.core.schema import SETTLE_RESULT, Detail, Outcome, names
 from syphon.job.context import service_tasks
-from syphon.job.settle_actions import LEAVE, Action
-from syphon.job.settling import SETTLED, QueueSettle, SettledCount, result_row
+from syphon.job.settle.actions import LEAVE, Action
+from syphon.job.settle.by_locks import SETTLED, QueueSettle, SettledCount, result_row
 from syphon.job.where import IN_TASKS, Spread, map_in_pandas
 from syphon.obs.failpoints import FailPoint
 from syphon.servicebus.access import Access

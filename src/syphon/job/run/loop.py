@@ -7,14 +7,14 @@ messages safe.
    in the background for the whole run; the Spark session starts in the background
    while the run opens its queues and lists the primaries (what needs no Spark), and
    the first thing that needs it waits for it;
-3. list the primaries' entities once; then, wave after wave (:mod:`syphon.job.waves`:
+3. list the primaries' entities once; then, wave after wave (:mod:`syphon.job.read.waves`:
    the messages enqueued before the wave's watermark, at most ``run.wave_messages``;
    one wave for sources that cannot be cut by time, or with ``run.wave_messages: 0``):
 
    a. plan (reconcile → audit, a ``planned`` row naming the wave and its watermark);
    b. probe the destinations no earlier wave probed;
    c. record ``replaying``, then send, each transfer journaled as it starts and ends
-      (:mod:`syphon.job.journal`); the outcomes are committed to the audit in one
+      (:mod:`syphon.job.replay.journal`); the outcomes are committed to the audit in one
       append, then ``replayed`` is recorded. After a crash between the two, the next run
       (or ``syphon replay --run-id``) reads the journal into the audit first: a message
       whose transfer started and whose outcome was never journaled is in doubt, and is
@@ -45,16 +45,16 @@ from syphon.core.schema import Status
 from syphon.core.sessions import SessionFit
 from syphon.job.context import RunContext
 from syphon.job.ledger import Ledger, RunResult
-from syphon.job.plan import check_selection
-from syphon.job.reading import Reading, reading_for
+from syphon.job.plan.planning import check_selection
+from syphon.job.read.modes import Reading, reading_for
+from syphon.job.read.wave_sizes import one_wave
+from syphon.job.read.waves import read_waves
 from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest
-from syphon.job.runner import WaveRunner
-from syphon.job.settle_journal import recover_settles, settles_pending
+from syphon.job.run.runner import WaveRunner
+from syphon.job.run.stages import Discovered, discover, recover, resumed_plan
+from syphon.job.settle.journal import recover_settles, settles_pending
 from syphon.job.sources import RunSource
-from syphon.job.stages import Discovered, discover, recover, resumed_plan
-from syphon.job.wave_sizes import one_wave
-from syphon.job.waves import read_waves
 from syphon.job.where import check_before_reading
 from syphon.obs import failpoints
 from syphon.obs.logs import run_context

@@ -2,7 +2,7 @@
 :class:`WaveRunner` per run owns the ledger, the lease, the run's read and the running
 totals, and takes each wave: a new one as the read hands it over (:meth:`WaveRunner.take`:
 planned, then replayed and settled), or a resumed run's plan read back
-(:meth:`WaveRunner.resumed`). :mod:`syphon.job.run` is the loop that hands
+(:meth:`WaveRunner.resumed`). :mod:`syphon.job.run.loop` is the loop that hands
 them over, and reads the results from here."""
 
 from __future__ import annotations
@@ -16,24 +16,24 @@ from syphon.core.peeked import deferred
 from syphon.core.schema import Detail, Status
 from syphon.job.context import RunContext, keep
 from syphon.job.failures import refused_primaries
-from syphon.job.finish import (
+from syphon.job.ledger import Ledger, RunResult
+from syphon.job.plan.planned import HeldBack, PlannedWave
+from syphon.job.plan.planning import Listed, PlanResult, WaveMark, list_primaries, plan_snapshot
+from syphon.job.plan.unseen import unseen_lanes
+from syphon.job.read.modes import Reading
+from syphon.job.read.waves import Wave
+from syphon.job.replay.journal import new_journal_id, open_journal, remove_journal
+from syphon.job.replay.send import LeftBehind, left_behind
+from syphon.job.request import RunRequest, StageResult
+from syphon.job.run.finish import (
     Drained,
     TooSoon,
     finish,
     unknown_destinations,
     waiting_dead_letters,
 )
-from syphon.job.journal import new_journal_id, open_journal, remove_journal
-from syphon.job.ledger import Ledger, RunResult
-from syphon.job.plan import Listed, PlanResult, WaveMark, list_primaries, plan_snapshot
-from syphon.job.planned import HeldBack, PlannedWave
-from syphon.job.reading import Reading
-from syphon.job.replay import LeftBehind, left_behind
-from syphon.job.request import RunRequest, StageResult
-from syphon.job.settle_actions import earlier_sent
-from syphon.job.stages import JOURNAL_PREFIX, Sent, probe, send, settle
-from syphon.job.unseen import unseen_lanes
-from syphon.job.waves import Wave
+from syphon.job.run.stages import JOURNAL_PREFIX, Sent, probe, send, settle
+from syphon.job.settle.actions import earlier_sent
 from syphon.obs import failpoints, progress
 from syphon.store.lease import Lease
 
@@ -121,7 +121,7 @@ class WaveRunner:
     def _hold_unseen(self, listed: Listed) -> None:
         """Holds back, for the rest of the run, the keys of the messages the run's read
         found and could not take (another receiver keeps them locked, or a consumer
-        deferred them; see :mod:`syphon.job.gaps`), those found since the last call:
+        deferred them; see :mod:`syphon.job.read.gaps`), those found since the last call:
         every message the run read up to its latest wave is checked by then."""
         new = self.reading.unseen()
         put_off = [m for m in new if deferred(m[1])]

@@ -5,7 +5,7 @@
 2. learn each primary's entities and their settings from its management API (when it
    answers; otherwise settings are unknown and the safe defaults of the reconcile
    apply);
-3. peek every non-empty backlog queue into a DataFrame (:mod:`syphon.job.snapshot`);
+3. peek every non-empty backlog queue into a DataFrame (:mod:`syphon.job.read.snapshot`);
 4. restore, classify, order and plan batches;
 5. append the audit rows and a ``planned`` row to the run ledger.
 """
@@ -24,15 +24,15 @@ from syphon.core.repair import Repair
 from syphon.core.schema import DESTINATIONS, Stage, Verdict
 from syphon.core.selection import Selection, SelectionError
 from syphon.core.sessions import INTERPRETED_MESSAGES
-from syphon.job.classify import Against
 from syphon.job.context import RunContext, fit_code_generation, fit_shuffle_partitions, keep
-from syphon.job.facts import audit_only, per_destination, plan_rows
 from syphon.job.ledger import record_planned
-from syphon.job.reconcile import reconcile_snapshot, wave_messages
+from syphon.job.plan.classify import Against
+from syphon.job.plan.facts import audit_only, per_destination, plan_rows
+from syphon.job.plan.reconcile import reconcile_snapshot, wave_messages
+from syphon.job.read.snapshot import read_snapshot
 from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest, SnapshotRead, StageResult, timed
 from syphon.job.restore import Redrive, expression_type
-from syphon.job.snapshot import read_snapshot
 from syphon.job.sources import RunSource
 from syphon.job.where import in_driver
 from syphon.obs import progress
@@ -55,7 +55,7 @@ class PlanResult(StageResult):
     Attributes:
         per_destination: :func:`per_destination` of the plan.
         messages: the wave's messages as the replay sends them (restored and repaired,
-            bodies included: :func:`syphon.job.reconcile.wave_messages`, lazy over the
+            bodies included: :func:`syphon.job.plan.reconcile.wave_messages`, lazy over the
             checkpointed snapshot).
         selection: what the run takes (None: every message).
         discard: what it removes without sending (None: nothing).
@@ -63,7 +63,7 @@ class PlanResult(StageResult):
         rows: the plan's audit rows, as appended (a projection of the checkpointed
             plan), for the replay: it need not read them back.
         audit: the same rows in the driver's memory, as appended
-            (:func:`syphon.job.facts.plan_rows`): the outcomes' rows take their keys.
+            (:func:`syphon.job.plan.facts.plan_rows`): the outcomes' rows take their keys.
     """
 
     run_id: str

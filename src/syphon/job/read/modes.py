@@ -2,7 +2,7 @@
 by Spark tasks (:class:`Peeking`: nothing locked, the settle receives each message
 again), or received once under lock beside the driver (:class:`Receiving`,
 ``run.read: once``: the settle completes what the read keeps locked). The run's waves
-(:mod:`syphon.job.waves`), its runner and its settle use either alike
+(:mod:`syphon.job.read.waves`), its runner and its settle use either alike
 (:class:`Reading`), and never ask which it is.
 
 A read object is a context manager: entered before the run's first wave, left after its
@@ -21,11 +21,11 @@ from syphon.core.ledger import Operations
 from syphon.core.render import arrow_schema, spark_schema
 from syphon.core.schema import SETTLE_ACTION, SETTLE_RESULT
 from syphon.job.context import RunContext, keep, service_tasks
-from syphon.job.once import ReadOnce
+from syphon.job.read.once import ReadOnce
+from syphon.job.read.snapshot import QueueRange, peek_frame, read_snapshot
 from syphon.job.request import RunRequest
 from syphon.job.rows import arrow_rows
-from syphon.job.settle import settle_queues
-from syphon.job.snapshot import QueueRange, peek_frame, read_snapshot
+from syphon.job.settle.passes import settle_queues
 from syphon.job.where import Spread, in_driver
 from syphon.obs import failpoints
 from syphon.servicebus.discovery import DiscoveredQueue
@@ -245,7 +245,7 @@ class Peeking:
 
 
 class Receiving:
-    """Read once, under lock, by a :class:`~syphon.job.once.ReadOnce` of the source's
+    """Read once, under lock, by a :class:`~syphon.job.read.once.ReadOnce` of the source's
     readable ``queues`` that lives from :meth:`__enter__` to :meth:`__exit__`; the settle
     settles by its locks, on the driver."""
 

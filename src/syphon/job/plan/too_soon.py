@@ -7,7 +7,7 @@ whose dead-letter queue holds it, or a subscription's topic), when that entity d
 duplicates (or its settings are unknown), the time its window passes for the message;
 null when it has passed, and for every other message. ``_window_known`` says whether the
 window is the destination's own (false: the longest the service allows, assumed). The
-verdicts (:func:`syphon.job.classify.verdict_rules`) make such a message ``too_soon``,
+verdicts (:func:`syphon.job.plan.classify.verdict_rules`) make such a message ``too_soon``,
 or a ``replay`` under a new MessageId when the operator asks for one.
 """
 

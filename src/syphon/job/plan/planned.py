@@ -23,9 +23,9 @@ class PlannedWave:
         rows: its plan's audit rows (checkpointed, or a projection of a checkpoint).
         audit: the same rows in the driver's memory (:data:`syphon.core.schema.AUDIT`'s
             columns): the settle's actions and the outcomes' audit rows are made from
-            them (:mod:`syphon.job.facts`).
+            them (:mod:`syphon.job.plan.facts`).
         messages: its messages as the replay sends them, bytes included (restored and
-            repaired: :func:`syphon.job.reconcile.wave_messages`).
+            repaired: :func:`syphon.job.plan.reconcile.wave_messages`).
         counts: how many rows of each verdict (they size the replay's and the settle's
             tasks).
         earlier: what an earlier attempt of the run recorded as replayed (None:

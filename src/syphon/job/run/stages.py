@@ -1,7 +1,7 @@
 """The stages of a run after its plan, each ``stage(ctx, request, inputs) -> result``.
 
-:mod:`syphon.job.run` calls the first three, and the run's
-:class:`~syphon.job.runner.WaveRunner` the last three for each wave, in the order that
+:mod:`syphon.job.run.loop` calls the first three, and the run's
+:class:`~syphon.job.run.runner.WaveRunner` the last three for each wave, in the order that
 keeps messages safe, recording the ledger's statuses between them; each stage answers
 what it produced with its own timings and operations (a
 :class:`~syphon.job.request.StageResult`):
@@ -11,9 +11,9 @@ what it produced with its own timings and operations (a
 - :func:`resumed_plan`: a planned run's plan rows read back from the audit, what an
   earlier attempt already sent, and its queues read again (by the run's read);
 - :func:`probe`: the destinations of what is still to send, probed without sending;
-- :func:`send`: the replay (:mod:`syphon.job.replay`), its outcomes committed to the
+- :func:`send`: the replay (:mod:`syphon.job.replay.send`), its outcomes committed to the
   audit;
-- :func:`settle`: the settle (by the run's read, :mod:`syphon.job.reading`), its
+- :func:`settle`: the settle (by the run's read, :mod:`syphon.job.read.modes`), its
   outcomes committed to the audit.
 """
 
@@ -31,19 +31,19 @@ from syphon.core.naming import is_dead_letter_path
 from syphon.core.render import spark_schema
 from syphon.core.schema import PLACE, REPLAY_RESULT, Detail, Outcome, Stage, Status
 from syphon.job.context import RunContext, fit_shuffle_partitions, keep, service_tasks
-from syphon.job.facts import outcome_rows
-from syphon.job.journal import journal_folder, outcomes_commit, read_journal, remove_journal
-from syphon.job.lanes import ReplaySettings
 from syphon.job.ledger import record_recovered
-from syphon.job.plan import discovery_operations, unread
-from syphon.job.planned import HeldBack, PlannedWave
-from syphon.job.reading import Reading
-from syphon.job.reconcile import wave_messages
-from syphon.job.replay import credit_rates, replay_input, replay_messages, still_to_send
+from syphon.job.plan.facts import outcome_rows
+from syphon.job.plan.planned import HeldBack, PlannedWave
+from syphon.job.plan.planning import discovery_operations, unread
+from syphon.job.plan.reconcile import wave_messages
+from syphon.job.read.modes import Reading
+from syphon.job.replay.journal import journal_folder, outcomes_commit, read_journal, remove_journal
+from syphon.job.replay.lanes import ReplaySettings
+from syphon.job.replay.send import credit_rates, replay_input, replay_messages, still_to_send
 from syphon.job.request import RunRequest, StageResult, timed
-from syphon.job.settle_actions import Place, sent_places, settle_actions
-from syphon.job.settle_journal import close_settle_journal, open_settle_journal, removals
-from syphon.job.tally import Tally, tally
+from syphon.job.run.tally import Tally, tally
+from syphon.job.settle.actions import Place, sent_places, settle_actions
+from syphon.job.settle.journal import close_settle_journal, open_settle_journal, removals
 from syphon.job.where import Spread, in_driver
 from syphon.obs import failpoints, progress
 from syphon.servicebus.discovery import DiscoveredQueue
@@ -101,7 +101,7 @@ class Recovered(StageResult):
 
 
 def recover(ctx: RunContext, request: RunRequest) -> Recovered:
-    """Reads the journal of every interrupted run's last wave (:mod:`syphon.job.journal`)
+    """Reads the journal of every interrupted run's last wave (:mod:`syphon.job.replay.journal`)
     into the audit, as that run's replay rows: each recorded outcome as recorded, each
     transfer started without one ``in_doubt`` / ``interrupted``; then records the wave
     ``replayed``. A message never started is then neither sent nor in doubt: the next
@@ -269,7 +269,7 @@ def send(
     destinations, broken lanes), then commits the outcomes of the wave's rows to the
     audit. Each transfer is journaled in the wave attempt's journal ``journal_id``
     (opened by the caller; None: not journaled), and the commit is named for it
-    (:func:`syphon.job.journal.outcomes_commit`). The messages the wave replays size the
+    (:func:`syphon.job.replay.journal.outcomes_commit`). The messages the wave replays size the
     replay's tasks (:func:`syphon.job.context.service_tasks`)."""
     journal = None
     if journal_id is not None:
