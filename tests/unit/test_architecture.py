@@ -285,6 +285,35 @@ def test_the_run_ledger_is_written_from_one_module() -> None:
     assert callers == {"job/ledger.py"}
 
 
+def test_the_ledger_takes_results_and_nothing_outside_it_sets_its_fields() -> None:
+    """The run hands the ledger what happened (``add``, ``planned``, ``at_wave``...) and
+    it decides what its rows say: no module but its own assigns an attribute of a
+    ``ledger`` (or ``_ledger``), nor mutates one in place."""
+    wrong = set()
+    for path in sorted((SRC / "syphon").rglob("*.py")):
+        if path == SRC / "syphon" / "job" / "ledger.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[ast.expr] = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("update", "append", "setdefault", "pop", "clear")
+            ):
+                targets = [node.func.value]
+            for target in targets:
+                for part in ast.walk(target):
+                    if (
+                        isinstance(part, ast.Attribute)
+                        and isinstance(part.value, (ast.Name, ast.Attribute))
+                        and (getattr(part.value, "id", None) or part.value.attr).endswith("ledger")
+                    ):
+                        wrong.add(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert wrong == set()
+
+
 #: The most parameters a function of the product takes: more, and its arguments want to
 #: be a value (a dataclass) of their own.
 MAX_PARAMETERS = 8

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from types import MappingProxyType
 
 from syphon.core.errors import ExitCode
 from syphon.core.ledger import Operations, RunRecord, Timings
@@ -57,7 +59,9 @@ class RunResult:
 
 class Ledger:
     """Appends a run's status rows, carrying its counts, operations and timings
-    forward."""
+    forward. The run hands it what happened (a stage's result, a wave's plan, what its
+    read could not see) and it decides what its rows say: nothing of it is set from
+    outside."""
 
     def __init__(
         self,
@@ -68,43 +72,70 @@ class Ledger:
         repair: tuple[str, ...] = (),
         job_run_id: str | None = None,
     ) -> None:
-        self.ctx = ctx
-        self.job_run_id = job_run_id
-        self.run_id = run_id
-        self.started = started
-        self.source = source
-        self.repair = repair
-        self.counts: dict[str, int] = {}
-        self.operations = Operations()
-        self.timings = Timings()
+        self._ctx = ctx
+        self._job_run_id = job_run_id
+        self._run_id = run_id
+        self._started = started
+        self._source = source
+        self._repair = repair
+        self._counts: dict[str, int] = {}
+        self._operations = Operations()
+        self._timings = Timings()
         #: the source's queues that hold messages syphon cannot read (path: why)
-        self.unread: dict[str, str] = {}
+        self._unread: dict[str, str] = {}
         #: the wave the next rows record, and its cut (None: a run of one wave)
-        self.wave: int | None = None
-        self.watermark: datetime | None = None
+        self._wave: int | None = None
+        self._watermark: datetime | None = None
 
-    def add(self, stage: StageResult) -> None:
-        """Adds a stage's timings and operations to the run's."""
-        self.timings.add(stage.timings)
-        self.operations.add(stage.operations)
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    @property
+    def unread(self) -> Mapping[str, str]:
+        """The source's queues that hold messages syphon cannot read (path: why)."""
+        return MappingProxyType(self._unread)
+
+    def add(self, stage: StageResult, unread: Mapping[str, str] | None = None) -> None:
+        """Adds a stage's timings and operations to the run's, and the queues it found
+        that hold messages syphon cannot read (``unread``, path: why)."""
+        self._timings.add(stage.timings)
+        self._operations.add(stage.operations)
+        self._unread.update(unread or {})
+
+    def planned(self, plan: StageResult, counts: Mapping[str, int]) -> None:
+        """Adds a wave's plan: its timings and operations, and its ``counts`` by verdict
+        to the run's."""
+        self.add(plan)
+        for verdict, n in counts.items():
+            self._counts[verdict] = self._counts.get(verdict, 0) + n
+
+    def resumed(self, counts: Mapping[str, int]) -> None:
+        """A resumed run's one wave: its plan's ``counts`` are the run's."""
+        self._counts = dict(counts)
+
+    def at_wave(self, number: int, watermark: datetime | None) -> None:
+        """The rows from here on record wave ``number`` of a run in waves, cut at
+        ``watermark``."""
+        self._wave, self._watermark = number, watermark
 
     def record(self, status: str, detail: str | None = None, final: bool = False) -> None:
-        self.ctx.store.append_run(
+        self._ctx.store.append_run(
             RunRecord(
-                run_id=self.run_id,
+                run_id=self._run_id,
                 status=status,
-                started_at=self.started,
+                started_at=self._started,
                 finished_at=datetime.now(timezone.utc) if final else None,
-                config_fingerprint=self.ctx.config.fingerprint(),
-                counts=self.counts,
-                operations=self.operations,
-                timings=self.timings,
+                config_fingerprint=self._ctx.config.fingerprint(),
+                counts=self._counts,
+                operations=self._operations,
+                timings=self._timings,
                 detail=detail,
-                source=self.source,
-                wave=None if final else self.wave,
-                watermark=None if final else self.watermark,
-                repair=self.repair,
-                job_run_id=self.job_run_id,
+                source=self._source,
+                wave=None if final else self._wave,
+                watermark=None if final else self._watermark,
+                repair=self._repair,
+                job_run_id=self._job_run_id,
             )
         )
 
@@ -116,10 +147,10 @@ class Ledger:
         return RunResult(
             self.run_id,
             status,
-            dict(self.counts),
+            dict(self._counts),
             outcomes or {},
-            self.operations,
-            self.timings,
+            self._operations,
+            self._timings,
             detail,
         )
 
@@ -153,10 +184,10 @@ class Ledger:
         return RunResult(
             self.run_id,
             Status.FAILED,
-            dict(self.counts),
+            dict(self._counts),
             {},
-            self.operations,
-            self.timings,
+            self._operations,
+            self._timings,
             failure.detail,
             failure.fix,
             failure.code,

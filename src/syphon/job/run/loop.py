@@ -86,8 +86,7 @@ def run(ctx: RunContext, request: RunRequest) -> RunResult:
         )
         try:
             discovered = discover(ctx, request)
-            ledger.add(discovered)
-            ledger.unread = discovered.unread
+            ledger.add(discovered, unread=discovered.unread)
             reading = reading_for(ctx, request, discovered.queues)
             if discovered.empty:
                 if not settles_pending(ctx.store.files):

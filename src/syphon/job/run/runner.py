@@ -91,7 +91,7 @@ class WaveRunner:
             ctx.spark.release()  # what earlier waves kept
         mark = None
         if wave.many:  # its rows in the ledger name it
-            self._ledger.wave, self._ledger.watermark = wave.number, wave.watermark
+            self._ledger.at_wave(wave.number, wave.watermark)
             progress.step(f"wave {wave.number}: planning")
             mark = WaveMark(wave.number, wave.watermark, datetime.now(timezone.utc))
         read = replace(wave, operations=self.reading.counted(wave.queues, wave.handed_out))
@@ -104,9 +104,7 @@ class WaveRunner:
 
     def _planned(self, plan: PlanResult, wave: Wave) -> PlannedWave:
         """Adds a new plan's counts to the run's, as the ``wave`` it planned."""
-        self._ledger.add(plan)
-        for verdict, n in plan.counts.items():
-            self._ledger.counts[verdict] = self._ledger.counts.get(verdict, 0) + n
+        self._ledger.planned(plan, plan.counts)
         self._drained.planned += sum(plan.counts.values())
         return PlannedWave(
             plan.rows,
@@ -144,7 +142,7 @@ class WaveRunner:
 
     def resumed(self, wave: PlannedWave) -> None:
         """A resumed run's one wave, its plan's counts the run's: replayed and settled."""
-        self._ledger.counts = dict(wave.counts)
+        self._ledger.resumed(wave.counts)
         self.replay_and_settle(wave)
 
     def replay_and_settle(self, wave: PlannedWave) -> None:
@@ -214,8 +212,7 @@ class WaveRunner:
         """Records the run's final status from what its waves did, and what its read
         did beyond them (asked once the read is closed)."""
         closed = self.reading.closed()
-        self._ledger.add(StageResult(operations=closed.operations))
-        self._ledger.unread.update(closed.unread)
+        self._ledger.add(StageResult(operations=closed.operations), unread=closed.unread)
         refused = refused_primaries(self._drained.skipped, self.ctx.namespaces.primaries)
         return finish(self._ledger, self._drained, closed.locks, refused)
 
