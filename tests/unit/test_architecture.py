@@ -314,6 +314,24 @@ def test_the_ledger_takes_results_and_nothing_outside_it_sets_its_fields() -> No
     assert wrong == set()
 
 
+def test_the_core_calls_neither_the_jvm_nor_libc() -> None:
+    """``core/`` is schemas, column expressions and plain values: nothing in it reaches a
+    session's JVM (``_jvm``, ``System.gc``) or the C library (``ctypes``); what tunes a
+    session lives with it in ``app/`` (:mod:`syphon.app.on_demand`)."""
+    wrong = set()
+    for path in sorted((SRC / "syphon" / "core").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in ("_jvm", "System"):
+                wrong.add(f"{path.name}:{node.lineno}: {node.attr}")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if "ctypes" in names or (
+                    isinstance(node, ast.ImportFrom) and node.module == "ctypes"
+                ):
+                    wrong.add(f"{path.name}:{node.lineno}: ctypes")
+    assert wrong == set()
+
+
 #: The most parameters a function of the product takes: more, and its arguments want to
 #: be a value (a dataclass) of their own.
 MAX_PARAMETERS = 8

@@ -15,7 +15,7 @@ CLASSIC_ONLY = {"sparkContext", "_jvm", "_jsc", "_gateway", "rdd", "_jdf", "_sc"
 #: (module, function) -> why a Connect session never reaches it.
 GUARDED = {
     ("syphon.core.sessions", "default_parallelism"): "after is_connect(spark) is false",
-    ("syphon.core.sessions", "release_memory"): "returns first on a Connect session",
+    ("syphon.app.on_demand", "release_memory"): "returns first on a Connect session",
     ("syphon.obs.progress", "watch"): "only when not is_connect(spark)",
     ("syphon.app.spark", "build_spark_session"): "a local master's session only",
     ("syphon.app.classarchive", "_finish"): "registered by write_at_exit, local sessions only",

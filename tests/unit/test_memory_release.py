@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from syphon.app import on_demand as context
+from syphon.app.on_demand import RELEASE_FROM_BYTES, SparkOnDemand
 from syphon.core.sessions import SessionFit
-from syphon.job import context
-from syphon.job.context import RELEASE_FROM_BYTES, SparkOnDemand
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from syphon.app.on_demand import SparkOnDemand
 from syphon.core.sessions import SessionFit
-from syphon.job.context import SparkOnDemand
 
 
 class Factory:
@@ -108,7 +108,7 @@ def test_pysparks_packages_are_imported_by_the_runs_thread_before_the_start_begi
 
     script = (
         "import sys, threading\n"
-        "from syphon.job.context import SparkOnDemand\n"
+        "from syphon.app.on_demand import SparkOnDemand\n"
         "assert 'pyspark.sql' not in sys.modules\n"
         "seen = []\n"
         "def factory(fit):\n"

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from syphon.app.on_demand import SparkOnDemand
 from syphon.app.pyworkers import start_python_workers
 from syphon.app.report import write_run_report
 from syphon.app.spark import build_spark_session, local_master
 from syphon.app.storage import resolve_location
 from syphon.core.config import SyphonConfig
 from syphon.core.sessions import SessionFit
-from syphon.job.context import RunContext, SparkOnDemand
+from syphon.job.context import RunContext
 from syphon.job.ledger import RunResult
 from syphon.job.request import RunRequest, run_request
 from syphon.job.run import loop as job_run

@@ -1,7 +1,7 @@
 """The two kinds of Spark session a job is handed: a classic one (spark-submit, dedicated
 clusters, local mode), with a SparkContext and a JVM in this process, and a Spark Connect
 one (Databricks serverless and standard access mode, ``SPARK_REMOTE``), a client that
-serves the DataFrame API only: no ``sparkContext``, no ``_jvm``, no RDDs. syphon's run
+serves the DataFrame API only: no ``sparkContext``, no JVM gateway, no RDDs. syphon's run
 path uses what both serve; what only a classic session has (its cores, its status
 tracker, its JVM) is asked for through :func:`is_connect` first."""
 
@@ -86,36 +86,6 @@ def default_parallelism(spark: Any) -> int:
         return max(1, int(told)) if told else CONNECT_DEFAULT_PARALLELISM
     except ValueError:
         return CONNECT_DEFAULT_PARALLELISM
-
-
-def release_memory(spark: Any) -> None:
-    """Lets a session's process give back what a run no longer references (between a
-    run's waves): Spark drops an RDD's blocks when the JVM collects its handle, and a
-    run in waves keeps its heap close to what it holds (``syphon.app.spark``'s
-    ``WAVE_JAVA_OPTIONS``), so left to itself the JVM collects only when the heap fills.
-    A full collection (a fraction of a second) after Python's own lets it give the last
-    wave's memory back. A Spark Connect server releases what a client's plans no longer
-    name by itself: only Python's collection runs."""
-    import gc
-
-    gc.collect()  # the Python proxies, whose release lets the JVM collect the frames
-    if spark is None or is_connect(spark):
-        return
-    jvm = spark.sparkContext._jvm
-    if jvm is not None:
-        jvm.System.gc()
-
-
-def return_freed_memory() -> None:
-    """Has the C allocator hand freed pages back to the system: a read's threads allocate
-    in arenas of their own, which keep what was freed (a wave's bytes) for the next wave
-    otherwise. Nothing where the C library is not glibc (the process's own symbols: no
-    library is looked up)."""
-    import contextlib
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)
 
 
 #: The oldest Spark syphon runs on: it uses DataFrame.toArrow, Python data sources and the

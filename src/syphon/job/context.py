@@ -6,21 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from syphon.core.config import MESSAGES_PER_TASK_DEFAULT, SyphonConfig
-from syphon.core.sessions import (
-    INTERPRETED_CONF,
-    SessionFit,
-    default_parallelism,
-    is_connect,
-    release_memory,
-)
-from syphon.obs import progress
+from syphon.core.sessions import INTERPRETED_CONF, SessionFit, default_parallelism, is_connect
 from syphon.servicebus.access import Namespaces
 from syphon.store.audit import AuditStore
 
@@ -30,99 +21,34 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-#: The waves (their messages' bytes, as :meth:`SparkOnDemand.fit` was told) from which a
-#: run gives memory back between them. A full collection costs the JVM and Python a
-#: fraction of a second of CPU (0.2 s in a test worker's JVM); after a wave of a few
-#: megabytes it gives back nothing the next wave would not reuse.
-RELEASE_FROM_BYTES = 16 * 2**20
-
-
-class SparkOnDemand:
-    """Starts the Spark session the first time it is called, then returns it; or in the
-    background from :meth:`start_soon`, the first call then waiting for it. A run that
-    needs no Spark (an empty one) never calls it. Every session it starts is watched by
-    the progress reporter (:func:`syphon.obs.progress.watch`).
-
-    Args:
-        factory: makes the session, given the run's :class:`SessionFit` (what
-            :meth:`fit` was told, or nothing).
-    """
-
-    def __init__(self, factory: Callable[[SessionFit], SparkSession]) -> None:
-        self._factory = factory
-        self._start: Future[SparkSession] | None = None
-        self._claim = threading.Lock()
-        self._fit = SessionFit()
-        self._wave_bytes: int | None = None
-
-    def fit(self, fit: SessionFit) -> None:
-        """Tells the factory what the run expects (the discovery's counts, its waves),
-        for when the session starts; a session already started (or starting) keeps what
-        it was started with (its JVM's settings are fixed at its start)."""
-        self._wave_bytes = fit.wave_bytes
-        if self._start is not None:
-            log.debug("the session started before the run knew its size: not fitted")
-            return
-        self._fit = fit
-
-    def start_soon(self) -> None:
-        """Starts the session in a thread of its own (nothing when it is started or
-        starting): the caller goes on with what needs no Spark meanwhile (a cold start
-        is seconds of the JVM's), and the first call waits for it; an error of the start
-        is raised by every call."""
-        start = self._claimed()
-        if start is not None:
-            # PySpark's packages import each other: imported by two threads at once, one
-            # may get a module the other has half made (``cannot import name ... from
-            # partially initialized module 'pyspark.sql'``), so the run's thread imports
-            # them before the start's thread does
-            import pyspark.sql.functions  # noqa: F401
-
-            threading.Thread(
-                target=self._build, args=(start,), name="syphon-spark-start", daemon=True
-            ).start()
+class SparkHandle(Protocol):
+    """The run's Spark session as the job reaches it (:class:`syphon.app.on_demand.SparkOnDemand`
+    wires it): started on the first call, or in the background from :meth:`start_soon`."""
 
     def __call__(self) -> SparkSession:
-        start = self._claimed()
-        if start is not None:
-            self._build(start)
-        assert self._start is not None
-        return self._start.result()
+        """The session, started now or waited for."""
+        ...
+
+    def fit(self, fit: SessionFit) -> None:
+        """What the run expects, for the session's start."""
+        ...
+
+    def start_soon(self) -> None:
+        """Starts the session in the background."""
+        ...
 
     @property
     def started(self) -> SparkSession | None:
-        """The session if it was started (waiting for a start under way), else None."""
-        if self._start is None:
-            return None
-        with contextlib.suppress(Exception):  # it did not start: the caller's call said so
-            return self._start.result()
-        return None
-
-    def _claimed(self) -> Future[SparkSession] | None:
-        """The start to make, when none was made yet; None: one was."""
-        with self._claim:
-            if self._start is not None:
-                return None
-            self._start = Future()
-            return self._start
-
-    def _build(self, start: Future[SparkSession]) -> None:
-        try:
-            session = self._factory(self._fit)
-            progress.watch(session)
-        except BaseException as exc:  # the caller's call raises it
-            start.set_exception(exc)
-            return
-        start.set_result(session)
+        """The session if it was started, else None."""
+        ...
 
     def release(self) -> None:
-        """Lets the session's process give back what earlier waves kept
-        (:func:`syphon.core.sessions.release_memory`); nothing when it never started, or
-        when the run's waves are smaller than :data:`RELEASE_FROM_BYTES`."""
-        small = self._wave_bytes is not None and self._wave_bytes < RELEASE_FROM_BYTES
-        session = self.started
-        if session is not None and not small:
-            release_memory(session)
+        """Gives back what earlier waves kept (between waves)."""
+        ...
+
+    def give_back(self) -> None:
+        """Hands the pages a read freed back to the system."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -139,7 +65,7 @@ class RunContext:
     config: SyphonConfig
     namespaces: Namespaces
     store: AuditStore
-    spark: SparkOnDemand
+    spark: SparkHandle
     #: what the command decided once and remembers (:func:`syphon.job.where.in_driver`)
     decisions: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 

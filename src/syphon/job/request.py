@@ -175,7 +175,7 @@ def timed(timings: Timings, *names: str) -> Iterator[None]:
 def _describe_jobs(description: str) -> Callable[[], None] | None:
     """Describes this thread's next Spark jobs (when a session runs in this process);
     answers how to put the description back. Nothing while the session's context is
-    still starting in another thread (:meth:`syphon.job.context.SparkOnDemand.start_soon`):
+    still starting in another thread (:meth:`syphon.app.on_demand.SparkOnDemand.start_soon`):
     PySpark names it the active context before it has its JVM half."""
     pyspark = sys.modules.get("pyspark")
     sc = pyspark.SparkContext._active_spark_context if pyspark is not None else None

@@ -37,7 +37,8 @@ def unseen_lanes(
         return frozenset()
     spark = ctx.spark()
     pages = [(queue, [encoded]) for queue, encoded in messages]
-    restored = wave_messages(snapshot_frame(spark, pages), request.source.redrive, request.repair)
+    frame = snapshot_frame(spark, pages, ctx.spark.give_back)
+    restored = wave_messages(frame, request.source.redrive, request.repair)
     judged = against(ctx, request, listed)
     keyed = with_partition_key(with_destination_settings(restored, judged), judged)
     found = keyed.select("primary", "destination", "_key.key").distinct().collect()

@@ -3,13 +3,12 @@ turned into a DataFrame of the snapshot schema by Spark's tasks, not by the driv
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from syphon.core.peeked import snapshot_row
 from syphon.core.render import arrow_schema, spark_schema
 from syphon.core.schema import SNAPSHOT
-from syphon.core.sessions import return_freed_memory
 from syphon.job.read.snapshot import record_batches
 
 if TYPE_CHECKING:
@@ -19,11 +18,17 @@ if TYPE_CHECKING:
 _HANDOFF_ROWS = 4_096
 
 
-def snapshot_frame(spark: SparkSession, pages: Iterable[tuple[str, list[bytes]]]) -> DataFrame:
+def snapshot_frame(
+    spark: SparkSession,
+    pages: Iterable[tuple[str, list[bytes]]],
+    give_back: Callable[[], None] | None = None,
+) -> DataFrame:
     """(queue, encoded messages) ``pages`` as a DataFrame of the snapshot schema. The
     driver hands Spark the queue and the bytes of each message as Arrow, and Spark's tasks
     read the rest from the bytes (:func:`syphon.core.peeked.snapshot_row`), side by
-    side, as a peek's tasks do: the driver does not parse a message."""
+    side, as a peek's tasks do: the driver does not parse a message. ``give_back`` (the
+    session's, :meth:`syphon.job.context.SparkHandle.give_back`) is called once Spark
+    holds the bytes: the read's threads freed them in arenas of their own."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
     received = pa.schema([("backlog_queue", pa.string()), ("encoded", pa.binary())])
@@ -46,7 +51,8 @@ def snapshot_frame(spark: SparkSession, pages: Iterable[tuple[str, list[bytes]]]
     parse = _Parse(arrow_schema(SNAPSHOT))
     frame = spark.createDataFrame(table)
     del table
-    return_freed_memory()  # the read's bytes, now Spark's
+    if give_back is not None:
+        give_back()  # the read's bytes, now Spark's
     return frame.mapInArrow(parse, schema)
 
 

@@ -275,12 +275,13 @@ class Receiving:
 
     def frame(self, ranges: list[QueueRange], messages: int) -> DataFrame:
         """Received now, and kept locked; ``messages`` is unused (the driver receives)."""
-        return self.once.frame(self.ctx.spark(), ranges)
+        return self.once.frame(self.ctx.spark(), ranges, self.ctx.spark.give_back)
 
     def whole(self, queues: list[DiscoveredQueue]) -> tuple[DataFrame, int | None]:
         """Every message of ``queues`` that no one keeps locked."""
         before = self.once.taken
-        frame = keep(self.once.frame(self.ctx.spark(), [QueueRange(q.path) for q in queues]))
+        ranges = [QueueRange(q.path) for q in queues]
+        frame = keep(self.once.frame(self.ctx.spark(), ranges, self.ctx.spark.give_back))
         return frame, self.once.taken - before
 
     def counted(self, queues: int, messages: int | None) -> Operations:

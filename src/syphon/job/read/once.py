@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -178,10 +178,15 @@ class ReadOnce:
         """The queue ``path``'s receiver."""
         return self.queues[path]
 
-    def frame(self, spark: SparkSession, ranges: list[QueueRange]) -> DataFrame:
+    def frame(
+        self,
+        spark: SparkSession,
+        ranges: list[QueueRange],
+        give_back: Callable[[], None] | None = None,
+    ) -> DataFrame:
         """:meth:`pages` as a DataFrame of the snapshot schema (kept by Spark: the caller
         checkpoints it; a second read would receive more): see :func:`snapshot_frame`."""
-        return snapshot_frame(spark, self.pages(ranges))
+        return snapshot_frame(spark, self.pages(ranges), give_back)
 
     def pages(self, ranges: list[QueueRange]) -> Iterator[tuple[str, list[bytes]]]:
         """(queue, encoded messages) of what each range's queue hands out next that the
