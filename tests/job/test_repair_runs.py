@@ -181,7 +181,7 @@ def test_a_bad_expression_or_a_session_id_change_exits_2_before_anything_is_peek
     monkeypatch.setattr("syphon.job.plan.planning.read_snapshot", peeked)
     monkeypatch.setattr("syphon.job.read.snapshot.read_snapshot", peeked)
     monkeypatch.setattr("syphon.job.read.waves.read_wave", peeked)
-    monkeypatch.setattr("syphon.job.run.loop.read_waves", peeked)
+    monkeypatch.setattr("syphon.job.run.loop.WaveReader", peeked)
     base = ["--config", conf, "--source", "redrive"]
     assert main(["run", *base, "--set", "tenant=upper(no_such_column)"]) == 2
     said = capsys.readouterr()

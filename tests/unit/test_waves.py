@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from support.waiting import wait_until
 from syphon.core.naming import PARTITIONED_SEQUENCE
+from syphon.job.read.reader import WaveReader
 from syphon.job.read.wave_sizes import FIRST_WAVE_MESSAGES, WAVE_GROWTH, time_ordered, wave_limits
-from syphon.job.read.waves import Cut, QueueRead, WaveRead, cut_reads, read_waves, watermark
+from syphon.job.read.waves import Cut, QueueRead, WaveRead, cut_reads, watermark
 from syphon.servicebus.discovery import DiscoveredQueue
 
 T0 = datetime(2026, 11, 26, 8, 0, tzinfo=timezone.utc)
@@ -171,9 +172,9 @@ def test_a_run_of_small_waves_takes_them_at_their_size_from_the_first() -> None:
 
 
 def _waves_read_by(monkeypatch: pytest.MonkeyPatch, waves: int) -> list[int]:
-    """Stands for each wave's read (syphon.job.read.waves.read_wave): ``waves`` waves of one
-    message each; returns the list each read appends its wave's number to as it
-    starts."""
+    """Stands for each wave's read (syphon.job.read.waves.read_wave, as the reader calls
+    it): ``waves`` waves of one message each; returns the list each read appends its
+    wave's number to as it starts."""
     started: list[int] = []
 
     def read_wave(*args: Any) -> tuple[WaveRead, None]:
@@ -182,7 +183,7 @@ def _waves_read_by(monkeypatch: pytest.MonkeyPatch, waves: int) -> list[int]:
         cut = Cut(reads=[], watermark=None, last=last, taken=1, cursors={})
         return WaveRead(rows=None, read=None, cut=cut, limit=1), None  # type: ignore[arg-type]
 
-    monkeypatch.setattr("syphon.job.read.waves.read_wave", read_wave)
+    monkeypatch.setattr("syphon.job.read.reader.read_wave", read_wave)
     return started
 
 
@@ -193,38 +194,49 @@ def _queue() -> DiscoveredQueue:
 def test_the_next_wave_is_read_once_the_caller_has_planned_this_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """syphon.job.read.waves.read_waves: wave 3's read waits for wave 2's plan (the plan has
-    the cores and the driver's interpreter to itself), then runs while the caller
+    """syphon.job.read.reader.WaveReader: wave 3's read waits for wave 2's plan (the plan
+    has the cores and the driver's interpreter to itself), then runs while the caller
     replays and settles wave 2; wave 2's read waits for the whole first wave (its replay
     is the way to the first message home), and a caller that never says it planned a
     wave gets the next one all the same."""
     started = _waves_read_by(monkeypatch, waves=4)
-    waves = read_waves(None, [_queue()], 2, T0)  # type: ignore[arg-type]
-    first = next(waves)
-    first.planned()
-    time.sleep(0.2)  # time enough for a read that did not wait to start
-    assert started == [1]  # the first wave is replayed with the cores to itself
-    second = next(waves)
-    assert (second.number, started) == (2, [1, 2])
-    time.sleep(0.2)
-    assert started == [1, 2]
-    second.planned()
-    wait_until(lambda: started == [1, 2, 3], timeout=10)  # before the caller asks
-    assert next(waves).number == 3  # not said planned: wave 4 is read when asked for
-    assert next(waves).last
-    assert started == [1, 2, 3, 4]
-    assert list(waves) == []
+    with WaveReader(None, [_queue()], 2, T0) as reader:  # type: ignore[arg-type]
+        first = reader.next_wave()
+        assert first is not None
+        assert first.number == 1
+        reader.planned()
+        time.sleep(0.2)  # time enough for a read that did not wait to start
+        assert started == [1]  # the first wave is replayed with the cores to itself
+        second = reader.next_wave()
+        assert second is not None
+        assert (second.number, started) == (2, [1, 2])
+        time.sleep(0.2)
+        assert started == [1, 2]
+        reader.planned()
+        wait_until(lambda: started == [1, 2, 3], timeout=10)  # before the caller asks
+        third = reader.next_wave()
+        assert third is not None
+        assert third.number == 3
+        time.sleep(0.2)
+        assert started == [1, 2, 3]
+        fourth = reader.next_wave()
+        assert fourth is not None
+        assert fourth.last
+        assert started == [1, 2, 3, 4]
+        assert reader.next_wave() is None
+        assert reader.next_wave() is None
 
 
 def test_a_caller_that_stops_leaves_no_read_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run that stops after a wave (--max-waves, --until, a fault) closes the waves:
+    """A run that stops after a wave (--max-waves, --until, a fault) closes the reader:
     the next wave's read, still waiting for the plan, never starts, and the close does
-    not wait for it."""
+    not wait for it; a closed reader hands out no wave."""
     started = _waves_read_by(monkeypatch, waves=3)
-    waves = read_waves(None, [_queue()], 2, T0)  # type: ignore[arg-type]
-    next(waves)
-    closing = threading.Thread(target=waves.close)
+    reader = WaveReader(None, [_queue()], 2, T0)  # type: ignore[arg-type]
+    assert reader.next_wave() is not None
+    closing = threading.Thread(target=reader.close)
     closing.start()
     closing.join(timeout=10)
     assert not closing.is_alive()
     assert started == [1]
+    assert reader.next_wave() is None

@@ -49,22 +49,16 @@ takes those messages.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from syphon.core.ledger import Timings
 from syphon.job.context import keep
 from syphon.job.read.modes import Reading
-from syphon.job.read.wave_sizes import wave_limits
-from syphon.job.request import SnapshotRead, timed
+from syphon.job.request import SnapshotRead
 from syphon.job.rows import utc
-from syphon.servicebus.discovery import DiscoveredQueue
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -290,10 +284,6 @@ def read_wave(
         have, limit = read, limit * 2
 
 
-def _no_read_ahead() -> None:
-    """A :attr:`Wave.planned` that starts nothing: the next read waits to be asked for."""
-
-
 @dataclass(kw_only=True)
 class Wave(SnapshotRead):
     """One wave's snapshot, as the plan takes it (its ``snapshot`` and ``messages``).
@@ -307,8 +297,6 @@ class Wave(SnapshotRead):
             beyond its watermark included (None: as many as it holds).
         many: whether it is one of several waves of its run (its rows in the ledger name
             it, and its frames are kept on disk).
-        planned: what the caller calls once it has planned the wave: from the second
-            wave on, the next wave's read starts then (:func:`read_waves`).
     """
 
     number: int
@@ -317,104 +305,3 @@ class Wave(SnapshotRead):
     queues: int
     handed_out: int | None = None
     many: bool = False
-    planned: Callable[[], None] = field(default=_no_read_ahead, compare=False, repr=False)
-
-
-def read_waves(
-    reading: Reading,
-    queues: list[DiscoveredQueue],
-    wave_messages: int | None,
-    before: datetime,
-    max_waves: int | None = None,
-) -> Iterator[Wave]:
-    """The waves of ``queues`` (their readable, non-empty ones), read through
-    ``reading``: one wave of everything when ``wave_messages`` is None, else waves of at
-    most about ``wave_messages`` messages (a limit per queue of ``wave_messages`` over
-    the queues, rounded up), none of them past ``before``, at most ``max_waves`` (None:
-    to the end). The waves grow from a small first one (:func:`wave_limits`).
-
-    A wave's cursors are known as soon as it is read, so the next wave is read in the
-    background while the caller replays and settles this one: from the moment the caller
-    says it has planned it (:attr:`Wave.planned`), or asks for the next wave. The plan
-    (the reconcile's Spark jobs, built through py4j by the driver) is the way to a
-    wave's first message home, and a read beside it shares the cores and the driver's
-    interpreter (tests/benchmarks/README.md, "Reading the next wave after the plan").
-    The first wave's replay is on that way too, and the second wave's read (twenty
-    times the first's messages) beside it delayed its first message by 3 s to 5 s:
-    wave 2 is read when the caller asks for it, once wave 1 is sent and settled (the
-    same README, "The second wave's read after the first wave's replay").
-    The read of a wave taken when the caller stops early is thrown away (peeked:
-    nothing was locked; received: what it keeps locked is given back with the rest when
-    the run ends)."""
-    readable = [q for q in queues if not q.empty and q.unreadable is None]
-    if wave_messages is None:
-        timings = Timings()
-        with timed(timings, "snapshot"):
-            snapshot, received = reading.whole(readable)
-        yield Wave(
-            number=1,
-            snapshot=snapshot,
-            messages=received,  # None: the plan counts them
-            watermark=None,
-            last=True,
-            queues=len(readable),
-            handed_out=received,
-            timings=timings,
-        )
-        return
-    paths = [q.path for q in readable]
-    limits = wave_limits(wave_messages, len(paths))
-
-    closed = threading.Event()  # the caller stopped taking waves: no read starts
-
-    def read(
-        cursors: Mapping[str, int], carried: Carried | None, limit: int, go: threading.Event
-    ) -> tuple[WaveRead, Carried | None, float] | None:
-        go.wait()
-        if closed.is_set():
-            return None
-        clock = time.monotonic()
-        got, carry = read_wave(reading, paths, cursors, limit, before, carried)
-        return got, carry, time.monotonic() - clock
-
-    go = threading.Event()
-    go.set()  # the first wave: at once
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="syphon-wave-read") as pool:
-        ahead: Future[tuple[WaveRead, Carried | None, float] | None]
-        ahead = pool.submit(read, {}, None, next(limits), go)
-        number = 0
-        try:
-            while True:
-                number += 1
-                go.set()  # a caller that never said it planned the wave before
-                clock = time.monotonic()
-                done = ahead.result()
-                assert done is not None  # only a closed generator reads nothing
-                got, carry, spent = done
-                waited = time.monotonic() - clock
-                if number > 1 and not got.cut.taken:
-                    return  # nothing before the run's start was left
-                more = not got.last and (max_waves is None or number < max_waves)
-                go = threading.Event()
-                if more:
-                    ahead = pool.submit(read, got.cut.cursors, carry, next(limits), go)
-                # the wave's snapshot time: what the caller waited for (the first wave:
-                # all of its read)
-                timings = Timings(snapshot=spent if number == 1 else waited)
-                yield Wave(
-                    number=number,
-                    snapshot=got.rows,
-                    watermark=got.watermark,
-                    last=got.last,
-                    queues=len(paths),
-                    messages=got.cut.taken,
-                    handed_out=got.handed_out,
-                    many=True,
-                    timings=timings,
-                    planned=go.set if number > 1 else _no_read_ahead,  # see above
-                )
-                if not more:
-                    return
-        finally:  # a read waiting for its go ends at once
-            closed.set()
-            go.set()

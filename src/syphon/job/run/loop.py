@@ -47,8 +47,8 @@ from syphon.job.context import RunContext
 from syphon.job.ledger import Ledger, RunResult
 from syphon.job.plan.planning import check_selection
 from syphon.job.read.modes import Reading, reading_for
+from syphon.job.read.reader import WaveReader
 from syphon.job.read.wave_sizes import one_wave
-from syphon.job.read.waves import read_waves
 from syphon.job.repair import check_repair
 from syphon.job.request import RunRequest
 from syphon.job.run.runner import WaveRunner
@@ -206,15 +206,16 @@ def _waves(runner: WaveRunner, queues: list[DiscoveredQueue], wave_messages: int
     runner.ctx.spark()
     counts = [q.message_count for q in queues if q.unreadable is None]
     expected = None if None in counts else sum(c or 0 for c in counts)
-    waves = read_waves(runner.reading, queues, wave_messages, request.started, request.max_waves)
-    for wave in waves:
-        runner.take(wave, listed, expected)
-        if runner.ended_by_fault or wave.last:
-            break
-        stopped = _stop(request, wave.number)
-        if stopped:
-            runner.stop(stopped)
-            break
+    reader = WaveReader(runner.reading, queues, wave_messages, request.started, request.max_waves)
+    with reader:
+        while (wave := reader.next_wave()) is not None:
+            runner.take(wave, reader, listed, expected)
+            if runner.ended_by_fault or wave.last:
+                break
+            stopped = _stop(request, wave.number)
+            if stopped:
+                runner.stop(stopped)
+                break
 
 
 def _stop(request: RunRequest, waves: int) -> str | None:

@@ -21,6 +21,7 @@ from syphon.job.plan.planned import HeldBack, PlannedWave
 from syphon.job.plan.planning import Listed, PlanResult, WaveMark, list_primaries, plan_snapshot
 from syphon.job.plan.unseen import unseen_lanes
 from syphon.job.read.modes import Reading
+from syphon.job.read.reader import WaveReader
 from syphon.job.read.waves import Wave
 from syphon.job.replay.journal import new_journal_id, open_journal, remove_journal
 from syphon.job.replay.send import LeftBehind, left_behind
@@ -82,10 +83,11 @@ class WaveRunner:
         log.info("run %s: %s", self.request.run_id, why)
         self._drained.stopped = why
 
-    def take(self, wave: Wave, listed: Listed, expected: int | None) -> None:
-        """One wave as the read handed it over: planned, its unseen keys held back,
-        probed, replayed and settled; then one line of progress (``expected``: the
-        messages the discovery counted, None: unknown)."""
+    def take(self, wave: Wave, reader: WaveReader, listed: Listed, expected: int | None) -> None:
+        """One wave as the ``reader`` handed it over: planned (the reader is told, and may
+        read the next wave from then on), its unseen keys held back, probed, replayed and
+        settled; then one line of progress (``expected``: the messages the discovery
+        counted, None: unknown)."""
         ctx, request = self.ctx, self.request
         if wave.number > 1:
             ctx.spark.release()  # what earlier waves kept
@@ -97,7 +99,7 @@ class WaveRunner:
         read = replace(wave, operations=self.reading.counted(wave.queues, wave.handed_out))
         planned = self._planned(plan_snapshot(ctx, request, read, listed, mark), wave)
         self._hold_unseen(listed)  # before anything of the wave is sent
-        wave.planned()  # the next wave's read may start: the plan had the cores to itself
+        reader.planned()  # the next wave's read may start: the plan had the cores to itself
         failpoints.check("after_plan")
         self.replay_and_settle(planned)
         self._progress(wave, expected)
