@@ -100,9 +100,7 @@ class WaveReader:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="syphon-wave-read")
             self._go.set()  # the first wave: at once
             self._ahead = self._pool.submit(self._read, {}, None, next(self._limits), self._go)
-        if self._ahead is None:
-            self._ended = True
-            return None
+        assert self._ahead is not None  # a wave that ends the reads sets _ended
         self._number += 1
         self._go.set()  # a caller that never said it planned the wave before
         clock = time.monotonic()
